@@ -1,0 +1,33 @@
+# The two commands of the README: `make run` and `make test`. Both create .venv and install
+# what they need first (Python packages from PyPI; on Debian/Ubuntu, OpenBLAS for the fast CPU path).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install_system_deps.sh | cksum | cut -d' ' -f1)
+
+.PHONY: run test test-slow bench install clean
+
+$(STAMP): pyproject.toml scripts/install_system_deps.sh
+	bash scripts/install_system_deps.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/omlx demo
+
+test: $(STAMP)
+	$(VENV)/bin/omlx test
+
+test-slow: $(STAMP)
+	$(VENV)/bin/omlx test -m slow
+
+bench: $(STAMP)
+	$(VENV)/bin/omlx bench-engine
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,1 @@
+"""Database models of the admin_panel app (none yet)."""

@@ -1,0 +1,1 @@
+"""Database models of the cache app (none yet)."""

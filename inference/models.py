@@ -1,0 +1,1 @@
+"""Database models of the inference app (none yet)."""
