@@ -21,13 +21,13 @@ run: $(STAMP)
 	$(VENV)/bin/omlx demo
 
 test: $(STAMP)
-	$(VENV)/bin/omlx test
+	$(PY) -m pytest
 
 test-slow: $(STAMP)
-	$(VENV)/bin/omlx test -m slow
+	$(PY) -m pytest -m slow
 
 bench: $(STAMP)
-	$(VENV)/bin/omlx bench-engine
+	$(PY) benchmarks/bench_engine.py
 
 clean:
 	rm -rf $(VENV) *.egg-info
