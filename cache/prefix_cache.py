@@ -1,0 +1,43 @@
+"""The seam between the engine and the KV block cache.
+
+The engine asks a PrefixCache for the longest cached prefix of a prompt before prefilling
+it, and hands back the KV of tokens it computed. KV crosses this boundary as plain arrays,
+one (keys, values) pair per layer shaped [1, kv_heads, tokens, head_dim], so this app needs
+nothing from the engine or from mlx-lm's cache classes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+LayerKV = Tuple[Any, Any]
+
+
+@dataclass
+class PrefixHit:
+    """KV for ``token_ids[:num_tokens]`` of a looked-up prompt, verified token by token."""
+
+    num_tokens: int
+    layers: List[LayerKV]
+    hot_tokens: int = 0
+    cold_tokens: int = 0
+
+
+class PrefixCache:
+    """Base class and the "caching off" behaviour: every lookup misses, stores are dropped.
+
+    Subclasses (the block cache) override all three methods. ``lookup`` must return KV only
+    after comparing the cached token ids with the request's; ``max_tokens`` caps the hit
+    (the engine always computes at least the last prompt token itself).
+    """
+
+    wants_kv = False  # whether store() does anything, so the engine can skip extracting KV
+
+    def lookup(self, token_ids: Sequence[int], max_tokens: int) -> Optional[PrefixHit]:
+        return None
+
+    def store(self, token_ids: Sequence[int], layers: List[LayerKV]) -> None:
+        """KV of ``token_ids`` (all of them, from position 0), computed by the engine."""
+
+    def release(self, hit: PrefixHit) -> None:
+        """The engine no longer needs the blocks behind ``hit``."""

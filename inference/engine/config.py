@@ -1,0 +1,55 @@
+"""The engine's settings: one typed object, built and checked once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of one engine (one loaded model).
+
+    max_concurrent_requests: requests prefilling or decoding at once (upstream oMLX's
+        ``--max-concurrent-requests``); the rest wait in arrival order.
+    step_token_budget: tokens one engine step may process: every running decode takes one,
+        waiting prefills share what is left, so a long prompt never stalls running streams.
+    prefill_chunk_size: the most prompt tokens of one request processed in one step.
+    max_kv_tokens: KV cache capacity in token slots across all requests; when it runs out
+        the newest request is preempted and recomputed later. None: derived from
+        ``kv_cache_memory_fraction`` of system RAM.
+    kv_cache_memory_fraction: share of RAM the KV cache may use when max_kv_tokens is None.
+    dtype: "float32", "bfloat16" or "float16" to cast the weights to; None picks the fastest
+        correct one for the device (float32 on CPUs, the model's own dtype on GPUs).
+    """
+
+    max_concurrent_requests: int = 16
+    step_token_budget: int = 2048
+    prefill_chunk_size: int = 512
+    max_kv_tokens: Optional[int] = None
+    kv_cache_memory_fraction: float = 0.25
+    dtype: Optional[str] = None
+
+    DTYPES = ("float32", "bfloat16", "float16")
+
+    def __post_init__(self):
+        def positive_int(name):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+
+        for name in ("max_concurrent_requests", "step_token_budget", "prefill_chunk_size"):
+            positive_int(name)
+        if self.max_kv_tokens is not None:
+            positive_int("max_kv_tokens")
+        if self.step_token_budget < self.max_concurrent_requests:
+            raise ValueError(
+                f"step_token_budget={self.step_token_budget} must be >= "
+                f"max_concurrent_requests={self.max_concurrent_requests}: every running "
+                "request decodes one token per step"
+            )
+        if not 0 < self.kv_cache_memory_fraction <= 0.9:
+            raise ValueError(
+                f"kv_cache_memory_fraction={self.kv_cache_memory_fraction!r}: must be in (0, 0.9]"
+            )
+        if self.dtype is not None and self.dtype not in self.DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")

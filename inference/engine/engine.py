@@ -1,0 +1,254 @@
+"""The engine: one loaded model, one thread that does all of its MLX work, and a queue of
+requests that stream their tokens back."""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from typing import Callable, Iterator, List, Optional, Sequence, Union
+
+import mlx.core as mx
+
+from cache.prefix_cache import PrefixCache
+
+from .config import EngineConfig
+from .model_loader import LoadedModel, load_model
+from .model_runner import ModelRunner
+from .request import Request, RequestOutput, RequestStatus
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .text_stream import TextStream
+
+logger = logging.getLogger("omlx.engine")
+_ids = itertools.count()
+
+Prompt = Union[str, Sequence[int]]
+
+
+class RequestStream:
+    """The events of one request, consumed by the submitting thread (iterate it), or pushed
+    to a callback given to ``Engine.submit``."""
+
+    def __init__(self, engine: "Engine", request_id: str):
+        self.engine = engine
+        self.request_id = request_id
+        self._events: "queue.SimpleQueue[RequestOutput]" = queue.SimpleQueue()
+        self.finished = False
+
+    def put(self, event: RequestOutput) -> None:
+        self._events.put(event)
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        while not self.finished:
+            event = self._events.get()
+            self.finished = event.finished
+            yield event
+
+    def abort(self) -> None:
+        self.engine.abort(self.request_id)
+
+
+class Engine:
+    """Serves one model. ``submit`` may be called from any thread; everything that touches
+    MLX runs on the engine's own thread (MLX streams are not thread-safe).
+
+    The loop: take new requests and aborts from the inbox, ask the scheduler for a step,
+    drop the KV of preempted requests, run prefill chunks, move finished prefills into the
+    decode batch, run one batched decode step, and publish each request's new tokens.
+    """
+
+    def __init__(self, model_path, config: Optional[EngineConfig] = None,
+                 prefix_cache: Optional[PrefixCache] = None, **settings):
+        if config is None:
+            config = EngineConfig(**settings)
+        elif settings:
+            raise ValueError("pass either config or individual settings, not both")
+        self.config = config
+        self.prefix_cache = prefix_cache or PrefixCache()
+        self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        self._tokenizer_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._load_error: Optional[BaseException] = None
+        self.loaded: Optional[LoadedModel] = None
+        self.steps = 0
+        self._thread = threading.Thread(target=self._main, args=(model_path,), name="omlx-engine", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+
+    # -- public API (any thread) -------------------------------------------------------------
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer
+
+    def encode(self, text: str) -> List[int]:
+        with self._tokenizer_lock:
+            return list(self.loaded.tokenizer.encode(text))
+
+    def submit(self, prompt: Prompt, params: Optional[SamplingParams] = None,
+               request_id: Optional[str] = None,
+               callback: Optional[Callable[[RequestOutput], None]] = None) -> RequestStream:
+        """Queue a request; raises ValueError for a bad prompt or parameters."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the engine is closed")
+        params = params if params is not None else SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        token_ids = self._prompt_ids(prompt)
+        request_id = request_id or f"req-{next(_ids)}"
+        stream = RequestStream(self, request_id)
+        tok = self.loaded.tokenizer
+        request = Request(
+            request_id, token_ids, params,
+            TextStream(tok.detokenizer, params.stop, params.include_stop_str_in_output),
+            frozenset(tok.eos_token_ids),
+            callback or stream.put,
+            params.seed if params.seed is not None else random.getrandbits(63),
+        )
+        self._inbox.put(("add", request))
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._inbox.put(("close", None))
+            self._thread.join()
+
+    def _prompt_ids(self, prompt: Prompt) -> List[int]:
+        if isinstance(prompt, str):
+            ids = self.encode(prompt)
+        elif isinstance(prompt, (list, tuple)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt
+        ):
+            ids = list(prompt)
+            bad = [t for t in ids if not 0 <= t < self.loaded.vocab_size]
+            if bad:
+                raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.loaded.vocab_size})")
+        else:
+            raise ValueError("a prompt must be a string or a list of token ids")
+        if not ids:
+            raise ValueError("the prompt is empty")
+        limit = self.loaded.context_length
+        if limit and len(ids) >= limit:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is {limit} tokens")
+        return ids
+
+    # -- the engine thread -------------------------------------------------------------------
+
+    def _main(self, model_path) -> None:
+        try:
+            self.loaded = load_model(model_path, self.config.dtype)
+            self.runner = ModelRunner(self.loaded)
+            self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache,
+                                       self.loaded.context_length)
+        except BaseException as exc:  # reported to the constructor's caller
+            self._load_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        while True:
+            if not self._drain_inbox(block=not self.scheduler.has_work()):
+                break
+            try:
+                self._step()
+            except Exception as exc:  # a failed step must not take the engine down
+                logger.exception("engine step failed; failing the running requests")
+                self._fail_all(f"{type(exc).__name__}: {exc}")
+        self._fail_all("the engine was closed", reason="abort")
+
+    def _kv_capacity(self) -> int:
+        if self.config.max_kv_tokens is not None:
+            return self.config.max_kv_tokens
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return max(1024, int(ram * self.config.kv_cache_memory_fraction) // self.loaded.kv_bytes_per_token)
+
+    def _drain_inbox(self, block: bool) -> bool:
+        while True:
+            try:
+                kind, item = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if kind == "close":
+                return False
+            if kind == "add":
+                self.scheduler.add(item)
+            elif kind == "abort":
+                request = self.scheduler.find(item)
+                if request is not None:
+                    self._finish(request, "abort")
+
+    def _step(self) -> None:
+        out = self.scheduler.schedule()
+        self.steps += 1
+        self.runner.drop(out.preempted)
+        for request, reason, error in out.rejected:
+            self._finish(request, reason, error)
+        for request, hit in out.prefix_hits:
+            self.runner.seed_cache(request, hit.layers)
+            self.prefix_cache.release(hit)
+        for request, n in out.prefill:
+            self.runner.prefill(request, n)
+            if request.num_to_prefill == 0:
+                if self.prefix_cache.wants_kv:
+                    self.prefix_cache.store(*self.runner.prompt_kv(request))
+                self.runner.start_decoding(request)
+                self.scheduler.started_decoding(request)
+        for request, token, logprob in self.runner.decode_step():
+            self._on_token(request, token, logprob)
+
+    def _on_token(self, request: Request, token: int, logprob) -> None:
+        if request.status is not RequestStatus.DECODING:
+            return
+        request.output_token_ids.append(token)
+        if request.first_token_time is None:
+            request.first_token_time = time.perf_counter()
+        reason = None
+        text = ""
+        if token in request.stop_token_ids:
+            reason = "stop"
+        else:
+            text, stopped = request.text_stream.add(token)
+            if stopped:
+                reason = "stop"
+        if reason is None and (
+            len(request.output_token_ids) >= request.max_tokens
+            or (self.loaded.context_length and request.num_tokens >= self.loaded.context_length)
+        ):
+            reason = "length"
+        event = RequestOutput(request.request_id, text, [token], [logprob] if logprob else None)
+        if reason is None:
+            request.sink(event)
+        else:
+            self._finish(request, reason, first=event)
+
+    def _finish(self, request: Request, reason: str, error: Optional[str] = None,
+                first: Optional[RequestOutput] = None) -> None:
+        """End a request: free its KV, send its last event (text still held back included)."""
+        if request.status is RequestStatus.DECODING and self.prefix_cache.wants_kv:
+            self.prefix_cache.store(*self.runner.batch.extract(request))
+        self.runner.drop([request])
+        self.scheduler.finish(request)
+        event = first or RequestOutput(request.request_id)
+        if reason in ("stop", "length"):
+            event.text += request.text_stream.flush()
+        event.finish_reason = reason
+        event.error = error
+        event.usage = request.usage()
+        request.sink(event)
+
+    def _fail_all(self, error: str, reason: str = "error") -> None:
+        for request in list(self.scheduler.waiting + self.scheduler.running):
+            try:
+                self._finish(request, reason, error)
+            except Exception:
+                logger.exception("while failing %s", request)
+        self.runner.reset()

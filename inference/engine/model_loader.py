@@ -1,0 +1,115 @@
+"""Loading a model folder (MLX or Hugging Face format) with mlx-lm, with errors that say why."""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.utils import _get_classes, load_model as mlx_load_model, load_tokenizer
+
+from inference import platform
+
+logger = logging.getLogger("omlx.engine")
+
+
+class ModelLoadError(ValueError):
+    """A model folder that cannot be served; the message says what is wrong."""
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    model: nn.Module
+    tokenizer: Any  # mlx_lm TokenizerWrapper
+    config: dict
+    model_type: str
+    dtype: str
+    vocab_size: int
+    context_length: Optional[int]
+    kv_bytes_per_token: int
+
+
+_DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
+    """Load the model and tokenizer in ``path``; cast floating weights to ``dtype``
+    (None: the platform default, see inference.platform.default_dtype)."""
+    path = Path(path).expanduser()
+    config = _read_config(path)
+    model_type = config["model_type"]
+    try:
+        _get_classes(config)
+    except ValueError:
+        raise ModelLoadError(
+            f"{path}: model_type {model_type!r} is not supported by the installed mlx-lm"
+        ) from None
+    if not list(path.glob("model*.safetensors")):
+        raise ModelLoadError(f"{path}: no weights (model*.safetensors) in the folder")
+    if not any((path / name).exists() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+        raise ModelLoadError(f"{path}: no tokenizer (tokenizer.json or tokenizer.model) in the folder")
+    try:
+        model, config = mlx_load_model(path)
+    except Exception as exc:  # mlx-lm raises ValueError, KeyError, OSError... for broken folders
+        raise ModelLoadError(f"{path}: cannot load the weights: {exc}") from exc
+    try:
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
+
+    dtype = dtype or platform.default_dtype()
+    if dtype is not None:
+        target = _DTYPES[dtype]
+        model.set_dtype(target, predicate=lambda t: mx.issubdtype(t, mx.floating))
+        mx.eval(model.parameters())
+    dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
+
+    vocab_size, kv_bytes = _probe(model, path)
+    text_config = config.get("text_config", {})
+    context = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
+    logger.info("loaded %s (%s, %s, vocab %d, %d KV bytes/token)", path, model_type, dtype_name, vocab_size, kv_bytes)
+    return LoadedModel(path, model, tokenizer, config, model_type, dtype_name, vocab_size, context, kv_bytes)
+
+
+def _read_config(path: Path) -> dict:
+    if not path.is_dir():
+        raise ModelLoadError(f"{path}: not a directory")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(f"{path}: no config.json, so this is not a model folder")
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{config_file}: not valid JSON: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ModelLoadError(f"{config_file}: has no \"model_type\"")
+    return config
+
+
+def _first_float_dtype(model: nn.Module):
+    from mlx.utils import tree_flatten
+
+    for _, value in tree_flatten(model.parameters()):
+        if mx.issubdtype(value.dtype, mx.floating):
+            return value.dtype
+    return mx.float32
+
+
+def _probe(model: nn.Module, path: Path):
+    """Vocab size and KV bytes per token, measured by one forward pass of one token."""
+    cache = make_prompt_cache(model)
+    if not all(hasattr(type(c), "merge") for c in cache):
+        raise ModelLoadError(f"{path}: its KV cache ({type(cache[0]).__name__}) cannot be batched")
+    try:
+        logits = model(mx.array([[0]]), cache=cache)
+        mx.eval(logits, [c.state for c in cache])
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: a test forward pass failed: {exc}") from exc
+    slots = max((c.keys.shape[2] for c in cache if getattr(c, "keys", None) is not None), default=1)
+    kv_bytes = sum(c.nbytes for c in cache) // slots
+    return logits.shape[-1], max(1, kv_bytes)

@@ -1,0 +1,118 @@
+"""A request's life inside the engine, and the events it streams back."""
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple
+
+from .sampling_params import SamplingParams
+from .text_stream import TextStream
+
+_arrivals = itertools.count()
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, or preempted and waiting to be recomputed
+    PREFILLING = "prefilling"  # its own KV cache is being filled chunk by chunk
+    DECODING = "decoding"  # a row of the decode batch
+    FINISHED = "finished"
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: List[Tuple[int, float]] = field(default_factory=list)  # most likely first
+
+
+@dataclass
+class RequestOutput:
+    """One event of a request's stream: what is new since the previous event.
+
+    The last event of every request has ``finish_reason`` set ("stop", "length", "abort" or
+    "error") and carries ``usage``; ``error`` says what went wrong when the reason is "error".
+    """
+
+    request_id: str
+    text: str = ""
+    token_ids: List[int] = field(default_factory=list)
+    logprobs: Optional[List[TokenLogprob]] = None
+    finish_reason: Optional[str] = None
+    usage: Optional[Usage] = None
+    error: Optional[str] = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class Request:
+    """Engine-side state of one request (only the engine thread touches it).
+
+    Invariant: the KV of ``all_token_ids[:num_computed]`` is in ``cache`` while prefilling;
+    a decoding request has the KV of all but its last token in the decode batch, and that
+    last token is its next input. Preemption drops the KV and keeps the tokens, so
+    recomputing it is a prefill of ``all_token_ids[:-1]`` like any new request.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: List[int],
+        params: SamplingParams,
+        text_stream: TextStream,
+        eos_token_ids: frozenset,
+        sink: Callable[[RequestOutput], Any],
+        seed: int,
+    ):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.params = params
+        self.text_stream = text_stream
+        self.sink = sink
+        self.seed = seed
+        self.arrival = next(_arrivals)
+        self.stop_token_ids = frozenset(params.stop_token_ids) | (
+            frozenset() if params.ignore_eos else eos_token_ids
+        )
+        self.output_token_ids: List[int] = []
+        self.status = RequestStatus.WAITING
+        self.num_computed = 0
+        self.num_cached_tokens = 0
+        self.num_preemptions = 0
+        self.cache: Optional[list] = None
+        self.max_tokens = params.max_tokens
+        self.created = time.perf_counter()
+        self.first_token_time: Optional[float] = None
+
+    @property
+    def all_token_ids(self) -> List[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_to_prefill(self) -> int:
+        """Tokens still to run through the model before this request can decode."""
+        return self.num_tokens - 1 - self.num_computed
+
+    def usage(self) -> Usage:
+        return Usage(len(self.prompt_token_ids), len(self.output_token_ids), self.num_cached_tokens)
+
+    def __repr__(self):
+        return f"Request({self.request_id}, {self.status.value}, {self.num_tokens} tokens)"

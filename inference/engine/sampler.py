@@ -1,0 +1,127 @@
+"""Token selection for a batch in which every row has its own sampling parameters."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import mlx.core as mx
+
+from .sampling_params import SamplingParams
+
+_MASK = -float("inf")
+
+
+def step_key(seed: int, step: int) -> mx.array:
+    """The PRNG key of a request's ``step``-th sampled token: a function of (seed, step) only,
+    so a seeded request samples the same tokens in any batch, and after a preemption."""
+    mixed = (seed * 0x9E3779B97F4A7C15 + step * 0xBF58476D1CE4E5B9 + 1) & (2**63 - 1)
+    return mx.random.key(mixed)
+
+
+@dataclass
+class RowState:
+    """Sampling state of one decoding row, on the device.
+
+    ``counts`` (times each token was generated, for presence/frequency penalties) and
+    ``seen`` (1.0 for tokens in prompt or output, for the repetition penalty) exist only
+    when the request uses those penalties; ``step`` counts tokens sampled so far, including
+    one still being computed.
+    """
+
+    params: SamplingParams
+    seed: int
+    step: int
+    counts: Optional[mx.array] = None
+    seen: Optional[mx.array] = None
+
+    @property
+    def plain_greedy(self) -> bool:
+        return self.params.greedy and not self.params.uses_penalties
+
+
+class Sampler:
+    """Picks the next token of every row; rows that are plain greedy share one argmax."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def make_row(self, params: SamplingParams, seed: int, prompt: Sequence[int], output: Sequence[int]) -> RowState:
+        row = RowState(params, seed, step=len(output))
+        if params.presence_penalty or params.frequency_penalty:
+            row.counts = self._histogram(output)
+        if params.repetition_penalty != 1.0:
+            row.seen = mx.minimum(self._histogram(list(prompt) + list(output)), 1.0)
+        return row
+
+    def _histogram(self, tokens: Sequence[int]) -> mx.array:
+        counts = mx.zeros((self.vocab_size,), dtype=mx.float32)
+        if tokens:
+            counts = counts.at[mx.array(tokens)].add(1.0)
+        return counts
+
+    def sample(self, logits: mx.array, rows: List[RowState]) -> Tuple[mx.array, List[Optional[tuple]]]:
+        """logits: [B, V] for the rows in order. Returns lazy tokens [B] (uint32) and, per row,
+        None or lazy (chosen logprob, top ids, top logprobs) when the row asked for logprobs."""
+        logits = logits.astype(mx.float32)
+        greedy = mx.argmax(logits, axis=-1)
+        if all(r.plain_greedy for r in rows):
+            tokens = greedy
+        else:
+            picks = [
+                greedy[i : i + 1] if r.plain_greedy else self._sample_row(logits[i : i + 1], r)
+                for i, r in enumerate(rows)
+            ]
+            tokens = mx.concatenate(picks)
+        tokens = tokens.astype(mx.uint32)
+        logprobs = [None] * len(rows)
+        for i, r in enumerate(rows):
+            if r.params.logprobs is not None:
+                logprobs[i] = self._logprobs(logits[i], tokens[i], r.params.logprobs)
+            self._advance(r, tokens[i])
+        return tokens, logprobs
+
+    def _sample_row(self, x: mx.array, row: RowState) -> mx.array:
+        p = row.params
+        if row.seen is not None:
+            penalized = mx.where(x > 0, x / p.repetition_penalty, x * p.repetition_penalty)
+            x = mx.where(row.seen > 0, penalized, x)
+        if row.counts is not None:
+            x = x - p.frequency_penalty * row.counts - p.presence_penalty * (row.counts > 0)
+        if p.greedy:
+            return mx.argmax(x, axis=-1)
+        x = x / p.temperature
+        if p.top_k and p.top_k < x.shape[-1]:
+            kth = mx.min(mx.topk(x, p.top_k, axis=-1), axis=-1, keepdims=True)
+            x = mx.where(x < kth, _MASK, x)
+        if p.top_p < 1.0:
+            order = mx.argsort(-x, axis=-1)
+            sorted_x = mx.take_along_axis(x, order, axis=-1)
+            probs = mx.softmax(sorted_x, axis=-1)
+            before = mx.cumsum(probs, axis=-1) - probs  # mass of strictly more likely tokens
+            kept = mx.sum(before < p.top_p, axis=-1, keepdims=True)
+            cutoff = mx.take_along_axis(sorted_x, kept - 1, axis=-1)
+            x = mx.where(x < cutoff, _MASK, x)
+        if p.min_p > 0.0:
+            cutoff = mx.max(x, axis=-1, keepdims=True) + math.log(p.min_p)
+            x = mx.where(x < cutoff, _MASK, x)
+        noise = mx.random.gumbel(shape=x.shape, key=step_key(row.seed, row.step))
+        return mx.argmax(x + noise, axis=-1)
+
+    @staticmethod
+    def _logprobs(x: mx.array, token: mx.array, n: int) -> tuple:
+        lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+        chosen = lp[token]
+        if n == 0:
+            return chosen, None, None
+        top = mx.argpartition(-lp, kth=n - 1)[:n]
+        top = top[mx.argsort(-lp[top])]
+        return chosen, top, lp[top]
+
+    @staticmethod
+    def _advance(row: RowState, token: mx.array) -> None:
+        row.step += 1
+        if row.counts is not None:
+            row.counts = row.counts.at[token].add(1.0)
+        if row.seen is not None:
+            row.seen = row.seen.at[token].add(1.0)

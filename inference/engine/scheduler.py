@@ -1,0 +1,152 @@
+"""Decides, step by step, which requests run: continuous batching under a token budget and a
+KV capacity."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from cache.prefix_cache import PrefixCache
+
+from .config import EngineConfig
+from .request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """What the engine runs in one step, in this order."""
+
+    # Requests whose KV must be dropped now; they wait to be recomputed.
+    preempted: List[Request] = field(default_factory=list)
+    # Requests that cannot go on at all: (request, finish reason, error message or None).
+    rejected: List[Tuple[Request, str, Optional[str]]] = field(default_factory=list)
+    # Newly admitted requests with a cached prefix to load before their first chunk.
+    prefix_hits: List[Tuple[Request, object]] = field(default_factory=list)
+    # (request, n): run the next n prompt tokens of the request; n may be 0 when nothing is
+    # left to compute (a one-token prompt or a full prefix hit): it then just starts decoding.
+    prefill: List[Tuple[Request, int]] = field(default_factory=list)
+    # Rows of the decode batch this step (each generates one token).
+    num_decoding: int = 0
+
+
+class Scheduler:
+    """Continuous batching.
+
+    Each step: every decoding request takes one token of the step's budget; prefilling
+    requests then take chunks of what is left, oldest first, so a long prompt is spread over
+    several steps and never stalls running streams; waiting requests are admitted, in
+    arrival order, while there is room in ``max_concurrent_requests`` and in the KV capacity.
+
+    KV capacity is counted in token slots the way the decode batch stores them: n running
+    requests take n x (longest of them + 1). When the running requests outgrow it, the newest
+    is preempted (its KV dropped, its tokens kept) and goes back to the waiting queue, where
+    arrival order puts it ahead of newer requests: the oldest request always progresses, so
+    nothing deadlocks or starves. A request that cannot fit even alone is rejected.
+    """
+
+    def __init__(self, config: EngineConfig, kv_capacity: int, prefix_cache: PrefixCache,
+                 context_length: Optional[int] = None):
+        self.config = config
+        self.kv_capacity = kv_capacity
+        self.prefix_cache = prefix_cache
+        self.context_length = context_length
+        self.waiting: List[Request] = []  # sorted by arrival
+        self.prefilling: List[Request] = []  # admission order
+        self.decoding: List[Request] = []  # decode batch order
+        self.num_preemptions = 0
+
+    # -- bookkeeping called by the engine ----------------------------------------------------
+
+    def add(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        request.num_computed = 0
+        bisect.insort(self.waiting, request, key=lambda r: r.arrival)
+
+    def started_decoding(self, request: Request) -> None:
+        self.prefilling.remove(request)
+        self.decoding.append(request)
+
+    def finish(self, request: Request) -> None:
+        for queue in (self.waiting, self.prefilling, self.decoding):
+            if request in queue:
+                queue.remove(request)
+        request.status = RequestStatus.FINISHED
+
+    def find(self, request_id: str) -> Optional[Request]:
+        for queue in (self.waiting, self.prefilling, self.decoding):
+            for r in queue:
+                if r.request_id == request_id:
+                    return r
+        return None
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or self.decoding)
+
+    @property
+    def running(self) -> List[Request]:
+        return self.prefilling + self.decoding
+
+    def kv_demand(self, requests: List[Request]) -> int:
+        """Token slots these requests take in the decode batch after one more step."""
+        if not requests:
+            return 0
+        return len(requests) * (max(r.num_tokens for r in requests) + 1)
+
+    def fits_alone(self, request: Request) -> bool:
+        return self.kv_demand([request]) <= self.kv_capacity
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        self._preempt_until_fits(out)
+
+        budget = self.config.step_token_budget - len(self.decoding)
+        out.num_decoding = len(self.decoding)
+        for r in self.prefilling:
+            if budget <= 0:
+                break
+            n = min(r.num_to_prefill, self.config.prefill_chunk_size, budget)
+            out.prefill.append((r, n))
+            budget -= n
+
+        while self.waiting and len(self.running) < self.config.max_concurrent_requests:
+            r = self.waiting[0]
+            if not self.fits_alone(r):
+                self.waiting.pop(0)
+                r.status = RequestStatus.FINISHED
+                out.rejected.append((r, "error", f"the request needs {r.num_tokens + 1} KV token "
+                                     f"slots, more than the KV cache holds ({self.kv_capacity})"))
+                continue
+            if self.kv_demand(self.running + [r]) > self.kv_capacity:
+                break
+            if budget <= 0 and r.num_to_prefill > 0:
+                break
+            self.waiting.pop(0)
+            self.prefilling.append(r)
+            r.status = RequestStatus.PREFILLING
+            hit = self.prefix_cache.lookup(r.all_token_ids, max_tokens=r.num_tokens - 1)
+            if hit is not None and hit.num_tokens > 0:
+                out.prefix_hits.append((r, hit))
+                r.num_computed = hit.num_tokens
+                if r.num_preemptions == 0:
+                    r.num_cached_tokens = min(hit.num_tokens, len(r.prompt_token_ids))
+            n = min(r.num_to_prefill, self.config.prefill_chunk_size, max(budget, 0))
+            out.prefill.append((r, n))
+            budget -= n
+        return out
+
+    def _preempt_until_fits(self, out: SchedulerOutput) -> None:
+        while self.kv_demand(self.running) > self.kv_capacity:
+            running = self.running
+            if len(running) == 1:
+                # Alone and still too big: it cannot grow any further.
+                out.rejected.append((running[0], "length", None))
+                self.finish(running[0])
+                return
+            victim = max(running, key=lambda r: r.arrival)
+            (self.decoding if victim in self.decoding else self.prefilling).remove(victim)
+            victim.num_preemptions += 1
+            self.num_preemptions += 1
+            out.preempted.append(victim)
+            self.add(victim)
