@@ -74,7 +74,8 @@ class Engine:
         self._ready = threading.Event()
         self._load_error: Optional[BaseException] = None
         self.loaded: Optional[LoadedModel] = None
-        self.steps = 0
+        self.steps = 0  # counters for tests, benchmarks and (later) the admin panel
+        self.prefill_chunks = 0
         self._thread = threading.Thread(target=self._main, args=(model_path,), name="omlx-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -197,6 +198,7 @@ class Engine:
             self.prefix_cache.release(hit)
         for request, n in out.prefill:
             self.runner.prefill(request, n)
+            self.prefill_chunks += n > 0
             if request.num_to_prefill == 0:
                 if self.prefix_cache.wants_kv:
                     self.prefix_cache.store(*self.runner.prompt_kv(request))

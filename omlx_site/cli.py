@@ -1,0 +1,96 @@
+"""The ``omlx`` command line (upstream oMLX's; more subcommands arrive with the server)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
+
+    parser = argparse.ArgumentParser(prog="omlx", description="Local LLM inference server on MLX.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser(
+        "demo",
+        help="generate text with a model (the built-in random-weight demo model by default)",
+        description="Stream a chat reply from a model, then print speed figures. Without --model "
+        "it builds and uses the demo model (random weights: its text is gibberish by design).",
+    )
+    demo.add_argument("--model", help="a model folder (MLX or Hugging Face format)")
+    demo.add_argument("--prompt", default="Tell me about caching.", help="the user message")
+    demo.add_argument("--max-tokens", type=int, default=64)
+    demo.add_argument("--temperature", type=float, default=0.7)
+    demo.add_argument("--seed", type=int, default=0)
+
+    build = sub.add_parser(
+        "build-model",
+        help="write a model folder with random weights (for tests and benchmarks)",
+        description="Write a Hugging Face model folder with random weights and a locally trained "
+        "tokenizer (same as `manage.py build_test_model`).",
+    )
+    build.add_argument("out", help="the folder to write")
+    build.add_argument("--arch", default="qwen2", help="llama, mistral, qwen2 or qwen3")
+    build.add_argument("--preset", default="tiny", help="tiny, small or qwen2.5-0.5b")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return _demo(args)
+    if args.command == "build-model":
+        from inference.model_factory import build_model
+
+        try:
+            path = build_model(args.out, arch=args.arch, preset=args.preset, seed=args.seed, dtype=args.dtype)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"wrote {path}")
+        return 0
+    return 2
+
+
+def _demo(args) -> int:
+    from inference import platform
+    from inference.demo_model import demo_model_path
+    from inference.engine import LLM, ModelLoadError, SamplingParams
+
+    info = platform.describe()
+    print(f"omlx demo: backend {info.get('backend')}, BLAS {info.get('blas')}, dtype {info.get('dtype')}")
+    path = args.model or demo_model_path()
+    if not args.model:
+        print(f"using the built-in demo model (random weights, gibberish output): {path}")
+    try:
+        llm = LLM(path)
+    except ModelLoadError as exc:
+        print(f"omlx: {exc}", file=sys.stderr)
+        return 1
+    try:
+        params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+    except ValueError as exc:
+        print(f"omlx: {exc}", file=sys.stderr)
+        return 2
+    with llm:
+        messages = [{"role": "user", "content": args.prompt}]
+        prompt = llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        start = time.perf_counter()
+        first = None
+        final = None
+        for event in llm.engine.submit(list(prompt), params):
+            if first is None and event.token_ids:
+                first = time.perf_counter()
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+            final = event
+        end = time.perf_counter()
+        n = final.usage.completion_tokens
+        decode = (n - 1) / (end - first) if n > 1 and end > first else float("nan")
+        print(f"\n\n{final.usage.prompt_tokens} prompt tokens, {n} generated ({final.finish_reason}); "
+              f"first token after {first - start:.3f} s, {decode:.1f} tokens/s after it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
