@@ -20,11 +20,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/omlx demo
 
+# Tests keep everything they write out of ~/.omlx.
 test: $(STAMP)
-	$(PY) -m pytest
+	OMLX_HOME=$(CURDIR)/.omlx-test $(PY) -m pytest
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow
+	OMLX_HOME=$(CURDIR)/.omlx-test $(PY) -m pytest -m slow
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py

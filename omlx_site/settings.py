@@ -7,6 +7,7 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 OMLX_HOME = Path(os.environ.get("OMLX_HOME", Path.home() / ".omlx")).expanduser()
+OMLX_HOME.mkdir(parents=True, exist_ok=True)
 
 SECRET_KEY = os.environ.get("OMLX_SECRET_KEY", "omlx-local-only-not-secret")
 DEBUG = os.environ.get("OMLX_DEBUG", "") == "1"

@@ -5,7 +5,11 @@ import threading
 
 import pytest
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from inference.engine import LLM, ModelLoadError, SamplingParams
+from tests.hf_reference import hf_next
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 
@@ -119,14 +123,41 @@ def test_logprobs(llm):
         assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
 
 
-def test_penalties_change_repetitive_output(llm):
-    plain = _greedy(llm, "Repeat after me", 40).token_ids
-    penalized = llm.generate(["Repeat after me"], SamplingParams(
-        max_tokens=40, frequency_penalty=2.0, presence_penalty=1.0, **GREEDY))[0].token_ids
-    assert max(plain.count(t) for t in set(plain)) > max(penalized.count(t) for t in set(penalized))
-    repetition = llm.generate(["Repeat after me"], SamplingParams(
-        max_tokens=40, repetition_penalty=3.0, **GREEDY))[0].token_ids
-    assert repetition != plain
+def _reference_penalized(path, prompt, n, repetition=1.0, presence=0.0, frequency=0.0):
+    """Greedy decoding with penalties, computed with HF transformers' forward pass."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    generated = []
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True)
+        for _ in range(n):
+            logits = out.logits[0, -1].clone()
+            seen = torch.tensor(sorted(set(prompt + generated)))
+            picked = logits[seen]
+            logits[seen] = torch.where(picked > 0, picked / repetition, picked * repetition)
+            counts = torch.zeros_like(logits)
+            for t in generated:
+                counts[t] += 1
+            logits -= frequency * counts + presence * (counts > 0).float()
+            token = int(logits.argmax())
+            generated.append(token)
+            out = hf_next(model, out, token)
+    return generated
+
+
+@pytest.mark.parametrize("penalties", [
+    dict(repetition_penalty=1.5),
+    dict(frequency_penalty=2.0, presence_penalty=1.0),
+    dict(repetition_penalty=1.2, frequency_penalty=1.5, presence_penalty=-0.5),
+])
+def test_penalties_match_reference(llm, path, penalties):
+    prompt = llm.engine.encode("Repeat after me")
+    plain = _greedy(llm, prompt, 30).token_ids
+    got = llm.generate([prompt], SamplingParams(max_tokens=30, **penalties, **GREEDY))[0].token_ids
+    expected = _reference_penalized(
+        path, prompt, 30, penalties.get("repetition_penalty", 1.0),
+        penalties.get("presence_penalty", 0.0), penalties.get("frequency_penalty", 0.0))
+    assert got == expected
+    assert got != plain
 
 
 def test_abort_frees_the_request(llm):

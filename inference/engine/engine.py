@@ -21,7 +21,7 @@ from .model_runner import ModelRunner
 from .request import Request, RequestOutput, RequestStatus
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
-from .text_stream import TextStream
+from .text_stream import TextStream, streaming_detokenizer
 
 logger = logging.getLogger("omlx.engine")
 _ids = itertools.count()
@@ -107,7 +107,7 @@ class Engine:
         tok = self.loaded.tokenizer
         request = Request(
             request_id, token_ids, params,
-            TextStream(tok.detokenizer, params.stop, params.include_stop_str_in_output),
+            TextStream(streaming_detokenizer(tok), params.stop, params.include_stop_str_in_output),
             frozenset(tok.eos_token_ids),
             callback or stream.put,
             params.seed if params.seed is not None else random.getrandbits(63),

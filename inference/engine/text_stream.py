@@ -3,6 +3,22 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
+
+
+def streaming_detokenizer(tokenizer):
+    """mlx-lm's streaming detokenizer for the tokenizer, keeping a leading space.
+
+    mlx-lm drops the space that starts the first generated token, as if the output began a
+    new text; for omlx the output continues the prompt, so " word" must stay " word".
+    """
+    detokenizer = tokenizer.detokenizer
+    if isinstance(detokenizer, BPEStreamingDetokenizer):
+        detokenizer._maybe_trim_space = lambda text: text
+    elif isinstance(detokenizer, SPMStreamingDetokenizer):
+        detokenizer.trim_space = False
+    return detokenizer
+
 
 class TextStream:
     """Turns one request's generated tokens into text deltas, honouring stop strings.

@@ -1,0 +1,28 @@
+"""Reference outputs computed with HF transformers (PyTorch, float32)."""
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def hf_next(model, out, token):
+    """One more token through an HF model, reusing its KV (the kwarg is ``cache`` in newer
+    transformers, ``past_key_values`` before)."""
+    if "cache" in out:
+        return model(torch.tensor([[token]]), cache=out["cache"], use_cache=True)
+    return model(torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
+
+
+def hf_greedy(path, prompts, n):
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    outputs = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            out = model(ids, use_cache=True)
+            generated = []
+            for _ in range(n):
+                token = int(out.logits[0, -1].argmax())
+                generated.append(token)
+                out = hf_next(model, out, token)
+            outputs.append(generated)
+    return outputs
