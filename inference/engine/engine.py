@@ -29,6 +29,20 @@ _ids = itertools.count()
 Prompt = Union[str, Sequence[int]]
 
 
+def _wait_for_os_thread_exit(native_id: Optional[int], timeout: float = 5.0) -> None:
+    """Wait until the engine's OS thread is really gone, not just its Python side.
+
+    After join() returns, the thread still runs its C++ thread-local destructors, and MLX's
+    compile cache among them takes the GIL; if the interpreter is finalizing by then, CPython
+    kills the thread inside a noexcept destructor and the whole process aborts. Linux shows
+    threads in /proc; elsewhere there is nothing to poll and this returns at once.
+    """
+    task = f"/proc/self/task/{native_id}"
+    deadline = time.monotonic() + timeout
+    while native_id and os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 class RequestStream:
     """The events of one request, consumed by the submitting thread (iterate it), or pushed
     to a callback given to ``Engine.submit``."""
@@ -122,6 +136,7 @@ class Engine:
         if self._thread.is_alive():
             self._inbox.put(("close", None))
             self._thread.join()
+            _wait_for_os_thread_exit(self._thread.native_id)
 
     def _prompt_ids(self, prompt: Prompt) -> List[int]:
         if isinstance(prompt, str):
@@ -164,6 +179,8 @@ class Engine:
                 logger.exception("engine step failed; failing the running requests")
                 self._fail_all(f"{type(exc).__name__}: {exc}")
         self._fail_all("the engine was closed", reason="abort")
+        self.runner = None
+        mx.synchronize()  # nothing may still run on this thread's stream once it is gone
 
     def _kv_capacity(self) -> int:
         if self.config.max_kv_tokens is not None:
