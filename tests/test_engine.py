@@ -278,3 +278,31 @@ def test_broken_model_folders(tmp_path, path):
     (wrong_shape / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="cannot load the weights"):
         LLM(wrong_shape)
+
+
+@pytest.mark.parametrize("filters", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)])
+def test_filters_that_keep_one_token_equal_greedy(llm, filters):
+    greedy = _greedy(llm, "Filters", 16).token_ids
+    sampled = llm.generate(["Filters"], SamplingParams(
+        temperature=5.0, seed=3, max_tokens=16, ignore_eos=True, **filters))[0].token_ids
+    assert sampled == greedy
+    unfiltered = [llm.generate(["Filters"], SamplingParams(
+        temperature=5.0, seed=s, max_tokens=16, ignore_eos=True))[0].token_ids for s in range(3)]
+    assert any(u != greedy for u in unfiltered)
+
+
+def test_submit_from_many_threads(llm):
+    prompts = [f"thread number {i}" for i in range(12)]
+    expected = [r.token_ids for r in llm.generate(prompts, SamplingParams(max_tokens=8, **GREEDY))]
+    got = [None] * len(prompts)
+
+    def run(i):
+        got[i] = [t for e in llm.engine.submit(prompts[i], SamplingParams(max_tokens=8, **GREEDY))
+                  for t in e.token_ids]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == expected

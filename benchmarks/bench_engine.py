@@ -1,0 +1,246 @@
+"""omlx's engine next to bare mlx-lm on the same weights, side by side in one run.
+
+Measures, on a Qwen2.5-0.5B-shaped model with random weights (float32 on disk):
+  - prefill tokens/s of a 512-token prompt (time to first token);
+  - decode tokens/s of 1 stream;
+  - aggregate decode tokens/s of 4, 16 and 32 concurrent streams;
+for omlx's engine, mlx-lm's generate_step (1 stream) and mlx-lm's BatchGenerator (batches),
+all in one process on omlx's default Linux CPU path (OpenBLAS, float32); then prefill again in a
+second process on stock mlx-cpu (the wheel's reference BLAS) for the Linux speed-up. Engines are
+measured alternately, best of --rounds, and every figure is printed as a ratio.
+
+Aggregate decode is measured the same way for both engines: per-token timestamps, counted over
+the window in which every stream is decoding (after the last first token, before the first last
+token), so prefill never enters the decode figure.
+
+    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import inference  # noqa: E402,F401  (fast BLAS before mlx)
+
+
+def model_path(preset: str) -> Path:
+    from inference.model_factory import build_model
+
+    path = REPO / "benchmarks" / "out" / "models" / f"qwen2-{preset}"
+    if not (path / "config.json").exists():
+        print(f"building {preset} model in {path} ...", flush=True)
+        build_model(path, arch="qwen2", preset=preset, seed=0)
+    return path
+
+
+def prompt_ids(n: int, seed: int, vocab: int = 1000):
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randrange(10, vocab) for _ in range(n)]
+
+
+def steady_rate(timestamps):
+    """Tokens per second over the window in which every stream was decoding."""
+    start = max(ts[0] for ts in timestamps)
+    end = min(ts[-1] for ts in timestamps)
+    if end <= start:
+        return float("nan")
+    n = sum(sum(1 for t in ts if start < t <= end) for ts in timestamps)
+    return n / (end - start)
+
+
+# -- omlx -------------------------------------------------------------------------------------
+
+class Omlx:
+    name = "omlx"
+
+    def __init__(self, path, max_streams):
+        from inference.engine import LLM
+
+        self.llm = LLM(path, max_concurrent_requests=max_streams, step_token_budget=max(2048, max_streams))
+
+    def run(self, prompts, max_tokens):
+        from inference.engine import SamplingParams
+
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+        start = time.perf_counter()
+        streams = [self.llm.engine.submit(p, params) for p in prompts]
+        stamps = [[] for _ in prompts]
+        import threading
+
+        def consume(i, stream):
+            for event in stream:
+                if event.token_ids:
+                    stamps[i].append(time.perf_counter())
+
+        threads = [threading.Thread(target=consume, args=(i, s)) for i, s in enumerate(streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return start, stamps
+
+    def close(self):
+        self.llm.close()
+
+
+# -- bare mlx-lm ------------------------------------------------------------------------------
+
+class MlxLm:
+    name = "mlx-lm"
+
+    def __init__(self, path, max_streams):
+        from mlx_lm.utils import load
+
+        import mlx.core as mx
+
+        self.model, self.tokenizer = load(str(path))
+        self.model.set_dtype(mx.float32)  # the same dtype omlx runs on this CPU
+        self.max_streams = max_streams
+
+    def run(self, prompts, max_tokens):
+        import mlx.core as mx
+        from mlx_lm.generate import BatchGenerator, generate_step
+
+        if len(prompts) == 1:
+            start = time.perf_counter()
+            stamps = []
+            for _, n in zip(generate_step(mx.array(prompts[0]), self.model, max_tokens=max_tokens),
+                            range(max_tokens)):
+                stamps.append(time.perf_counter())
+            return start, [stamps]
+        gen = BatchGenerator(self.model, max_tokens=max_tokens, completion_batch_size=len(prompts),
+                             prefill_batch_size=len(prompts))
+        start = time.perf_counter()
+        uids = gen.insert(prompts)
+        index = {u: i for i, u in enumerate(uids)}
+        stamps = [[] for _ in prompts]
+        done = 0
+        while done < len(prompts):
+            for r in gen.next_generated():
+                stamps[index[r.uid]].append(time.perf_counter())
+                done += r.finish_reason is not None
+        gen.close()
+        return start, stamps
+
+    def close(self):
+        pass
+
+
+# -- the measurements -------------------------------------------------------------------------
+
+def measure_prefill(engine, n_prompt, seed):
+    start, stamps = engine.run([prompt_ids(n_prompt, seed)], 1)
+    return n_prompt / (stamps[0][0] - start)
+
+
+def measure_decode(engine, streams, n_prompt, max_tokens, seed):
+    prompts = [prompt_ids(n_prompt, seed + i) for i in range(streams)]
+    _, stamps = engine.run(prompts, max_tokens)
+    if streams == 1:
+        ts = stamps[0]
+        return (len(ts) - 1) / (ts[-1] - ts[0])
+    return steady_rate(stamps)
+
+
+def main_default(args):
+    path = model_path(args.preset)
+    streams = [1] + args.streams
+    results = {"prefill": {}, "decode": {}}
+    engines = {cls.name: cls(path, max(streams)) for cls in (Omlx, MlxLm)}
+    for name, engine in engines.items():  # warm-up: first calls pay for allocation and compile
+        measure_prefill(engine, 64, seed=1)
+        for b in streams:
+            measure_decode(engine, b, 8, 4, seed=2)
+    for r in range(args.rounds):
+        for name, engine in engines.items():
+            rate = measure_prefill(engine, args.prompt, seed=100 + r)
+            results["prefill"][name] = max(results["prefill"].get(name, 0), rate)
+            print(f"  round {r}: {name:7s} prefill {args.prompt} tokens: {rate:8.1f} tok/s", flush=True)
+        for b in streams:
+            for name, engine in engines.items():
+                rate = measure_decode(engine, b, args.decode_prompt, args.decode_tokens, seed=1000 * b + r)
+                key = f"{name}@{b}"
+                results["decode"][key] = max(results["decode"].get(key, 0), rate)
+                print(f"  round {r}: {name:7s} decode x{b:<2d}: {rate:8.2f} tok/s", flush=True)
+    for engine in engines.values():
+        engine.close()
+    return results
+
+
+def main_stock(args):
+    """Runs in a child process with OMLX_BLAS=reference: stock mlx-cpu prefill speed."""
+    path = model_path(args.preset)
+    best = {}
+    engines = {cls.name: cls(path, 1) for cls in (Omlx, MlxLm)}
+    for engine in engines.values():
+        measure_prefill(engine, 8, seed=1)
+    for r in range(args.rounds):
+        for name, engine in engines.items():
+            rate = measure_prefill(engine, args.stock_prompt, seed=100 + r)
+            best[name] = max(best.get(name, 0), rate)
+    print(json.dumps(best))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.preset = "small" if args.quick else "qwen2.5-0.5b"
+    args.prompt = 512
+    args.stock_prompt = 64 if not args.quick else 128
+    args.streams = [4, 16, 32]
+    args.decode_prompt = 32
+    args.decode_tokens = 16 if args.quick else 24
+    if args.stock:
+        return main_stock(args)
+
+    from inference import platform
+
+    print(f"platform: {platform.describe()}; model preset {args.preset}", flush=True)
+    results = main_default(args)
+    print("stock mlx-cpu (reference BLAS) prefill ...", flush=True)
+    child = subprocess.run(
+        [sys.executable, __file__, "--stock", "--rounds", "1"] + (["--quick"] if args.quick else []),
+        env={**os.environ, "OMLX_BLAS": "reference"}, capture_output=True, text=True, check=True,
+    )
+    stock = json.loads(child.stdout.strip().splitlines()[-1])
+    results["stock_prefill"] = stock
+
+    p, d = results["prefill"], results["decode"]
+    lines = [
+        "| measurement | omlx | mlx-lm | omlx / mlx-lm |",
+        "|---|---|---|---|",
+        f"| prefill, {args.prompt}-token prompt (tok/s) | {p['omlx']:.1f} | {p['mlx-lm']:.1f} | {p['omlx'] / p['mlx-lm']:.3f} |",
+    ]
+    for b in [1] + args.streams:
+        ref = "generate_step" if b == 1 else "BatchGenerator"
+        o, m = d[f"omlx@{b}"], d[f"mlx-lm@{b}"]
+        lines.append(f"| decode, {b} stream{'s' if b > 1 else ''} (tok/s, mlx-lm {ref}) | {o:.2f} | {m:.2f} | {o / m:.3f} |")
+    lines += [
+        "",
+        "| prefill on this CPU | tok/s | x stock mlx-cpu (mlx-lm) |",
+        "|---|---|---|",
+        f"| stock mlx-cpu, mlx-lm ({args.stock_prompt}-token prompt) | {stock['mlx-lm']:.2f} | 1.0 |",
+        f"| stock mlx-cpu, omlx ({args.stock_prompt}-token prompt) | {stock['omlx']:.2f} | {stock['omlx'] / stock['mlx-lm']:.2f} |",
+        f"| omlx default path ({args.prompt}-token prompt) | {p['omlx']:.1f} | {p['omlx'] / stock['mlx-lm']:.1f} |",
+    ]
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
