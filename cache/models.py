@@ -1,1 +1,36 @@
-"""Database models of the cache app (none yet)."""
+"""Database models of the cache app.
+
+Rows describe cold-tier block files; tensors never go into the database. The files are the truth
+(each file's header carries its full metadata), the rows a queryable mirror kept for the admin
+console, for last-used times across restarts, and for GC. Reconciliation at start repairs any
+difference between them.
+"""
+from django.db import models
+
+
+class CacheBlock(models.Model):
+    """One KV block file of the cold tier.
+
+    Invariant after reconciliation: a row exists iff its file exists under the cold-cache root at
+    ``file``. Writers create the file before the row; removers delete the file before the row, so
+    a crash between the two steps leaves either a file without a row (re-indexed at start) or a
+    row without a file (dropped at start and by GC).
+    """
+
+    TIER_COLD = "cold"
+
+    key = models.CharField(max_length=64, primary_key=True)  # block key, hex
+    parent = models.CharField(max_length=64)  # parent block key, hex (the root key for a first block)
+    model_fingerprint = models.CharField(max_length=64, db_index=True)  # ModelFingerprint.hex
+    token_count = models.PositiveIntegerField()
+    tier = models.CharField(max_length=8, default=TIER_COLD)
+    file = models.CharField(max_length=255)  # relative to the cold-cache root
+    bytes = models.BigIntegerField()  # file size on disk
+    created = models.DateTimeField()
+    last_used = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["last_used"]
+
+    def __str__(self) -> str:
+        return f"{self.tier} block {self.key[:16]} ({self.token_count} tokens, {self.bytes} bytes)"

@@ -21,6 +21,7 @@ class PrefixHit:
     layers: List[LayerKV]
     hot_tokens: int = 0
     cold_tokens: int = 0
+    handle: Any = None  # what the cache needs to release the hit
 
 
 class PrefixCache:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
+
+from cache.sizes import parse_size
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,11 @@ class EngineConfig:
     kv_cache_memory_fraction: share of RAM the KV cache may use when max_kv_tokens is None.
     dtype: "float32", "bfloat16" or "float16" to cast the weights to; None picks the fastest
         correct one for the device (float32 on CPUs, the model's own dtype on GPUs).
+    prefix_cache: reuse the KV of cached prompt prefixes (the block cache).
+    cache_block_size: tokens per KV block.
+    hot_cache_max_size: bytes of KV blocks kept in RAM: an int, "4GiB", or "10%" of RAM.
+    paged_ssd_cache_dir: directory of the cold tier (blocks on disk, kept across restarts);
+        None keeps blocks in RAM only.
     """
 
     max_concurrent_requests: int = 16
@@ -28,6 +35,10 @@ class EngineConfig:
     max_kv_tokens: Optional[int] = None
     kv_cache_memory_fraction: float = 0.25
     dtype: Optional[str] = None
+    prefix_cache: bool = True
+    cache_block_size: int = 256
+    hot_cache_max_size: Union[int, str] = "10%"
+    paged_ssd_cache_dir: Optional[str] = None
 
     DTYPES = ("float32", "bfloat16", "float16")
 
@@ -37,7 +48,8 @@ class EngineConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
 
-        for name in ("max_concurrent_requests", "step_token_budget", "prefill_chunk_size"):
+        for name in ("max_concurrent_requests", "step_token_budget", "prefill_chunk_size",
+                     "cache_block_size"):
             positive_int(name)
         if self.max_kv_tokens is not None:
             positive_int("max_kv_tokens")
@@ -51,5 +63,6 @@ class EngineConfig:
             raise ValueError(
                 f"kv_cache_memory_fraction={self.kv_cache_memory_fraction!r}: must be in (0, 0.9]"
             )
+        parse_size(self.hot_cache_max_size, "hot_cache_max_size")
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")

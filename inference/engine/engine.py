@@ -9,11 +9,15 @@ import queue
 import random
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Union
 
 import mlx.core as mx
 
+from cache.block_cache import BlockCache
+from cache.block_key import fingerprint_model_folder
 from cache.prefix_cache import PrefixCache
+from cache.sizes import parse_size
 
 from .config import EngineConfig
 from .model_loader import LoadedModel, load_model
@@ -75,14 +79,13 @@ class Engine:
     decode batch, run one batched decode step, and publish each request's new tokens.
     """
 
-    def __init__(self, model_path, config: Optional[EngineConfig] = None,
-                 prefix_cache: Optional[PrefixCache] = None, **settings):
+    def __init__(self, model_path, config: Optional[EngineConfig] = None, **settings):
         if config is None:
             config = EngineConfig(**settings)
         elif settings:
             raise ValueError("pass either config or individual settings, not both")
         self.config = config
-        self.prefix_cache = prefix_cache or PrefixCache()
+        self.prefix_cache: PrefixCache = PrefixCache()
         self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
         self._tokenizer_lock = threading.Lock()
         self._ready = threading.Event()
@@ -162,6 +165,7 @@ class Engine:
     def _main(self, model_path) -> None:
         try:
             self.loaded = load_model(model_path, self.config.dtype)
+            self.prefix_cache = self._make_prefix_cache()
             self.runner = ModelRunner(self.loaded)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache,
                                        self.loaded.context_length)
@@ -180,7 +184,27 @@ class Engine:
                 self._fail_all(f"{type(exc).__name__}: {exc}")
         self._fail_all("the engine was closed", reason="abort")
         self.runner = None
+        if isinstance(self.prefix_cache, BlockCache):
+            self.prefix_cache.close()
         mx.synchronize()  # nothing may still run on this thread's stream once it is gone
+
+    def _make_prefix_cache(self) -> PrefixCache:
+        loaded, config = self.loaded, self.config
+        if not config.prefix_cache:
+            return PrefixCache()
+        if loaded.kv_layout is None:
+            logger.warning("%s: its KV cache cannot be split into blocks; prefix caching is off "
+                           "for this model", loaded.path)
+            return PrefixCache()
+        fingerprint = fingerprint_model_folder(loaded.path, loaded.dtype, loaded.kv_layout,
+                                               config.cache_block_size)
+        cold = None
+        if config.paged_ssd_cache_dir:
+            from cache.cold_tier import ColdTier
+
+            cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint)
+        hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
+        return BlockCache(fingerprint, hot_bytes, cold)
 
     def _kv_capacity(self) -> int:
         if self.config.max_kv_tokens is not None:

@@ -149,7 +149,7 @@ class ModelRunner:
         """The KV of a request whose prefill just finished, as (token ids, per-layer arrays)."""
         layers = []
         for c in request.cache:
-            if not isinstance(c, KVCache):
+            if not isinstance(c, KVCache) or c.keys is None:
                 return [], []
             layers.append((c.keys[..., : c.offset, :], c.values[..., : c.offset, :]))
         return request.all_token_ids[: request.num_computed], layers

@@ -22,9 +22,20 @@ class RequestStatus(enum.Enum):
 
 @dataclass
 class Usage:
+    """Token counts of one request; prompt tokens split by where their KV came from."""
+
     prompt_tokens: int
     completion_tokens: int
-    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    hot_cached_tokens: int = 0  # KV from the hot tier (RAM)
+    cold_cached_tokens: int = 0  # KV from the cold tier (SSD)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.hot_cached_tokens + self.cold_cached_tokens
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
 
     @property
     def total_tokens(self) -> int:
@@ -91,7 +102,8 @@ class Request:
         self.output_token_ids: List[int] = []
         self.status = RequestStatus.WAITING
         self.num_computed = 0
-        self.num_cached_tokens = 0
+        self.cached_hot_tokens = 0
+        self.cached_cold_tokens = 0
         self.num_preemptions = 0
         self.cache: Optional[list] = None
         self.max_tokens = params.max_tokens
@@ -112,7 +124,8 @@ class Request:
         return self.num_tokens - 1 - self.num_computed
 
     def usage(self) -> Usage:
-        return Usage(len(self.prompt_token_ids), len(self.output_token_ids), self.num_cached_tokens)
+        return Usage(len(self.prompt_token_ids), len(self.output_token_ids),
+                     self.cached_hot_tokens, self.cached_cold_tokens)
 
     def __repr__(self):
         return f"Request({self.request_id}, {self.status.value}, {self.num_tokens} tokens)"

@@ -130,7 +130,8 @@ class Scheduler:
                 out.prefix_hits.append((r, hit))
                 r.num_computed = hit.num_tokens
                 if r.num_preemptions == 0:
-                    r.num_cached_tokens = min(hit.num_tokens, len(r.prompt_token_ids))
+                    r.cached_hot_tokens = min(hit.hot_tokens, len(r.prompt_token_ids))
+                    r.cached_cold_tokens = min(hit.cold_tokens, len(r.prompt_token_ids) - r.cached_hot_tokens)
             n = min(r.num_to_prefill, self.config.prefill_chunk_size, max(budget, 0))
             out.prefill.append((r, n))
             budget -= n

@@ -1,0 +1,199 @@
+"""The block cache: the engine's PrefixCache, over a hot tier in RAM and an optional cold tier."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import mlx.core as mx
+
+from .block_key import ModelFingerprint, block_key
+from .block_pool import BlockPool, KVBlock
+from .prefix_cache import LayerKV, PrefixCache, PrefixHit
+
+logger = logging.getLogger("omlx.cache")
+
+
+@dataclass
+class CacheStats:
+    lookups: int = 0
+    lookup_tokens: int = 0  # tokens asked for
+    hot_hit_tokens: int = 0
+    cold_hit_tokens: int = 0
+    stored_blocks: int = 0
+    collisions: int = 0  # a key matched but the tokens did not (never served)
+
+    @property
+    def hit_rate(self) -> float:
+        hits = self.hot_hit_tokens + self.cold_hit_tokens
+        return hits / self.lookup_tokens if self.lookup_tokens else 0.0
+
+
+class BlockCache(PrefixCache):
+    """Prefix lookups and stores in blocks of ``fingerprint.block_size`` tokens.
+
+    A prompt's blocks are chained: block i's key hashes block i-1's key and its own tokens, so a
+    key names a whole prefix. Lookup walks the chain through the hot tier, then the cold tier,
+    comparing tokens before using any block (a key collision can never serve wrong KV). Where
+    the chain stops, the longest common prefix with any child of the last matched block is used
+    too: that reuses the partial last block of an earlier prompt, or the start of a block that
+    diverges part-way, so a conversation that grows by a turn recomputes only the new tokens.
+
+    Blocks are immutable; a lookup copies their KV into the request's own cache, and a store
+    copies slices of a request's KV into new blocks, so a shared block is never written.
+    """
+
+    wants_kv = True
+
+    def __init__(self, fingerprint: ModelFingerprint, hot_capacity_bytes: int, cold=None,
+                 key_fn: Callable[[bytes, Sequence[int]], bytes] = block_key):
+        self.fingerprint = fingerprint
+        self.block_size = fingerprint.block_size
+        self.root = fingerprint.root_key()
+        self.cold = cold
+        self.key_fn = key_fn  # tests swap it to force collisions
+        self.hot = BlockPool(hot_capacity_bytes, on_evict=self._evicted)
+        self.stats = CacheStats()
+
+    # -- PrefixCache ----------------------------------------------------------------------------
+
+    def lookup(self, token_ids: Sequence[int], max_tokens: int) -> Optional[PrefixHit]:
+        tokens = tuple(token_ids[:max_tokens])
+        self.stats.lookups += 1
+        self.stats.lookup_tokens += len(tokens)
+        chain: List[Tuple[KVBlock, int, bool]] = []  # (block, tokens used, came from cold)
+        parent, pos = self.root, 0
+        while pos < len(tokens):
+            rest = tokens[pos:]
+            if len(rest) >= self.block_size:
+                wanted = rest[: self.block_size]
+                found = self._find(self.key_fn(parent, wanted), wanted)
+                if found is not None:
+                    chain.append((found[0], self.block_size, found[1]))
+                    parent, pos = found[0].key, pos + self.block_size
+                    continue
+            best = self._best_child(parent, rest)
+            if best is not None:
+                chain.append(best)
+                pos += best[1]
+            break
+        if not chain:
+            return None
+        blocks = [b for b, _, _ in chain]
+        held = [b for b in blocks if b.key in self.hot]
+        self.hot.acquire(held)
+        self.hot.touch(blocks)
+        layers = [
+            (mx.concatenate([b.layers[i][0][..., :n, :] for b, n, _ in chain], axis=2),
+             mx.concatenate([b.layers[i][1][..., :n, :] for b, n, _ in chain], axis=2))
+            for i in range(len(blocks[0].layers))
+        ]
+        cold_tokens = sum(n for _, n, from_cold in chain if from_cold)
+        hit = PrefixHit(pos, layers, hot_tokens=pos - cold_tokens, cold_tokens=cold_tokens, handle=held)
+        self.stats.hot_hit_tokens += hit.hot_tokens
+        self.stats.cold_hit_tokens += cold_tokens
+        return hit
+
+    def release(self, hit: PrefixHit) -> None:
+        if hit.handle:
+            self.hot.release(hit.handle)
+            hit.handle = None
+
+    def store(self, token_ids: Sequence[int], layers: List[LayerKV]) -> None:
+        if not layers:
+            return
+        tokens = tuple(token_ids)
+        chain, parent = [], self.root
+        new: List[KVBlock] = []
+        for start in range(0, len(tokens), self.block_size):
+            part = tokens[start : start + self.block_size]
+            key = self.key_fn(parent, part)
+            block = self.hot.get(key)
+            if block is None and self.cold is not None and self.cold.contains(key):
+                block = self.cold.entry(key)
+            if block is not None and block.token_ids != part:
+                self.stats.collisions += 1
+                break  # never chain new blocks under a key that names other tokens
+            if block is None:
+                block = KVBlock(key, parent, part, _copy_slice(layers, start, start + len(part)), 0)
+                new.append(block)
+            chain.append(block)
+            parent = key
+        if new:
+            mx.eval([a for b in new for kv in b.layers for a in kv])
+            for block in new:
+                block.nbytes = sum(k.nbytes + v.nbytes for k, v in block.layers)
+                self.hot.add(block)
+            self.stats.stored_blocks += len(new)
+        self.hot.touch([b for b in chain if b.key in self.hot])
+
+    # -- tiers ---------------------------------------------------------------------------------
+
+    def flush_hot(self) -> int:
+        """Move every unreferenced hot block down to the cold tier (or drop it without one)."""
+        return self.hot.flush()
+
+    def close(self) -> None:
+        if self.cold is not None:
+            self.cold.close()
+
+    def _evicted(self, block: KVBlock) -> None:
+        if self.cold is not None and block.layers is not None:
+            self.cold.put(block)
+
+    def _find(self, key: bytes, tokens: Tuple[int, ...]) -> Optional[Tuple[KVBlock, bool]]:
+        block = self.hot.get(key)
+        from_cold = False
+        if block is None and self.cold is not None and self.cold.contains(key):
+            block, from_cold = self.cold.entry(key), True
+        if block is None:
+            return None
+        if block.token_ids != tokens:
+            self.stats.collisions += 1
+            logger.warning("block key collision caught by token verification (key %s)", key.hex()[:16])
+            return None
+        if from_cold:
+            block = self._promote(block)
+            if block is None:
+                return None
+        return block, from_cold
+
+    def _best_child(self, parent: bytes, rest: Tuple[int, ...]) -> Optional[Tuple[KVBlock, int, bool]]:
+        candidates = [(b, False) for b in self.hot.children(parent)]
+        if self.cold is not None:
+            candidates += [(b, True) for b in self.cold.children(parent) if b.key not in self.hot]
+        best, best_n, best_cold = None, 0, False
+        for block, from_cold in candidates:
+            n = _common_prefix(block.token_ids, rest)
+            if n > best_n:
+                best, best_n, best_cold = block, n, from_cold
+        if best is None:
+            return None
+        if best_cold:
+            best = self._promote(best)
+            if best is None:
+                return None
+        return best, best_n, best_cold
+
+    def _promote(self, entry: KVBlock) -> Optional[KVBlock]:
+        """Read a cold block's KV and put it in the hot tier."""
+        layers = self.cold.load(entry.key)
+        if layers is None:
+            return None
+        block = KVBlock(entry.key, entry.parent, entry.token_ids, layers,
+                        sum(k.nbytes + v.nbytes for k, v in layers))
+        self.hot.add(block)
+        return block
+
+
+def _copy_slice(layers: List[LayerKV], start: int, end: int) -> List[LayerKV]:
+    # contiguous() copies, so a block never keeps a request's whole KV buffer alive.
+    return [(mx.contiguous(k[..., start:end, :]), mx.contiguous(v[..., start:end, :])) for k, v in layers]
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

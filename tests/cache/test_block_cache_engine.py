@@ -1,0 +1,109 @@
+"""The block cache inside the engine: outputs with the cache on equal outputs with it off, and
+the cache really saves prefill work."""
+import numpy as np
+import pytest
+
+from inference.engine import LLM, SamplingParams
+
+GREEDY = dict(temperature=0, ignore_eos=True)
+BLOCK = 8
+
+
+def _ids(n, seed):
+    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
+
+
+@pytest.fixture(scope="module")
+def path(model_dir):
+    return model_dir(arch="qwen2", preset="tiny")
+
+
+@pytest.fixture(scope="module")
+def uncached(path):
+    with LLM(path, prefix_cache=False) as llm:
+        yield llm
+
+
+def _run(llm, prompts, n=12):
+    return llm.generate(prompts, SamplingParams(max_tokens=n, **GREEDY))
+
+
+def test_shared_prefixes_hit_and_match(path, uncached):
+    system = _ids(45, 1)
+    prompts = [system + _ids(k, 10 + k) for k in (3, 9, 17)]
+    expected = [r.token_ids for r in _run(uncached, prompts)]
+    with LLM(path, cache_block_size=BLOCK) as llm:
+        first = _run(llm, prompts[:1])
+        assert first[0].usage.cached_tokens == 0
+        rest = _run(llm, prompts[1:])
+        assert [first[0].token_ids] + [r.token_ids for r in rest] == expected
+        for r in rest:
+            assert r.usage.cached_tokens >= 45  # the shared system prompt, partial block included
+            assert r.usage.hot_cached_tokens == r.usage.cached_tokens
+        again = _run(llm, prompts)
+        assert [r.token_ids for r in again] == expected
+        assert all(r.usage.computed_prompt_tokens == 1 for r in again)  # only the last token
+
+
+def test_divergence_inside_a_block_reuses_the_common_part(path):
+    base = _ids(20, 2)
+    with LLM(path, cache_block_size=BLOCK) as llm:
+        _run(llm, [base])
+        other = base[:13] + _ids(6, 3)
+        r = _run(llm, [other])[0]
+        assert r.usage.cached_tokens == 13
+
+
+def test_growing_conversations_recompute_only_new_tokens(path, uncached):
+    with LLM(path, cache_block_size=BLOCK) as llm:
+        conversations = [_ids(30, 4), _ids(21, 5)]
+        for turn in range(4):
+            for c, history in enumerate(conversations):
+                got = _run(llm, [history], n=6)[0]
+                expected = _run(uncached, [history], n=6)[0]
+                assert got.token_ids == expected.token_ids
+                if turn > 0:
+                    # Everything but the new user tokens (and the last prompt token) was cached.
+                    assert got.usage.computed_prompt_tokens <= 7 + 1
+                conversations[c] = history + got.token_ids + _ids(7, 100 * turn + c)
+
+
+def test_preemption_and_eviction_pressure(path, uncached):
+    system = _ids(40, 6)
+    prompts = [system + _ids(5 + 3 * i, 20 + i) for i in range(6)]
+    expected = [r.token_ids for r in _run(uncached, prompts, n=16)]
+    block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2  # layers x (k, v) x tokens x head_dim x 4 B x kv heads
+    with LLM(path, cache_block_size=BLOCK, hot_cache_max_size=3 * block_bytes,
+             max_kv_tokens=150, max_concurrent_requests=6) as llm:
+        for _ in range(2):
+            assert [r.token_ids for r in _run(llm, prompts, n=16)] == expected
+        cache = llm.engine.prefix_cache
+        assert cache.hot.stats.evictions > 0
+        assert cache.hot.used_bytes <= cache.hot.capacity_bytes
+        assert llm.engine.scheduler.num_preemptions > 0
+
+
+def test_forced_key_collisions_are_caught(path, uncached):
+    prompts = [_ids(30, 7), _ids(30, 8), _ids(30, 7)[:20] + _ids(9, 9)]
+    expected = [r.token_ids for r in _run(uncached, prompts)]
+    with LLM(path, cache_block_size=BLOCK) as llm:
+        llm.engine.prefix_cache.key_fn = lambda parent, tokens: b"\x01" * 32  # every key collides
+        got = []
+        for p in prompts:
+            got += [r.token_ids for r in _run(llm, [p])]
+        assert got == expected
+        assert llm.engine.prefix_cache.stats.collisions > 0
+
+
+def test_caching_off_and_unsplittable_models(path):
+    with LLM(path, prefix_cache=False) as llm:
+        assert not llm.engine.prefix_cache.wants_kv
+        _run(llm, [_ids(20, 1)])
+        assert _run(llm, [_ids(20, 1)])[0].usage.cached_tokens == 0
+
+
+def test_bad_cache_settings(path):
+    with pytest.raises(ValueError, match="hot_cache_max_size"):
+        LLM(path, hot_cache_max_size="lots")
+    with pytest.raises(ValueError, match="cache_block_size"):
+        LLM(path, cache_block_size=0)
