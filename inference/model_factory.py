@@ -1,0 +1,327 @@
+"""Build Hugging Face model folders with random weights, for tests, benchmarks and the demo model.
+
+A built folder has the format of a checkpoint from the Hub: ``config.json`` with the fields
+transformers uses for the ``model_type``, ``model.safetensors`` (or shards and
+``model.safetensors.index.json`` past 2 GiB) with Hugging Face weight names,
+``generation_config.json``, and a byte-level BPE tokenizer trained here on a synthetic corpus
+(``tokenizer.json``, ``tokenizer_config.json`` with a ChatML chat template,
+``special_tokens_map.json``). The files are a pure function of the arguments: the same call writes
+the same bytes on every machine.
+
+The weights are drawn so that greedy decoding agrees between implementations (MLX and PyTorch in
+float32 pick the same token): the logits spread over tens of units, so the gap between the top two
+is far above float32 rounding, and attention scores have unit variance (sharper attention lets
+rounding differences grow through the layers). Only tokens that decode to printable ASCII, newline
+or ``<|im_end|>`` can win the argmax, so generated text is plain ASCII.
+"""
+import functools
+import json
+import random
+import struct
+from pathlib import Path
+
+import numpy as np
+
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+
+PRESETS = {
+    "tiny": dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, vocab_size=1024, max_position_embeddings=4096,
+    ),
+    "small": dict(
+        hidden_size=256, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
+        intermediate_size=768, vocab_size=1024, max_position_embeddings=8192,
+    ),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
+        tie_word_embeddings=True, rope_theta=1000000.0,
+    ),
+}
+
+_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
+_EOS, _PAD = "<|im_end|>", "<|endoftext|>"
+
+_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_COMMON_FIELDS = dict(
+    hidden_act="silu", initializer_range=0.02, attention_dropout=0.0, rope_scaling=None,
+    tie_word_embeddings=False, use_cache=True,
+)
+_ARCH_FIELDS = {
+    "llama": dict(
+        architectures=["LlamaForCausalLM"], rms_norm_eps=1e-5, rope_theta=500000.0,
+        attention_bias=False, mlp_bias=False, head_dim=None, pretraining_tp=1,
+    ),
+    "mistral": dict(
+        architectures=["MistralForCausalLM"], rms_norm_eps=1e-5, rope_theta=1000000.0,
+        head_dim=None, sliding_window=None,
+    ),
+    "qwen2": dict(
+        architectures=["Qwen2ForCausalLM"], rms_norm_eps=1e-6, rope_theta=1000000.0,
+        use_sliding_window=False, sliding_window=None, max_window_layers=None,
+    ),
+    "qwen3": dict(
+        architectures=["Qwen3ForCausalLM"], rms_norm_eps=1e-6, rope_theta=1000000.0,
+        attention_bias=False, head_dim=None, use_sliding_window=False, sliding_window=None,
+        max_window_layers=None,
+    ),
+}
+
+_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}  # safetensors dtype codes
+
+_LOGIT_STD = 16.0  # spread of the logits over the vocabulary
+_MAX_TOKENIZER_VOCAB = 1024  # about what the synthetic corpus supports
+_MAX_SHARD_BYTES = 2 * 1024**3
+
+
+def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **overrides) -> Path:
+    """Write a model folder of architecture ``arch`` to ``path`` and return ``path`` as a Path.
+
+    ``overrides`` replace config.json fields of the preset (``num_hidden_layers=4``, ``head_dim``,
+    ``tie_word_embeddings``...). An unknown architecture, preset, dtype or field raises ValueError.
+    The tokenizer has ``min(vocab_size, 1024)`` tokens; a larger model vocabulary (as in Qwen) has
+    zero embedding and lm_head rows past it.
+    """
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r}; expected one of {ARCHITECTURES}")
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(_DTYPES)}")
+    config = _config(arch, preset, dtype, overrides)
+    tokenizer_json = _train_tokenizer(min(config["vocab_size"], _MAX_TOKENIZER_VOCAB), seed)
+    vocab = json.loads(tokenizer_json)["model"]["vocab"]
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+    _write_json(path / "tokenizer_config.json", _tokenizer_config())
+    _write_json(path / "special_tokens_map.json", {
+        "additional_special_tokens": list(_SPECIAL_TOKENS[1:]),
+        "eos_token": _added_token(_EOS), "pad_token": _added_token(_PAD),
+    })
+    _write_json(path / "config.json", config)
+    _write_json(path / "generation_config.json", {
+        "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+        "pad_token_id": config["bos_token_id"],
+    })
+    _write_weights(path, _weights(arch, config, vocab, seed), dtype)
+    return path
+
+
+def _config(arch, preset, dtype, overrides):
+    config = {**_COMMON_FIELDS, **_ARCH_FIELDS[arch], **PRESETS[preset]}
+    unknown = set(overrides) - set(config)
+    if unknown:
+        raise ValueError(f"unknown config fields for {arch}: {sorted(unknown)}")
+    config.update(overrides)
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    if heads % kv_heads:
+        raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+    if config.get("head_dim") is None:
+        if config["hidden_size"] % heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        if "head_dim" in config:
+            config["head_dim"] = config["hidden_size"] // heads
+    if config.get("max_window_layers", 0) is None:
+        config["max_window_layers"] = config["num_hidden_layers"]
+    if config["vocab_size"] < 256 + len(_SPECIAL_TOKENS):
+        raise ValueError("vocab_size must hold the 256 bytes and the special tokens")
+    config.update(
+        model_type=arch, torch_dtype=dtype,
+        bos_token_id=_SPECIAL_TOKENS.index(_PAD), eos_token_id=_SPECIAL_TOKENS.index(_EOS),
+    )
+    return dict(sorted(config.items()))
+
+
+def _weights(arch, config, vocab, seed):
+    """Yield (name, float32 array) pairs in Hugging Face order and naming.
+
+    Inputs of the q/k/v/gate/up projections are RMS-normalised, so unit-variance weights over
+    ``sqrt(fan_in)`` give unit-variance outputs; o_proj and down_proj bring the branch back to the
+    embedding's scale. Norm weights are near 1, except the final norm's random signs: with tied
+    embeddings they keep the final state from scoring its own input token highest.
+    """
+    rng = np.random.default_rng(seed)
+    d, inter = config["hidden_size"], config["intermediate_size"]
+    head_dim = config.get("head_dim") or d // config["num_attention_heads"]
+    q_dim, kv_dim = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
+    qkv_bias = arch == "qwen2" or config.get("attention_bias", False)
+    embed_std = _LOGIT_STD / np.sqrt(d)
+
+    def normal(shape, std):
+        array = rng.standard_normal(shape, dtype=np.float32)
+        array *= np.float32(std)
+        return array
+
+    def norm(size):
+        return 1.0 + normal(size, 0.1)
+
+    def vocab_matrix(rows_used):
+        rows = np.zeros((config["vocab_size"], d), dtype=np.float32)
+        # Rows of unequal norms make the top logit stand further from the runner-up.
+        rows[: len(vocab)] = normal((len(vocab), d), embed_std) * np.exp(normal((len(vocab), 1), 0.3))
+        rows[: len(vocab)][~rows_used] = 0.0
+        return rows
+
+    printable = set(map(chr, range(0x21, 0x7F))) | {"Ġ", "Ċ"}  # byte-level space and newline
+    emitted = np.zeros(len(vocab), dtype=bool)
+    for token, i in vocab.items():
+        emitted[i] = token == _EOS or (token not in _SPECIAL_TOKENS and set(token) <= printable)
+    tied = config["tie_word_embeddings"]
+    yield "model.embed_tokens.weight", vocab_matrix(emitted if tied else np.ones(len(vocab), dtype=bool))
+    for i in range(config["num_hidden_layers"]):
+        layer = f"model.layers.{i}."
+        yield layer + "input_layernorm.weight", norm(d)
+        for name, rows in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
+            yield layer + f"self_attn.{name}_proj.weight", normal((rows, d), 1 / np.sqrt(d))
+            if qkv_bias:
+                yield layer + f"self_attn.{name}_proj.bias", normal(rows, 0.5)
+        if arch == "qwen3":
+            yield layer + "self_attn.q_norm.weight", norm(head_dim)
+            yield layer + "self_attn.k_norm.weight", norm(head_dim)
+        yield layer + "self_attn.o_proj.weight", normal((d, q_dim), embed_std / np.sqrt(q_dim))
+        if config.get("attention_bias", False):
+            yield layer + "self_attn.o_proj.bias", normal(d, 0.1 * embed_std)
+        yield layer + "post_attention_layernorm.weight", norm(d)
+        yield layer + "mlp.gate_proj.weight", normal((inter, d), 1 / np.sqrt(d))
+        yield layer + "mlp.up_proj.weight", normal((inter, d), 1 / np.sqrt(d))
+        # silu(gate) * up has a standard deviation of about 0.6.
+        yield layer + "mlp.down_proj.weight", normal((d, inter), 1.6 * embed_std / np.sqrt(inter))
+        if config.get("mlp_bias", False):
+            yield layer + "mlp.gate_proj.bias", normal(inter, 0.1)
+            yield layer + "mlp.up_proj.bias", normal(inter, 0.1)
+            yield layer + "mlp.down_proj.bias", normal(d, 0.1 * embed_std)
+    yield "model.norm.weight", norm(d) * rng.choice(np.float32([-1, 1]), d)
+    if not tied:
+        yield "lm_head.weight", vocab_matrix(emitted)
+
+
+def _write_weights(path, weights, dtype):
+    """Write ``weights`` to model.safetensors, or to shards and an index past _MAX_SHARD_BYTES."""
+    for stale in [*path.glob("model*.safetensors"), path / "model.safetensors.index.json"]:
+        stale.unlink(missing_ok=True)
+    code = _DTYPES[dtype]
+    shards, size = [{}], 0
+    for name, array in weights:
+        array = _bfloat16_bits(array) if dtype == "bfloat16" else array.astype(dtype)
+        if shards[-1] and size + array.nbytes > _MAX_SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][name] = array
+        size += array.nbytes
+    if len(shards) == 1:
+        _write_safetensors(path / "model.safetensors", shards[0], code)
+        return
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        _write_safetensors(path / filename, shard, code)
+        weight_map.update(dict.fromkeys(shard, filename))
+    total = sum(array.nbytes for shard in shards for array in shard.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    _write_json(path / "model.safetensors.index.json", index)
+
+
+def _bfloat16_bits(array):
+    """Round float32 to bfloat16 (to nearest even) and return the bits as uint16: numpy has no bfloat16."""
+    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _write_safetensors(path, tensors, code):
+    """Write the safetensors format: u64 header size, JSON header padded to 8 bytes, raw data."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, array in tensors.items():
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(encoded)))
+        f.write(encoded)
+        for array in tensors.values():
+            f.write(np.ascontiguousarray(array).data)
+
+
+def _tokenizer_config():
+    return {
+        "add_bos_token": False, "add_prefix_space": False,
+        "added_tokens_decoder": {
+            str(i): {**_added_token(token), "special": True} for i, token in enumerate(_SPECIAL_TOKENS)
+        },
+        "additional_special_tokens": list(_SPECIAL_TOKENS[1:]), "bos_token": None,
+        "chat_template": _CHAT_TEMPLATE, "clean_up_tokenization_spaces": False, "eos_token": _EOS,
+        "errors": "replace", "model_max_length": 131072, "pad_token": _PAD,
+        "split_special_tokens": False, "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": None,
+    }
+
+
+def _added_token(content):
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+
+
+@functools.lru_cache(maxsize=8)
+def _train_tokenizer(vocab_size, seed):
+    """Train a GPT-2 style byte-level BPE (about 0.2 s) and return its tokenizer.json text.
+
+    The special tokens take ids 0, 1, 2 and the 256 byte tokens come next, so any text encodes.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(_SPECIAL_TOKENS), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(_corpus(seed), trainer=trainer)
+    return tokenizer.to_str(pretty=True)
+
+
+def _corpus(seed, paragraphs=2000):
+    """Yield English-like paragraphs drawn from a fixed word list with a seeded RNG."""
+    rng = random.Random(seed)
+    for _ in range(paragraphs):
+        sentences = []
+        for _ in range(rng.randint(1, 6)):
+            words = [rng.choice(_WORDS) for _ in range(rng.randint(3, 14))]
+            if rng.random() < 0.2:
+                words.insert(rng.randrange(len(words)), str(rng.randint(0, 2048)))
+            if rng.random() < 0.3:
+                words[rng.randrange(len(words))] += ","
+            sentences.append(" ".join(words).capitalize() + rng.choice(".....?!:"))
+        yield " ".join(sentences) + "\n" * rng.randint(1, 2)
+
+
+def _write_json(path, data):
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+_WORDS = """
+the of and to in is that it was for on are as with his they at be this from have or by one had
+not but what all were when we there can an your which their said if do will each about how up out
+them then she many some so these would other into has more her two like him see time could no make
+than first been its who now people my made over did down only way find use may water long little
+very after words called just where most know get through back much before go good new write our
+used me man too any day same right look think also around another came come work three must
+because does part even place well such here take why help put different away again off went old
+number great tell men say small every found still between name should home big give air line set
+own under read last never us left end along while might next sound below saw something thought
+both few those always show large often together asked house world going want school important
+until form food keep children feet land side without boy once animal life enough took four head
+above kind began almost live page got earth need far hand high year mother light country father
+let night picture being study second soon story since white ever paper hard near sentence better
+best across during today however sure knew try told young sun thing whole hear example heard
+several change answer room sea against top turned learn point city play toward five himself usually
+money seen car morning river model cache token server memory block prefix request stream layer
+system user assistant
+""".split()
