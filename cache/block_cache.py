@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
@@ -22,11 +23,42 @@ class CacheStats:
     cold_hit_tokens: int = 0
     stored_blocks: int = 0
     collisions: int = 0  # a key matched but the tokens did not (never served)
+    recomputed_instead: int = 0  # cold blocks skipped because recomputing them was faster
 
     @property
     def hit_rate(self) -> float:
         hits = self.hot_hit_tokens + self.cold_hit_tokens
         return hits / self.lookup_tokens if self.lookup_tokens else 0.0
+
+
+@dataclass
+class SpeedEstimate:
+    """Measured speeds (exponential moving averages) that decide restore or recompute.
+
+    Reading a block from the SSD tier is usually far faster than recomputing its tokens, but
+    not on every disk and model: a cold block is used only while its estimated read time is
+    below the estimated prefill time of its tokens. Until both are measured, restore wins.
+    """
+
+    read_bytes_per_s: float = 0.0
+    prefill_tokens_per_s: float = 0.0
+    alpha: float = 0.3
+
+    def observe_read(self, nbytes: int, seconds: float) -> None:
+        if seconds > 0 and nbytes > 0:
+            self.read_bytes_per_s = self._mix(self.read_bytes_per_s, nbytes / seconds)
+
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        if seconds > 0 and tokens > 0:
+            self.prefill_tokens_per_s = self._mix(self.prefill_tokens_per_s, tokens / seconds)
+
+    def restore_is_faster(self, nbytes: int, tokens: int) -> bool:
+        if not self.read_bytes_per_s or not self.prefill_tokens_per_s:
+            return True
+        return nbytes / self.read_bytes_per_s < tokens / self.prefill_tokens_per_s
+
+    def _mix(self, old: float, new: float) -> float:
+        return new if not old else (1 - self.alpha) * old + self.alpha * new
 
 
 class BlockCache(PrefixCache):
@@ -54,6 +86,7 @@ class BlockCache(PrefixCache):
         self.key_fn = key_fn  # tests swap it to force collisions
         self.hot = BlockPool(hot_capacity_bytes, on_evict=self._evicted)
         self.stats = CacheStats()
+        self.speeds = SpeedEstimate()
 
     # -- PrefixCache ----------------------------------------------------------------------------
 
@@ -153,6 +186,9 @@ class BlockCache(PrefixCache):
             logger.warning("block key collision caught by token verification (key %s)", key.hex()[:16])
             return None
         if from_cold:
+            if not self.speeds.restore_is_faster(block.nbytes, block.num_tokens):
+                self.stats.recomputed_instead += 1
+                return None
             block = self._promote(block)
             if block is None:
                 return None
@@ -170,16 +206,34 @@ class BlockCache(PrefixCache):
         if best is None:
             return None
         if best_cold:
+            if not self.speeds.restore_is_faster(best.nbytes, best_n):
+                self.stats.recomputed_instead += 1
+                return None
             best = self._promote(best)
             if best is None:
                 return None
         return best, best_n, best_cold
 
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        """The engine reports each prefill chunk, so restores can be weighed against it."""
+        self.speeds.observe_prefill(tokens, seconds)
+
+    def snapshot(self) -> dict:
+        """Counters for the API usage fields, /metrics and the admin panel."""
+        out = {"hot": asdict(self.hot.stats), "lookups": asdict(self.stats),
+               "hit_rate": self.stats.hit_rate, "speeds": asdict(self.speeds)}
+        if self.cold is not None:
+            out["cold"] = asdict(self.cold.stats)
+        return out
+
     def _promote(self, entry: KVBlock) -> Optional[KVBlock]:
         """Read a cold block's KV and put it in the hot tier."""
+        start = time.perf_counter()
         layers = self.cold.load(entry.key)
         if layers is None:
             return None
+        mx.eval([a for kv in layers for a in kv])
+        self.speeds.observe_read(entry.nbytes, time.perf_counter() - start)
         block = KVBlock(entry.key, entry.parent, entry.token_ids, layers,
                         sum(k.nbytes + v.nbytes for k, v in layers))
         self.hot.add(block)

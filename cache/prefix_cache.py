@@ -42,3 +42,10 @@ class PrefixCache:
 
     def release(self, hit: PrefixHit) -> None:
         """The engine no longer needs the blocks behind ``hit``."""
+
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        """How fast the engine computed a prefill chunk (to weigh restoring against it)."""
+
+    def snapshot(self) -> dict:
+        """Counters for reporting; empty when caching is off."""
+        return {}

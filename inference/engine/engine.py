@@ -135,6 +135,18 @@ class Engine:
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
+    def call(self, fn: Callable[["Engine"], object], timeout: Optional[float] = None):
+        """Run ``fn(engine)`` on the engine thread between two steps and return its result
+        (for work on engine-owned state: flushing the cache tiers, reading statistics)."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the engine is closed")
+        done: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        self._inbox.put(("call", (fn, done)))
+        ok, value = done.get(timeout=timeout)
+        if not ok:
+            raise value
+        return value
+
     def close(self) -> None:
         if self._thread.is_alive():
             self._inbox.put(("close", None))
@@ -223,6 +235,12 @@ class Engine:
                 return False
             if kind == "add":
                 self.scheduler.add(item)
+            elif kind == "call":
+                fn, done = item
+                try:
+                    done.put((True, fn(self)))
+                except Exception as exc:
+                    done.put((False, exc))
             elif kind == "abort":
                 request = self.scheduler.find(item)
                 if request is not None:
@@ -238,8 +256,11 @@ class Engine:
             self.runner.seed_cache(request, hit.layers)
             self.prefix_cache.release(hit)
         for request, n in out.prefill:
+            start = time.perf_counter()
             self.runner.prefill(request, n)
-            self.prefill_chunks += n > 0
+            if n:
+                self.prefill_chunks += 1
+                self.prefix_cache.observe_prefill(n, time.perf_counter() - start)
             if request.num_to_prefill == 0:
                 if self.prefix_cache.wants_kv:
                     self.prefix_cache.store(*self.runner.prompt_kv(request))

@@ -87,3 +87,17 @@ def test_flush_and_remove():
 def test_negative_capacity_is_an_error():
     with pytest.raises(ValueError):
         BlockPool(-1)
+
+
+def test_speed_estimate_weighs_restore_against_recompute():
+    from cache.block_cache import SpeedEstimate
+
+    speeds = SpeedEstimate()
+    assert speeds.restore_is_faster(10**9, 1)  # nothing measured yet: restore
+    speeds.observe_prefill(1000, 1.0)  # 1000 tokens/s
+    speeds.observe_read(10**6, 1.0)  # 1 MB/s: a slow disk
+    assert not speeds.restore_is_faster(10**6, 100)  # 1 s to read vs 0.1 s to compute
+    assert speeds.restore_is_faster(10**4, 100)  # 0.01 s to read
+    for _ in range(20):
+        speeds.observe_read(10**9, 1.0)  # the disk got fast
+    assert speeds.restore_is_faster(10**6, 100)
