@@ -49,3 +49,6 @@ class PrefixCache:
     def snapshot(self) -> dict:
         """Counters for reporting; empty when caching is off."""
         return {}
+
+    def close(self) -> None:
+        """The engine is stopping: finish pending work (writes to disk)."""

@@ -17,7 +17,7 @@ import mlx.core as mx
 from cache.block_cache import BlockCache
 from cache.block_key import fingerprint_model_folder
 from cache.prefix_cache import PrefixCache
-from cache.sizes import parse_size
+from cache.sizes import parse_size, total_ram
 
 from .config import EngineConfig
 from .model_loader import LoadedModel, load_model
@@ -196,8 +196,7 @@ class Engine:
                 self._fail_all(f"{type(exc).__name__}: {exc}")
         self._fail_all("the engine was closed", reason="abort")
         self.runner = None
-        if isinstance(self.prefix_cache, BlockCache):
-            self.prefix_cache.close()
+        self.prefix_cache.close()
         mx.synchronize()  # nothing may still run on this thread's stream once it is gone
 
     def _make_prefix_cache(self) -> PrefixCache:
@@ -221,8 +220,8 @@ class Engine:
     def _kv_capacity(self) -> int:
         if self.config.max_kv_tokens is not None:
             return self.config.max_kv_tokens
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return max(1024, int(ram * self.config.kv_cache_memory_fraction) // self.loaded.kv_bytes_per_token)
+        budget = int(total_ram() * self.config.kv_cache_memory_fraction)
+        return max(1024, budget // self.loaded.kv_bytes_per_token)
 
     def _drain_inbox(self, block: bool) -> bool:
         while True:
@@ -249,6 +248,8 @@ class Engine:
     def _step(self) -> None:
         out = self.scheduler.schedule()
         self.steps += 1
+        for request in out.preempted:
+            self._keep_kv(request)  # so that recomputing it is mostly a cache hit
         self.runner.drop(out.preempted)
         for request, reason, error in out.rejected:
             self._finish(request, reason, error)
@@ -273,8 +274,6 @@ class Engine:
         if request.status is not RequestStatus.DECODING:
             return
         request.output_token_ids.append(token)
-        if request.first_token_time is None:
-            request.first_token_time = time.perf_counter()
         reason = None
         text = ""
         if token in request.stop_token_ids:
@@ -284,7 +283,7 @@ class Engine:
             if stopped:
                 reason = "stop"
         if reason is None and (
-            len(request.output_token_ids) >= request.max_tokens
+            len(request.output_token_ids) >= request.params.max_tokens
             or (self.loaded.context_length and request.num_tokens >= self.loaded.context_length)
         ):
             reason = "length"
@@ -297,8 +296,7 @@ class Engine:
     def _finish(self, request: Request, reason: str, error: Optional[str] = None,
                 first: Optional[RequestOutput] = None) -> None:
         """End a request: free its KV, send its last event (text still held back included)."""
-        if request.status is RequestStatus.DECODING and self.prefix_cache.wants_kv:
-            self.prefix_cache.store(*self.runner.batch.extract(request))
+        self._keep_kv(request)
         self.runner.drop([request])
         self.scheduler.finish(request)
         event = first or RequestOutput(request.request_id)
@@ -308,6 +306,11 @@ class Engine:
         event.error = error
         event.usage = request.usage()
         request.sink(event)
+
+    def _keep_kv(self, request: Request) -> None:
+        """Hand a decoding request's KV to the prefix cache before it is dropped."""
+        if self.prefix_cache.wants_kv and request in self.runner.batch.rows:
+            self.prefix_cache.store(*self.runner.batch.extract(request))
 
     def _fail_all(self, error: str, reason: str = "error") -> None:
         for request in list(self.scheduler.waiting + self.scheduler.running):

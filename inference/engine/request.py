@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -106,9 +105,6 @@ class Request:
         self.cached_cold_tokens = 0
         self.num_preemptions = 0
         self.cache: Optional[list] = None
-        self.max_tokens = params.max_tokens
-        self.created = time.perf_counter()
-        self.first_token_time: Optional[float] = None
 
     @property
     def all_token_ids(self) -> List[int]:
