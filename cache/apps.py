@@ -1,4 +1,15 @@
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
+
+
+def _sqlite_wal(sender, connection, **kwargs):
+    """SQLite in WAL mode: the cold tier's writer thread, the engine and the Huey worker read and
+    write rows concurrently without blocking readers. NORMAL sync is durable across process
+    crashes (rows are a mirror of the block files; start-up reconciliation repairs the rest)."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
 
 
 class CacheConfig(AppConfig):
@@ -7,3 +18,8 @@ class CacheConfig(AppConfig):
     name = "cache"
     label = "omlx_cache"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # cache/tasks.py (the periodic cold-tier GC) is imported by the Huey consumer's discovery
+        # of tasks modules.
+        connection_created.connect(_sqlite_wal, dispatch_uid="omlx_cache_sqlite_wal")

@@ -72,7 +72,9 @@ class BlockCache(PrefixCache):
     diverges part-way, so a conversation that grows by a turn recomputes only the new tokens.
 
     Blocks are immutable; a lookup copies their KV into the request's own cache, and a store
-    copies slices of a request's KV into new blocks, so a shared block is never written.
+    copies slices of a request's KV into new blocks, so a shared block is never written. New
+    blocks are written through to the cold tier (in the background), so the cold tier holds
+    every block the hot tier has had, and a restart or a crash loses none.
     """
 
     wants_kv = True
@@ -156,7 +158,10 @@ class BlockCache(PrefixCache):
             mx.eval([a for b in new for kv in b.layers for a in kv])
             for block in new:
                 block.nbytes = sum(k.nbytes + v.nbytes for k, v in block.layers)
-                self.hot.add(block)
+                # Write-through, so a crash or restart loses nothing (a block that does not fit
+                # in RAM was handed down already).
+                if self.hot.add(block) and self.cold is not None:
+                    self.cold.put(block)
             self.stats.stored_blocks += len(new)
         self.hot.touch([b for b in chain if b.key in self.hot])
 

@@ -23,6 +23,10 @@ class CacheBlock(models.Model):
     parent = models.CharField(max_length=64)  # parent block key, hex (the root key for a first block)
     model_fingerprint = models.CharField(max_length=64, db_index=True)  # ModelFingerprint.hex
     token_count = models.PositiveIntegerField()
+    # The token ids, base64 of little-endian uint32 as in the file's header: with them a restart
+    # rebuilds the index from rows alone, without opening thousands of files.
+    token_ids = models.TextField()
+    kv_bytes = models.BigIntegerField()  # the tensors' size (what the block takes in RAM)
     tier = models.CharField(max_length=8, default=TIER_COLD)
     file = models.CharField(max_length=255)  # relative to the cold-cache root
     bytes = models.BigIntegerField()  # file size on disk

@@ -1,0 +1,188 @@
+"""One KV block as a safetensors file: its name, its metadata, and the checks of its header.
+
+Layout under the cold-cache root::
+
+    <fingerprint.hex>/<key_hex[:2]>/<key_hex>.safetensors        a block
+    <fingerprint.hex>/<key_hex[:2]>/<key_hex>.<pid>-<n>.tmp        a write in progress (or a crash's leftover)
+
+Tensors ``l{i}.k`` and ``l{i}.v`` hold layer i's keys and values, each [1, kv_heads, tokens,
+head_dim]. The header's ``__metadata__`` (strings only) names the format version, the model
+fingerprint, the block's key and parent, its token ids (base64 of little-endian uint32), dtype and
+layer count. A header is valid only if all of that agrees with the file's name and place, the key
+is ``block_key(parent, tokens)``, and the tensors tile the data exactly to the end of the file, so
+a truncated, foreign, misplaced or corrupt file is caught without reading its tensors.
+
+Nothing here imports mlx: GC and reconciliation read headers only.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+from .block_key import FORMAT_VERSION, KEY_BYTES, block_key
+
+SUFFIX = ".safetensors"
+TMP_SUFFIX = ".tmp"
+MAGIC = "omlx-kv-block"
+MAX_HEADER_BYTES = 16 << 20
+
+FINGERPRINT_DIR = re.compile(r"^[0-9a-f]{32}$")
+SHARD_DIR = re.compile(r"^[0-9a-f]{2}$")
+BLOCK_NAME = re.compile(r"^([0-9a-f]{64})\.safetensors$")
+TMP_NAME = re.compile(r"^([0-9a-f]{64})\.(\d+)-\d+\.tmp$")
+
+# safetensors dtype code -> bytes per element, and the mlx dtype names the metadata uses.
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
+             "U64": 8, "U32": 4, "U16": 2, "U8": 1}
+DTYPE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
+               "int8": "I8", "uint8": "U8", "int16": "I16", "uint16": "U16", "int32": "I32",
+               "uint32": "U32", "int64": "I64", "uint64": "U64"}
+
+
+class InvalidBlockFile(ValueError):
+    """The file is not a valid block file for the place it was found in."""
+
+
+@dataclass(frozen=True)
+class BlockHeader:
+    """What a valid block file's header says about it."""
+
+    key: bytes
+    parent: bytes
+    token_ids: Tuple[int, ...]
+    dtype: str  # mlx dtype name, e.g. "float32"
+    num_layers: int
+    tensor_bytes: int  # sum of the tensors' bytes (what the block takes in RAM)
+    file_bytes: int
+    mtime: float
+
+
+def relative_path(fingerprint_hex: str, key_hex: str) -> str:
+    """The file's path relative to the cold-cache root (as stored in CacheBlock.file)."""
+    return f"{fingerprint_hex}/{key_hex[:2]}/{key_hex}{SUFFIX}"
+
+
+def encode_tokens(token_ids) -> str:
+    return base64.b64encode(struct.pack(f"<{len(token_ids)}I", *token_ids)).decode("ascii")
+
+
+def decode_tokens(text: str) -> Tuple[int, ...]:
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(raw) % 4:
+        raise InvalidBlockFile("token bytes are not a multiple of 4")
+    return struct.unpack(f"<{len(raw) // 4}I", raw)
+
+
+def metadata(fingerprint_hex: str, key: bytes, parent: bytes, token_ids, dtype: str,
+             num_layers: int) -> Dict[str, str]:
+    return {
+        "omlx": MAGIC,
+        "format": str(FORMAT_VERSION),
+        "fingerprint": fingerprint_hex,
+        "key": key.hex(),
+        "parent": parent.hex(),
+        "tokens": encode_tokens(token_ids),
+        "dtype": dtype,
+        "layers": str(num_layers),
+    }
+
+
+def read_raw_header(path) -> Tuple[dict, int, os.stat_result]:
+    """The parsed JSON header, the number of bytes after it, and the file's stat.
+    Raises OSError or InvalidBlockFile."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        head = os.read(fd, 4096)  # one read holds the whole header of a typical block
+        if len(head) < 8:
+            raise InvalidBlockFile("shorter than a safetensors header")
+        (n,) = struct.unpack_from("<Q", head)
+        if n > MAX_HEADER_BYTES or 8 + n > st.st_size:
+            raise InvalidBlockFile(f"header length {n} does not fit a file of {st.st_size} bytes")
+        while len(head) < 8 + n:
+            more = os.read(fd, 8 + n - len(head))
+            if not more:
+                raise InvalidBlockFile("file ended inside its header")
+            head += more
+    finally:
+        os.close(fd)
+    try:
+        header = json.loads(head[8 : 8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidBlockFile(f"header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise InvalidBlockFile("header is not a JSON object")
+    return header, st.st_size - 8 - n, st
+
+
+def read_header(path, fingerprint_hex: str, key_hex: str) -> BlockHeader:
+    """Read and check the header of the block file at ``path``, which is expected to hold the
+    block ``key_hex`` of model ``fingerprint_hex``. Raises OSError or InvalidBlockFile."""
+    header, data_bytes, st = read_raw_header(path)
+    try:
+        return check_header(header, data_bytes, st, fingerprint_hex, key_hex)
+    except InvalidBlockFile:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as e:  # values of unexpected types
+        raise InvalidBlockFile(f"malformed header: {e!r}") from None
+
+
+def check_header(header: dict, data_bytes: int, st: os.stat_result, fingerprint_hex: str,
+                 key_hex: str) -> BlockHeader:
+    meta = header.get("__metadata__")
+    if not isinstance(meta, dict):
+        raise InvalidBlockFile("no __metadata__")
+    if meta.get("omlx") != MAGIC:
+        raise InvalidBlockFile("not an omlx block file")
+    if meta.get("format") != str(FORMAT_VERSION):
+        raise InvalidBlockFile(f"format version {meta.get('format')!r}, expected {FORMAT_VERSION}")
+    if meta.get("fingerprint") != fingerprint_hex:
+        raise InvalidBlockFile("written for another model fingerprint")
+    if meta.get("key") != key_hex:
+        raise InvalidBlockFile("metadata names another key than the file name")
+    try:
+        key, parent = bytes.fromhex(meta["key"]), bytes.fromhex(meta["parent"])
+        tokens = decode_tokens(meta["tokens"])
+        num_layers = int(meta["layers"])
+        dtype = meta["dtype"]
+    except (KeyError, ValueError, TypeError, struct.error) as e:
+        raise InvalidBlockFile(f"bad metadata: {e}") from None
+    if len(parent) != KEY_BYTES or not tokens or num_layers < 1:
+        raise InvalidBlockFile("bad parent, empty tokens or no layers")
+    if block_key(parent, tokens) != key:
+        raise InvalidBlockFile("key is not the hash of parent and tokens")
+    code = DTYPE_CODES.get(dtype)
+    if code is None:
+        raise InvalidBlockFile(f"unknown dtype {dtype!r}")
+    names = {f"l{i}.{kv}" for i in range(num_layers) for kv in "kv"}
+    if set(header) - {"__metadata__"} != names:
+        raise InvalidBlockFile("tensor names do not match the layer count")
+    spans = []
+    for name in names:
+        info = header[name]
+        try:
+            shape, start, end = info["shape"], *info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise InvalidBlockFile(f"bad tensor entry {name}") from None
+        if info.get("dtype") != code:
+            raise InvalidBlockFile(f"{name} has dtype {info.get('dtype')}, metadata says {dtype}")
+        if (len(shape) != 4 or shape[0] != 1 or shape[2] != len(tokens)
+                or not all(isinstance(d, int) and d > 0 for d in shape)):
+            raise InvalidBlockFile(f"{name} has shape {shape} for {len(tokens)} tokens")
+        if end - start != shape[1] * shape[2] * shape[3] * _ITEMSIZE[code]:
+            raise InvalidBlockFile(f"{name} size does not match its shape")
+        spans.append((start, end))
+    spans.sort()
+    pos = 0
+    for start, end in spans:
+        if start != pos:
+            raise InvalidBlockFile("tensor data overlaps or leaves gaps")
+        pos = end
+    if pos != data_bytes:
+        raise InvalidBlockFile(f"tensor data is {pos} bytes, the file holds {data_bytes} (truncated?)")
+    return BlockHeader(key, parent, tuple(tokens), dtype, num_layers, pos, st.st_size, st.st_mtime)
