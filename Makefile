@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml scripts/install_system_deps.sh
 install: $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/omlx demo
+	$(VENV)/bin/omlx serve
 
 # Tests keep everything they write out of ~/.omlx.
 test: $(STAMP)

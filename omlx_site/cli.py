@@ -1,4 +1,4 @@
-"""The ``omlx`` command line (upstream oMLX's; more subcommands arrive with the server)."""
+"""The ``omlx`` command line (upstream oMLX's): serve, demo, build-model."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +25,20 @@ def main(argv=None) -> int:
     demo.add_argument("--temperature", type=float, default=0.7)
     demo.add_argument("--seed", type=int, default=0)
 
+    serve = sub.add_parser(
+        "serve",
+        help="run the OpenAI-compatible API server",
+        description="Serve the models in a folder over an OpenAI-compatible REST API (Daphne, "
+        "with the Huey worker inside the process). With no model folder there, it serves the "
+        "built-in demo model (random weights).",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    serve.add_argument("--model-dir", help="folder of model folders (default $OMLX_HOME/models)")
+    serve.add_argument("--max-concurrent-requests", type=int, default=None,
+                       help="requests prefilling or decoding at once, per model (default 16)")
+    serve.add_argument("--api-key", help="require this key (Authorization: Bearer KEY or x-api-key)")
+
     build = sub.add_parser(
         "build-model",
         help="write a model folder with random weights (for tests and benchmarks)",
@@ -40,6 +54,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "serve":
+        return _serve(parser, args)
     if args.command == "build-model":
         from inference.model_factory import build_model
 
@@ -50,6 +66,20 @@ def main(argv=None) -> int:
         print(f"wrote {path}")
         return 0
     return 2
+
+
+def _serve(parser, args) -> int:
+    from inference.engine import EngineConfig
+    from omlx_site.server import serve
+
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be in [0, 65535]")
+    if args.max_concurrent_requests is not None:
+        try:
+            EngineConfig(max_concurrent_requests=args.max_concurrent_requests)
+        except ValueError as exc:
+            parser.error(f"--max-concurrent-requests: {exc}")
+    return serve(args.host, args.port, args.model_dir, args.max_concurrent_requests, args.api_key)
 
 
 def _demo(args) -> int:

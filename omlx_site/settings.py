@@ -52,8 +52,11 @@ DATABASES = {
     }
 }
 
-# Embedded default: in-process channel layer and a SQLite-backed Huey.
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Embedded default: in-process channel layer and a SQLite-backed Huey. A request's tokens wait in
+# its channel until the view reads them: the capacity must hold a whole reply (a full channel drops).
+CHANNEL_LAYERS = {
+    "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}
+}
 HUEY = {
     "huey_class": "huey.SqliteHuey",
     "name": "omlx",
@@ -74,3 +77,24 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {"omlx": {"handlers": ["console"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO")}},
 }
+
+# Cold tier of the KV block cache (cache/cold_tier.py; GC in cache/gc.py, run by cache/tasks.py).
+# Block files live in OMLX_COLD_CACHE_DIR/<model fingerprint>/; the cap and the TTL cover every
+# model's blocks together. None = unlimited / no expiry.
+OMLX_COLD_CACHE_DIR = Path(os.environ.get("OMLX_COLD_CACHE_DIR", OMLX_HOME / "cache")).expanduser()
+OMLX_COLD_CACHE_MAX_BYTES = None
+OMLX_COLD_CACHE_TTL_SECONDS = None
+
+# The API server (`omlx serve` sets these from its flags; omlx_site/cli.py).
+# OMLX_MODEL_DIR: model folders (config.json + safetensors) at depth 1; none: the demo model.
+OMLX_MODEL_DIR = Path(os.environ.get("OMLX_MODEL_DIR", OMLX_HOME / "models")).expanduser()
+OMLX_MAX_CONCURRENT_REQUESTS = int(os.environ.get("OMLX_MAX_CONCURRENT_REQUESTS", "16"))
+OMLX_API_KEY = os.environ.get("OMLX_API_KEY") or None
+# "huey": the view submits a Huey task and the worker hands it to the engine (the design);
+# "direct": the view hands it to the engine itself (same code, no queue; for comparisons).
+OMLX_API_HANDOFF = os.environ.get("OMLX_API_HANDOFF", "huey")
+OMLX_SSE_KEEPALIVE_SECONDS = float(os.environ.get("OMLX_SSE_KEEPALIVE_SECONDS", "10"))
+# Embedded Huey consumer: worker threads and the longest idle poll of the SQLite queue (seconds).
+# Tasks queued by the server wake the workers at once; others wait at most this long.
+OMLX_HUEY_WORKERS = int(os.environ.get("OMLX_HUEY_WORKERS", "2"))
+OMLX_HUEY_MAX_POLL_DELAY = float(os.environ.get("OMLX_HUEY_MAX_POLL_DELAY", "0.5"))

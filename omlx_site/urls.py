@@ -1,4 +1,6 @@
-"""Every HTTP route of omlx, in one list (the REST API and admin pages join it in later issues)."""
-from django.urls import path
+"""Every HTTP route of omlx, in one list (the admin pages join it in later issues)."""
+from django.urls import include, path
 
-urlpatterns: list = []
+urlpatterns: list = [
+    path("", include("inference.urls")),  # /v1/...: the OpenAI-compatible API
+]

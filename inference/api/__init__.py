@@ -1,0 +1,1 @@
+"""The REST API: OpenAI-compatible routes (django-ninja), mounted by inference/urls.py."""

@@ -1,0 +1,89 @@
+"""OpenAI-compatible routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions."""
+from __future__ import annotations
+
+import time
+import uuid
+
+from ninja import Router
+
+from inference.engine import SamplingParams
+from inference.generation import GenerationJob
+from inference.model_registry import get_registry
+
+from .auth import check_api_key
+from .errors import ApiError
+from .openai_format import ChatFormat, CompletionFormat
+from .responder import respond
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+router = Router(tags=["OpenAI"])
+_started = int(time.time())
+
+
+@router.get("/models")
+def list_models(request):
+    check_api_key(request)
+    data = [{"id": model_id, "object": "model", "created": _started, "owned_by": "omlx"}
+            for model_id in get_registry().ids()]
+    return {"object": "list", "data": data}
+
+
+@router.post("/chat/completions")
+async def chat_completions(request, body: ChatCompletionRequest):
+    check_api_key(request)
+    _check_model(body.model)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
+    try:
+        messages = [m.template_dict() for m in body.messages]
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param="messages") from None
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    job = GenerationJob(f"chatcmpl-{uuid.uuid4().hex}", body.model, _params(body, max_tokens, logprobs),
+                        body.n, messages=messages)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await respond(job, ChatFormat(job.request_id, body.model), body.stream, include_usage)
+
+
+@router.post("/completions")
+async def completions(request, body: CompletionRequest):
+    check_api_key(request)
+    _check_model(body.model)
+    if body.echo:
+        raise ApiError(400, "echo is not supported", param="echo")
+    prompts = body.prompt
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        prompts = [prompts]
+    if not prompts:
+        raise ApiError(400, "the prompt is empty", param="prompt")
+    job = GenerationJob(f"cmpl-{uuid.uuid4().hex}", body.model, _params(body, body.max_tokens, body.logprobs),
+                        body.n, prompts=list(prompts))
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return await respond(job, CompletionFormat(job.request_id, body.model), body.stream, include_usage)
+
+
+def _check_model(model_id: str) -> None:
+    if get_registry().path(model_id) is None:
+        raise ApiError(404, f"The model '{model_id}' does not exist", param="model", code="model_not_found")
+
+
+def _params(body, max_tokens, logprobs) -> dict:
+    """SamplingParams fields from the body (unset fields keep the engine's defaults), checked
+    here so that bad values are a 400 before anything is queued."""
+    values = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p,
+              "top_k": body.top_k, "min_p": body.min_p, "presence_penalty": body.presence_penalty,
+              "frequency_penalty": body.frequency_penalty, "repetition_penalty": body.repetition_penalty,
+              "seed": body.seed, "stop": body.stop, "logprobs": logprobs}
+    values = {k: v for k, v in values.items() if v is not None}
+    if body.ignore_eos:
+        values["ignore_eos"] = True
+    if isinstance(values.get("stop"), list) and len(values["stop"]) > 4:
+        raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
+    try:
+        SamplingParams(**values)
+    except ValueError as exc:
+        raise ApiError.bad_value(exc) from None
+    if "stop" in values:
+        values["stop"] = list(SamplingParams(**values).stop)
+    return values

@@ -1,0 +1,120 @@
+"""OpenAI's response bodies and stream chunks, built from generation events
+(``inference.generation``), for chat completions and text completions."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional
+
+
+def usage_body(usages: Dict[int, dict], n: int) -> dict:
+    """Usage of a request from its choices' usages: each prompt counts once (choice i*n), output
+    tokens of every choice count."""
+    firsts = [u for i, u in usages.items() if i % n == 0]
+    prompt = sum(u["prompt_tokens"] for u in firsts)
+    completion = sum(u["completion_tokens"] for u in usages.values())
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(u["cached_tokens"] for u in firsts)},
+    }
+
+
+def finish_reason(reason: Optional[str]) -> Optional[str]:
+    return reason if reason in (None, "stop", "length") else "stop"
+
+
+class ChatFormat:
+    object = "chat.completion"
+
+    def __init__(self, response_id: str, model: str):
+        self.id = response_id
+        self.model = model
+        self.created = int(time.time())
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": None}
+
+    def logprobs(self, entries: Optional[List[dict]]) -> Optional[dict]:
+        if entries is None:
+            return None
+        return {"content": [{"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
+                             "top_logprobs": e["top"]} for e in entries], "refusal": None}
+
+    def start_chunks(self, count: int) -> List[dict]:
+        return [self.chunk(i, {"role": "assistant", "content": ""}) for i in range(count)]
+
+    def chunk(self, index: int, delta: dict, logprobs=None, reason=None) -> dict:
+        body = self._head("chat.completion.chunk")
+        body["choices"] = [{"index": index, "delta": delta, "logprobs": logprobs,
+                            "finish_reason": finish_reason(reason)}]
+        return body
+
+    def delta_chunk(self, event: dict) -> Optional[dict]:
+        if not event["text"] and not event["logprobs"] and event["finish_reason"] is None:
+            return None
+        delta = {"content": event["text"]} if event["text"] else {}
+        return self.chunk(event["index"], delta, self.logprobs(event["logprobs"]), event["finish_reason"])
+
+    def usage_chunk(self, usage: dict) -> dict:
+        body = self._head("chat.completion.chunk")
+        body.update(choices=[], usage=usage)
+        return body
+
+    def response(self, choices: List[dict], usage: dict) -> dict:
+        body = self._head("chat.completion")
+        body["choices"] = [
+            {"index": c["index"], "message": {"role": "assistant", "content": c["text"], "refusal": None},
+             "logprobs": self.logprobs(c["logprobs"]), "finish_reason": finish_reason(c["finish_reason"])}
+            for c in choices
+        ]
+        body["usage"] = usage
+        return body
+
+
+class CompletionFormat(ChatFormat):
+    def __init__(self, response_id: str, model: str):
+        super().__init__(response_id, model)
+        self._offsets = {}
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.model, "system_fingerprint": None}
+
+    def logprobs(self, entries: Optional[List[dict]], offset: int = 0) -> Optional[dict]:
+        if entries is None:
+            return None
+        offsets = []
+        for e in entries:
+            offsets.append(offset)
+            offset += len(e["token"])
+        return {"tokens": [e["token"] for e in entries],
+                "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top"]} for e in entries],
+                "text_offset": offsets}
+
+    def start_chunks(self, count: int) -> List[dict]:
+        return []
+
+    def chunk(self, index: int, text: str, logprobs=None, reason=None) -> dict:
+        body = self._head("text_completion")
+        body["choices"] = [{"index": index, "text": text, "logprobs": logprobs,
+                            "finish_reason": finish_reason(reason)}]
+        return body
+
+    def delta_chunk(self, event: dict) -> Optional[dict]:
+        if not event["text"] and not event["logprobs"] and event["finish_reason"] is None:
+            return None
+        index, entries = event["index"], event["logprobs"]
+        offset = self._offsets.get(index, 0)  # text_offset counts from the start of the choice
+        if entries:
+            self._offsets[index] = offset + sum(len(e["token"]) for e in entries)
+        return self.chunk(index, event["text"], self.logprobs(entries, offset), event["finish_reason"])
+
+    def response(self, choices: List[dict], usage: dict) -> dict:
+        body = self._head("text_completion")
+        body["choices"] = [{"index": c["index"], "text": c["text"], "logprobs": self.logprobs(c["logprobs"]),
+                            "finish_reason": finish_reason(c["finish_reason"])} for c in choices]
+        body["usage"] = usage
+        return body

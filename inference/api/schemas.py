@@ -1,0 +1,72 @@
+"""Request bodies of the OpenAI-compatible routes. Unknown fields are accepted and ignored (clients
+send many); known fields are type-checked here and range-checked by SamplingParams."""
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+MAX_N = 16
+
+
+class StreamOptions(Schema):
+    include_usage: bool = False
+
+
+class ContentPart(Schema):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: Optional[str] = None
+
+
+class ChatMessage(Schema):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: Union[str, List[ContentPart], None] = None
+
+    def template_dict(self) -> dict:
+        """The message as chat templates expect it: text parts joined into one string."""
+        message = self.model_dump(exclude_none=True)
+        if isinstance(self.content, list):
+            kinds = {part.type for part in self.content} - {"text", "input_text"}
+            if kinds:
+                raise ValueError(f"content parts of type {sorted(kinds)} are not supported (text only)")
+            message["content"] = "".join(part.text or "" for part in self.content)
+        message.setdefault("content", "")
+        return message
+
+
+class _Sampling(Schema):
+    """Fields shared by chat and text completions (OpenAI's, plus vLLM's top_k, min_p,
+    repetition_penalty and ignore_eos)."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    presence_penalty: Optional[float] = None
+    frequency_penalty: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    n: int = Field(1, ge=1, le=MAX_N)
+    stop: Union[str, List[str], None] = None
+    seed: Optional[int] = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: Optional[StreamOptions] = None
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: List[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: Optional[int] = None
+    logprobs: bool = False
+    top_logprobs: Optional[int] = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, List[int], List[str], List[List[int]]]
+    logprobs: Optional[int] = None
+    echo: bool = False

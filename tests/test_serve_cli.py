@@ -1,0 +1,30 @@
+"""`omlx serve` refusing to start: bad flags, a port already in use."""
+import os
+import socket
+import subprocess
+import sys
+
+
+def run_serve(tmp_path, *args):
+    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
+    return subprocess.run([sys.executable, "-m", "omlx_site.cli", "serve", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_flags(tmp_path):
+    out = run_serve(tmp_path, "--max-concurrent-requests", "0")
+    assert out.returncode == 2
+    assert "--max-concurrent-requests" in out.stderr
+    out = run_serve(tmp_path, "--port", "70000")
+    assert out.returncode == 2
+    assert "--port" in out.stderr
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run_serve(tmp_path, "--port", str(port), "--model-dir", str(tmp_path / "none"))
+    assert out.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
