@@ -6,8 +6,9 @@ Measures, on a Qwen2.5-0.5B-shaped model with random weights (float32 on disk):
   - aggregate decode tokens/s of 4, 16 and 32 concurrent streams;
 for omlx's engine, mlx-lm's generate_step (1 stream) and mlx-lm's BatchGenerator (batches),
 all in one process on omlx's default Linux CPU path (OpenBLAS, float32); then prefill again in a
-second process on stock mlx-cpu (the wheel's reference BLAS) for the Linux speed-up. Engines are
-measured alternately, best of --rounds, and every figure is printed as a ratio.
+second process on stock mlx-cpu (the wheel's reference BLAS) for the Linux speed-up. Each round
+measures the two engines back to back (which goes first alternates); a ratio is the median of the
+per-round ratios, so the slow drifts of a shared machine hit both sides of a pair alike.
 
 Aggregate decode is measured the same way for both engines: per-token timestamps, counted over
 the window in which every stream is decoding (after the last first token, before the first last
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -153,27 +155,38 @@ def measure_decode(engine, streams, n_prompt, max_tokens, seed):
 
 
 def main_default(args):
+    """Each round measures both engines back to back (which goes first alternates), and the
+    figure reported for a measurement is the median over rounds of omlx / mlx-lm: slow drifts
+    of a shared machine hit both sides of a pair alike."""
     path = model_path(args.preset)
     streams = [1] + args.streams
-    results = {"prefill": {}, "decode": {}}
+    rates = {}  # (measurement, engine) -> [rate per round]
     engines = {cls.name: cls(path, max(streams)) for cls in (Omlx, MlxLm)}
-    for name, engine in engines.items():  # warm-up: first calls pay for allocation and compile
+    for engine in engines.values():  # warm-up: first calls pay for allocation and compile
         measure_prefill(engine, 64, seed=1)
         for b in streams:
             measure_decode(engine, b, 8, 4, seed=2)
     for r in range(args.rounds):
-        for name, engine in engines.items():
+        order = list(engines.items()) if r % 2 == 0 else list(reversed(engines.items()))
+        for name, engine in order:
             rate = measure_prefill(engine, args.prompt, seed=100 + r)
-            results["prefill"][name] = max(results["prefill"].get(name, 0), rate)
+            rates.setdefault(("prefill", name), []).append(rate)
             print(f"  round {r}: {name:7s} prefill {args.prompt} tokens: {rate:8.1f} tok/s", flush=True)
         for b in streams:
-            for name, engine in engines.items():
+            for name, engine in order:
                 rate = measure_decode(engine, b, args.decode_prompt, args.decode_tokens, seed=1000 * b + r)
-                key = f"{name}@{b}"
-                results["decode"][key] = max(results["decode"].get(key, 0), rate)
+                rates.setdefault((f"decode@{b}", name), []).append(rate)
                 print(f"  round {r}: {name:7s} decode x{b:<2d}: {rate:8.2f} tok/s", flush=True)
     for engine in engines.values():
         engine.close()
+    results = {}
+    for measurement in ["prefill"] + [f"decode@{b}" for b in streams]:
+        ours, theirs = rates[(measurement, "omlx")], rates[(measurement, "mlx-lm")]
+        results[measurement] = {
+            "omlx": statistics.median(ours), "mlx-lm": statistics.median(theirs),
+            "ratio": statistics.median(o / t for o, t in zip(ours, theirs)),
+            "rounds": {"omlx": ours, "mlx-lm": theirs},
+        }
     return results
 
 
@@ -194,7 +207,7 @@ def main_stock(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -203,7 +216,7 @@ def main():
     args.stock_prompt = 64 if not args.quick else 128
     args.streams = [4, 16, 32]
     args.decode_prompt = 32
-    args.decode_tokens = 16 if args.quick else 24
+    args.decode_tokens = 16 if args.quick else 32
     if args.stock:
         return main_stock(args)
 
@@ -219,16 +232,17 @@ def main():
     stock = json.loads(child.stdout.strip().splitlines()[-1])
     results["stock_prefill"] = stock
 
-    p, d = results["prefill"], results["decode"]
+    p = results["prefill"]
     lines = [
-        "| measurement | omlx | mlx-lm | omlx / mlx-lm |",
+        f"| measurement (median of {args.rounds} rounds) | omlx | mlx-lm | omlx / mlx-lm |",
         "|---|---|---|---|",
-        f"| prefill, {args.prompt}-token prompt (tok/s) | {p['omlx']:.1f} | {p['mlx-lm']:.1f} | {p['omlx'] / p['mlx-lm']:.3f} |",
+        f"| prefill, {args.prompt}-token prompt (tok/s) | {p['omlx']:.1f} | {p['mlx-lm']:.1f} | {p['ratio']:.3f} |",
     ]
     for b in [1] + args.streams:
         ref = "generate_step" if b == 1 else "BatchGenerator"
-        o, m = d[f"omlx@{b}"], d[f"mlx-lm@{b}"]
-        lines.append(f"| decode, {b} stream{'s' if b > 1 else ''} (tok/s, mlx-lm {ref}) | {o:.2f} | {m:.2f} | {o / m:.3f} |")
+        d = results[f"decode@{b}"]
+        lines.append(f"| decode, {b} stream{'s' if b > 1 else ''} (tok/s, mlx-lm {ref}) | "
+                     f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |")
     lines += [
         "",
         "| prefill on this CPU | tok/s | x stock mlx-cpu (mlx-lm) |",

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from django.conf import settings
 from huey import crontab
@@ -15,7 +14,9 @@ logger = logging.getLogger("omlx.cache.gc")
 
 def collect_from_settings() -> GCResult:
     """One GC pass over OMLX_COLD_CACHE_DIR with the cap and TTL from settings."""
-    root = getattr(settings, "OMLX_COLD_CACHE_DIR", None) or Path(settings.OMLX_HOME) / "cache"
+    root = settings.OMLX_COLD_CACHE_DIR
+    if root is None:
+        return GCResult()
     return collect(root, getattr(settings, "OMLX_COLD_CACHE_MAX_BYTES", None),
                    getattr(settings, "OMLX_COLD_CACHE_TTL_SECONDS", None))
 

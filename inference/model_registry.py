@@ -102,16 +102,19 @@ _registry_lock = threading.Lock()
 
 
 def get_registry() -> ModelRegistry:
-    """The process's registry, built from settings (OMLX_MODEL_DIR, OMLX_MAX_CONCURRENT_REQUESTS)."""
+    """The process's registry, built from settings (OMLX_MODEL_DIR, OMLX_MAX_CONCURRENT_REQUESTS,
+    OMLX_HOT_CACHE_MAX_SIZE, OMLX_COLD_CACHE_DIR)."""
     global _registry
     with _registry_lock:
         if _registry is None:
             from django.conf import settings
 
-            _registry = ModelRegistry(
-                settings.OMLX_MODEL_DIR,
-                {"max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS},
-            )
+            cold = settings.OMLX_COLD_CACHE_DIR
+            _registry = ModelRegistry(settings.OMLX_MODEL_DIR, {
+                "max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS,
+                "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
+                "paged_ssd_cache_dir": str(cold) if cold is not None else None,
+            })
         return _registry
 
 

@@ -38,6 +38,16 @@ def main(argv=None) -> int:
     serve.add_argument("--max-concurrent-requests", type=int, default=None,
                        help="requests prefilling or decoding at once, per model (default 16)")
     serve.add_argument("--api-key", help="require this key (Authorization: Bearer KEY or x-api-key)")
+    serve.add_argument("--hot-cache-max-size", default=None,
+                       help="RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage "
+                       "of RAM such as 10%% (default 10%%)")
+    serve.add_argument("--paged-ssd-cache-dir", default=None,
+                       help="directory of the SSD tier of the KV cache, kept across restarts "
+                       "(default $OMLX_HOME/cache; 'off' keeps blocks in RAM only)")
+    serve.add_argument("--paged-ssd-cache-max-size", default=None,
+                       help="cap on the SSD tier, all models together, e.g. 50GB (default: no cap)")
+    serve.add_argument("--paged-ssd-cache-ttl", type=float, default=None,
+                       help="remove SSD blocks nobody used for this many seconds (default: never)")
 
     build = sub.add_parser(
         "build-model",
@@ -79,6 +89,26 @@ def _serve(parser, args) -> int:
             EngineConfig(max_concurrent_requests=args.max_concurrent_requests)
         except ValueError as exc:
             parser.error(f"--max-concurrent-requests: {exc}")
+    # The cache flags reach settings (and `manage.py run_huey`) through the environment.
+    from cache.sizes import parse_size
+
+    if args.hot_cache_max_size is not None:
+        try:
+            EngineConfig(hot_cache_max_size=args.hot_cache_max_size)
+        except ValueError as exc:
+            parser.error(f"--hot-cache-max-size: {exc}")
+        os.environ["OMLX_HOT_CACHE_MAX_SIZE"] = args.hot_cache_max_size
+    if args.paged_ssd_cache_dir is not None:
+        os.environ["OMLX_COLD_CACHE_DIR"] = args.paged_ssd_cache_dir
+    if args.paged_ssd_cache_max_size is not None:
+        try:
+            os.environ["OMLX_COLD_CACHE_MAX_BYTES"] = str(parse_size(args.paged_ssd_cache_max_size, "size"))
+        except ValueError as exc:
+            parser.error(f"--paged-ssd-cache-max-size: {exc}")
+    if args.paged_ssd_cache_ttl is not None:
+        if args.paged_ssd_cache_ttl <= 0:
+            parser.error("--paged-ssd-cache-ttl: must be > 0 seconds")
+        os.environ["OMLX_COLD_CACHE_TTL_SECONDS"] = str(args.paged_ssd_cache_ttl)
     return serve(args.host, args.port, args.model_dir, args.max_concurrent_requests, args.api_key)
 
 

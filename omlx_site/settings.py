@@ -81,9 +81,13 @@ LOGGING = {
 # Cold tier of the KV block cache (cache/cold_tier.py; GC in cache/gc.py, run by cache/tasks.py).
 # Block files live in OMLX_COLD_CACHE_DIR/<model fingerprint>/; the cap and the TTL cover every
 # model's blocks together. None = unlimited / no expiry.
-OMLX_COLD_CACHE_DIR = Path(os.environ.get("OMLX_COLD_CACHE_DIR", OMLX_HOME / "cache")).expanduser()
-OMLX_COLD_CACHE_MAX_BYTES = None
-OMLX_COLD_CACHE_TTL_SECONDS = None
+# `omlx serve --paged-ssd-cache-dir off` (OMLX_COLD_CACHE_DIR=off) keeps blocks in RAM only.
+_cold_dir = os.environ.get("OMLX_COLD_CACHE_DIR", str(OMLX_HOME / "cache"))
+OMLX_COLD_CACHE_DIR = None if _cold_dir.lower() in ("", "off", "none") else Path(_cold_dir).expanduser()
+OMLX_COLD_CACHE_MAX_BYTES = int(os.environ["OMLX_COLD_CACHE_MAX_BYTES"]) if os.environ.get("OMLX_COLD_CACHE_MAX_BYTES") else None
+OMLX_COLD_CACHE_TTL_SECONDS = float(os.environ["OMLX_COLD_CACHE_TTL_SECONDS"]) if os.environ.get("OMLX_COLD_CACHE_TTL_SECONDS") else None
+# Hot tier (RAM) per model: bytes, "4GiB" or a percentage of RAM ("10%").
+OMLX_HOT_CACHE_MAX_SIZE = os.environ.get("OMLX_HOT_CACHE_MAX_SIZE", "10%")
 
 # The API server (`omlx serve` sets these from its flags; omlx_site/cli.py).
 # OMLX_MODEL_DIR: model folders (config.json + safetensors) at depth 1; none: the demo model.

@@ -18,6 +18,11 @@ def test_bad_flags(tmp_path):
     out = run_serve(tmp_path, "--port", "70000")
     assert out.returncode == 2
     assert "--port" in out.stderr
+    for flag, value in [("--hot-cache-max-size", "lots"), ("--paged-ssd-cache-max-size", "-5GB"),
+                        ("--paged-ssd-cache-ttl", "0")]:
+        out = run_serve(tmp_path, flag, value)
+        assert out.returncode == 2, (flag, out.stderr)
+        assert flag in out.stderr
 
 
 def test_port_in_use(tmp_path):

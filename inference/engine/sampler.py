@@ -76,9 +76,12 @@ class Sampler:
         tokens = tokens.astype(mx.uint32)
         logprobs = [None] * len(rows)
         for i, r in enumerate(rows):
+            r.step += 1
+            if r.plain_greedy and r.params.logprobs is None:
+                continue  # nothing per row to build: keep the hot path free of graph nodes
             if r.params.logprobs is not None:
                 logprobs[i] = self._logprobs(logits[i], tokens[i], r.params.logprobs)
-            self._advance(r, tokens[i])
+            self._count(r, tokens[i])
         return tokens, logprobs
 
     def _sample_row(self, x: mx.array, row: RowState) -> mx.array:
@@ -119,8 +122,7 @@ class Sampler:
         return chosen, top, lp[top]
 
     @staticmethod
-    def _advance(row: RowState, token: mx.array) -> None:
-        row.step += 1
+    def _count(row: RowState, token: mx.array) -> None:
         if row.counts is not None:
             row.counts = row.counts.at[token].add(1.0)
         if row.seen is not None:

@@ -107,3 +107,31 @@ def test_bad_cache_settings(path):
         LLM(path, hot_cache_max_size="lots")
     with pytest.raises(ValueError, match="cache_block_size"):
         LLM(path, cache_block_size=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pressure_on_both_tiers(path, uncached, tmp_path):
+    """A hot tier of three blocks, and a cold tier that GC keeps small: hits come from both
+    tiers and from recomputing what GC removed, and outputs never change."""
+    from cache import gc
+
+    system = _ids(40, 12)
+    prompts = [system + _ids(6 + 2 * i, 40 + i) for i in range(5)]
+    expected = [r.token_ids for r in _run(uncached, prompts, n=10)]
+    block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2
+    root = tmp_path / "ssd"
+    with LLM(path, cache_block_size=BLOCK, hot_cache_max_size=3 * block_bytes,
+             paged_ssd_cache_dir=str(root)) as llm:
+        cache = llm.engine.prefix_cache
+        cold_hits = 0
+        for round_ in range(3):
+            for prompt, tokens in zip(prompts, expected):
+                r = _run(llm, [prompt], n=10)[0]
+                assert r.token_ids == tokens
+                cold_hits += r.usage.cold_cached_tokens
+            llm.engine.call(lambda e: e.prefix_cache.cold.flush())
+            result = gc.collect(root, max_bytes=12 * block_bytes, ttl_seconds=None)
+            assert result.bytes <= 12 * block_bytes
+        assert cold_hits > 0
+        assert cache.hot.stats.evictions > 0
+        assert llm.engine.call(lambda e: e.prefix_cache.snapshot())["cold"]["writes"] > 0
