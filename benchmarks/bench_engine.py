@@ -71,24 +71,29 @@ class Omlx:
         self.llm = LLM(path, max_concurrent_requests=max_streams, step_token_budget=max(2048, max_streams))
 
     def run(self, prompts, max_tokens):
+        """Timestamps are taken by a callback on the engine thread as each event is published,
+        the way a server's relay receives them (no consumer thread per stream)."""
+        import threading
+
         from inference.engine import SamplingParams
 
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-        start = time.perf_counter()
-        streams = [self.llm.engine.submit(p, params) for p in prompts]
         stamps = [[] for _ in prompts]
-        import threading
+        left = [len(prompts)]
+        done = threading.Event()
 
-        def consume(i, stream):
-            for event in stream:
-                if event.token_ids:
-                    stamps[i].append(time.perf_counter())
+        def on_event(i, event):
+            if event.token_ids:
+                stamps[i].append(time.perf_counter())
+            if event.finished:
+                left[0] -= 1
+                if not left[0]:
+                    done.set()
 
-        threads = [threading.Thread(target=consume, args=(i, s)) for i, s in enumerate(streams)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        start = time.perf_counter()
+        for i, p in enumerate(prompts):
+            self.llm.engine.submit(p, params, callback=lambda e, i=i: on_event(i, e))
+        done.wait()
         return start, stamps
 
     def close(self):

@@ -267,12 +267,16 @@ class Engine:
                     self.prefix_cache.store(*self.runner.prompt_kv(request))
                 self.runner.start_decoding(request)
                 self.scheduler.started_decoding(request)
-        for request, token, logprob in self.runner.decode_step():
-            self._on_token(request, token, logprob)
+        ended = [end for request, token, logprob in self.runner.decode_step()
+                 if (end := self._on_token(request, token, logprob)) is not None]
+        if ended:
+            self._finish_all(ended)
 
-    def _on_token(self, request: Request, token: int, logprob) -> None:
+    def _on_token(self, request: Request, token: int, logprob):
+        """Record a generated token and publish it; returns (request, reason, None, last
+        event) when the token ends the request, for the caller to finish."""
         if request.status is not RequestStatus.DECODING:
-            return
+            return None
         request.output_token_ids.append(token)
         reason = None
         text = ""
@@ -290,22 +294,29 @@ class Engine:
         event = RequestOutput(request.request_id, text, [token], [logprob] if logprob else None)
         if reason is None:
             request.sink(event)
-        else:
-            self._finish(request, reason, first=event)
+            return None
+        return request, reason, None, event
 
-    def _finish(self, request: Request, reason: str, error: Optional[str] = None,
-                first: Optional[RequestOutput] = None) -> None:
-        """End a request: free its KV, send its last event (text still held back included)."""
-        self._keep_kv(request)
-        self.runner.drop([request])
-        self.scheduler.finish(request)
-        event = first or RequestOutput(request.request_id)
-        if reason in ("stop", "length"):
-            event.text += request.text_stream.flush()
-        event.finish_reason = reason
-        event.error = error
-        event.usage = request.usage()
-        request.sink(event)
+    def _finish(self, request: Request, reason: str, error: Optional[str] = None) -> None:
+        self._finish_all([(request, reason, error, None)])
+
+    def _finish_all(self, ended: List[tuple]) -> None:
+        """End requests, given as (request, reason, error, last event or None): keep their KV
+        in the prefix cache, free it (one batch filter for all), send each its last event
+        (with the text still held back)."""
+        requests = [request for request, _, _, _ in ended]
+        for request in requests:
+            self._keep_kv(request)
+        self.runner.drop(requests)
+        for request, reason, error, event in ended:
+            self.scheduler.finish(request)
+            event = event or RequestOutput(request.request_id)
+            if reason in ("stop", "length"):
+                event.text += request.text_stream.flush()
+            event.finish_reason = reason
+            event.error = error
+            event.usage = request.usage()
+            request.sink(event)
 
     def _keep_kv(self, request: Request) -> None:
         """Hand a decoding request's KV to the prefix cache before it is dropped."""
