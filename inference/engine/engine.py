@@ -179,8 +179,7 @@ class Engine:
             self.loaded = load_model(model_path, self.config.dtype)
             self.prefix_cache = self._make_prefix_cache()
             self.runner = ModelRunner(self.loaded)
-            self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache,
-                                       self.loaded.context_length)
+            self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
         except BaseException as exc:  # reported to the constructor's caller
             self._load_error = exc
             self._ready.set()

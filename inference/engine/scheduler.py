@@ -44,12 +44,10 @@ class Scheduler:
     nothing deadlocks or starves. A request that cannot fit even alone is rejected.
     """
 
-    def __init__(self, config: EngineConfig, kv_capacity: int, prefix_cache: PrefixCache,
-                 context_length: Optional[int] = None):
+    def __init__(self, config: EngineConfig, kv_capacity: int, prefix_cache: PrefixCache):
         self.config = config
         self.kv_capacity = kv_capacity
         self.prefix_cache = prefix_cache
-        self.context_length = context_length
         self.waiting: List[Request] = []  # sorted by arrival
         self.prefilling: List[Request] = []  # admission order
         self.decoding: List[Request] = []  # decode batch order

@@ -95,11 +95,32 @@ def test_forced_key_collisions_are_caught(path, uncached):
         assert llm.engine.prefix_cache.stats.collisions > 0
 
 
-def test_caching_off_and_unsplittable_models(path):
+def test_caching_off(path):
     with LLM(path, prefix_cache=False) as llm:
         assert not llm.engine.prefix_cache.wants_kv
         _run(llm, [_ids(20, 1)])
         assert _run(llm, [_ids(20, 1)])[0].usage.cached_tokens == 0
+
+
+def test_a_model_whose_kv_cannot_be_split_runs_without_the_cache(tmp_path, caplog):
+    """A sliding-window layer keeps a rotating KV buffer: no blocks, a log line, right output."""
+    import json
+
+    from inference.model_factory import build_model
+
+    model = build_model(tmp_path / "swa", arch="llama", preset="tiny")
+    config = json.loads((model / "config.json").read_text())
+    config.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+    (model / "config.json").write_text(json.dumps(config))
+    prompts = [_ids(40, 1), _ids(23, 2), _ids(9, 3)]
+    with caplog.at_level("WARNING", logger="omlx.engine"):
+        with LLM(model) as llm:
+            assert not llm.engine.prefix_cache.wants_kv
+            alone = [_run(llm, [p])[0] for p in prompts]
+            together = _run(llm, prompts)
+    assert "cannot be split into blocks" in caplog.text
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+    assert all(r.usage.cached_tokens == 0 for r in alone + together)
 
 
 def test_bad_cache_settings(path):
