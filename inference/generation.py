@@ -99,7 +99,7 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
             if values.get("seed") is not None:
                 values["seed"] += i  # n choices from one seed must differ
             params.append(SamplingParams(**values))
-        ids = [engine._prompt_ids(p) for p in prompts]  # validates all before submitting any
+        ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
     except ValueError as exc:
         return refuse(400, str(exc))
     except Exception as exc:  # a chat template that rejects the messages raises anything

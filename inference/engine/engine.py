@@ -118,7 +118,7 @@ class Engine:
         params = params if params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
-        token_ids = self._prompt_ids(prompt)
+        token_ids = self.validate_prompt(prompt)
         request_id = request_id or f"req-{next(_ids)}"
         stream = RequestStream(self, request_id)
         tok = self.loaded.tokenizer
@@ -153,7 +153,9 @@ class Engine:
             self._thread.join()
             _wait_for_os_thread_exit(self._thread.native_id)
 
-    def _prompt_ids(self, prompt: Prompt) -> List[int]:
+    def validate_prompt(self, prompt: Prompt) -> List[int]:
+        """The prompt's token ids; ValueError if it is empty, has ids outside the vocabulary or
+        does not fit the model's context."""
         if isinstance(prompt, str):
             ids = self.encode(prompt)
         elif isinstance(prompt, (list, tuple)) and all(
