@@ -20,6 +20,7 @@ from cache.prefix_cache import PrefixCache
 from cache.sizes import parse_size, total_ram
 
 from .config import EngineConfig
+from .grammar import compiler_for
 from .model_loader import LoadedModel, load_model
 from .model_runner import ModelRunner
 from .request import Request, RequestOutput, RequestStatus
@@ -122,12 +123,16 @@ class Engine:
         request_id = request_id or f"req-{next(_ids)}"
         stream = RequestStream(self, request_id)
         tok = self.loaded.tokenizer
+        grammar = None
+        if params.structured is not None:
+            grammar = compiler_for(tok, self.loaded.vocab_size).compile(params.structured)
         request = Request(
             request_id, token_ids, params,
             TextStream(streaming_detokenizer(tok), params.stop, params.include_stop_str_in_output),
             frozenset(tok.eos_token_ids),
             callback or stream.put,
             params.seed if params.seed is not None else random.getrandbits(63),
+            grammar,
         )
         self._inbox.put(("add", request))
         return stream
@@ -285,7 +290,7 @@ class Engine:
             reason = "stop"
         else:
             text, stopped = request.text_stream.add(token)
-            if stopped:
+            if stopped or (request.matcher is not None and request.matcher.finished):
                 reason = "stop"
         if reason is None and (
             len(request.output_token_ids) >= request.params.max_tokens

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from .model_loader import LoadedModel
@@ -88,11 +89,27 @@ class DecodeBatch:
         Those are the tokens of the previous step, computed while the host handled its
         results; except that rows which just joined get their first token from this very
         step (waited for), so joining costs no extra step of time to first token.
+
+        A batch with structured-output rows cannot sample ahead: a row's mask for this step
+        depends on its previous token. So the forward pass is queued first, the previous
+        tokens are waited for, the matchers advanced and the masks built while the forward
+        runs, and only then is this step's sampling queued. Batches without such rows keep
+        the plain pipeline. A matcher advances by each token exactly when it reaches the host.
         """
         logits = self.model(self._inputs[:, None], cache=self._cache)[:, -1, :]
-        tokens, logprobs = self.sampler.sample(logits, self._states)
-        mx.async_eval(tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None])
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
+        matchers = [s.matcher for s in self._states]
+        structured = any(m is not None for m in matchers)
+        host = masks = None
+        if structured:
+            mx.async_eval(logits)
+            host = previous.tolist()
+            for i, kind in enumerate(kinds):
+                if kind is NEW and matchers[i] is not None:
+                    matchers[i].advance(host[i])
+            masks = self._masks(matchers)
+        tokens, logprobs = self.sampler.sample(logits, self._states, masks)
+        mx.async_eval(tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None])
         self._inputs, self._logprobs = tokens, logprobs
         self._kinds = [NEW] * len(self.rows)
         results = []
@@ -102,11 +119,22 @@ class DecodeBatch:
                 if kind is PROMPT:
                     results.append((self.rows[i], now[i], _to_host(logprobs[i], now[i])))
                     self._kinds[i] = REPORTED
-        host = previous.tolist()
+                    if matchers[i] is not None:
+                        matchers[i].advance(now[i])
+        if host is None:
+            host = previous.tolist()
         for i, kind in enumerate(kinds):
             if kind is NEW:
                 results.append((self.rows[i], host[i], _to_host(previous_lp[i], host[i])))
         return results
+
+    def _masks(self, matchers) -> np.ndarray:
+        """The allowed-token bitmasks of the rows that have a matcher, in row order."""
+        active = [m for m in matchers if m is not None]
+        masks = np.empty((len(active), (self.sampler.vocab_size + 31) // 32), dtype=np.int32)
+        for row, m in zip(masks, active):
+            m.fill_mask(row)
+        return masks
 
 
 def _to_host(lp: Optional[tuple], token: int) -> Optional[TokenLogprob]:
@@ -155,8 +183,11 @@ class ModelRunner:
         return request.all_token_ids[: request.num_computed], layers
 
     def start_decoding(self, request: Request) -> None:
+        if request.grammar is not None:  # replayed: after a preemption the output is not empty
+            request.matcher = request.grammar.matcher(request.output_token_ids)
         state = self.sampler.make_row(
-            request.params, request.seed, request.prompt_token_ids, request.output_token_ids
+            request.params, request.seed, request.prompt_token_ids, request.output_token_ids,
+            request.matcher,
         )
         self.batch.join(request, state)
         request.status = RequestStatus.DECODING

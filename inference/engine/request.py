@@ -4,10 +4,13 @@ from __future__ import annotations
 import enum
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 from .sampling_params import SamplingParams
 from .text_stream import TextStream
+
+if TYPE_CHECKING:
+    from .grammar import Grammar, GrammarMatcher
 
 _arrivals = itertools.count()
 
@@ -76,6 +79,11 @@ class Request:
     a decoding request has the KV of all but its last token in the decode batch, and that
     last token is its next input. Preemption drops the KV and keeps the tokens, so
     recomputing it is a prefill of ``all_token_ids[:-1]`` like any new request.
+
+    A request with structured output carries its compiled ``grammar`` (shared, immutable) and,
+    while it decodes, a ``matcher``: the grammar advanced by every output token that reached
+    the host. The matcher is rebuilt from the output tokens each time the request joins the
+    decode batch, so preemption needs nothing else.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class Request:
         eos_token_ids: frozenset,
         sink: Callable[[RequestOutput], Any],
         seed: int,
+        grammar: Optional["Grammar"] = None,
     ):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -96,8 +105,8 @@ class Request:
         self.seed = seed
         self.arrival = next(_arrivals)
         self.stop_token_ids = frozenset(params.stop_token_ids) | (
-            frozenset() if params.ignore_eos else eos_token_ids
-        )
+            frozenset() if params.ignore_eos and grammar is None else eos_token_ids
+        )  # a grammar allows EOS only where the output may end
         self.output_token_ids: List[int] = []
         self.status = RequestStatus.WAITING
         self.num_computed = 0
@@ -105,6 +114,8 @@ class Request:
         self.cached_cold_tokens = 0
         self.num_preemptions = 0
         self.cache: Optional[list] = None
+        self.grammar = grammar
+        self.matcher: Optional["GrammarMatcher"] = None
 
     @property
     def all_token_ids(self) -> List[int]:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
+import numpy as np
 
+from .grammar import GrammarMatcher, unpack_mask
 from .sampling_params import SamplingParams
 
 _MASK = -float("inf")
@@ -26,7 +28,8 @@ class RowState:
     ``counts`` (times each token was generated, for presence/frequency penalties) and
     ``seen`` (1.0 for tokens in prompt or output, for the repetition penalty) exist only
     when the request uses those penalties; ``step`` counts tokens sampled so far, including
-    one still being computed.
+    one still being computed. ``matcher`` is the request's grammar position when its output
+    is structured: such a row samples only from the tokens its mask allows.
     """
 
     params: SamplingParams
@@ -34,10 +37,11 @@ class RowState:
     step: int
     counts: Optional[mx.array] = None
     seen: Optional[mx.array] = None
+    matcher: Optional[GrammarMatcher] = None
 
     @property
     def plain_greedy(self) -> bool:
-        return self.params.greedy and not self.params.uses_penalties
+        return self.params.greedy and not self.params.uses_penalties and self.matcher is None
 
 
 class Sampler:
@@ -46,8 +50,9 @@ class Sampler:
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def make_row(self, params: SamplingParams, seed: int, prompt: Sequence[int], output: Sequence[int]) -> RowState:
-        row = RowState(params, seed, step=len(output))
+    def make_row(self, params: SamplingParams, seed: int, prompt: Sequence[int], output: Sequence[int],
+                 matcher: Optional[GrammarMatcher] = None) -> RowState:
+        row = RowState(params, seed, step=len(output), matcher=matcher)
         if params.presence_penalty or params.frequency_penalty:
             row.counts = self._histogram(output)
         if params.repetition_penalty != 1.0:
@@ -60,18 +65,28 @@ class Sampler:
             counts = counts.at[mx.array(tokens)].add(1.0)
         return counts
 
-    def sample(self, logits: mx.array, rows: List[RowState]) -> Tuple[mx.array, List[Optional[tuple]]]:
+    def sample(self, logits: mx.array, rows: List[RowState],
+               masks: Optional[np.ndarray] = None) -> Tuple[mx.array, List[Optional[tuple]]]:
         """logits: [B, V] for the rows in order. Returns lazy tokens [B] (uint32) and, per row,
-        None or lazy (chosen logprob, top ids, top logprobs) when the row asked for logprobs."""
+        None or lazy (chosen logprob, top ids, top logprobs) when the row asked for logprobs.
+
+        ``masks`` holds the allowed-token bitmasks ([G, ceil(V / 32)] int32) of the rows that
+        have a matcher, in row order; it is None when no row has one."""
         logits = logits.astype(mx.float32)
         greedy = mx.argmax(logits, axis=-1)
         if all(r.plain_greedy for r in rows):
             tokens = greedy
         else:
-            picks = [
-                greedy[i : i + 1] if r.plain_greedy else self._sample_row(logits[i : i + 1], r)
-                for i, r in enumerate(rows)
-            ]
+            allowed = unpack_mask(mx.array(masks), logits.shape[-1]) if masks is not None else None
+            picks, g = [], 0
+            for i, r in enumerate(rows):
+                if r.plain_greedy:
+                    picks.append(greedy[i : i + 1])
+                    continue
+                mask = None
+                if r.matcher is not None:
+                    mask, g = allowed[g : g + 1], g + 1
+                picks.append(self._sample_row(logits[i : i + 1], r, mask))
             tokens = mx.concatenate(picks)
         tokens = tokens.astype(mx.uint32)
         logprobs = [None] * len(rows)
@@ -84,8 +99,10 @@ class Sampler:
             self._count(r, tokens[i])
         return tokens, logprobs
 
-    def _sample_row(self, x: mx.array, row: RowState) -> mx.array:
+    def _sample_row(self, x: mx.array, row: RowState, allowed: Optional[mx.array] = None) -> mx.array:
         p = row.params
+        if allowed is not None:
+            x = mx.where(allowed, x, _MASK)
         if row.seen is not None:
             penalized = mx.where(x > 0, x / p.repetition_penalty, x * p.repetition_penalty)
             x = mx.where(row.seen > 0, penalized, x)

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
+from .grammar import check_structured
+
 
 @dataclass
 class SamplingParams:
@@ -15,6 +17,9 @@ class SamplingParams:
     ``logprobs=N`` returns the sampled token's log-probability and the N most likely
     alternatives at each step (``0`` = only the sampled one; ``None`` = none).
     ``seed`` makes sampling reproducible whatever else runs in the same batch.
+    ``structured`` constrains the output to JSON while it is sampled: ``{"type": "json_object"}``
+    (any JSON object) or ``{"type": "json_schema", "schema": {...}}`` (a JSON Schema); the
+    output then ends ("stop") when the JSON is complete. See docs/engine.md.
     """
 
     max_tokens: int = 256
@@ -31,6 +36,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: Optional[int] = None
     include_stop_str_in_output: bool = False
+    structured: Optional[dict] = None
 
     MAX_LOGPROBS = 20
 
@@ -87,6 +93,7 @@ class SamplingParams:
             bad("logprobs", f"must be None or an integer in [0, {self.MAX_LOGPROBS}]")
         if not isinstance(self.ignore_eos, bool):
             bad("ignore_eos", "must be true or false")
+        check_structured(self.structured)
 
 
 def _is_int(x) -> bool:

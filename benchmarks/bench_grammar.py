@@ -1,0 +1,381 @@
+"""Grammar engines for structured output, side by side in one run: xgrammar, llguidance and
+outlines-core.
+
+For each engine, vocabulary and grammar it measures
+  - compile time: tokenizer preprocessing (once per model) and grammar compilation (once per
+    distinct schema);
+  - per generated token: computing the allowed-token bitmask, applying it to MLX logits
+    (bits unpacked on the device, disallowed logits set to -inf) and advancing the matcher by
+    the chosen token;
+and prints that per-token overhead as a fraction of one decode step of a model with the same
+vocabulary (batch 1, measured in the same run).
+
+Vocabularies: the tiny test tokenizer (1,024 tokens, tiny model) and a synthetic byte-level
+vocabulary of 151,936 tokens (Qwen2.5's size: words, numbers, JSON punctuation, whitespace runs,
+CJK) next to the Qwen2.5-0.5B-shaped random model. The model folders come from
+inference/model_factory.py (benchmarks/out/models of the main checkout if built, else /tmp).
+
+Tokens are chosen by a random walk: random logits, masked, argmax; a matcher that finishes is
+restarted. outlines-core compiles regular expressions only, so its "json_object" is the regex
+of ``{"type": "object"}`` (nesting depth-limited), not full JSON.
+
+    .venv/bin/python benchmarks/bench_grammar.py [--tokens N] [--engines a,b] [--skip-large]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import inference  # noqa: E402,F401  (fast BLAS before mlx)
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "address": {
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "zip": {"type": "string"}},
+            "required": ["street"],
+        },
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "scores": {"type": "array", "items": {"type": "number"}},
+        "active": {"type": "boolean"},
+    },
+    "required": ["name", "age", "role", "tags"],
+}
+GRAMMARS = {"json_object": {"type": "object"}, "json_schema": SCHEMA}
+
+
+# -- vocabularies --------------------------------------------------------------------------
+
+def model_folder(preset: str) -> Path:
+    from inference.model_factory import build_model
+
+    for base in (Path("/work/main/benchmarks/out/models"), REPO / "benchmarks" / "out" / "models",
+                 Path("/tmp/omlx-bench-grammar")):
+        path = base / f"qwen2-{preset}"
+        if (path / "config.json").exists():
+            return path
+    path = Path("/tmp/omlx-bench-grammar") / f"qwen2-{preset}"
+    print(f"building {preset} model in {path} ...", flush=True)
+    build_model(path, arch="qwen2", preset=preset, seed=0)
+    return path
+
+
+def tokenizer_vocab(folder: Path):
+    """(token bytes per id, eos id) of a model folder's byte-level BPE tokenizer."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    byte_of = _byte_decoder()
+    tokens = []
+    for i in range(len(tok)):
+        piece = tok.convert_ids_to_tokens(i)
+        if i in tok.all_special_ids:
+            tokens.append(piece.encode())
+        else:
+            tokens.append(bytes(byte_of[c] for c in piece))
+    return tokens, tok.eos_token_id, sorted(tok.all_special_ids)
+
+
+def _byte_decoder():
+    # GPT-2's printable stand-ins for the 256 byte values
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    chars, n = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(keep, chars)}
+
+
+def synthetic_vocab(size: int, seed: int = 0):
+    """A byte-level vocabulary of ``size`` tokens shaped like a large BPE vocabulary; the last
+    three ids are special tokens, the very last the EOS."""
+    rng = random.Random(seed)
+    tokens = [bytes([b]) for b in range(256)]
+    seen = set(tokens)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    punct = '{}[]":,.-_ \n\t'
+    kinds = ["word", "word", "word", "word", "Word", "digits", "punct", "space", "cjk"]
+    while len(tokens) < size - 3:
+        kind = rng.choice(kinds)
+        if kind in ("word", "Word"):
+            w = "".join(rng.choice(letters) for _ in range(rng.randint(2, 10)))
+            w = w.capitalize() if kind == "Word" else w
+            t = (" " + w if rng.random() < 0.5 else w).encode()
+        elif kind == "digits":
+            t = "".join(rng.choice("0123456789") for _ in range(rng.randint(2, 3))).encode()
+        elif kind == "punct":
+            t = "".join(rng.choice(punct) for _ in range(rng.randint(2, 5))).encode()
+        elif kind == "space":
+            t = (" " * rng.randint(2, 16) if rng.random() < 0.5 else "\n" + " " * rng.randint(0, 12)).encode()
+        else:
+            t = "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(rng.randint(1, 2))).encode()
+        if t not in seen:
+            seen.add(t)
+            tokens.append(t)
+    tokens += [b"<|endoftext|>", b"<|im_start|>", b"<|im_end|>"]
+    return tokens, size - 1, [size - 3, size - 2, size - 1]
+
+
+def _greedy_tokenize(tokens):
+    """Longest-match tokenization over the vocabulary (llguidance asks for a tokenizer)."""
+    index = {t: i for i, t in enumerate(tokens)}
+    longest = max(len(t) for t in tokens)
+
+    def encode(data: bytes):
+        out, i = [], 0
+        while i < len(data):
+            for n in range(min(longest, len(data) - i), 0, -1):
+                tid = index.get(data[i : i + n])
+                if tid is not None:
+                    out.append(tid)
+                    i += n
+                    break
+        return out
+
+    return encode
+
+
+# -- engines: make(tokens, eos, specials) -> compile(schema) -> matcher -------------------------
+
+class XGrammar:
+    name = "xgrammar"
+
+    def __init__(self, tokens, eos, specials, vocab_size):
+        import xgrammar as xgr
+        import torch
+
+        self.xgr, self.torch = xgr, torch
+        vocab = [t.decode("latin-1") if i not in specials else t.decode() for i, t in enumerate(tokens)]
+        info = xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW, vocab_size=vocab_size,
+                                 stop_token_ids=[eos])
+        self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+
+    def compile(self, schema):
+        if schema == {"type": "object"}:
+            return self.compiler.compile_builtin_json_grammar()
+        return self.compiler.compile_json_schema(json.dumps(schema))
+
+    def matcher(self, compiled):
+        return _XMatcher(self.xgr.GrammarMatcher(compiled), self.torch)
+
+
+class _XMatcher:
+    def __init__(self, m, torch):
+        self.m, self.torch = m, torch
+
+    def fill(self, bitmask):
+        self.m.fill_next_token_bitmask(self.torch.from_numpy(bitmask))
+
+    def advance(self, token):
+        assert self.m.accept_token(token)
+
+    def done(self):
+        return self.m.is_terminated()
+
+
+class LLGuidance:
+    name = "llguidance"
+
+    def __init__(self, tokens, eos, specials, vocab_size):
+        import llguidance
+
+        self.ll = llguidance
+        wrapper = _LLVocab(tokens, eos, specials)
+        self.tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapper), n_vocab=vocab_size)
+
+    def compile(self, schema):
+        grammar = self.ll.LLMatcher.grammar_from_json_schema(schema)
+        m = self.ll.LLMatcher(self.tokenizer, grammar, log_level=0)
+        assert not m.is_error(), m.get_error()
+        return m
+
+    def matcher(self, compiled):
+        return _LLMatcher(compiled.deep_copy())
+
+
+class _LLVocab:
+    def __init__(self, tokens, eos, specials):
+        # llguidance marks special tokens with a leading 0xFF byte
+        self.tokens = [b"\xff" + t if i in specials else t for i, t in enumerate(tokens)]
+        self.eos_token_id, self.bos_token_id = eos, None
+        self.special_token_ids = list(specials)
+        self._encode = _greedy_tokenize(tokens)
+
+    def __call__(self, data):
+        return self._encode(data if isinstance(data, bytes) else data.encode())
+
+
+class _LLMatcher:
+    def __init__(self, m):
+        self.m = m
+
+    def fill(self, bitmask):
+        self.m.unsafe_compute_mask_ptr(bitmask.ctypes.data, bitmask.nbytes)
+
+    def advance(self, token):
+        assert self.m.consume_token(token), self.m.get_error()
+
+    def done(self):
+        return self.m.is_stopped()
+
+
+class OutlinesCore:
+    name = "outlines-core"
+
+    def __init__(self, tokens, eos, specials, vocab_size):
+        import outlines_core
+
+        self.oc = outlines_core
+        mapping = {}
+        for i, t in enumerate(tokens):
+            if i not in specials:
+                mapping.setdefault(t, []).append(i)
+        self.vocab = outlines_core.Vocabulary(eos, mapping)
+
+    def compile(self, schema):
+        regex = self.oc.json_schema.build_regex_from_schema(json.dumps(schema))
+        return self.oc.Index(regex, self.vocab)
+
+    def matcher(self, compiled):
+        return _OCMatcher(self.oc.Guide(compiled))
+
+
+class _OCMatcher:
+    def __init__(self, g):
+        self.g = g
+
+    def fill(self, bitmask):
+        self.g.write_mask_into(bitmask.ctypes.data, bitmask.size, 4)
+
+    def advance(self, token):
+        self.g.advance(token, return_tokens=False)
+
+    def done(self):
+        return self.g.is_finished()
+
+
+ENGINES = {e.name: e for e in (XGrammar, LLGuidance, OutlinesCore)}
+
+
+# -- measurement ---------------------------------------------------------------------------
+
+def unpack(words: mx.array, vocab_size: int) -> mx.array:
+    """[B, W] int32 bitmask -> [B, V] bool, on the device."""
+    bits = mx.right_shift(words[..., None], mx.arange(32, dtype=mx.int32)) & 1
+    return bits.reshape(words.shape[0], -1)[:, :vocab_size].astype(mx.bool_)
+
+
+def walk(engine, compiled, vocab_size, n_tokens, seed=0):
+    """Per-token seconds (mask, apply, advance) over a masked random walk of n_tokens."""
+    bitmask = np.zeros((1, (vocab_size + 31) // 32), dtype=np.int32)
+    key = mx.random.key(seed)
+    m = engine.matcher(compiled)
+    fills, applies, advances = [], [], []
+    for step in range(n_tokens):
+        if m.done():
+            m = engine.matcher(compiled)
+        logits = mx.random.normal((1, vocab_size), key=mx.random.fold_in(key, step)) if hasattr(mx.random, "fold_in") \
+            else mx.random.normal((1, vocab_size), key=mx.random.key(seed * 100003 + step))
+        mx.eval(logits)
+        t0 = time.perf_counter()
+        m.fill(bitmask)
+        t1 = time.perf_counter()
+        masked = mx.where(unpack(mx.array(bitmask), vocab_size), logits, -mx.inf)
+        token = mx.argmax(masked, axis=-1).item()
+        t2 = time.perf_counter()
+        m.advance(token)
+        t3 = time.perf_counter()
+        fills.append(t1 - t0)
+        applies.append(t2 - t1)
+        advances.append(t3 - t2)
+    return statistics.median(fills), statistics.median(applies), statistics.median(advances)
+
+
+def decode_step_seconds(folder: Path, steps: int = 12) -> float:
+    """Median seconds of one batch-1 decode step of the model (argmax included)."""
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model, _ = load(str(folder))
+    cache = make_prompt_cache(model)
+    y = mx.array([[5] * 16])
+    mx.eval(model(y, cache=cache))
+    times = []
+    token = mx.array([[7]])
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        token = mx.argmax(model(token, cache=cache)[:, -1, :], axis=-1)[:, None]
+        mx.eval(token)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run_vocab(label, tokens, eos, specials, vocab_size, step_s, args, results):
+    print(f"\n== {label}: vocabulary {len(tokens)} tokens (model rows {vocab_size}); "
+          f"one decode step of the model: {step_s * 1e3:.2f} ms", flush=True)
+    print(f"{'engine':14} {'grammar':12} {'tok.prep ms':>11} {'compile ms':>10} {'mask us':>9} "
+          f"{'apply us':>9} {'advance us':>10} {'total us':>9} {'/ step':>7}")
+    for name in args.engines:
+        t0 = time.perf_counter()
+        engine = ENGINES[name](tokens, eos, specials, vocab_size)
+        prep = time.perf_counter() - t0
+        for gname, schema in GRAMMARS.items():
+            t0 = time.perf_counter()
+            try:
+                compiled = engine.compile(schema)
+            except Exception as exc:  # an engine that cannot compile a grammar is a result too
+                print(f"{name:14} {gname:12} failed: {type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            compile_s = time.perf_counter() - t0
+            fill, apply, advance = walk(engine, compiled, vocab_size, args.tokens)
+            total = fill + apply + advance
+            results.append(dict(vocab=label, engine=name, grammar=gname, tokenizer_prep_ms=prep * 1e3,
+                                compile_ms=compile_s * 1e3, mask_us=fill * 1e6, apply_us=apply * 1e6,
+                                advance_us=advance * 1e6, total_us=total * 1e6, ratio_to_step=total / step_s,
+                                decode_step_ms=step_s * 1e3))
+            print(f"{name:14} {gname:12} {prep * 1e3:11.1f} {compile_s * 1e3:10.1f} {fill * 1e6:9.1f} "
+                  f"{apply * 1e6:9.1f} {advance * 1e6:10.1f} {total * 1e6:9.1f} {total / step_s:7.3f}",
+                  flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=200, help="tokens per walk (default 200)")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset")
+    parser.add_argument("--skip-large", action="store_true", help="only the tiny vocabulary")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    args.engines = [e for e in args.engines.split(",") if e]
+    results = []
+
+    tiny = model_folder("tiny")
+    tokens, eos, specials = tokenizer_vocab(tiny)
+    run_vocab("tiny", tokens, eos, specials, json.loads((tiny / "config.json").read_text())["vocab_size"],
+              decode_step_seconds(tiny), args, results)
+    if not args.skip_large:
+        big = model_folder("qwen2.5-0.5b")
+        size = json.loads((big / "config.json").read_text())["vocab_size"]
+        tokens, eos, specials = synthetic_vocab(size)
+        run_vocab("qwen2.5-size", tokens, eos, specials, size, decode_step_seconds(big), args, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
