@@ -246,6 +246,7 @@ def test_stop_string_still_applies(llm):
     ({"type": "json_schema", "schema": {"type": "string", "pattern": "[a-"}}, "invalid JSON schema"),
     ({"type": "json_schema", "schema": {"type": "number", "minimum": float("nan")}}, "not JSON"),
     ({"type": "json_schema", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}, "invalid JSON schema"),
+    ({"type": "json_schema", "schema": {"type": "array", "uniqueItems": True}}, "Unimplemented keys"),
 ])
 def test_invalid_structured_values(value, why):
     with pytest.raises(ValueError, match=r"^structured=") as err:
