@@ -336,7 +336,7 @@ def run_vocab(label, tokens, eos, specials, vocab_size, step_s, args, results):
     print(f"\n== {label}: vocabulary {len(tokens)} tokens (model rows {vocab_size}); "
           f"one decode step of the model: {step_s * 1e3:.2f} ms", flush=True)
     print(f"{'engine':14} {'grammar':12} {'tok.prep ms':>11} {'compile ms':>10} {'mask us':>9} "
-          f"{'apply us':>9} {'advance us':>10} {'total us':>9} {'/ step':>7}")
+          f"{'apply us':>9} {'advance us':>10} {'total us':>9} {'% step':>7}")
     for name in args.engines:
         t0 = time.perf_counter()
         engine = ENGINES[name](tokens, eos, specials, vocab_size)
@@ -356,7 +356,7 @@ def run_vocab(label, tokens, eos, specials, vocab_size, step_s, args, results):
                                 advance_us=advance * 1e6, total_us=total * 1e6, ratio_to_step=total / step_s,
                                 decode_step_ms=step_s * 1e3))
             print(f"{name:14} {gname:12} {prep * 1e3:11.1f} {compile_s * 1e3:10.1f} {fill * 1e6:9.1f} "
-                  f"{apply * 1e6:9.1f} {advance * 1e6:10.1f} {total * 1e6:9.1f} {total / step_s:7.3f}",
+                  f"{apply * 1e6:9.1f} {advance * 1e6:10.1f} {total * 1e6:9.1f} {100 * total / step_s:7.2f}",
                   flush=True)
 
 

@@ -70,23 +70,25 @@ class Sampler:
         """logits: [B, V] for the rows in order. Returns lazy tokens [B] (uint32) and, per row,
         None or lazy (chosen logprob, top ids, top logprobs) when the row asked for logprobs.
 
-        ``masks`` holds the allowed-token bitmasks ([G, ceil(V / 32)] int32) of the rows that
-        have a matcher, in row order; it is None when no row has one."""
+        ``masks`` ([G, ceil(V / 32)] int32) are the allowed-token bitmasks of the G rows that
+        have a matcher, in row order, or None when none has: those rows' disallowed logits
+        become -inf, in one operation over the G rows, before anything else."""
         logits = logits.astype(mx.float32)
         greedy = mx.argmax(logits, axis=-1)
         if all(r.plain_greedy for r in rows):
             tokens = greedy
         else:
-            allowed = unpack_mask(mx.array(masks), logits.shape[-1]) if masks is not None else None
-            picks, g = [], 0
+            constrained = self._constrained(logits, rows, masks)
+            picks = []
             for i, r in enumerate(rows):
                 if r.plain_greedy:
                     picks.append(greedy[i : i + 1])
                     continue
-                mask = None
-                if r.matcher is not None:
-                    mask, g = allowed[g : g + 1], g + 1
-                picks.append(self._sample_row(logits[i : i + 1], r, mask))
+                x, best = constrained.get(i, (logits[i : i + 1], None))
+                if best is not None and r.params.greedy and not r.params.uses_penalties:
+                    picks.append(best)
+                else:
+                    picks.append(self._sample_row(x, r))
             tokens = mx.concatenate(picks)
         tokens = tokens.astype(mx.uint32)
         logprobs = [None] * len(rows)
@@ -99,10 +101,19 @@ class Sampler:
             self._count(r, tokens[i])
         return tokens, logprobs
 
-    def _sample_row(self, x: mx.array, row: RowState, allowed: Optional[mx.array] = None) -> mx.array:
+    @staticmethod
+    def _constrained(logits: mx.array, rows: List[RowState], masks: Optional[np.ndarray]) -> dict:
+        """{row index: (masked logits [1, V], lazy argmax [1])} for the rows with a matcher."""
+        index = [i for i, r in enumerate(rows) if r.matcher is not None]
+        if not index:
+            return {}
+        masked = mx.where(unpack_mask(mx.array(masks), logits.shape[-1]),
+                          logits[mx.array(index)] if len(index) < len(rows) else logits, _MASK)
+        best = mx.argmax(masked, axis=-1)
+        return {i: (masked[g : g + 1], best[g : g + 1]) for g, i in enumerate(index)}
+
+    def _sample_row(self, x: mx.array, row: RowState) -> mx.array:
         p = row.params
-        if allowed is not None:
-            x = mx.where(allowed, x, _MASK)
         if row.seen is not None:
             penalized = mx.where(x > 0, x / p.repetition_penalty, x * p.repetition_penalty)
             x = mx.where(row.seen > 0, penalized, x)
