@@ -7,9 +7,19 @@ how a job reaches ``run_job`` differs.
 Events (plain dicts, the same over any channel layer):
     {"kind": "accepted"}                      the engine took every choice of the job
     {"kind": "error", "status", "message"}    the job was refused (nothing else follows)
-    {"kind": "delta", "index", "text", "token_ids", "logprobs", "finish_reason", "usage", "error"}
-        new output of choice ``index``; the last delta of a choice has ``finish_reason`` and
-        ``usage`` ({"prompt_tokens", "completion_tokens", "cached_tokens"}).
+    {"kind": "delta", "index", "text", "reasoning", "tool_calls", "token_ids", "logprobs",
+     "finish_reason", "usage", "error"}
+        new output of choice ``index``: answer ``text`` (no reasoning, no tool-call markup),
+        ``reasoning`` text, and ``tool_calls`` completed with this delta ([{"id", "name",
+        "arguments"}], arguments as JSON text). The last delta of a choice has ``finish_reason``
+        ("stop", "length", "tool_calls" when a normal stop came after tool calls, "abort",
+        "error") and ``usage`` ({"prompt_tokens", "completion_tokens", "cached_tokens"}).
+
+A chat job is rendered with the model's chat template (``inference.chat.template``) and each of
+its choices is parsed (``inference.chat.output``): tools are offered to the template unless
+tool_choice is "none"; with tool_choice "auto" the model's calls are parsed out of its output;
+"required" or a named function constrains the output (``SamplingParams.structured``) to one
+call. Plain prompts (text completions) are neither rendered nor parsed.
 """
 from __future__ import annotations
 
@@ -20,6 +30,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Union
 
 from inference import relay
+from inference.chat.capabilities import capabilities
+from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser
+from inference.chat.reasoning import prompt_opens_reasoning
+from inference.chat.structured import check_tool_choice, check_tools, forces_call, tool_choice_structured
+from inference.chat.template import render_prompt
 
 logger = logging.getLogger("omlx.api")
 
@@ -38,6 +53,10 @@ class GenerationJob:
     n: int = 1
     messages: Optional[List[dict]] = None
     prompts: List[Union[str, List[int]]] = field(default_factory=list)
+    tools: Optional[List[dict]] = None  # OpenAI form: {"type": "function", "function": {...}}
+    tool_choice: Union[str, dict, None] = None  # "none" | "auto" | "required" | {"type": "function", ...}
+    chat_template_kwargs: dict = field(default_factory=dict)
+    parallel_tool_calls: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,25 +110,41 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
     except Exception as exc:
         logger.exception("loading %s failed", job.model)
         return refuse(500, f"The model '{job.model}' cannot be loaded: {exc}")
+    tokenizer = engine.tokenizer
+    structured = None
     try:
-        prompts = [_render_chat(engine, job.messages)] if job.messages is not None else job.prompts
+        check_tool_choice(job.tool_choice, check_tools(job.tools))
+        structured = job.params.get("structured") or tool_choice_structured(job.tools, job.tool_choice)
+        prompt_text = None
+        if job.messages is not None:
+            prompt_text = _render_chat(tokenizer, job, constrained=structured is not None)
+            prompts = [list(tokenizer.encode(prompt_text, add_special_tokens=False))]
+        else:
+            prompts = job.prompts
         params = []
         for i in range(job.n):
             values = dict(job.params)
+            if structured is not None:
+                values["structured"] = structured
             if values.get("seed") is not None:
                 values["seed"] += i  # n choices from one seed must differ
             params.append(SamplingParams(**values))
         ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
     except ValueError as exc:
         return refuse(400, str(exc))
+    except TypeError as exc:
+        if structured is not None and "structured" in str(exc):
+            return refuse(400, "Structured output (response_format, tool_choice required or named) "
+                               "is not available in this build")
+        return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
     except Exception as exc:  # a chat template that rejects the messages raises anything
         return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
-    tokenizer = engine.tokenizer
     index = 0
     publish(job.request_id, {"kind": "accepted"})
     for prompt_ids in ids:
         for choice_params in params:
-            sink = _sink(job.request_id, index, tokenizer, publish)
+            parser = _parser(job, tokenizer, prompt_text, structured) if job.messages is not None else None
+            sink = _sink(job.request_id, index, tokenizer, publish, parser)
             engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}", callback=sink)
             index += 1
     if _was_aborted(job.request_id):  # the abort came while the job was starting
@@ -117,14 +152,29 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
             engine.abort(choice_id)
 
 
-def _render_chat(engine, messages: List[dict]) -> List[int]:
-    rendered = engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    if hasattr(rendered, "keys") and "input_ids" in rendered:  # BatchEncoding
-        rendered = rendered["input_ids"]
-    return list(rendered)
+def _render_chat(tokenizer, job: GenerationJob, constrained: bool) -> str:
+    """The chat prompt. Constrained output (JSON) leaves no room for reasoning: thinking is
+    switched off unless the request set enable_thinking itself."""
+    kwargs = dict(job.chat_template_kwargs or {})
+    if constrained:
+        kwargs.setdefault("enable_thinking", False)
+    tools = job.tools if job.tool_choice != "none" else None
+    return render_prompt(tokenizer, job.messages, tools, kwargs)
 
 
-def _sink(request_id: str, index: int, tokenizer, publish: Publish):
+def _parser(job: GenerationJob, tokenizer, prompt_text: str, structured: Optional[dict]):
+    if forces_call(job.tool_choice):
+        return ToolChoiceParser()
+    found = capabilities(tokenizer)
+    if structured is not None:  # JSON by grammar: nothing to parse
+        return OutputParser()
+    parse_tools = bool(job.tools) and job.tool_choice != "none"
+    return OutputParser(found.tool_format if parse_tools else None, found.reasoning,
+                        in_reasoning=prompt_opens_reasoning(prompt_text, found.reasoning),
+                        max_calls=None if job.parallel_tool_calls else 1)
+
+
+def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None):
     def on_event(event) -> None:
         if event.finish_reason in ("abort", "error"):
             logger.info("%s-%d ended: %s %s", request_id, index, event.finish_reason, event.error or "")
@@ -133,10 +183,20 @@ def _sink(request_id: str, index: int, tokenizer, publish: Publish):
             usage = {"prompt_tokens": event.usage.prompt_tokens,
                      "completion_tokens": event.usage.completion_tokens,
                      "cached_tokens": event.usage.cached_tokens}
+        reason = event.finish_reason
+        if parser is None:
+            parsed = ParsedDelta(text=event.text)
+        else:
+            parsed = parser.feed(event.text)
+            if reason is not None:
+                parsed += parser.finish()
+                if reason == "stop" and parser.tool_calls:
+                    reason = "tool_calls"
         publish(request_id, {
-            "kind": "delta", "index": index, "text": event.text, "token_ids": list(event.token_ids),
+            "kind": "delta", "index": index, "text": parsed.text, "reasoning": parsed.reasoning,
+            "tool_calls": [call.to_event() for call in parsed.tool_calls], "token_ids": list(event.token_ids),
             "logprobs": _logprobs(event.logprobs, tokenizer) if event.logprobs else None,
-            "finish_reason": event.finish_reason, "usage": usage, "error": event.error,
+            "finish_reason": reason, "usage": usage, "error": event.error,
         })
 
     return on_event

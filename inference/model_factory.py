@@ -4,15 +4,18 @@ A built folder has the format of a checkpoint from the Hub: ``config.json`` with
 transformers uses for the ``model_type``, ``model.safetensors`` (or shards and
 ``model.safetensors.index.json`` past 2 GiB) with Hugging Face weight names,
 ``generation_config.json``, and a byte-level BPE tokenizer trained here on a synthetic corpus
-(``tokenizer.json``, ``tokenizer_config.json`` with a ChatML chat template,
-``special_tokens_map.json``). The files are a pure function of the arguments: the same call writes
+(``tokenizer.json``, ``tokenizer_config.json`` with a chat template,
+``special_tokens_map.json``). The chat template and the special tokens it uses are the family's
+(``inference.family_templates``: tool calls, tool results and, for qwen3, reasoning). The files are a pure function of the arguments: the same call writes
 the same bytes on every machine.
 
 The weights are drawn so that greedy decoding agrees between implementations (MLX and PyTorch in
 float32 pick the same token): the logits spread over tens of units, so the gap between the top two
 is far above float32 rounding, and attention scores have unit variance (sharper attention lets
 rounding differences grow through the layers). Only tokens that decode to printable ASCII, newline
-or ``<|im_end|>`` can win the argmax, so generated text is plain ASCII.
+or ``<|im_end|>`` can win the argmax, so generated text is plain ASCII (never a family's special
+token such as ``<think>`` or ``<tool_call>``). ``<|im_end|>`` is the end-of-sequence token of every
+family, also where the template ends turns with another token (llama's ``<|eot_id|>``).
 """
 import functools
 import json
@@ -21,6 +24,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
+
+from inference.family_templates import CHAT_TEMPLATES, SPECIAL_TOKENS
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -40,15 +45,13 @@ PRESETS = {
     ),
 }
 
-_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2
+_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 in every family
 _EOS, _PAD = "<|im_end|>", "<|endoftext|>"
 
-_CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+
+def _special_tokens(arch):
+    """The family's special tokens, after the common three (ids 3, 4, ...)."""
+    return _SPECIAL_TOKENS + SPECIAL_TOKENS[arch]
 
 _COMMON_FIELDS = dict(
     hidden_act="silu", initializer_range=0.02, attention_dropout=0.0, rope_scaling=None,
@@ -96,14 +99,15 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(_DTYPES)}")
     config = _config(arch, preset, dtype, overrides)
-    tokenizer_json = _train_tokenizer(min(config["vocab_size"], _MAX_TOKENIZER_VOCAB), seed)
+    specials = _special_tokens(arch)
+    tokenizer_json = _train_tokenizer(min(config["vocab_size"], _MAX_TOKENIZER_VOCAB), seed, specials)
     vocab = json.loads(tokenizer_json)["model"]["vocab"]
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-    _write_json(path / "tokenizer_config.json", _tokenizer_config())
+    _write_json(path / "tokenizer_config.json", _tokenizer_config(specials, CHAT_TEMPLATES[arch]))
     _write_json(path / "special_tokens_map.json", {
-        "additional_special_tokens": list(_SPECIAL_TOKENS[1:]),
+        "additional_special_tokens": list(specials[1:]),
         "eos_token": _added_token(_EOS), "pad_token": _added_token(_PAD),
     })
     _write_json(path / "config.json", config)
@@ -111,7 +115,7 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["bos_token_id"],
     })
-    _write_weights(path, _weights(arch, config, vocab, seed), dtype)
+    _write_weights(path, _weights(arch, config, vocab, seed, specials), dtype)
     return path
 
 
@@ -131,7 +135,7 @@ def _config(arch, preset, dtype, overrides):
             config["head_dim"] = config["hidden_size"] // heads
     if config.get("max_window_layers", 0) is None:
         config["max_window_layers"] = config["num_hidden_layers"]
-    if config["vocab_size"] < 256 + len(_SPECIAL_TOKENS):
+    if config["vocab_size"] < 256 + len(_special_tokens(arch)):
         raise ValueError("vocab_size must hold the 256 bytes and the special tokens")
     config.update(
         model_type=arch, torch_dtype=dtype,
@@ -140,7 +144,7 @@ def _config(arch, preset, dtype, overrides):
     return dict(sorted(config.items()))
 
 
-def _weights(arch, config, vocab, seed):
+def _weights(arch, config, vocab, seed, specials):
     """Yield (name, float32 array) pairs in Hugging Face order and naming.
 
     Inputs of the q/k/v/gate/up projections are RMS-normalised, so unit-variance weights over
@@ -173,7 +177,7 @@ def _weights(arch, config, vocab, seed):
     printable = set(map(chr, range(0x21, 0x7F))) | {"Ġ", "Ċ"}  # byte-level space and newline
     emitted = np.zeros(len(vocab), dtype=bool)
     for token, i in vocab.items():
-        emitted[i] = token == _EOS or (token not in _SPECIAL_TOKENS and set(token) <= printable)
+        emitted[i] = token == _EOS or (token not in specials and set(token) <= printable)
     tied = config["tie_word_embeddings"]
     yield "model.embed_tokens.weight", vocab_matrix(emitted if tied else np.ones(len(vocab), dtype=bool))
     for i in range(config["num_hidden_layers"]):
@@ -250,14 +254,14 @@ def _write_safetensors(path, tensors, code):
             f.write(np.ascontiguousarray(array).data)
 
 
-def _tokenizer_config():
+def _tokenizer_config(specials, chat_template):
     return {
         "add_bos_token": False, "add_prefix_space": False,
         "added_tokens_decoder": {
-            str(i): {**_added_token(token), "special": True} for i, token in enumerate(_SPECIAL_TOKENS)
+            str(i): {**_added_token(token), "special": True} for i, token in enumerate(specials)
         },
-        "additional_special_tokens": list(_SPECIAL_TOKENS[1:]), "bos_token": None,
-        "chat_template": _CHAT_TEMPLATE, "clean_up_tokenization_spaces": False, "eos_token": _EOS,
+        "additional_special_tokens": list(specials[1:]), "bos_token": None,
+        "chat_template": chat_template, "clean_up_tokenization_spaces": False, "eos_token": _EOS,
         "errors": "replace", "model_max_length": 131072, "pad_token": _PAD,
         "split_special_tokens": False, "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": None,
     }
@@ -268,10 +272,10 @@ def _added_token(content):
 
 
 @functools.lru_cache(maxsize=8)
-def _train_tokenizer(vocab_size, seed):
+def _train_tokenizer(vocab_size, seed, specials=_SPECIAL_TOKENS):
     """Train a GPT-2 style byte-level BPE (about 0.2 s) and return its tokenizer.json text.
 
-    The special tokens take ids 0, 1, 2 and the 256 byte tokens come next, so any text encodes.
+    The special tokens take the first ids and the 256 byte tokens come next, so any text encodes.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -280,7 +284,7 @@ def _train_tokenizer(vocab_size, seed):
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(_SPECIAL_TOKENS), show_progress=False,
+        vocab_size=vocab_size, special_tokens=list(specials), show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(_corpus(seed), trainer=trainer)

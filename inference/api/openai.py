@@ -6,6 +6,9 @@ import uuid
 
 from ninja import Router
 
+from inference.chat.structured import (check_tool_choice, check_tools, response_format_structured,
+                                       tool_choice_structured)
+from inference.chat.template import check_template_kwargs
 from inference.engine import SamplingParams
 from inference.generation import GenerationJob
 from inference.model_registry import get_registry
@@ -38,10 +41,13 @@ async def chat_completions(request, body: ChatCompletionRequest):
         messages = [m.template_dict() for m in body.messages]
     except ValueError as exc:
         raise ApiError(400, str(exc), param="messages") from None
+    tools, tool_choice, structured, template_kwargs = _chat_options(body)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    job = GenerationJob(f"chatcmpl-{uuid.uuid4().hex}", body.model, _params(body, max_tokens, logprobs),
-                        body.n, messages=messages)
+    job = GenerationJob(f"chatcmpl-{uuid.uuid4().hex}", body.model,
+                        _params(body, max_tokens, logprobs, structured), body.n, messages=messages,
+                        tools=tools, tool_choice=tool_choice, chat_template_kwargs=template_kwargs,
+                        parallel_tool_calls=body.parallel_tool_calls)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return await respond(job, ChatFormat(job.request_id, body.model), body.stream, include_usage)
 
@@ -68,7 +74,23 @@ def _check_model(model_id: str) -> None:
         raise ApiError(404, f"The model '{model_id}' does not exist", param="model", code="model_not_found")
 
 
-def _params(body, max_tokens, logprobs) -> dict:
+def _chat_options(body):
+    """tools, tool_choice, the structured-output constraint and the template kwargs of a chat
+    request, checked: bad values are a 400 before anything is queued."""
+    try:
+        tools = check_tools(body.tools)
+        tool_choice = check_tool_choice(body.tool_choice, tools)
+        structured = response_format_structured(body.response_format)
+        if structured is not None and tool_choice_structured(tools, tool_choice) is not None:
+            raise ValueError("response_format: cannot be combined with tool_choice 'required' or a named tool")
+        structured = structured or tool_choice_structured(tools, tool_choice)
+        template_kwargs = check_template_kwargs(body.chat_template_kwargs)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), param=str(exc).split(":")[0].split(".")[0].split("[")[0]) from None
+    return tools, tool_choice, structured, template_kwargs
+
+
+def _params(body, max_tokens, logprobs, structured=None) -> dict:
     """SamplingParams fields from the body (unset fields keep the engine's defaults), checked
     here so that bad values are a 400 before anything is queued."""
     values = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p,
@@ -80,6 +102,11 @@ def _params(body, max_tokens, logprobs) -> dict:
         values["ignore_eos"] = True
     if isinstance(values.get("stop"), list) and len(values["stop"]) > 4:
         raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
+    if structured is not None:
+        if "structured" not in SamplingParams.__dataclass_fields__:
+            raise ApiError(400, "Structured output (response_format, tool_choice required or named) is "
+                                "not available in this build", param="response_format")
+        values["structured"] = structured
     try:
         SamplingParams(**values)
     except ValueError as exc:

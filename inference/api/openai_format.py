@@ -21,7 +21,14 @@ def usage_body(usages: Dict[int, dict], n: int) -> dict:
 
 
 def finish_reason(reason: Optional[str]) -> Optional[str]:
-    return reason if reason in (None, "stop", "length") else "stop"
+    return reason if reason in (None, "stop", "length", "tool_calls") else "stop"
+
+
+def tool_call_body(call: dict, index: Optional[int] = None) -> dict:
+    """A tool call of a generation event in OpenAI's form (with ``index`` in stream deltas)."""
+    body = {"id": call["id"], "type": "function",
+            "function": {"name": call["name"], "arguments": call["arguments"]}}
+    return body if index is None else {"index": index, **body}
 
 
 class ChatFormat:
@@ -31,6 +38,7 @@ class ChatFormat:
         self.id = response_id
         self.model = model
         self.created = int(time.time())
+        self._calls: Dict[int, int] = {}  # choice index -> tool calls streamed so far
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -52,9 +60,18 @@ class ChatFormat:
         return body
 
     def delta_chunk(self, event: dict) -> Optional[dict]:
-        if not event["text"] and not event["logprobs"] and event["finish_reason"] is None:
+        reasoning, calls = event.get("reasoning"), event.get("tool_calls")
+        if not (event["text"] or reasoning or calls or event["logprobs"] or event["finish_reason"]):
             return None
-        delta = {"content": event["text"]} if event["text"] else {}
+        delta = {}
+        if reasoning:
+            delta["reasoning_content"] = reasoning
+        if event["text"]:
+            delta["content"] = event["text"]
+        if calls:
+            first = self._calls.get(event["index"], 0)
+            delta["tool_calls"] = [tool_call_body(call, first + k) for k, call in enumerate(calls)]
+            self._calls[event["index"]] = first + len(calls)
         return self.chunk(event["index"], delta, self.logprobs(event["logprobs"]), event["finish_reason"])
 
     def usage_chunk(self, usage: dict) -> dict:
@@ -65,12 +82,23 @@ class ChatFormat:
     def response(self, choices: List[dict], usage: dict) -> dict:
         body = self._head("chat.completion")
         body["choices"] = [
-            {"index": c["index"], "message": {"role": "assistant", "content": c["text"], "refusal": None},
+            {"index": c["index"], "message": self.message(c),
              "logprobs": self.logprobs(c["logprobs"]), "finish_reason": finish_reason(c["finish_reason"])}
             for c in choices
         ]
         body["usage"] = usage
         return body
+
+    @staticmethod
+    def message(choice: dict) -> dict:
+        """The assistant message of a collected choice: content is null when the answer is only
+        tool calls; reasoning_content is null when the model did not reason."""
+        calls = choice.get("tool_calls") or []
+        message = {"role": "assistant", "content": choice["text"] if choice["text"] or not calls else None,
+                   "refusal": None, "reasoning_content": choice.get("reasoning") or None}
+        if calls:
+            message["tool_calls"] = [tool_call_body(call) for call in calls]
+        return message
 
 
 class CompletionFormat(ChatFormat):

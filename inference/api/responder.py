@@ -72,8 +72,11 @@ async def _stop(job: GenerationJob, subscription: Subscription, done: bool) -> N
 
 
 async def _collect(job: GenerationJob, subscription: Subscription) -> List[dict]:
+    """Every choice's events added up: {"index", "text", "reasoning", "tool_calls", "logprobs",
+    "finish_reason", "usage"}."""
     choices: Dict[int, dict] = {
-        i: {"index": i, "text": "", "logprobs": None, "finish_reason": None, "usage": None}
+        i: {"index": i, "text": "", "reasoning": "", "tool_calls": [], "logprobs": None,
+            "finish_reason": None, "usage": None}
         for i in range(len(job.choice_ids()))
     }
     pending = set(choices)
@@ -81,6 +84,8 @@ async def _collect(job: GenerationJob, subscription: Subscription) -> List[dict]
         event = await subscription.receive()
         choice = choices[event["index"]]
         choice["text"] += event["text"]
+        choice["reasoning"] += event.get("reasoning") or ""
+        choice["tool_calls"] += event.get("tool_calls") or []
         if event["logprobs"]:
             choice["logprobs"] = (choice["logprobs"] or []) + event["logprobs"]
         if event["finish_reason"] is not None:

@@ -2,7 +2,7 @@
 send many); known fields are type-checked here and range-checked by SamplingParams."""
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from ninja import Schema
 from pydantic import ConfigDict, Field
@@ -20,10 +20,29 @@ class ContentPart(Schema):
     text: Optional[str] = None
 
 
+class ToolCallFunction(Schema):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: Union[str, Dict[str, Any]] = "{}"
+
+
+class ToolCall(Schema):
+    model_config = ConfigDict(extra="allow")
+    id: Optional[str] = None
+    type: str = "function"
+    function: ToolCallFunction
+
+
 class ChatMessage(Schema):
+    """A message of the conversation: assistant messages may carry ``tool_calls`` (and
+    ``reasoning_content``), tool messages answer one by ``tool_call_id``."""
+
     model_config = ConfigDict(extra="allow")
     role: str
     content: Union[str, List[ContentPart], None] = None
+    tool_calls: Optional[List[ToolCall]] = None
+    tool_call_id: Optional[str] = None
+    reasoning_content: Optional[str] = None
 
     def template_dict(self) -> dict:
         """The message as chat templates expect it: text parts joined into one string."""
@@ -64,6 +83,13 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: Optional[int] = None
     logprobs: bool = False
     top_logprobs: Optional[int] = None
+    # Checked in detail by inference.chat.structured (messages name the wrong part precisely).
+    tools: Optional[List[Dict[str, Any]]] = None
+    tool_choice: Union[str, Dict[str, Any], None] = None
+    parallel_tool_calls: bool = True
+    response_format: Optional[Dict[str, Any]] = None
+    chat_template_kwargs: Optional[Dict[str, Any]] = None
+    reasoning_effort: Optional[str] = None  # accepted, ignored: templates have no common knob
 
 
 class CompletionRequest(_Sampling):
