@@ -54,6 +54,20 @@ def test_items_become_chat_messages():
     ]
 
 
+def test_context_items_come_first_and_are_stored_typed():
+    from inference.api.responses_input import stored_items
+
+    earlier = stored_items("Hi") + [{"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
+                                     "content": [{"type": "output_text", "text": "Hello.", "annotations": []}]}]
+    assert earlier[0]["id"].startswith("msg_") and earlier[0]["content"] == [{"type": "input_text", "text": "Hi"}]
+    assert to_messages("Again", "Be brief", earlier) == [
+        {"role": "system", "content": "Be brief"}, {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Again"}]
+    with pytest.raises(ApiError) as caught:
+        to_messages([{"role": "nobody", "content": "x"}], None, earlier)
+    assert caught.value.param == "input[0].role"  # numbered within this request's input
+
+
 @pytest.mark.parametrize("items, param", [
     ([], "input"),
     ([{"role": "robot", "content": "x"}], "input[0].role"),
@@ -248,6 +262,51 @@ def test_function_call_output_round_trip(client):
     response = client.responses.create(model="tiny", input=items, max_output_tokens=4, temperature=0)
     assert response.status in ("completed", "incomplete")
     assert response.usage.input_tokens > without.usage.input_tokens + 5  # the call and its output were rendered
+
+
+def test_previous_response_id_continues_the_conversation(client):
+    first = client.responses.create(model="tiny", input="My name is Ada. Remember it.", max_output_tokens=5,
+                                    temperature=0, instructions="You are terse.")
+    assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
+    alone = client.responses.create(model="tiny", input="What is my name?", max_output_tokens=3, temperature=0,
+                                    store=False)
+    second = client.responses.create(model="tiny", input="What is my name?", max_output_tokens=3,
+                                     temperature=0, previous_response_id=first.id)
+    assert second.previous_response_id == first.id
+    # the first turn (without its instructions: they do not carry over) and its answer were in the prompt
+    assert second.usage.input_tokens >= alone.usage.input_tokens + 10
+    assert second.usage.input_tokens_details.cached_tokens > 0
+    events = list(client.responses.create(model="tiny", input=[{"role": "user", "content": "And now?"}],
+                                          max_output_tokens=3, temperature=0, previous_response_id=second.id,
+                                          stream=True))
+    third_id = events[0].response.id
+    third = client.responses.retrieve(third_id)
+    assert third.previous_response_id == second.id
+    assert third.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens
+
+    items = client.responses.input_items.list(second.id)
+    assert [(i.type, i.role, i.content[0].text) for i in items.data] == [("message", "user", "What is my name?")]
+    assert items.data[0].id.startswith("msg_")
+
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(alone.id)  # store=False
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="tiny", input="x", previous_response_id=third_id)
+    assert first.id in str(caught.value)  # the chain is broken where the deleted response was
+
+
+def test_input_items_pages(client):
+    items = [{"role": "user", "content": f"turn {i}"} for i in range(5)]
+    response = client.responses.create(model="tiny", input=items, max_output_tokens=1)
+    listed = client.responses.input_items.list(response.id, order="asc", limit=2)
+    assert [i.content[0].text for i in listed.data] == ["turn 0", "turn 1"] and listed.has_more
+    every = [i.content[0].text for i in client.responses.input_items.list(response.id, order="asc", limit=2)]
+    assert every == [f"turn {i}" for i in range(5)]  # the SDK pages with after=
+    newest = client.responses.input_items.list(response.id)
+    assert newest.data[0].content[0].text == "turn 4"
 
 
 @NEEDS_STRUCTURED

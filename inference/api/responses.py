@@ -1,14 +1,15 @@
 """POST /v1/responses: OpenAI's Responses API over the same generation path as chat completions.
 
 The request becomes one chat ``GenerationJob`` (``responses_input``); its events become the
-Response object or its stream of typed events (``responses_format``). Responses are not stored,
-so ``previous_response_id`` and item references are refused with a 400.
+Response object or its stream of typed events (``responses_format``). Finished responses are
+stored (``responses_store``) unless ``store`` is false, so that ``previous_response_id`` can
+continue a conversation; GET / DELETE /v1/responses/{id} and .../input_items read and remove them.
 """
 from __future__ import annotations
 
 import json
 import uuid
-from typing import AsyncIterator
+from typing import AsyncIterator, List, Optional
 
 from django.conf import settings
 from django.http import JsonResponse, StreamingHttpResponse
@@ -21,9 +22,10 @@ from inference.relay import Subscription
 
 from .auth import check_api_key
 from .errors import ApiError
+from . import responses_store
 from .responder import _start, _stop
 from .responses_format import ResponseBuilder
-from .responses_input import to_messages, to_structured, to_tool_choice, to_tools
+from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
 from .responses_schemas import ResponsesRequest
 
 router = Router(tags=["OpenAI"])
@@ -34,14 +36,15 @@ async def create_response(request, body: ResponsesRequest):
     check_api_key(request)
     if get_registry().path(body.model) is None:
         raise ApiError(404, f"The model '{body.model}' does not exist", param="model", code="model_not_found")
+    context = []
     if body.previous_response_id is not None:
-        raise ApiError(400, "previous_response_id is not supported: omlx does not store responses; "
-                            "send the whole conversation in 'input'", param="previous_response_id")
-    job, echo = _job(body)
+        context = await responses_store.context(body.previous_response_id)
+    job, echo = _job(body, context)
     builder = ResponseBuilder(job.request_id, body.model, echo)
+    saver = _Saver(body)
     subscription = await _start(job)
     if body.stream:
-        response = StreamingHttpResponse(_sse(job, builder, subscription), content_type="text/event-stream")
+        response = StreamingHttpResponse(_sse(job, builder, subscription, saver), content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
@@ -54,14 +57,63 @@ async def create_response(request, body: ResponsesRequest):
         await _stop(job, subscription, done)
     if builder.status == "failed":
         raise ApiError(500, builder.error["message"])
+    await saver.save(builder)
     return JsonResponse(builder.body())
 
 
-def _job(body: ResponsesRequest):
+@router.get("/responses/{response_id}")
+async def retrieve_response(request, response_id: str):
+    check_api_key(request)
+    return JsonResponse((await responses_store.get(response_id)).body)
+
+
+@router.delete("/responses/{response_id}")
+async def delete_response(request, response_id: str):
+    check_api_key(request)
+    await responses_store.delete(response_id)
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+@router.get("/responses/{response_id}/input_items")
+async def list_input_items(request, response_id: str, limit: int = 20, order: str = "desc",
+                           after: Optional[str] = None):
+    """The request's own input items (not those of earlier responses of its chain), paginated
+    as OpenAI's lists: ``order`` asc/desc, ``limit`` 1-100, ``after`` an item id."""
+    check_api_key(request)
+    if not 1 <= limit <= 100:
+        raise ApiError(400, f"limit={limit}: must be in [1, 100]", param="limit")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, f"order={order!r}: must be 'asc' or 'desc'", param="order")
+    items = (await responses_store.get(response_id)).input_items
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise ApiError(400, f"after={after!r}: no input item of this response has that id", param="after")
+        items = items[ids.index(after) + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+
+
+class _Saver:
+    """Stores a finished response (before its last stream event goes out, so a client that
+    continues from it at once finds it)."""
+
+    def __init__(self, body: ResponsesRequest):
+        self.items = stored_items(body.input) if body.store is not False else None
+
+    async def save(self, builder: ResponseBuilder) -> None:
+        if self.items is not None and builder.status in ("completed", "incomplete"):
+            await responses_store.save(builder.body(), self.items)
+
+
+def _job(body: ResponsesRequest, context: List[dict]):
     """The GenerationJob of a request and the fields its Response object repeats. Fields that
     GenerationJob / SamplingParams do not have in this build (tools, structured output) are a 400
     when asked for, never silently dropped."""
-    messages = to_messages(body.input, body.instructions)
+    messages = to_messages(body.input, body.instructions, context)
     chat_tools, echo_tools = to_tools(body.tools)
     tool_choice, echo_choice = to_tool_choice(body.tool_choice, echo_tools)
     structured, echo_text = to_structured(body.text)
@@ -84,7 +136,8 @@ def _job(body: ResponsesRequest):
         "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
         "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
         "text": echo_text, "reasoning": {"effort": effort} if effort is not None else None,
-        "metadata": body.metadata or {}, "user": body.user, "store": False,
+        "metadata": body.metadata or {}, "user": body.user, "store": body.store is not False,
+        "previous_response_id": body.previous_response_id,
     }
     return job, echo
 
@@ -116,7 +169,8 @@ def _params(body: ResponsesRequest, structured) -> dict:
     return values
 
 
-async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subscription) -> AsyncIterator[str]:
+async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subscription,
+               saver: _Saver) -> AsyncIterator[str]:
     keepalive = settings.OMLX_SSE_KEEPALIVE_SECONDS
     done = False
     try:
@@ -127,7 +181,10 @@ async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subsc
             if event is None:
                 yield ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
                 continue
-            for out in builder.feed(event):
+            events = builder.feed(event)
+            if builder.finished:
+                await saver.save(builder)
+            for out in events:
                 yield _sse_event(out)
         done = builder.status != "failed"
     finally:

@@ -3,6 +3,7 @@
 tools, a ``structured`` sampling constraint). Bad input raises ``ApiError(400)`` naming the field."""
 from __future__ import annotations
 
+import uuid
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .errors import ApiError
@@ -45,8 +46,9 @@ def _string(item: dict, key: str, param: str) -> str:
     return value
 
 
-def to_messages(input: Union[str, List[dict]], instructions: Optional[str]) -> List[dict]:
-    """Chat messages (OpenAI form, contract 2 of the project) from ``instructions`` and ``input``.
+def to_messages(input: Union[str, List[dict]], instructions: Optional[str], context: List[dict] = ()) -> List[dict]:
+    """Chat messages (OpenAI form, contract 2 of the project) from ``instructions``, the items
+    of earlier responses (``context``, already checked) and ``input``.
 
     Consecutive ``function_call`` items join the assistant message before them (one turn with
     text and tool calls); a ``function_call_output`` becomes a ``tool`` message; the text of a
@@ -57,14 +59,14 @@ def to_messages(input: Union[str, List[dict]], instructions: Optional[str]) -> L
     if instructions:
         messages.append({"role": "system", "content": instructions})
     if isinstance(input, str):
-        messages.append({"role": "user", "content": input})
-        return messages
+        input = [{"role": "user", "content": input}]
     if not input:
         raise _bad("input", "must not be empty")
     names: Dict[str, str] = {}  # call_id -> function name, for tool messages
     reasoning: List[str] = []
-    for i, item in enumerate(input):
-        param = f"input[{i}]"
+    numbered = [("previous_response_id", item) for item in context]
+    numbered += [(f"input[{i}]", item) for i, item in enumerate(input)]
+    for param, item in numbered:
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
             role = item.get("role")
@@ -184,3 +186,41 @@ def to_structured(text: Optional[dict]) -> Tuple[Optional[dict], dict]:
             body["description"] = fmt["description"]
         return {"type": "json_schema", "schema": schema}, {**echo, "format": body}
     raise _bad("text.format.type", f"must be 'text', 'json_object' or 'json_schema', not {kind!r}")
+
+
+def stored_items(input: Union[str, List[dict]]) -> List[dict]:
+    """``input`` (already accepted by ``to_messages``) as the typed items that
+    GET /v1/responses/{id}/input_items lists and a later request's context replays: each with
+    an id and a status, message content as a list of text parts."""
+    if isinstance(input, str):
+        input = [{"role": "user", "content": input}]
+    items = []
+    for item in input:
+        kind = item.get("type", "message")
+        if kind == "message":
+            text = _text(item["content"], "input")
+            if item["role"] == "assistant":
+                part = {"type": "output_text", "text": text, "annotations": []}
+            else:
+                part = {"type": "input_text", "text": text}
+            items.append({"id": item.get("id") or _new_id("msg"), "type": "message", "role": item["role"],
+                          "status": "completed", "content": [part]})
+        elif kind == "function_call":
+            items.append({"id": item.get("id") or _new_id("fc"), "type": kind, "status": "completed",
+                          "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]})
+        elif kind == "function_call_output":
+            items.append({"id": item.get("id") or _new_id("fco"), "type": kind, "status": "completed",
+                          "call_id": item["call_id"], "output": _text(item["output"], "input")})
+        elif kind == "reasoning":
+            items.append({"id": item.get("id") or _new_id("rs"), "type": kind,
+                          "summary": _parts(item.get("summary"), "summary_text"),
+                          "content": _parts(item.get("content"), "reasoning_text")})
+    return items
+
+
+def _parts(parts: Any, kind: str) -> List[dict]:
+    return [{"type": kind, "text": p["text"]} for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
