@@ -309,6 +309,31 @@ def test_input_items_pages(client):
     assert newest.data[0].content[0].text == "turn 4"
 
 
+def test_tools_reach_the_template_or_are_refused_clearly(client):
+    kwargs = dict(model="tiny", input="Weather in Paris?", max_output_tokens=3, temperature=0)
+    if not HAS_TOOLS:  # before the chat layer's tool support: a clear 400, never silently dropped
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.responses.create(tools=[WEATHER], **kwargs)
+        assert "tools" in str(caught.value)
+        return
+    plain = client.responses.create(**kwargs)
+    response = client.responses.create(tools=[WEATHER, {"type": "web_search"}], **kwargs)
+    assert [t.name for t in response.tools] == ["get_weather"] and response.tool_choice == "auto"
+    assert response.usage.input_tokens > plain.usage.input_tokens + 10
+
+
+def test_raw_stream_framing(omlx_server):
+    body = {"model": "tiny", "input": "Frame it.", "max_output_tokens": 3, "stream": True}
+    with httpx.stream("POST", omlx_server.url + "/v1/responses", json=body, timeout=60) as reply:
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        text = "".join(reply.iter_text())
+    blocks = [b for b in text.split("\n\n") if b.strip() and not b.startswith(":")]
+    for block in blocks:
+        event_line, data_line = block.split("\n")
+        assert event_line.split(": ", 1)[1] == json.loads(data_line.split(": ", 1)[1])["type"]
+    assert json.loads(blocks[-1].split("\n")[1][6:])["type"] in ("response.completed", "response.incomplete")
+
+
 @NEEDS_STRUCTURED
 def test_json_schema_format(client):
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
