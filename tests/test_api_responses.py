@@ -18,7 +18,8 @@ NEEDS_TOOLS = pytest.mark.skipif(not HAS_TOOLS, reason="GenerationJob has no 'to
 NEEDS_STRUCTURED = pytest.mark.skipif(not HAS_STRUCTURED,
                                       reason="SamplingParams has no 'structured' field yet (grammar branch)")
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                          "required": ["city"]}}  # bounded: a random-weight model never ends an unbounded string
 
 
 # -- the request translation ------------------------------------------------------------------
@@ -126,7 +127,8 @@ def test_builder_items_and_events_validate_in_the_sdk():
 
     builder = ResponseBuilder("resp_1", "tiny", {"tools": [], "tool_choice": "auto", "parallel_tool_calls": True})
     events = builder.start()
-    for delta in (_delta(reasoning="Think", tokens=2), _delta(reasoning=" more"), _delta(text="Hello"),
+    for delta in (_delta(reasoning="Think", tokens=2), _delta(tokens=2), _delta(reasoning=" more"),
+                  _delta(tokens=1), _delta(text="Hello"),
                   _delta(text=" you"),
                   _delta(tool_calls=[{"id": "call_1", "name": "f", "arguments": "{}"}], finish="tool_calls")):
         events += builder.feed(delta)
@@ -150,7 +152,7 @@ def test_builder_items_and_events_validate_in_the_sdk():
     assert final.output_text == "Hello you"
     assert final.output[2].call_id == "call_1"
     assert final.usage.input_tokens_details.cached_tokens == 4
-    assert final.usage.output_tokens_details.reasoning_tokens == 3
+    assert final.usage.output_tokens_details.reasoning_tokens == 5  # held-back tokens before " more" count
     assert final.status == "completed"
 
 
@@ -334,16 +336,61 @@ def test_raw_stream_framing(omlx_server):
     assert json.loads(blocks[-1].split("\n")[1][6:])["type"] in ("response.completed", "response.incomplete")
 
 
+@pytest.mark.skipif("chat_template_kwargs" not in GenerationJob.__dataclass_fields__,
+                    reason="needs the chat layer's reasoning parser (chat branch)")
+def test_qwen3_reasoning_item(tmp_path_factory, model_dir):
+    """The test qwen3 model's prompt opens <think> and a random model never closes it: all its
+    output is reasoning, unless reasoning.effort is "none" (enable_thinking false)."""
+    import shutil
+
+    from tests.conftest import ServerProcess
+
+    models = tmp_path_factory.mktemp("responses-qwen3")
+    shutil.copytree(model_dir("qwen3", "tiny"), models / "qwen3")
+    server = ServerProcess(["--model-dir", str(models)], tmp_path_factory.mktemp("omlx-home-qwen3"))
+    try:
+        with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
+                           _strict_response_validation=True) as client:
+            kwargs = dict(model="qwen3", input="Why is the sky blue?", max_output_tokens=12, temperature=0)
+            response = client.responses.create(**kwargs)
+            reasoning = response.output[0]
+            assert reasoning.type == "reasoning" and reasoning.id.startswith("rs_") and reasoning.content[0].text
+            assert response.usage.output_tokens_details.reasoning_tokens == response.usage.output_tokens == 12
+            assert response.output_text == ""
+            events = list(client.responses.create(stream=True, **kwargs))
+            deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+            assert deltas == reasoning.content[0].text
+            assert [e for e in events if e.type == "response.reasoning_text.done"][0].text == deltas
+
+            plain = client.responses.create(reasoning={"effort": "none"}, **kwargs)
+            assert [item.type for item in plain.output] == ["message"] and plain.output_text
+            assert plain.usage.output_tokens_details.reasoning_tokens == 0
+            assert plain.reasoning.effort == "none"
+    finally:
+        server.stop()
+
+
 @NEEDS_STRUCTURED
 def test_json_schema_format(client):
-    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
-              "additionalProperties": False}
-    response = client.responses.create(
-        model="tiny", input="Give a number.", max_output_tokens=64, temperature=0,
-        text={"format": {"type": "json_schema", "name": "number", "schema": schema, "strict": True}})
+    # bounded values: a random-weight model never ends an unbounded string or number by itself
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
+                                               "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"], "additionalProperties": False}
+    kwargs = dict(model="tiny", input="Answer in JSON.", max_output_tokens=64, temperature=0,
+                  text={"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}})
+    response = client.responses.create(**kwargs)
     assert response.status == "completed"
-    assert isinstance(json.loads(response.output_text)["answer"], int)
-    assert response.text.format.type == "json_schema"
+    value = json.loads(response.output_text)
+    assert set(value) == {"answer", "sure"} and len(value["answer"]) <= 12 and isinstance(value["sure"], bool)
+    assert response.text.format.type == "json_schema" and response.text.format.name == "answer"
+    events = list(client.responses.create(stream=True, **kwargs))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == response.output_text
+
+    anything = client.responses.create(model="tiny", input="JSON please.", max_output_tokens=48, temperature=0,
+                                       text={"format": {"type": "json_object"}})
+    if anything.status == "completed":  # an object can be unbounded: only a finished one must parse
+        assert isinstance(json.loads(anything.output_text), dict)
+    assert anything.output_text.lstrip().startswith("{")
 
 
 @NEEDS_TOOLS

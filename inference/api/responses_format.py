@@ -35,6 +35,8 @@ class ResponseBuilder:
         self.incomplete_reason: Optional[str] = None
         self.reasoning_tokens = 0
         self._open: Optional[dict] = None  # the item receiving deltas
+        self._held = 0  # tokens of text-less deltas not yet attributed
+        self._reasoning = False  # the last delta with output was reasoning
         self._sequence = 0
 
     @property
@@ -68,10 +70,9 @@ class ResponseBuilder:
         out: List[dict] = []
         reasoning = event.get("reasoning") or ""
         tool_calls = event.get("tool_calls") or []
+        self._count_tokens(event, reasoning, tool_calls)
         if reasoning:
             out += self._append("reasoning", reasoning)
-            if not event["text"] and not tool_calls:
-                self.reasoning_tokens += len(event.get("token_ids") or ())
         if event["text"]:
             out += self._append("message", event["text"])
         for call in tool_calls:
@@ -79,6 +80,20 @@ class ResponseBuilder:
         if event["finish_reason"] is not None:
             out += self._finish(event)
         return out
+
+    def _count_tokens(self, event: dict, reasoning: str, tool_calls: list) -> None:
+        """Reasoning tokens: those of deltas that carried only reasoning, and of the text-less
+        deltas (tokens an output parser held back) just before them or at the end of reasoning."""
+        tokens = len(event.get("token_ids") or ())
+        if event["text"] or tool_calls:
+            self._held, self._reasoning = 0, False
+        elif reasoning:
+            self.reasoning_tokens += self._held + tokens
+            self._held, self._reasoning = 0, True
+        elif self._reasoning and event["finish_reason"] is not None:
+            self.reasoning_tokens += self._held + tokens
+        else:
+            self._held += tokens
 
     def _append(self, kind: str, text: str) -> List[dict]:
         out: List[dict] = []
