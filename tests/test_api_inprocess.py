@@ -60,7 +60,9 @@ def test_openapi_docs(api):
 
     status, schema = asyncio.run(go())
     assert status == 200
-    assert set(schema["paths"]) == {"/v1/models", "/v1/chat/completions", "/v1/completions"}
+    assert set(schema["paths"]) == {"/v1/models", "/v1/chat/completions", "/v1/completions",
+                                    "/v1/responses", "/v1/responses/{response_id}",
+                                    "/v1/responses/{response_id}/input_items"}
 
 
 def test_chat_completion_direct(api):

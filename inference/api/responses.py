@@ -1,0 +1,195 @@
+"""POST /v1/responses: OpenAI's Responses API over the same generation path as chat completions.
+
+The request becomes one chat ``GenerationJob`` (``responses_input``); its events become the
+Response object or its stream of typed events (``responses_format``). Finished responses are
+stored (``responses_store``) unless ``store`` is false, so that ``previous_response_id`` can
+continue a conversation; GET / DELETE /v1/responses/{id} and .../input_items read and remove them.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import AsyncIterator, List, Optional
+
+from django.conf import settings
+from django.http import JsonResponse, StreamingHttpResponse
+from ninja import Router
+
+from inference.engine import SamplingParams
+from inference.generation import GenerationJob
+from inference.model_registry import get_registry
+from inference.relay import Subscription
+
+from .auth import check_api_key
+from .errors import ApiError
+from . import responses_store
+from .responder import _start, _stop
+from .responses_format import ResponseBuilder
+from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
+from .responses_schemas import ResponsesRequest
+
+router = Router(tags=["OpenAI"])
+
+
+@router.post("/responses")
+async def create_response(request, body: ResponsesRequest):
+    check_api_key(request)
+    if get_registry().path(body.model) is None:
+        raise ApiError(404, f"The model '{body.model}' does not exist", param="model", code="model_not_found")
+    context = []
+    if body.previous_response_id is not None:
+        context = await responses_store.context(body.previous_response_id)
+    job, echo = _job(body, context)
+    builder = ResponseBuilder(job.request_id, body.model, echo)
+    saver = _Saver(body)
+    subscription = await _start(job)
+    if body.stream:
+        response = StreamingHttpResponse(_sse(job, builder, subscription, saver), content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    done = False
+    try:
+        while not builder.finished:
+            builder.feed(await subscription.receive())
+        done = builder.status != "failed"
+    finally:
+        await _stop(job, subscription, done)
+    if builder.status == "failed":
+        raise ApiError(500, builder.error["message"])
+    await saver.save(builder)
+    return JsonResponse(builder.body())
+
+
+@router.get("/responses/{response_id}")
+async def retrieve_response(request, response_id: str):
+    check_api_key(request)
+    return JsonResponse((await responses_store.get(response_id)).body)
+
+
+@router.delete("/responses/{response_id}")
+async def delete_response(request, response_id: str):
+    check_api_key(request)
+    await responses_store.delete(response_id)
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+@router.get("/responses/{response_id}/input_items")
+async def list_input_items(request, response_id: str, limit: int = 20, order: str = "desc",
+                           after: Optional[str] = None):
+    """The request's own input items (not those of earlier responses of its chain), paginated
+    as OpenAI's lists: ``order`` asc/desc, ``limit`` 1-100, ``after`` an item id."""
+    check_api_key(request)
+    if not 1 <= limit <= 100:
+        raise ApiError(400, f"limit={limit}: must be in [1, 100]", param="limit")
+    if order not in ("asc", "desc"):
+        raise ApiError(400, f"order={order!r}: must be 'asc' or 'desc'", param="order")
+    items = (await responses_store.get(response_id)).input_items
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise ApiError(400, f"after={after!r}: no input item of this response has that id", param="after")
+        items = items[ids.index(after) + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+
+
+class _Saver:
+    """Stores a finished response (before its last stream event goes out, so a client that
+    continues from it at once finds it)."""
+
+    def __init__(self, body: ResponsesRequest):
+        self.items = stored_items(body.input) if body.store is not False else None
+
+    async def save(self, builder: ResponseBuilder) -> None:
+        if self.items is not None and builder.status in ("completed", "incomplete"):
+            await responses_store.save(builder.body(), self.items)
+
+
+def _job(body: ResponsesRequest, context: List[dict]):
+    """The GenerationJob of a request and the fields its Response object repeats. Fields that
+    GenerationJob / SamplingParams do not have in this build (tools, structured output) are a 400
+    when asked for, never silently dropped."""
+    messages = to_messages(body.input, body.instructions, context)
+    chat_tools, echo_tools = to_tools(body.tools)
+    tool_choice, echo_choice = to_tool_choice(body.tool_choice, echo_tools)
+    structured, echo_text = to_structured(body.text)
+    job_fields = GenerationJob.__dataclass_fields__
+    extra = {}
+    if chat_tools is not None:
+        if "tools" not in job_fields:
+            raise ApiError(400, "tools: function tools are not supported by this server", param="tools")
+        extra["tools"] = chat_tools
+        if tool_choice is not None:
+            extra["tool_choice"] = tool_choice
+    effort = body.reasoning.effort if body.reasoning else None
+    if effort is not None and "chat_template_kwargs" in job_fields:
+        # Templates with a thinking switch (Qwen3 and others) honour it; the others ignore it.
+        extra["chat_template_kwargs"] = {"enable_thinking": effort != "none"}
+    params = _params(body, structured)
+    job = GenerationJob(f"resp_{uuid.uuid4().hex}", body.model, params, 1, messages=messages, **extra)
+    echo = {
+        "instructions": body.instructions, "tools": echo_tools, "tool_choice": echo_choice,
+        "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
+        "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
+        "text": echo_text, "reasoning": {"effort": effort} if effort is not None else None,
+        "metadata": body.metadata or {}, "user": body.user, "store": body.store is not False,
+        "previous_response_id": body.previous_response_id,
+    }
+    return job, echo
+
+
+def _params(body: ResponsesRequest, structured) -> dict:
+    values = {"max_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
+              "top_k": body.top_k, "min_p": body.min_p, "repetition_penalty": body.repetition_penalty,
+              "seed": body.seed, "stop": body.stop}
+    values = {k: v for k, v in values.items() if v is not None}
+    if body.ignore_eos:
+        values["ignore_eos"] = True
+    if isinstance(body.stop, list) and len(body.stop) > 4:
+        raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
+    if structured is not None:
+        if "structured" not in SamplingParams.__dataclass_fields__:
+            raise ApiError(400, f"text.format: '{structured['type']}' is not supported by this server",
+                           param="text.format")
+        values["structured"] = structured
+    try:
+        SamplingParams(**values)
+    except ValueError as exc:
+        error = ApiError.bad_value(exc)
+        if error.param == "max_tokens":
+            error = ApiError(400, error.message.replace("max_tokens=", "max_output_tokens=", 1),
+                             param="max_output_tokens")
+        raise error from None
+    if "stop" in values:
+        values["stop"] = list(SamplingParams(**values).stop)  # a JSON-able list for the job
+    return values
+
+
+async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subscription,
+               saver: _Saver) -> AsyncIterator[str]:
+    keepalive = settings.OMLX_SSE_KEEPALIVE_SECONDS
+    done = False
+    try:
+        for event in builder.start():
+            yield _sse_event(event)
+        while not builder.finished:
+            event = await subscription.receive(keepalive)
+            if event is None:
+                yield ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
+                continue
+            events = builder.feed(event)
+            if builder.finished:
+                await saver.save(builder)
+            for out in events:
+                yield _sse_event(out)
+        done = builder.status != "failed"
+    finally:
+        await _stop(job, subscription, done)
+
+
+def _sse_event(event: dict) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"

@@ -1,0 +1,41 @@
+"""Request body of POST /v1/responses (OpenAI's Responses API). Unknown fields are accepted and
+ignored; ``input``, ``tools``, ``tool_choice`` and ``text`` are checked item by item in
+``responses_input`` (their many shapes give clearer messages there than a pydantic union)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Union
+
+from ninja import Schema
+from pydantic import ConfigDict
+
+
+class ReasoningConfig(Schema):
+    model_config = ConfigDict(extra="allow")
+    effort: Optional[str] = None
+
+
+class ResponsesRequest(Schema):
+    model_config = ConfigDict(extra="allow")
+    model: str
+    input: Union[str, List[Dict[str, Any]]]
+    instructions: Optional[str] = None
+    max_output_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    stream: bool = False
+    tools: Optional[List[Dict[str, Any]]] = None
+    tool_choice: Union[str, Dict[str, Any], None] = None
+    parallel_tool_calls: Optional[bool] = None
+    text: Optional[Dict[str, Any]] = None
+    reasoning: Optional[ReasoningConfig] = None
+    store: Optional[bool] = None
+    metadata: Optional[Dict[str, str]] = None
+    previous_response_id: Optional[str] = None
+    user: Optional[str] = None
+    # vLLM's extensions, as on the chat route (the SDK sends them with extra_body)
+    top_k: Optional[int] = None
+    min_p: Optional[float] = None
+    repetition_penalty: Optional[float] = None
+    seed: Optional[int] = None
+    stop: Union[str, List[str], None] = None
+    ignore_eos: bool = False
