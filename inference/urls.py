@@ -2,7 +2,8 @@
 from django.urls import path
 from ninja import NinjaAPI
 
-from inference.api import errors
+from inference.api import anthropic_errors, errors
+from inference.api.anthropic import router as anthropic_router
 from inference.api.openai import router as openai_router
 
 api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/v1/docs",
@@ -10,4 +11,10 @@ api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/
 api.add_router("/v1/", openai_router)
 errors.install(api)
 
-urlpatterns = [path("", api.urls)]
+# The Anthropic routes (/v1/messages...) answer errors in Anthropic's envelope: an API of their own.
+anthropic_api = NinjaAPI(title="omlx (Anthropic Messages)", version="1", urls_namespace="omlx-anthropic",
+                         docs_url=None, openapi_url="/v1/anthropic/openapi.json")
+anthropic_api.add_router("/v1/", anthropic_router)
+anthropic_errors.install(anthropic_api)
+
+urlpatterns = [path("", api.urls), path("", anthropic_api.urls)]
