@@ -1,6 +1,7 @@
 """The Anthropic Messages API end to end: a live `omlx serve` driven by the official anthropic SDK
 (strict response validation) and by httpx on the raw SSE stream."""
 import json
+import os
 import re
 import shutil
 
@@ -8,6 +9,7 @@ import anthropic
 import httpx
 import pytest
 
+from inference.engine import SamplingParams
 from inference.generation import GenerationJob
 from tests.conftest import ServerProcess
 
@@ -264,6 +266,8 @@ def test_malformed_json_is_a_400(http):
     ({"model": "tiny", "max_tokens": 4, "messages": USER, "tools": [WEATHER],
       "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice"),
     ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "sometimes"}}, "thinking"),
+    ({"model": "tiny", "max_tokens": 4, "messages": USER, "output_config": {"format": {"type": "xml"}}},
+     "output_config"),
     ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]},
      "image"),
@@ -291,9 +295,15 @@ def test_sdk_raises_the_right_classes(client):
 
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory, model_dir):
+    """A second server: an API key, and keep-alive pings after 1 ms without an event."""
     models = tmp_path_factory.mktemp("keyed-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    server = ServerProcess(["--model-dir", str(models), "--api-key", "s3cret"], tmp_path_factory.mktemp("keyed-home"))
+    os.environ["OMLX_SSE_KEEPALIVE_SECONDS"] = "0.001"
+    try:
+        server = ServerProcess(["--model-dir", str(models), "--api-key", "s3cret"],
+                               tmp_path_factory.mktemp("keyed-home"))
+    finally:
+        del os.environ["OMLX_SSE_KEEPALIVE_SECONDS"]
     yield server
     server.stop()
 
@@ -312,3 +322,34 @@ def test_api_key(keyed_server):
     for path in ("/v1/messages", "/v1/messages/count_tokens"):  # no key at all
         response = httpx.post(url + path, json={"model": "tiny", "max_tokens": 2, "messages": USER, "stream": True})
         envelope(response, 401, "authentication_error")
+
+
+def test_keepalive_pings_and_disconnect(keyed_server):
+    headers = {"x-api-key": "s3cret", "anthropic-version": "2023-06-01"}
+    body = {"model": "tiny", "max_tokens": 24, "messages": USER, "stream": True}
+    with httpx.stream("POST", keyed_server.url + "/v1/messages", json=body, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        events = sse_events(response)
+    types = " ".join(e["type"] for e in events)  # pings may come anywhere after message_start
+    assert re.fullmatch(r"message_start (ping )+(content_block_start (content_block_delta |ping )*"
+                        r"content_block_stop (ping )*)*message_delta message_stop", types), types
+    assert events[-2]["usage"]["output_tokens"] >= 1
+
+    body = dict(body, max_tokens=100000, ignore_eos=True)
+    with httpx.stream("POST", keyed_server.url + "/v1/messages", json=body, headers=headers, timeout=60) as response:
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        message_id = json.loads(first[6:])["message"]["id"]
+    assert keyed_server.wait_for_output(f"{message_id}-0 ended: abort")
+
+
+@pytest.mark.skipif("structured" not in SamplingParams.__dataclass_fields__,
+                    reason="SamplingParams has no structured field yet (contract 3, grammar branch)")
+def test_output_config_json_schema(client):
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "integer"}},
+              "required": ["answer", "score"], "additionalProperties": False}
+    message = client.messages.create(model="tiny", max_tokens=200, messages=USER,
+                                     output_config={"format": {"type": "json_schema", "schema": schema}})
+    data = json.loads(message.content[0].text)
+    assert set(data) == {"answer", "score"} and isinstance(data["score"], int)
+    assert message.stop_reason == "end_turn"

@@ -216,6 +216,21 @@ def template_kwargs(thinking: Optional[dict]) -> dict:
     raise _bad(f"thinking.type: must be enabled or disabled, got {kind!r}", "thinking")
 
 
+_FIELD_NAMES = {"stop": "stop_sequences", "structured": "output_config"}
+
+
+def output_format(body) -> Optional[dict]:
+    """output_config.format (or the beta top-level output_format) as SamplingParams.structured."""
+    config = body.output_config or {}
+    fmt = config.get("format") if isinstance(config, dict) else None
+    fmt = fmt if fmt is not None else body.output_format
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise _bad("output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config")
+    return {"type": "json_schema", "schema": fmt["schema"]}
+
+
 def sampling_values(body) -> dict:
     """SamplingParams fields of a messages request, checked now so that bad values are a 400.
     Stop sequences are kept in the output by the engine, so the view can tell which matched
@@ -223,13 +238,21 @@ def sampling_values(body) -> dict:
     values = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
               "top_k": body.top_k, "stop": body.stop_sequences or None}
     values = {k: v for k, v in values.items() if v is not None}
+    if body.ignore_eos:
+        values["ignore_eos"] = True
     if "stop" in values:
         values["include_stop_str_in_output"] = True
+    structured = output_format(body)
+    # SamplingParams.structured arrives with contract 3 (grammar branch); without it, ignored.
+    if structured is not None and "structured" in SamplingParams.__dataclass_fields__:
+        values["structured"] = structured
     try:
         SamplingParams(**values)
     except ValueError as exc:
         error = ApiError.bad_value(exc)
-        if error.param == "stop":
-            error.param, error.message = "stop_sequences", error.message.replace("stop=", "stop_sequences=", 1)
+        name = _FIELD_NAMES.get(error.param)
+        if name is not None:  # say it in the request's own terms
+            error.message = error.message.replace(f"{error.param}=", f"{name}=", 1)
+            error.param = name
         raise error from None
     return values

@@ -38,4 +38,7 @@ class MessagesRequest(_Prompt):
     top_k: Optional[int] = None
     stop_sequences: Optional[List[str]] = None
     stream: bool = False
+    ignore_eos: bool = False  # an omlx extension, as on the OpenAI routes
     metadata: Optional[Dict[str, Any]] = None
+    output_config: Optional[Dict[str, Any]] = None  # {effort, format: {type: json_schema, schema}}
+    output_format: Optional[Dict[str, Any]] = None  # the beta spelling of output_config.format
