@@ -8,6 +8,7 @@ import shutil
 import anthropic
 import httpx
 import pytest
+from django.conf import settings
 
 from inference.engine import SamplingParams
 from inference.generation import GenerationJob
@@ -353,3 +354,19 @@ def test_output_config_json_schema(client):
     data = json.loads(message.content[0].text)
     assert set(data) == {"answer", "score"} and isinstance(data["score"], int)
     assert message.stop_reason == "end_turn"
+
+
+def test_too_long_prompt_and_too_large_body(client, http):
+    long_text = " ".join(f"w{i}" for i in range(6000))  # more tokens than the tiny model's 4096 context
+    for stream in (False, True):
+        response = http.post("/v1/messages", json={"model": "tiny", "max_tokens": 4, "stream": stream,
+                                                   "messages": [{"role": "user", "content": long_text}]})
+        assert "context" in envelope(response, 400, "invalid_request_error")
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None:
+        pytest.skip("no request body limit configured")
+    response = http.post("/v1/messages", json={"model": "tiny", "max_tokens": 4,
+                                               "messages": [{"role": "user", "content": "x" * (limit + 1)}]})
+    envelope(response, 413, "request_too_large")
+    with pytest.raises(anthropic.RequestTooLargeError):
+        client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": "x" * (limit + 1)}])
