@@ -370,3 +370,8 @@ def test_too_long_prompt_and_too_large_body(client, http):
     envelope(response, 413, "request_too_large")
     with pytest.raises(anthropic.RequestTooLargeError):
         client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": "x" * (limit + 1)}])
+
+
+def test_openapi_schema_lists_the_routes(http):
+    paths = http.get("/v1/anthropic/openapi.json").json()["paths"]
+    assert {"/v1/messages", "/v1/messages/count_tokens"} <= set(paths)
