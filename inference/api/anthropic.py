@@ -70,9 +70,10 @@ def _job(body, request_id: str, params: dict) -> GenerationJob:
     messages = chat_messages(body.system, body.messages)
     tools = openai_tools(body.tools)
     extra = {"tools": tools, "tool_choice": openai_tool_choice(body.tool_choice, tools),
-             "chat_template_kwargs": template_kwargs(body.thinking)}
-    # tools, tool_choice and chat_template_kwargs are GenerationJob fields from contract 2 on;
-    # a GenerationJob without them renders the messages alone.
+             "chat_template_kwargs": template_kwargs(body.thinking),
+             "parallel_tool_calls": not (body.tool_choice or {}).get("disable_parallel_tool_use", False)}
+    # tools, tool_choice, chat_template_kwargs and parallel_tool_calls are GenerationJob fields
+    # from contract 2 on; a GenerationJob without them renders the messages alone.
     fields = GenerationJob.__dataclass_fields__
     extra = {name: value for name, value in extra.items() if name in fields}
     return GenerationJob(request_id, body.model, params, messages=messages, **extra)

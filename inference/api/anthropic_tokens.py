@@ -14,6 +14,11 @@ from inference.model_registry import get_registry
 
 from .errors import ApiError
 
+try:  # contract 2 (the chat layer): tools, tool_choice and template kwargs shape the prompt
+    from inference.chat.structured import tool_choice_structured as _tool_choice_structured
+except ImportError:
+    _tool_choice_structured = None
+
 _tokenizers: Dict[Tuple[Path, int], Tuple[object, threading.Lock]] = {}
 _load_lock = threading.Lock()
 
@@ -44,8 +49,13 @@ def _tokenizer(path: Path) -> Tuple[object, threading.Lock]:
 
 
 def render(tokenizer, job: GenerationJob) -> List[int]:
-    """The prompt token ids of a chat job, exactly as the worker renders them."""
-    return generation._render_chat(_TokenizerOnly(tokenizer), job.messages)
+    """The prompt token ids of a chat job, exactly as the worker (``generation.run_job``) renders
+    them: a forced tool call or structured output renders with thinking off."""
+    if _tool_choice_structured is None:  # before contract 2: the messages alone
+        return generation._render_chat(_TokenizerOnly(tokenizer), job.messages)
+    structured = job.params.get("structured") or _tool_choice_structured(job.tools, job.tool_choice)
+    text = generation._render_chat(tokenizer, job, constrained=structured is not None)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def count_prompt_tokens(job: GenerationJob) -> int:
