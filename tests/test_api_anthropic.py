@@ -202,19 +202,21 @@ def test_tool_and_thinking_history_is_accepted(client):
     assert count.input_tokens == total_input(message.usage)
 
 
+# Bounded strings: a random-weight model under a grammar never closes an unbounded one.
 WEATHER = {"name": "get_weather", "description": "Weather of a city",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                            "required": ["city"], "additionalProperties": False}}
 
 
 @needs_tools
 def test_tool_choice_any_returns_tool_use(client):
-    message = client.messages.create(model="tiny", max_tokens=64, tools=[WEATHER], tool_choice={"type": "any"},
+    message = client.messages.create(model="tiny", max_tokens=200, tools=[WEATHER], tool_choice={"type": "any"},
                                      messages=[{"role": "user", "content": "Weather in Paris?"}])
     tool_uses = [b for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and tool_uses
     assert tool_uses[0].name == "get_weather" and tool_uses[0].id.startswith("toolu_")
     assert isinstance(tool_uses[0].input.get("city"), str)
-    with client.messages.stream(model="tiny", max_tokens=64, tools=[WEATHER],
+    with client.messages.stream(model="tiny", max_tokens=200, tools=[WEATHER],
                                 tool_choice={"type": "tool", "name": "get_weather"},
                                 messages=[{"role": "user", "content": "Weather in Paris?"}]) as stream:
         final = stream.get_final_message()
@@ -296,9 +298,11 @@ def test_sdk_raises_the_right_classes(client):
 
 @pytest.fixture(scope="module")
 def keyed_server(tmp_path_factory, model_dir):
-    """A second server: an API key, and keep-alive pings after 1 ms without an event."""
+    """A second server: an API key, keep-alive pings after 1 ms without an event, and a qwen3
+    model (its template opens a <think> block when thinking is on)."""
     models = tmp_path_factory.mktemp("keyed-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
+    shutil.copytree(model_dir("qwen3", "tiny"), models / "qwen3")
     os.environ["OMLX_SSE_KEEPALIVE_SECONDS"] = "0.001"
     try:
         server = ServerProcess(["--model-dir", str(models), "--api-key", "s3cret"],
@@ -347,12 +351,13 @@ def test_keepalive_pings_and_disconnect(keyed_server):
 @pytest.mark.skipif("structured" not in SamplingParams.__dataclass_fields__,
                     reason="SamplingParams has no structured field yet (contract 3, grammar branch)")
 def test_output_config_json_schema(client):
-    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "integer"}},
-              "required": ["answer", "score"], "additionalProperties": False}
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
+                                               "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"], "additionalProperties": False}
     message = client.messages.create(model="tiny", max_tokens=200, messages=USER,
                                      output_config={"format": {"type": "json_schema", "schema": schema}})
     data = json.loads(message.content[0].text)
-    assert set(data) == {"answer", "score"} and isinstance(data["score"], int)
+    assert set(data) == {"answer", "sure"} and isinstance(data["sure"], bool)
     assert message.stop_reason == "end_turn"
 
 
@@ -375,3 +380,32 @@ def test_too_long_prompt_and_too_large_body(client, http):
 def test_openapi_schema_lists_the_routes(http):
     paths = http.get("/v1/anthropic/openapi.json").json()["paths"]
     assert {"/v1/messages", "/v1/messages/count_tokens"} <= set(paths)
+
+
+@needs_tools
+def test_qwen3_thinking_blocks(keyed_server):
+    with anthropic.Anthropic(base_url=keyed_server.url, api_key="s3cret", max_retries=0, timeout=120,
+                             _strict_response_validation=True) as c:
+        thinking = {"type": "enabled", "budget_tokens": 1024}
+        message = c.messages.create(model="qwen3", max_tokens=12, messages=USER, thinking=thinking, **GREEDY)
+        assert [b.type for b in message.content] == ["thinking"]  # a random model never closes </think>
+        block = message.content[0]
+        assert block.thinking.strip() and block.signature and "<think>" not in block.thinking
+        assert message.stop_reason == "max_tokens"
+        with c.messages.stream(model="qwen3", max_tokens=12, messages=USER, thinking=thinking, **GREEDY) as stream:
+            final = stream.get_final_message()
+        assert final.content[0].thinking == block.thinking and final.content[0].signature == block.signature
+        plain = c.messages.create(model="qwen3", max_tokens=12, messages=USER, thinking={"type": "disabled"}, **GREEDY)
+        assert [b.type for b in plain.content] == ["text"]
+        history = [*USER, {"role": "assistant", "content": [b.model_dump() for b in message.content] + [
+            {"type": "text", "text": "Caching keeps results."}]}, {"role": "user", "content": "More?"}]
+        follow = c.messages.create(model="qwen3", max_tokens=2, messages=history, thinking=thinking)
+        count = c.messages.count_tokens(model="qwen3", messages=history, thinking=thinking)
+        assert count.input_tokens == total_input(follow.usage)
+
+
+@pytest.mark.parametrize("raw", [b"[]", b"null", b'"text"', b"12"])
+def test_non_object_bodies_are_400(http, raw):
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        response = http.post(path, content=raw, headers={"content-type": "application/json"})
+        assert "JSON object" in envelope(response, 400, "invalid_request_error")

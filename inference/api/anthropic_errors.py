@@ -3,6 +3,7 @@ status each kind of error has in Anthropic's API. Installed on the NinjaAPI of t
 routes (inference/urls.py); the OpenAI routes keep OpenAI's envelope (errors.py)."""
 from __future__ import annotations
 
+import json
 import logging
 
 from django.core.exceptions import RequestDataTooBig
@@ -33,10 +34,15 @@ def install(api) -> None:
     @api.exception_handler(ApiError)
     def api_error(request, exc):
         message = f"{exc.param}: {exc.message}" if exc.param and not exc.message.startswith(exc.param) else exc.message
-        return error_response(exc.status, message)
+        response = error_response(exc.status, message)
+        for name, value in getattr(exc, "headers", {}).items():  # e.g. Retry-After with a 429
+            response[name] = value
+        return response
 
     @api.exception_handler(ValidationError)
     def validation_error(request, exc):
+        if not _is_json_object(request.body):
+            return error_response(400, "The request body must be a JSON object")
         first = exc.errors[0] if exc.errors else {}
         loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "payload")]
         message = first.get("msg", "invalid request")
@@ -61,3 +67,10 @@ def install(api) -> None:
     def server_error(request, exc):
         logger.exception("unhandled error in %s", request.path)
         return error_response(500, f"Internal error: {type(exc).__name__}: {exc}")
+
+
+def _is_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False
