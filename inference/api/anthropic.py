@@ -92,6 +92,9 @@ async def _stream(job: GenerationJob, builder: MessageBuilder) -> StreamingHttpR
     except Exception:
         logger.exception("counting the prompt of %s failed", job.request_id)
         input_tokens = 0
+    except BaseException:  # cancelled: the client went away before the stream began
+        await _stop(job, subscription, done=False)
+        raise
     response = StreamingHttpResponse(_events(job, builder, subscription, input_tokens),
                                      content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

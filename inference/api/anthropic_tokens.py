@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 from inference import generation
 from inference.generation import GenerationJob
@@ -19,7 +20,9 @@ try:  # contract 2 (the chat layer): tools, tool_choice and template kwargs shap
 except ImportError:
     _tool_choice_structured = None
 
-_tokenizers: Dict[Tuple[Path, int], Tuple[object, threading.Lock]] = {}
+MAX_TOKENIZERS = 8  # models whose tokenizer stays loaded here; the least recently used goes first
+
+_tokenizers: "OrderedDict[Tuple[Path, int], Tuple[object, threading.Lock]]" = OrderedDict()
 _load_lock = threading.Lock()
 
 
@@ -45,6 +48,9 @@ def _tokenizer(path: Path) -> Tuple[object, threading.Lock]:
             config = json.loads(config_file.read_text())
             tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
             entry = _tokenizers[key] = (tokenizer, threading.Lock())
+            while len(_tokenizers) > MAX_TOKENIZERS:
+                _tokenizers.popitem(last=False)
+        _tokenizers.move_to_end(key)
         return entry
 
 
