@@ -269,6 +269,8 @@ def test_malformed_json_is_a_400(http):
     ({"model": "tiny", "max_tokens": 4, "messages": USER, "tools": [WEATHER],
       "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice"),
     ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "sometimes"}}, "thinking"),
+    ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 1024},
+      "tools": [WEATHER], "tool_choice": {"type": "any"}}, "thinking"),
     ({"model": "tiny", "max_tokens": 4, "messages": USER, "output_config": {"format": {"type": "xml"}}},
      "output_config"),
     ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": [

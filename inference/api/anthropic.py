@@ -69,8 +69,11 @@ def _check_model(model_id: str) -> None:
 def _job(body, request_id: str, params: dict) -> GenerationJob:
     messages = chat_messages(body.system, body.messages)
     tools = openai_tools(body.tools)
-    extra = {"tools": tools, "tool_choice": openai_tool_choice(body.tool_choice, tools),
-             "chat_template_kwargs": template_kwargs(body.thinking),
+    tool_choice, kwargs = openai_tool_choice(body.tool_choice, tools), template_kwargs(body.thinking)
+    if kwargs.get("enable_thinking") and tool_choice not in (None, "auto", "none"):
+        # as Anthropic's API: a forced tool call leaves no room for thinking first
+        raise ApiError(400, "thinking may not be enabled when tool_choice forces tool use", param="thinking")
+    extra = {"tools": tools, "tool_choice": tool_choice, "chat_template_kwargs": kwargs,
              "parallel_tool_calls": not (body.tool_choice or {}).get("disable_parallel_tool_use", False)}
     # tools, tool_choice, chat_template_kwargs and parallel_tool_calls are GenerationJob fields
     # from contract 2 on; a GenerationJob without them renders the messages alone.
