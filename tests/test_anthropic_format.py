@@ -197,3 +197,14 @@ def test_thinking_maps_to_enable_thinking():
     assert template_kwargs({"type": "disabled"}) == {"enable_thinking": False}
     with pytest.raises(ApiError):
         template_kwargs({"type": "enabled", "budget_tokens": "lots"})
+
+
+def test_documents_read_as_text_and_errors_name_the_block():
+    out = chat_messages(None, messages({"role": "user", "content": [
+        {"type": "text", "text": "Summarise:"},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "The file."}}]}))
+    assert out == [{"role": "user", "content": "Summarise:\nThe file."}]
+    with pytest.raises(ApiError, match=r"messages\[0\]\.content\[1\]: only documents"):
+        chat_messages(None, messages({"role": "user", "content": [
+            {"type": "text", "text": "Read:"},
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]}))

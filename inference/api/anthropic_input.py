@@ -57,13 +57,17 @@ def _texts(content: Any, where: str) -> str:
     parts = []
     for i, block in enumerate(content):
         kind = _block_type(block, f"{where}[{i}]")
-        if kind == "text":
-            parts.append(_text_of(block, f"{where}[{i}]"))
-        elif kind == "document":
-            parts.append(_document_text(block, f"{where}[{i}]"))
-        elif kind == "image":
-            raise _bad(f"{where}[{i}]: image content blocks are not supported (the models read text only)")
+        if kind in ("text", "document", "image"):
+            parts.append(_block_text(block, kind, f"{where}[{i}]"))
     return "\n".join(parts)
+
+
+def _block_text(block: dict, kind: str, where: str) -> str:
+    if kind == "text":
+        return _text_of(block, where)
+    if kind == "document":
+        return _document_text(block, where)
+    raise _bad(f"{where}: image content blocks are not supported (the models read text only)")
 
 
 def system_text(system: Union[str, List[dict], None]) -> Optional[str]:
@@ -141,7 +145,7 @@ def _user(content, where: str) -> List[dict]:
         if kind == "tool_result":
             results.append(_tool_result(block, f"{where}[{j}]"))
         elif kind in ("text", "document", "image"):
-            texts.append(_texts([block], where))
+            texts.append(_block_text(block, kind, f"{where}[{j}]"))
             has_text = True
         elif kind == "tool_use":
             raise _bad(f"{where}[{j}]: tool_use blocks belong in assistant messages")
