@@ -2,7 +2,8 @@
 from django.urls import path
 from ninja import NinjaAPI
 
-from inference.api import errors
+from inference.api import anthropic_errors, errors
+from inference.api.anthropic import router as anthropic_router
 from inference.api.openai import router as openai_router
 from inference.api.responses import router as responses_router
 
@@ -12,4 +13,10 @@ api.add_router("/v1/", openai_router)
 api.add_router("/v1/", responses_router)
 errors.install(api)
 
-urlpatterns = [path("", api.urls)]
+# The Anthropic routes (/v1/messages...) answer errors in Anthropic's envelope: an API of their own.
+anthropic_api = NinjaAPI(title="omlx (Anthropic Messages)", version="1", urls_namespace="omlx-anthropic",
+                         docs_url=None, openapi_url="/v1/anthropic/openapi.json")
+anthropic_api.add_router("/v1/", anthropic_router)
+anthropic_errors.install(anthropic_api)
+
+urlpatterns = [path("", api.urls), path("", anthropic_api.urls)]

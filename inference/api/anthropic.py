@@ -1,0 +1,128 @@
+"""Anthropic-compatible routes: POST /v1/messages (streaming and not) and
+POST /v1/messages/count_tokens. Mounted on a NinjaAPI of their own (inference/urls.py) so that
+every error leaves in Anthropic's envelope (anthropic_errors.py)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import JsonResponse, StreamingHttpResponse
+from ninja import Router
+
+from inference.generation import GenerationJob
+from inference.model_registry import get_registry
+
+from .anthropic_format import PING, MessageBuilder, error_event, sse
+from .anthropic_input import chat_messages, openai_tool_choice, openai_tools, sampling_values, template_kwargs
+from .anthropic_schemas import CountTokensRequest, MessagesRequest
+from .anthropic_tokens import count_prompt_tokens
+from .auth import check_api_key
+from .errors import ApiError
+from .responder import _start, _stop
+
+logger = logging.getLogger("omlx.api")
+
+router = Router(tags=["Anthropic"])
+
+
+@router.post("/messages")
+async def messages(request, body: MessagesRequest):
+    check_api_key(request)
+    _check_model(body.model)
+    job = _job(body, f"msg_{uuid.uuid4().hex}", sampling_values(body))
+    builder = MessageBuilder(job.request_id, body.model, body.stop_sequences or ())
+    if body.stream:
+        return await _stream(job, builder)
+    subscription = await _start(job)
+    done = False
+    try:
+        while not done:
+            event = await subscription.receive()
+            if event.get("kind") != "delta":
+                continue
+            if event["finish_reason"] in ("error", "abort"):
+                raise ApiError(500, f"Generation failed: {event['error'] or event['finish_reason']}")
+            builder.feed(event)
+            done = event["finish_reason"] is not None
+    finally:
+        await _stop(job, subscription, done)
+    return JsonResponse(builder.message())
+
+
+@router.post("/messages/count_tokens")
+async def count_tokens(request, body: CountTokensRequest):
+    check_api_key(request)
+    _check_model(body.model)
+    job = _job(body, f"count_{uuid.uuid4().hex}", {})
+    count = await sync_to_async(count_prompt_tokens, thread_sensitive=False)(job)
+    return {"input_tokens": count}
+
+
+def _check_model(model_id: str) -> None:
+    if get_registry().path(model_id) is None:
+        raise ApiError(404, f"The model '{model_id}' does not exist", param="model")
+
+
+def _job(body, request_id: str, params: dict) -> GenerationJob:
+    messages = chat_messages(body.system, body.messages)
+    tools = openai_tools(body.tools)
+    tool_choice, kwargs = openai_tool_choice(body.tool_choice, tools), template_kwargs(body.thinking)
+    if kwargs.get("enable_thinking") and tool_choice not in (None, "auto", "none"):
+        # as Anthropic's API: a forced tool call leaves no room for thinking first
+        raise ApiError(400, "thinking may not be enabled when tool_choice forces tool use", param="thinking")
+    extra = {"tools": tools, "tool_choice": tool_choice, "chat_template_kwargs": kwargs,
+             "parallel_tool_calls": not (body.tool_choice or {}).get("disable_parallel_tool_use", False)}
+    # tools, tool_choice, chat_template_kwargs and parallel_tool_calls are GenerationJob fields
+    # from contract 2 on; a GenerationJob without them renders the messages alone.
+    fields = GenerationJob.__dataclass_fields__
+    extra = {name: value for name, value in extra.items() if name in fields}
+    return GenerationJob(request_id, body.model, params, messages=messages, **extra)
+
+
+async def _stream(job: GenerationJob, builder: MessageBuilder) -> StreamingHttpResponse:
+    # message_start carries the prompt's token count: counted here while the worker takes the job.
+    counting = asyncio.ensure_future(sync_to_async(count_prompt_tokens, thread_sensitive=False)(job))
+    try:
+        subscription = await _start(job)
+    except BaseException:
+        counting.cancel()
+        raise
+    try:
+        input_tokens = await counting
+    except Exception:
+        logger.exception("counting the prompt of %s failed", job.request_id)
+        input_tokens = 0
+    except BaseException:  # cancelled: the client went away before the stream began
+        await _stop(job, subscription, done=False)
+        raise
+    response = StreamingHttpResponse(_events(job, builder, subscription, input_tokens),
+                                     content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _events(job, builder: MessageBuilder, subscription, input_tokens: int):
+    keepalive = settings.OMLX_SSE_KEEPALIVE_SECONDS
+    done = False
+    try:
+        for event in builder.start_events(input_tokens):
+            yield sse(event)
+        while not done:
+            event = await subscription.receive(keepalive)
+            if event is None:
+                yield sse(PING)  # keeps clients and proxies waiting through a long prefill
+                continue
+            if event.get("kind") != "delta":
+                continue
+            if event["finish_reason"] in ("error", "abort"):
+                yield sse(error_event("api_error", f"Generation failed: {event['error'] or event['finish_reason']}"))
+                return
+            for out in builder.feed(event):
+                yield sse(out)
+            done = event["finish_reason"] is not None
+    finally:
+        await _stop(job, subscription, done)

@@ -1,0 +1,44 @@
+"""Request bodies of the Anthropic Messages routes. Unknown fields are accepted and ignored (clients
+such as Claude Code send many: metadata, service_tier, container, mcp_servers, cache_control...).
+Content blocks stay plain dicts: ``anthropic_input`` checks the kinds it knows and skips the rest."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Union
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+
+class InputMessage(Schema):
+    model_config = ConfigDict(extra="allow")
+    role: str
+    content: Union[str, List[Dict[str, Any]]]
+
+
+class _Prompt(Schema):
+    """What count_tokens and messages share: everything that shapes the rendered prompt."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: List[InputMessage] = Field(..., min_length=1)
+    system: Union[str, List[Dict[str, Any]], None] = None
+    tools: Optional[List[Dict[str, Any]]] = None
+    tool_choice: Optional[Dict[str, Any]] = None
+    thinking: Optional[Dict[str, Any]] = None
+
+
+class CountTokensRequest(_Prompt):
+    pass
+
+
+class MessagesRequest(_Prompt):
+    max_tokens: int  # required, as in Anthropic's API
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_k: Optional[int] = None
+    stop_sequences: Optional[List[str]] = None
+    stream: bool = False
+    ignore_eos: bool = False  # an omlx extension, as on the OpenAI routes
+    metadata: Optional[Dict[str, Any]] = None
+    output_config: Optional[Dict[str, Any]] = None  # {effort, format: {type: json_schema, schema}}
+    output_format: Optional[Dict[str, Any]] = None  # the beta spelling of output_config.format

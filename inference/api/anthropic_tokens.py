@@ -1,0 +1,81 @@
+"""Prompt token counts in the view process without loading a model: the model folder's tokenizer
+alone (loaded once per folder and cached), rendering a job's messages with the worker's own code,
+so that a count equals the ``prompt_tokens`` the engine will report for the same job."""
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import List, Tuple
+
+from inference import generation
+from inference.generation import GenerationJob
+from inference.model_registry import get_registry
+
+from .errors import ApiError
+
+try:  # contract 2 (the chat layer): tools, tool_choice and template kwargs shape the prompt
+    from inference.chat.structured import tool_choice_structured as _tool_choice_structured
+except ImportError:
+    _tool_choice_structured = None
+
+MAX_TOKENIZERS = 8  # models whose tokenizer stays loaded here; the least recently used goes first
+
+_tokenizers: "OrderedDict[Tuple[Path, int], Tuple[object, threading.Lock]]" = OrderedDict()
+_load_lock = threading.Lock()
+
+
+class _TokenizerOnly:
+    """What the worker's renderer reads of an engine: its tokenizer."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+
+def _tokenizer(path: Path) -> Tuple[object, threading.Lock]:
+    """The tokenizer of a model folder and the lock that serialises its use (a Rust tokenizer
+    must not be used from two threads at once). Reloaded when the folder's config changes."""
+    from mlx_lm.utils import load_tokenizer
+
+    config_file = path / "config.json"
+    key = (path, config_file.stat().st_mtime_ns)
+    with _load_lock:
+        entry = _tokenizers.get(key)
+        if entry is None:
+            for old in [k for k in _tokenizers if k[0] == path]:
+                del _tokenizers[old]
+            config = json.loads(config_file.read_text())
+            tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+            entry = _tokenizers[key] = (tokenizer, threading.Lock())
+            while len(_tokenizers) > MAX_TOKENIZERS:
+                _tokenizers.popitem(last=False)
+        _tokenizers.move_to_end(key)
+        return entry
+
+
+def render(tokenizer, job: GenerationJob) -> List[int]:
+    """The prompt token ids of a chat job, exactly as the worker (``generation.run_job``) renders
+    them: a forced tool call or structured output renders with thinking off."""
+    if _tool_choice_structured is None:  # before contract 2: the messages alone
+        return generation._render_chat(_TokenizerOnly(tokenizer), job.messages)
+    structured = job.params.get("structured") or _tool_choice_structured(job.tools, job.tool_choice)
+    text = generation._render_chat(tokenizer, job, constrained=structured is not None)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def count_prompt_tokens(job: GenerationJob) -> int:
+    """Tokens of the job's rendered prompt (blocking: run it off the event loop). ApiError 404
+    for an unknown model, 400 when the chat template rejects the messages."""
+    path = get_registry().path(job.model)
+    if path is None:
+        raise ApiError(404, f"The model '{job.model}' does not exist", param="model")
+    try:
+        tokenizer, lock = _tokenizer(path)
+    except Exception as exc:
+        raise ApiError(500, f"The tokenizer of '{job.model}' cannot be loaded: {exc}") from exc
+    with lock:
+        try:
+            return len(render(tokenizer, job))
+        except Exception as exc:  # a chat template that rejects the messages raises anything
+            raise ApiError(400, f"The messages cannot be rendered with the model's chat template: {exc}") from None
