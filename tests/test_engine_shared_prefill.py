@@ -47,25 +47,28 @@ def _computed(results):
     return sum(r.usage.computed_prompt_tokens for r in results)
 
 
-def test_identical_prompts_compute_the_prompt_once(path, uncached):
-    prompt = _ids(45, 1)
+@pytest.mark.parametrize("chunking", [{}, dict(prefill_chunk_size=16, step_token_budget=32)])
+def test_identical_prompts_compute_the_prompt_once(path, uncached, chunking):
+    # 37 tokens: in chunks of 16 the last chunk is 4 tokens, less than a block: followers still
+    # wait for it, since it is the owner's last.
+    prompt = _ids(37, 1)
     expected = _alone(uncached, [prompt])[0]
-    with LLM(path, cache_block_size=BLOCK) as llm:
+    with LLM(path, cache_block_size=BLOCK, **chunking) as llm:
         results = _run(llm, [prompt] * 4)
     assert [r.token_ids for r in results] == [expected] * 4
     assert results[0].usage.cached_tokens == 0
     for r in results[1:]:
         # Everything but the last token, the partial last block included, came from the first.
-        assert r.usage.hot_cached_tokens == 44 and r.usage.computed_prompt_tokens == 1
-    assert _computed(results) == 45 + 3
+        assert r.usage.hot_cached_tokens == 36 and r.usage.computed_prompt_tokens == 1
+    assert _computed(results) == 37 + 3
 
 
 def test_switched_off_each_request_computes_its_own(path):
-    prompt = _ids(45, 1)
+    prompt = _ids(37, 1)
     for settings in (dict(share_inflight_prefixes=False), dict(prefix_cache=False)):
         with LLM(path, cache_block_size=BLOCK, **settings) as llm:
             results = _run(llm, [prompt] * 4)
-        assert _computed(results) == 4 * 45, settings
+        assert _computed(results) == 4 * 37, settings
         assert len({tuple(r.token_ids) for r in results}) == 1
 
 
@@ -82,9 +85,10 @@ def test_a_shared_system_prompt_is_computed_once(path, uncached):
 
 
 def test_less_than_a_block_in_common_does_not_wait(path):
+    """Seven shared tokens, with an owner whose prefill is still many chunks from its end."""
     system = _ids(7, 3)
-    prompts = [system + s for s in _distinct_suffixes([30, 30], 30)]
-    with LLM(path, cache_block_size=BLOCK) as llm:
+    prompts = [system + s for s in _distinct_suffixes([60, 30], 30)]
+    with LLM(path, cache_block_size=BLOCK, prefill_chunk_size=8, step_token_budget=64) as llm:
         results = _run(llm, prompts)
     assert [r.usage.cached_tokens for r in results] == [0, 0]
 

@@ -144,9 +144,10 @@ class Scheduler:
         return out
 
     def waits_for_shared_prefill(self, request: Request) -> bool:
-        """Whether an older request now prefilling will store, once its prefill is done, at
-        least one whole block of this request's prompt beyond what the cache holds already:
-        then admitting this one now would compute that prefix twice.
+        """Whether an older request now prefilling will store KV of this request's prompt
+        beyond what the cache holds: at least one whole block, or any of it when that prefill
+        ends with its next chunk (identical prompts then reuse all but their last token).
+        Admitting this request now would compute that part twice.
 
         Only older requests that are prefilling count, and they always progress (the oldest
         prefill is served first), so a request waits at most until they are done; if one is
@@ -154,15 +155,18 @@ class Scheduler:
         """
         if not (self.config.share_inflight_prefixes and self.prefix_cache.wants_kv):
             return False
-        block = self.config.cache_block_size
         wanted = request.all_token_ids[: request.num_tokens - 1]
-        shared = 0
+        best, ending = 0, 0  # longest shared prefix with any owner; with an owner ending now
         for owner in self.prefilling:
             if owner.arrival < request.arrival:
-                shared = max(shared, _common_prefix(wanted, owner.all_token_ids[: owner.num_tokens - 1]))
-        if shared < block:
+                shared = _common_prefix(wanted, owner.all_token_ids[: owner.num_tokens - 1])
+                best = max(best, shared)
+                if owner.num_to_prefill <= self.config.prefill_chunk_size:
+                    ending = max(ending, shared)
+        if best == 0:
             return False
-        return shared - self.prefix_cache.peek(wanted, max_tokens=len(wanted)) >= block
+        cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted))
+        return best - cached >= self.config.cache_block_size or ending > cached
 
     def _preempt_until_fits(self, out: SchedulerOutput) -> None:
         while self.kv_demand(self.running) > self.kv_capacity:
