@@ -84,11 +84,13 @@ def test_a_shared_system_prompt_is_computed_once(path, uncached):
     assert _computed(results) == sum(len(p) for p in prompts) - 4 * 40
 
 
-def test_less_than_a_block_in_common_does_not_wait(path):
-    """Seven shared tokens, with an owner whose prefill is still many chunks from its end."""
+@pytest.mark.parametrize("chunking", [{}, dict(prefill_chunk_size=8, step_token_budget=64)])
+def test_less_than_a_block_in_common_does_not_wait(path, chunking):
+    """Seven shared tokens (a chat template's opening, say), with an owner whose prefill ends
+    in this step or is still many chunks from its end: both start at once."""
     system = _ids(7, 3)
     prompts = [system + s for s in _distinct_suffixes([60, 30], 30)]
-    with LLM(path, cache_block_size=BLOCK, prefill_chunk_size=8, step_token_budget=64) as llm:
+    with LLM(path, cache_block_size=BLOCK, **chunking) as llm:
         results = _run(llm, prompts)
     assert [r.usage.cached_tokens for r in results] == [0, 0]
 

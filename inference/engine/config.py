@@ -25,9 +25,10 @@ class EngineConfig:
     prefix_cache: reuse the KV of cached prompt prefixes (the block cache).
     cache_block_size: tokens per KV block.
     share_inflight_prefixes: a request whose prompt shares at least one whole block (beyond
-        what the cache holds) with a request still prefilling waits for that prefill and then
-        reuses its KV, instead of computing the same prefix at the same time; prefills store
-        their whole blocks after every chunk so such requests start early. Needs prefix_cache.
+        what the cache holds) with an older request still prefilling waits for that prefill and
+        then reuses its KV, instead of computing the same prefix at the same time; prefills
+        store their whole blocks after every chunk so such requests start early. Needs
+        prefix_cache.
     hot_cache_max_size: bytes of KV blocks kept in RAM: an int, "4GiB", or "10%" of RAM.
     paged_ssd_cache_dir: directory of the cold tier (blocks on disk, kept across restarts);
         None keeps blocks in RAM only.

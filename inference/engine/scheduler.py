@@ -144,10 +144,11 @@ class Scheduler:
         return out
 
     def waits_for_shared_prefill(self, request: Request) -> bool:
-        """Whether an older request now prefilling will store KV of this request's prompt
-        beyond what the cache holds: at least one whole block, or any of it when that prefill
-        ends with its next chunk (identical prompts then reuse all but their last token).
-        Admitting this request now would compute that part twice.
+        """Whether an older request now prefilling shares at least one whole block of this
+        request's prompt and will store KV of it beyond what the cache holds: a whole block
+        more, or any more when that prefill ends with its next chunk (identical prompts then
+        reuse all but their last token). Admitting this request now would compute that part
+        twice. Short prompts that share only a chat template's opening never wait.
 
         Only older requests that are prefilling count, and they always progress (the oldest
         prefill is served first), so a request waits at most until they are done; if one is
@@ -163,7 +164,7 @@ class Scheduler:
                 best = max(best, shared)
                 if owner.num_to_prefill <= self.config.prefill_chunk_size:
                     ending = max(ending, shared)
-        if best == 0:
+        if best < self.config.cache_block_size:
             return False
         cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted))
         return best - cached >= self.config.cache_block_size or ending > cached
