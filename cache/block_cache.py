@@ -129,6 +129,24 @@ class BlockCache(PrefixCache):
         self.stats.cold_hit_tokens += cold_tokens
         return hit
 
+    def peek(self, token_ids: Sequence[int], max_tokens: int) -> int:
+        """The length of the chain ``lookup`` would walk, hot and cold blocks alike (a cold block
+        that lookup would recompute instead still counts): no loads, no stats, no LRU touch."""
+        tokens = tuple(token_ids[:max_tokens])
+        parent, pos = self.root, 0
+        while len(tokens) - pos >= self.block_size:
+            wanted = tokens[pos : pos + self.block_size]
+            key = self.key_fn(parent, wanted)
+            block = self.hot.get(key)
+            if block is None and self.cold is not None and self.cold.contains(key):
+                block = self.cold.entry(key)
+            if block is None or block.token_ids != wanted:
+                break
+            parent, pos = key, pos + self.block_size
+        rest = tokens[pos:]
+        children = self.hot.children(parent) + (self.cold.children(parent) if self.cold is not None else [])
+        return pos + max((_common_prefix(b.token_ids, rest) for b in children), default=0)
+
     def release(self, hit: PrefixHit) -> None:
         if hit.handle:
             self.hot.release(hit.handle)

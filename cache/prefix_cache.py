@@ -27,7 +27,7 @@ class PrefixHit:
 class PrefixCache:
     """Base class and the "caching off" behaviour: every lookup misses, stores are dropped.
 
-    Subclasses (the block cache) override all three methods. ``lookup`` must return KV only
+    Subclasses (the block cache) override these methods. ``lookup`` must return KV only
     after comparing the cached token ids with the request's; ``max_tokens`` caps the hit
     (the engine always computes at least the last prompt token itself).
     """
@@ -36,6 +36,11 @@ class PrefixCache:
 
     def lookup(self, token_ids: Sequence[int], max_tokens: int) -> Optional[PrefixHit]:
         return None
+
+    def peek(self, token_ids: Sequence[int], max_tokens: int) -> int:
+        """How many tokens ``lookup`` would serve now, without loading, holding or counting
+        anything (the scheduler asks it to decide whether waiting for a prefill helps)."""
+        return 0
 
     def store(self, token_ids: Sequence[int], layers: List[LayerKV]) -> None:
         """KV of ``token_ids`` (all of them, from position 0), computed by the engine."""

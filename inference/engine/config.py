@@ -24,6 +24,11 @@ class EngineConfig:
         correct one for the device (float32 on CPUs, the model's own dtype on GPUs).
     prefix_cache: reuse the KV of cached prompt prefixes (the block cache).
     cache_block_size: tokens per KV block.
+    share_inflight_prefixes: a request whose prompt shares at least one whole block (beyond
+        what the cache holds) with an older request still prefilling waits for that prefill and
+        then reuses its KV, instead of computing the same prefix at the same time; prefills
+        store their whole blocks after every chunk so such requests start early. Needs
+        prefix_cache.
     hot_cache_max_size: bytes of KV blocks kept in RAM: an int, "4GiB", or "10%" of RAM.
     paged_ssd_cache_dir: directory of the cold tier (blocks on disk, kept across restarts);
         None keeps blocks in RAM only.
@@ -37,6 +42,7 @@ class EngineConfig:
     dtype: Optional[str] = None
     prefix_cache: bool = True
     cache_block_size: int = 256
+    share_inflight_prefixes: bool = True
     hot_cache_max_size: Union[int, str] = "10%"
     paged_ssd_cache_dir: Optional[str] = None
 

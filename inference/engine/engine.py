@@ -264,6 +264,7 @@ class Engine:
             self.prefix_cache.release(hit)
         for request, n in out.prefill:
             start = time.perf_counter()
+            done_before = request.num_computed
             self.runner.prefill(request, n)
             if n:
                 self.prefill_chunks += 1
@@ -273,6 +274,8 @@ class Engine:
                     self.prefix_cache.store(*self.runner.prompt_kv(request))
                 self.runner.start_decoding(request)
                 self.scheduler.started_decoding(request)
+            elif self.config.share_inflight_prefixes:
+                self._store_whole_blocks(request, done_before)
         ended = [end for request, token, logprob in self.runner.decode_step()
                  if (end := self._on_token(request, token, logprob)) is not None]
         if ended:
@@ -323,6 +326,17 @@ class Engine:
             event.error = error
             event.usage = request.usage()
             request.sink(event)
+
+    def _store_whole_blocks(self, request: Request, done_before: int) -> None:
+        """Store the blocks a prefill chunk completed, so that requests sharing this prefix
+        (waiting for it, or arriving now) can start before the whole prompt is done."""
+        size = self.config.cache_block_size
+        whole = request.num_computed // size * size
+        if not self.prefix_cache.wants_kv or whole <= done_before // size * size:
+            return
+        token_ids, layers = self.runner.prompt_kv(request)
+        if layers:
+            self.prefix_cache.store(token_ids[:whole], [(k[..., :whole, :], v[..., :whole, :]) for k, v in layers])
 
     def _keep_kv(self, request: Request) -> None:
         """Hand a decoding request's KV to the prefix cache before it is dropped."""

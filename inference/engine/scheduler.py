@@ -36,6 +36,10 @@ class Scheduler:
     requests then take chunks of what is left, oldest first, so a long prompt is spread over
     several steps and never stalls running streams; waiting requests are admitted, in
     arrival order, while there is room in ``max_concurrent_requests`` and in the KV capacity.
+    A waiting request whose prompt shares a whole block or more (beyond what the prefix cache
+    holds) with an older request that is prefilling is passed over until that prefill has
+    stored its KV, then admitted as a cache hit: a prefix is computed once, not once per
+    request (``share_inflight_prefixes``). Requests behind it are admitted meanwhile.
 
     KV capacity is counted in token slots the way the decode batch stores them: n running
     requests take n x (longest of them + 1). When the running requests outgrow it, the newest
@@ -108,19 +112,23 @@ class Scheduler:
             out.prefill.append((r, n))
             budget -= n
 
-        while self.waiting and len(self.running) < self.config.max_concurrent_requests:
-            r = self.waiting[0]
+        i = 0
+        while i < len(self.waiting) and len(self.running) < self.config.max_concurrent_requests:
+            r = self.waiting[i]
             if not self.fits_alone(r):
-                self.waiting.pop(0)
+                self.waiting.pop(i)
                 r.status = RequestStatus.FINISHED
                 out.rejected.append((r, "error", f"the request needs {r.num_tokens + 1} KV token "
                                      f"slots, more than the KV cache holds ({self.kv_capacity})"))
+                continue
+            if self.waits_for_shared_prefill(r):
+                i += 1
                 continue
             if self.kv_demand(self.running + [r]) > self.kv_capacity:
                 break
             if budget <= 0 and r.num_to_prefill > 0:
                 break
-            self.waiting.pop(0)
+            self.waiting.pop(i)
             self.prefilling.append(r)
             r.status = RequestStatus.PREFILLING
             hit = self.prefix_cache.lookup(r.all_token_ids, max_tokens=r.num_tokens - 1)
@@ -134,6 +142,32 @@ class Scheduler:
             out.prefill.append((r, n))
             budget -= n
         return out
+
+    def waits_for_shared_prefill(self, request: Request) -> bool:
+        """Whether an older request now prefilling shares at least one whole block of this
+        request's prompt and will store KV of it beyond what the cache holds: a whole block
+        more, or any more when that prefill ends with its next chunk (identical prompts then
+        reuse all but their last token). Admitting this request now would compute that part
+        twice. Short prompts that share only a chat template's opening never wait.
+
+        Only older requests that are prefilling count, and they always progress (the oldest
+        prefill is served first), so a request waits at most until they are done; if one is
+        preempted or aborted it no longer counts and this one goes on by itself.
+        """
+        if not (self.config.share_inflight_prefixes and self.prefix_cache.wants_kv):
+            return False
+        wanted = request.all_token_ids[: request.num_tokens - 1]
+        best, ending = 0, 0  # longest shared prefix with any owner; with an owner ending now
+        for owner in self.prefilling:
+            if owner.arrival < request.arrival:
+                shared = _common_prefix(wanted, owner.all_token_ids[: owner.num_tokens - 1])
+                best = max(best, shared)
+                if owner.num_to_prefill <= self.config.prefill_chunk_size:
+                    ending = max(ending, shared)
+        if best < self.config.cache_block_size:
+            return False
+        cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted))
+        return best - cached >= self.config.cache_block_size or ending > cached
 
     def _preempt_until_fits(self, out: SchedulerOutput) -> None:
         while self.kv_demand(self.running) > self.kv_capacity:
@@ -149,3 +183,13 @@ class Scheduler:
             self.num_preemptions += 1
             out.preempted.append(victim)
             self.add(victim)
+
+
+def _common_prefix(a: List[int], b: List[int], stride: int = 64) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i + stride <= n and a[i : i + stride] == b[i : i + stride]:  # list compares run in C
+        i += stride
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

@@ -73,8 +73,10 @@ def test_preemption_and_eviction_pressure(path, uncached):
     prompts = [system + _ids(5 + 3 * i, 20 + i) for i in range(6)]
     expected = [r.token_ids for r in _run(uncached, prompts, n=16)]
     block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2  # layers x (k, v) x tokens x head_dim x 4 B x kv heads
+    # Not sharing in-flight prefixes, so all six run at once and the KV capacity forces
+    # preemptions (tests/test_engine_shared_prefill.py covers preemption with sharing on).
     with LLM(path, cache_block_size=BLOCK, hot_cache_max_size=3 * block_bytes,
-             max_kv_tokens=150, max_concurrent_requests=6) as llm:
+             max_kv_tokens=150, max_concurrent_requests=6, share_inflight_prefixes=False) as llm:
         for _ in range(2):
             assert [r.token_ids for r in _run(llm, prompts, n=16)] == expected
         cache = llm.engine.prefix_cache
