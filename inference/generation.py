@@ -130,6 +130,8 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
                 values["seed"] += i  # n choices from one seed must differ
             params.append(SamplingParams(**values))
         ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
+        if structured is not None:
+            engine.compile_grammar(structured)  # cached: submit reuses it
     except ValueError as exc:
         return refuse(400, str(exc))
     except TypeError as exc:
@@ -145,11 +147,23 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
         for choice_params in params:
             parser = _parser(job, tokenizer, prompt_text, structured) if job.messages is not None else None
             sink = _sink(job.request_id, index, tokenizer, publish, parser)
-            engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}", callback=sink)
+            try:
+                engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}", callback=sink)
+            except Exception as exc:  # the engine closed meanwhile: end every choice not yet running
+                logger.warning("%s: submitting choice %d failed: %s", job.request_id, index, exc)
+                for rest in range(index, len(job.choice_ids())):
+                    publish(job.request_id, _failed_delta(rest, str(exc)))
+                return
             index += 1
     if _was_aborted(job.request_id):  # the abort came while the job was starting
         for choice_id in job.choice_ids():
             engine.abort(choice_id)
+
+
+def _failed_delta(index: int, error: str) -> dict:
+    return {"kind": "delta", "index": index, "text": "", "reasoning": "", "tool_calls": [],
+            "token_ids": [], "logprobs": None, "finish_reason": "error", "error": error,
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}}
 
 
 def _render_chat(tokenizer, job: GenerationJob, constrained: bool) -> str:

@@ -123,9 +123,7 @@ class Engine:
         request_id = request_id or f"req-{next(_ids)}"
         stream = RequestStream(self, request_id)
         tok = self.loaded.tokenizer
-        grammar = None
-        if params.structured is not None:
-            grammar = compiler_for(tok, self.loaded.vocab_size).compile(params.structured)
+        grammar = self.compile_grammar(params.structured) if params.structured is not None else None
         request = Request(
             request_id, token_ids, params,
             TextStream(streaming_detokenizer(tok), params.stop, params.include_stop_str_in_output),
@@ -136,6 +134,12 @@ class Engine:
         )
         self._inbox.put(("add", request))
         return stream
+
+    def compile_grammar(self, structured: dict):
+        """The compiled grammar of a ``SamplingParams.structured`` value (cached per schema);
+        ValueError when this model's tokenizer cannot serve it. ``submit`` calls it too: calling
+        it first lets a caller refuse a request before accepting it."""
+        return compiler_for(self.loaded.tokenizer, self.loaded.vocab_size).compile(structured)
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
