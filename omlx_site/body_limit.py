@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 
 
-def error_body(path: str, status: int, message: str, code: str) -> bytes:
+def error_body(path: str, status: int, message: str, code) -> bytes:
     """The error envelope of the API that ``path`` belongs to (Anthropic's for /v1/messages)."""
     if path.startswith("/v1/messages"):
-        kind = {413: "request_too_large"}.get(status, "invalid_request_error")
+        kind = {404: "not_found_error", 413: "request_too_large"}.get(status, "invalid_request_error")
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    return json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return json.dumps({"error": {"message": message, "type": kind, "param": None,
                                  "code": code}}).encode()
 
 

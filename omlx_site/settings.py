@@ -31,6 +31,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "omlx_site.middleware.ApiErrorEnvelopeMiddleware",
 ]
 
 ROOT_URLCONF = "omlx_site.urls"

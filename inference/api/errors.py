@@ -7,6 +7,7 @@ shutting down or no worker. omlx never answers 422: validation errors are 400s, 
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Dict, Optional
@@ -62,6 +63,8 @@ def install(api) -> None:
 
     @api.exception_handler(ValidationError)
     def validation_error(request, exc):
+        if not _is_json_object(request.body):
+            return ApiError(400, "The request body must be a JSON object").response()
         first = exc.errors[0] if exc.errors else {}
         loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "payload")]
         param = ".".join(loc) or None
@@ -87,3 +90,10 @@ def install(api) -> None:
     def server_error(request, exc):
         logger.exception("unhandled error in %s", request.path)
         return ApiError(500, f"Internal error: {type(exc).__name__}: {exc}").response()
+
+
+def _is_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False

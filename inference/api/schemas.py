@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List, Optional, Union
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 MAX_N = 16
 
@@ -20,9 +20,19 @@ class ContentPart(Schema):
     text: Optional[str] = None
 
 
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
 class ChatMessage(Schema):
     model_config = ConfigDict(extra="allow")
     role: str
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, role: str) -> str:
+        if role not in CHAT_ROLES:
+            raise ValueError(f"unknown role {role!r}; one of {', '.join(CHAT_ROLES)}")
+        return role
     content: Union[str, List[ContentPart], None] = None
 
     def template_dict(self) -> dict:
