@@ -8,7 +8,9 @@ engine thread). The view side (``Subscription``) runs on the server's event loop
   them may touch, so an event is handed to that loop (recorded per group on subscribe).
 - Any other layer (Redis) is driven by one ``_Sender`` per process: an event loop thread that sends
   events one after the other, in the order ``publish`` was called, so the tokens of a request keep
-  their order and the engine thread never waits for the network.
+  their order and the engine thread never waits for the network. Each event carries the sending
+  process's worker id (``"worker"``), so that a view can tell when the worker running its request
+  is gone (``inference.worker_presence``) instead of waiting forever.
 """
 from __future__ import annotations
 
@@ -53,6 +55,9 @@ def _send(group: str, event: dict) -> None:
             # run_coroutine_threadsafe keeps the order: each send completes without waiting.
             asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
         return
+    from inference.worker_presence import worker_id
+
+    message["event"] = dict(event, worker=worker_id())
     _sender().send(layer, group, message)
 
 
@@ -165,6 +170,7 @@ class Subscription:
         self.channel: Optional[str] = None
         self._events: Optional[asyncio.Queue] = None
         self._reader: Optional[asyncio.Task] = None
+        self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
 
     async def __aenter__(self) -> "Subscription":
         self.channel = await self.layer.new_channel()
@@ -181,11 +187,40 @@ class Subscription:
             self._events.put_nowait(message["event"])
 
     async def receive(self, timeout: Optional[float] = None) -> Optional[dict]:
-        """The next event, or None after ``timeout`` seconds without one."""
-        try:
-            return await asyncio.wait_for(self._events.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
+        """The next event, or None after ``timeout`` seconds without one.
+
+        With a shared layer, a silence longer than a worker heartbeat makes it ask Redis whether
+        the worker is still there: if the request's worker is gone, an "error" delta ends the
+        request; if no worker at all is running before one took the request, None (as a timeout).
+        """
+        if isinstance(self.layer, InMemoryChannelLayer):
+            try:
+                return await asyncio.wait_for(self._events.get(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        from django.conf import settings
+
+        from inference import worker_presence
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            wait = settings.OMLX_WORKER_HEARTBEAT_SECONDS
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+            try:
+                event = await asyncio.wait_for(self._events.get(), max(wait, 0))
+            except asyncio.TimeoutError:
+                if deadline is not None and loop.time() >= deadline:
+                    return None
+                if self._worker is not None:
+                    if await asyncio.to_thread(worker_presence.is_alive, self._worker) is False:
+                        return _worker_lost_event(self._worker)
+                elif await asyncio.to_thread(worker_presence.any_worker_alive) is False:
+                    return None
+                continue
+            self._worker = event.get("worker", self._worker)
+            return event
 
     async def __aexit__(self, *exc) -> None:
         with _loops_lock:
@@ -201,6 +236,13 @@ class Subscription:
         if isinstance(self.layer, InMemoryChannelLayer):
             self.layer.channels.pop(self.channel, None)  # its queue would linger otherwise
         _run_exit_callbacks(self.request_id)
+
+
+def _worker_lost_event(worker: str) -> dict:
+    """A last delta for a request whose worker process stopped without ending it."""
+    return {"kind": "delta", "index": 0, "text": "", "reasoning": "", "tool_calls": [], "token_ids": [],
+            "logprobs": None, "finish_reason": "error", "usage": None,
+            "error": f"the worker running this request ({worker}) stopped"}
 
 
 _exit_callbacks: Dict[str, list] = {}

@@ -16,6 +16,7 @@ logger = logging.getLogger("omlx.workers")
 KEY_PREFIX = "omlx:worker:"
 
 _started = False
+_stopped = threading.Event()
 _lock = threading.Lock()
 _cache = {"at": 0.0, "alive": False}
 
@@ -25,6 +26,20 @@ def _client():
     from django.conf import settings
 
     return redis.Redis.from_url(settings.OMLX_REDIS_URL, socket_timeout=5)
+
+
+def worker_id() -> str:
+    """This process, as workers are named: ``<host>:<pid>``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def is_alive(worker: str) -> Optional[bool]:
+    """Whether the worker ``worker`` (a ``worker_id``) still beats; None when Redis cannot be asked."""
+    try:
+        return bool(_client().exists(KEY_PREFIX + worker))
+    except Exception as exc:
+        logger.warning("cannot ask Redis for worker %s: %s", worker, exc)
+        return None
 
 
 def start_heartbeat() -> None:
@@ -39,16 +54,16 @@ def start_heartbeat() -> None:
             return
         _started = True
     ttl = max(1, int(round(settings.OMLX_WORKER_HEARTBEAT_SECONDS)))
-    key = f"{KEY_PREFIX}{socket.gethostname()}:{os.getpid()}"
+    key = KEY_PREFIX + worker_id()
 
     def beat():
         client = _client()
-        while True:
+        while not _stopped.is_set():
             try:
                 client.set(key, str(time.time()), ex=ttl)
             except Exception as exc:  # Redis away for a moment: try again
                 logger.warning("worker heartbeat failed: %s", exc)
-            time.sleep(ttl / 3)
+            _stopped.wait(ttl / 3)
 
     threading.Thread(target=beat, name="omlx-heartbeat", daemon=True).start()
 
@@ -59,8 +74,9 @@ def stop_heartbeat() -> None:
 
     if not settings.OMLX_REDIS_URL or not _started:
         return
+    _stopped.set()
     try:
-        _client().delete(f"{KEY_PREFIX}{socket.gethostname()}:{os.getpid()}")
+        _client().delete(KEY_PREFIX + worker_id())
     except Exception:
         pass
 

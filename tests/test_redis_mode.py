@@ -22,6 +22,7 @@ pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not insta
                                 "(scripts/install_system_deps.sh installs Debian's redis-server)")
 
 CHAT = [{"role": "user", "content": "Tell me about caching."}]
+HEARTBEAT = "3"  # seconds: a killed worker is noticed within two of these
 
 
 def free_port():
@@ -84,7 +85,8 @@ def setup(tmp_path_factory, model_dir, redis_url):
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     home = tmp_path_factory.mktemp("redis-home")
     env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), OMLX_LOG_LEVEL="INFO",
-               PYTHONUNBUFFERED="1", OMLX_REDIS_URL=redis_url, OMLX_MODEL_DIR=str(models))
+               PYTHONUNBUFFERED="1", OMLX_REDIS_URL=redis_url, OMLX_MODEL_DIR=str(models),
+               OMLX_WORKER_HEARTBEAT_SECONDS=HEARTBEAT)
     for name in ("OMLX_API_KEY", "OMLX_HUEY_WORKERS", "OMLX_API_HANDOFF"):
         env.pop(name, None)
     return {"models": models, "home": home, "env": env, "redis_url": redis_url}
@@ -98,8 +100,16 @@ def start_worker(setup):
 
 @pytest.fixture(scope="module")
 def server(setup):
-    server = ServerProcess(["--redis-url", setup["redis_url"], "--model-dir", str(setup["models"])],
-                           setup["home"])
+    saved = os.environ.get("OMLX_WORKER_HEARTBEAT_SECONDS")
+    os.environ["OMLX_WORKER_HEARTBEAT_SECONDS"] = HEARTBEAT  # ServerProcess passes os.environ on
+    try:
+        server = ServerProcess(["--redis-url", setup["redis_url"], "--model-dir", str(setup["models"])],
+                               setup["home"])
+    finally:
+        if saved is None:
+            os.environ.pop("OMLX_WORKER_HEARTBEAT_SECONDS")
+        else:
+            os.environ["OMLX_WORKER_HEARTBEAT_SECONDS"] = saved
     yield server
     server.stop()
 
@@ -194,3 +204,28 @@ def test_manage_py_run_huey_is_a_worker_too(setup, server, worker, client):
         assert response.json()["usage"]["completion_tokens"] == 3
     finally:
         runner.stop()
+
+
+def test_a_killed_worker_ends_its_streams_with_an_error(setup, server, worker):
+    """SIGKILL leaves no abort event behind: the view notices the worker's heartbeat is gone and
+    ends the stream with an error instead of waiting forever; the next request gets a 503."""
+    worker.stop()  # earlier tests may have replaced it; start one of our own
+    doomed = start_worker(setup)
+    body = {"model": "tiny", "prompt": "Go on", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        doomed.process.kill()
+        doomed.process.wait()
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest, "the stream ended without a word"
+    last = json.loads(rest[-1][6:])
+    assert "stopped" in last["error"]["message"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        response = httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, timeout=60)
+        if response.status_code == 503:
+            break
+        time.sleep(0.5)
+    assert response.status_code == 503  # no_worker, or "no worker took the request" if it raced
