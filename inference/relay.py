@@ -171,6 +171,7 @@ class Subscription:
         self._events: Optional[asyncio.Queue] = None
         self._reader: Optional[asyncio.Task] = None
         self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
+        self._heard_at = 0.0  # loop time of the last event or liveness check
 
     async def __aenter__(self) -> "Subscription":
         self.channel = await self.layer.new_channel()
@@ -179,6 +180,7 @@ class Subscription:
         await self.layer.group_add(self.group, self.channel)
         self._events = asyncio.Queue()
         self._reader = asyncio.ensure_future(self._read())
+        self._heard_at = asyncio.get_running_loop().time()
         return self
 
     async def _read(self) -> None:
@@ -203,22 +205,27 @@ class Subscription:
         from inference import worker_presence
 
         loop = asyncio.get_running_loop()
+        heartbeat = settings.OMLX_WORKER_HEARTBEAT_SECONDS
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            wait = settings.OMLX_WORKER_HEARTBEAT_SECONDS
+            # Silence is measured across calls: SSE keep-alives ask for shorter waits than this.
+            wait = self._heard_at + heartbeat - loop.time()
             if deadline is not None:
                 wait = min(wait, deadline - loop.time())
             try:
                 event = await asyncio.wait_for(self._events.get(), max(wait, 0))
             except asyncio.TimeoutError:
+                if loop.time() - self._heard_at >= heartbeat:
+                    self._heard_at = loop.time()
+                    if self._worker is not None:
+                        if await asyncio.to_thread(worker_presence.is_alive, self._worker) is False:
+                            return _worker_lost_event(self._worker)
+                    elif await asyncio.to_thread(worker_presence.any_worker_alive) is False:
+                        return None
                 if deadline is not None and loop.time() >= deadline:
                     return None
-                if self._worker is not None:
-                    if await asyncio.to_thread(worker_presence.is_alive, self._worker) is False:
-                        return _worker_lost_event(self._worker)
-                elif await asyncio.to_thread(worker_presence.any_worker_alive) is False:
-                    return None
                 continue
+            self._heard_at = loop.time()
             self._worker = event.get("worker", self._worker)
             return event
 

@@ -100,16 +100,20 @@ def start_worker(setup):
 
 @pytest.fixture(scope="module")
 def server(setup):
-    saved = os.environ.get("OMLX_WORKER_HEARTBEAT_SECONDS")
-    os.environ["OMLX_WORKER_HEARTBEAT_SECONDS"] = HEARTBEAT  # ServerProcess passes os.environ on
+    # ServerProcess passes os.environ on. Keep-alives shorter than the heartbeat: the silence of a
+    # dead worker must be noticed across the stream's many short waits.
+    extra = {"OMLX_WORKER_HEARTBEAT_SECONDS": HEARTBEAT, "OMLX_SSE_KEEPALIVE_SECONDS": "1"}
+    saved = {name: os.environ.get(name) for name in extra}
+    os.environ.update(extra)
     try:
         server = ServerProcess(["--redis-url", setup["redis_url"], "--model-dir", str(setup["models"])],
                                setup["home"])
     finally:
-        if saved is None:
-            os.environ.pop("OMLX_WORKER_HEARTBEAT_SECONDS")
-        else:
-            os.environ["OMLX_WORKER_HEARTBEAT_SECONDS"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
     yield server
     server.stop()
 
