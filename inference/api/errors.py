@@ -84,7 +84,7 @@ def install(api) -> None:
 
     @api.exception_handler(RequestDataTooBig)
     def too_big(request, exc):
-        return ApiError.too_large(settings.OMLX_MAX_REQUEST_BYTES).response()
+        return ApiError.too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE).response()
 
     @api.exception_handler(Exception)
     def server_error(request, exc):
