@@ -80,12 +80,20 @@ class _Sender:
         self.loop.run_forever()
 
     async def _drain(self) -> None:
+        failing = False  # log the first failure of a streak with its traceback, then one line
         while True:
             layer, group, message = await self._queue.get()
             try:
                 await layer.group_send(group, message)
-            except Exception:
-                logger.exception("sending to %s failed", group)
+                if failing:
+                    logger.warning("channel layer reachable again")
+                failing = False
+            except Exception as exc:
+                if not failing:
+                    logger.exception("sending to %s failed; events are dropped until the channel layer "
+                                     "answers again", group)
+                failing = True
+                logger.debug("dropped an event for %s: %s", group, exc)
             finally:
                 self._queue.task_done()
 

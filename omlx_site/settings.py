@@ -75,7 +75,7 @@ if OMLX_REDIS_URL:
         "connection": {"url": OMLX_REDIS_URL},
         "immediate": False,
         # `manage.py run_huey`: threads share the process's engines (one MLX thread per model).
-        "consumer": {"workers": int(os.environ.get("OMLX_HUEY_WORKERS") or 2), "worker_type": "thread"},
+        "consumer": {"workers": max(1, int(os.environ.get("OMLX_HUEY_WORKERS") or 2)), "worker_type": "thread"},
     }
 else:
     CHANNEL_LAYERS = {
