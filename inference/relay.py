@@ -244,7 +244,7 @@ class Subscription:
             self._reader.cancel()  # the layer's own clean-up of the channel (Redis: unsubscribe)
             try:
                 await self._reader
-            except BaseException:
+            except (asyncio.CancelledError, Exception):
                 pass
             self._reader = None
         await self.layer.group_discard(self.group, self.channel)
