@@ -16,6 +16,12 @@ from huey.consumer import Consumer, Worker
 logger = logging.getLogger("omlx.huey")
 
 _wakeup = threading.Event()
+_running: Optional["EmbeddedConsumer"] = None
+
+
+def running() -> bool:
+    """Whether this process runs a consumer (``start_embedded_consumer``, not stopped since)."""
+    return _running is not None
 
 
 def notify() -> None:
@@ -47,6 +53,9 @@ class EmbeddedConsumer(Consumer):
         pass
 
     def stop(self, graceful: bool = True, timeout: Optional[float] = 10.0) -> None:
+        global _running
+        if _running is self:
+            _running = None
         self.shutdown_timeout = timeout
         super().stop(graceful=graceful)
         notify()
@@ -61,4 +70,6 @@ def start_embedded_consumer() -> EmbeddedConsumer:
     autodiscover_modules("tasks")
     consumer = EmbeddedConsumer(HUEY, settings.OMLX_HUEY_WORKERS, settings.OMLX_HUEY_MAX_POLL_DELAY)
     consumer.start()
+    global _running
+    _running = consumer
     return consumer

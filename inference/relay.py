@@ -1,21 +1,30 @@
-"""Generation events over the channel layer: one group per API request.
+"""Generation events over the channel layer: one group per API request, plus one control group that
+every worker process listens to (aborts).
 
 The worker side (``publish``) runs on whatever thread produces an event (the Huey worker, the
-engine thread). The view side (``Subscription``) runs on the server's event loop. Channels'
-in-memory layer keeps asyncio queues that only the loop reading them may touch, so with it an
-event is handed to that loop (recorded per group on subscribe); any other layer (Redis) is
-called directly.
+engine thread). The view side (``Subscription``) runs on the server's event loop.
+
+- Channels' in-memory layer (the embedded default) keeps asyncio queues that only the loop reading
+  them may touch, so an event is handed to that loop (recorded per group on subscribe).
+- Any other layer (Redis) is driven by one ``_Sender`` per process: an event loop thread that sends
+  events one after the other, in the order ``publish`` was called, so the tokens of a request keep
+  their order and the engine thread never waits for the network. Each event carries the sending
+  process's worker id (``"worker"``), so that a view can tell when the worker running its request
+  is gone (``inference.worker_presence``) instead of waiting forever.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
-from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+logger = logging.getLogger("omlx.relay")
+
 MESSAGE_TYPE = "generation.event"
+CONTROL_GROUP = "omlx.control"
 
 _loops: Dict[str, asyncio.AbstractEventLoop] = {}
 _loops_lock = threading.Lock()
@@ -28,8 +37,16 @@ def group_name(request_id: str) -> str:
 def publish(request_id: str, event: dict) -> None:
     """Send ``event`` (a JSON-able dict) to the group of ``request_id``; dropped when nobody
     listens (the client has gone)."""
+    _send(group_name(request_id), event)
+
+
+def broadcast_control(event: dict) -> None:
+    """Send ``event`` to every worker process listening (``listen_control``)."""
+    _send(CONTROL_GROUP, event)
+
+
+def _send(group: str, event: dict) -> None:
     layer = get_channel_layer()
-    group = group_name(request_id)
     message = {"type": MESSAGE_TYPE, "event": event}
     if isinstance(layer, InMemoryChannelLayer):
         with _loops_lock:
@@ -38,38 +55,227 @@ def publish(request_id: str, event: dict) -> None:
             # run_coroutine_threadsafe keeps the order: each send completes without waiting.
             asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
         return
-    async_to_sync(layer.group_send)(group, message)
+    from inference.worker_presence import worker_id
+
+    message["event"] = dict(event, worker=worker_id())
+    _sender().send(layer, group, message)
+
+
+class _Sender:
+    """An event loop thread that sends messages to a shared channel layer in arrival order."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self._queue: Optional[asyncio.Queue] = None
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), name="omlx-relay", daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self._queue = asyncio.Queue()
+        self.loop.create_task(self._drain())
+        ready.set()
+        self.loop.run_forever()
+
+    async def _drain(self) -> None:
+        failing = False  # log the first failure of a streak with its traceback, then one line
+        while True:
+            layer, group, message = await self._queue.get()
+            try:
+                await layer.group_send(group, message)
+                if failing:
+                    logger.warning("channel layer reachable again")
+                failing = False
+            except Exception as exc:
+                if not failing:
+                    logger.exception("sending to %s failed; events are dropped until the channel layer "
+                                     "answers again", group)
+                failing = True
+                logger.debug("dropped an event for %s: %s", group, exc)
+            finally:
+                self._queue.task_done()
+
+    def send(self, layer, group: str, message: dict) -> None:
+        self.loop.call_soon_threadsafe(self._queue.put_nowait, (layer, group, message))
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything sent so far has left; False after ``timeout`` seconds."""
+        future = asyncio.run_coroutine_threadsafe(self._queue.join(), self.loop)
+        try:
+            future.result(timeout)
+            return True
+        except Exception:
+            future.cancel()
+            return False
+
+
+_sender_instance: Optional[_Sender] = None
+_sender_lock = threading.Lock()
+
+
+def _sender() -> _Sender:
+    global _sender_instance
+    with _sender_lock:
+        if _sender_instance is None:
+            _sender_instance = _Sender()
+        return _sender_instance
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Wait until the events published so far have left this process (shared layers only)."""
+    with _sender_lock:
+        sender = _sender_instance
+    return sender.flush(timeout) if sender is not None else True
+
+
+_control_started = False
+
+
+def listen_control(handler: Callable[[dict], None]) -> bool:
+    """Call ``handler(event)`` (on the sender's thread) for every ``broadcast_control`` event, from
+    now on. Only for shared layers (other processes); returns False for the in-memory layer."""
+    global _control_started
+    layer = get_channel_layer()
+    if isinstance(layer, InMemoryChannelLayer):
+        return False
+    with _sender_lock:
+        if _control_started:
+            return True
+        _control_started = True
+    sender = _sender()
+
+    async def listen():
+        channel = await layer.new_channel()
+        await layer.group_add(CONTROL_GROUP, channel)
+        subscribed.set()
+        while True:
+            message = await layer.receive(channel)
+            try:
+                handler(message["event"])
+            except Exception:
+                logger.exception("control event %r failed", message.get("event"))
+
+    subscribed = threading.Event()
+    asyncio.run_coroutine_threadsafe(listen(), sender.loop)
+    subscribed.wait(10)
+    return True
 
 
 class Subscription:
     """``async with Subscription(request_id) as sub: event = await sub.receive(timeout)``.
 
-    Join the group before the work is submitted, so that no event is missed.
+    Join the group before the work is submitted, so that no event is missed. A reader task moves
+    messages from the layer to a local queue: a receive that times out cancels only the wait on that
+    queue, never the layer's receive (Redis pub/sub drops a channel whose receive is cancelled).
     """
 
     def __init__(self, request_id: str):
+        self.request_id = request_id
         self.group = group_name(request_id)
         self.layer = get_channel_layer()
         self.channel: Optional[str] = None
+        self._events: Optional[asyncio.Queue] = None
+        self._reader: Optional[asyncio.Task] = None
+        self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
+        self._heard_at = 0.0  # loop time of the last event or liveness check
 
     async def __aenter__(self) -> "Subscription":
         self.channel = await self.layer.new_channel()
         with _loops_lock:
             _loops[self.group] = asyncio.get_running_loop()
         await self.layer.group_add(self.group, self.channel)
+        self._events = asyncio.Queue()
+        self._reader = asyncio.ensure_future(self._read())
+        self._heard_at = asyncio.get_running_loop().time()
         return self
 
+    async def _read(self) -> None:
+        while True:
+            message = await self.layer.receive(self.channel)
+            self._events.put_nowait(message["event"])
+
     async def receive(self, timeout: Optional[float] = None) -> Optional[dict]:
-        """The next event, or None after ``timeout`` seconds without one."""
-        try:
-            message = await asyncio.wait_for(self.layer.receive(self.channel), timeout)
-        except asyncio.TimeoutError:
-            return None
-        return message["event"]
+        """The next event, or None after ``timeout`` seconds without one.
+
+        With a shared layer, a silence longer than a worker heartbeat makes it ask Redis whether
+        the worker is still there: if the request's worker is gone, an "error" delta ends the
+        request; if no worker at all is running before one took the request, None (as a timeout).
+        """
+        if isinstance(self.layer, InMemoryChannelLayer):
+            try:
+                return await asyncio.wait_for(self._events.get(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        from django.conf import settings
+
+        from inference import worker_presence
+
+        loop = asyncio.get_running_loop()
+        heartbeat = settings.OMLX_WORKER_HEARTBEAT_SECONDS
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            # Silence is measured across calls: SSE keep-alives ask for shorter waits than this.
+            wait = self._heard_at + heartbeat - loop.time()
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+            try:
+                event = await asyncio.wait_for(self._events.get(), max(wait, 0))
+            except asyncio.TimeoutError:
+                if loop.time() - self._heard_at >= heartbeat:
+                    self._heard_at = loop.time()
+                    if self._worker is not None:
+                        if await asyncio.to_thread(worker_presence.is_alive, self._worker) is False:
+                            return _worker_lost_event(self._worker)
+                    elif await asyncio.to_thread(worker_presence.any_worker_alive) is False:
+                        return None
+                if deadline is not None and loop.time() >= deadline:
+                    return None
+                continue
+            self._heard_at = loop.time()
+            self._worker = event.get("worker", self._worker)
+            return event
 
     async def __aexit__(self, *exc) -> None:
         with _loops_lock:
             _loops.pop(self.group, None)
+        if self._reader is not None:
+            self._reader.cancel()  # the layer's own clean-up of the channel (Redis: unsubscribe)
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._reader = None
         await self.layer.group_discard(self.group, self.channel)
         if isinstance(self.layer, InMemoryChannelLayer):
             self.layer.channels.pop(self.channel, None)  # its queue would linger otherwise
+        _run_exit_callbacks(self.request_id)
+
+
+def _worker_lost_event(worker: str) -> dict:
+    """A last delta for a request whose worker process stopped without ending it."""
+    return {"kind": "delta", "index": 0, "text": "", "reasoning": "", "tool_calls": [], "token_ids": [],
+            "logprobs": None, "finish_reason": "error", "usage": None,
+            "error": f"the worker running this request ({worker}) stopped"}
+
+
+_exit_callbacks: Dict[str, list] = {}
+_exit_lock = threading.Lock()
+
+
+def when_unsubscribed(request_id: str, callback: Callable[[], None]) -> None:
+    """Call ``callback()`` once the view's subscription to ``request_id`` has closed (the request
+    is over for the view, whatever the outcome)."""
+    with _exit_lock:
+        _exit_callbacks.setdefault(request_id, []).append(callback)
+
+
+def _run_exit_callbacks(request_id: str) -> None:
+    with _exit_lock:
+        callbacks = _exit_callbacks.pop(request_id, [])
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            logger.exception("exit callback of %s failed", request_id)

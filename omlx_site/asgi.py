@@ -8,11 +8,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up)
 
+from omlx_site.body_limit import BodyLimitMiddleware  # noqa: E402
+
 websocket_urlpatterns: list = []
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -30,24 +31,38 @@ def main(argv=None) -> int:
         help="run the OpenAI-compatible API server",
         description="Serve the models in a folder over an OpenAI-compatible REST API (Daphne, "
         "with the Huey worker inside the process). With no model folder there, it serves the "
-        "built-in demo model (random weights).",
+        "built-in demo model (random weights). With --redis-url, the queue and the channel layer "
+        "live in Redis and `omlx worker` processes run the inference.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    serve.add_argument("--model-dir", help="folder of model folders (default $OMLX_HOME/models)")
-    serve.add_argument("--max-concurrent-requests", type=int, default=None,
-                       help="requests prefilling or decoding at once, per model (default 16)")
+    _add_model_flags(serve)
     serve.add_argument("--api-key", help="require this key (Authorization: Bearer KEY or x-api-key)")
-    serve.add_argument("--hot-cache-max-size", default=None,
-                       help="RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage "
-                       "of RAM such as 10%% (default 10%%)")
-    serve.add_argument("--paged-ssd-cache-dir", default=None,
-                       help="directory of the SSD tier of the KV cache, kept across restarts "
-                       "(default $OMLX_HOME/cache; 'off' keeps blocks in RAM only)")
-    serve.add_argument("--paged-ssd-cache-max-size", default=None,
-                       help="cap on the SSD tier, all models together, e.g. 50GB (default: no cap)")
-    serve.add_argument("--paged-ssd-cache-ttl", type=float, default=None,
-                       help="remove SSD blocks nobody used for this many seconds (default: never)")
+    serve.add_argument("--redis-url", default=None,
+                       help="Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 "
+                       "(default $OMLX_REDIS_URL; unset: SQLite queue, in-process channel layer)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="Huey worker threads inside the server (default 2; with Redis 0: "
+                       "`omlx worker` processes run the inference)")
+    serve.add_argument("--max-request-size", default=None,
+                       help="largest request body, e.g. 32MiB; larger ones get a 413 (default 32MiB)")
+    serve.add_argument("--max-queued-requests", type=int, default=None,
+                       help="requests per model that may wait beyond --max-concurrent-requests; "
+                       "more get a 429 (default 256)")
+
+    worker = sub.add_parser(
+        "worker",
+        help="run inference for `omlx serve --redis-url` in this process",
+        description="Take requests from the Redis queue of `omlx serve --redis-url URL` and run "
+        "them on this process's engines (the models are loaded here, from --model-dir). Give it "
+        "the same --model-dir as the server. Same as `manage.py run_huey` with OMLX_REDIS_URL set. "
+        "SIGINT or SIGTERM: running requests are aborted and the worker exits.",
+    )
+    worker.add_argument("--redis-url", default=None, help="the server's Redis (default $OMLX_REDIS_URL)")
+    worker.add_argument("--threads", type=int, default=None,
+                        help="Huey worker threads; a thread is busy only while a request starts "
+                        "(model loading) (default 2)")
+    _add_model_flags(worker)
 
     build = sub.add_parser(
         "build-model",
@@ -66,6 +81,8 @@ def main(argv=None) -> int:
         return _demo(args)
     if args.command == "serve":
         return _serve(parser, args)
+    if args.command == "worker":
+        return _worker(parser, args)
     if args.command == "build-model":
         from inference.model_factory import build_model
 
@@ -78,20 +95,37 @@ def main(argv=None) -> int:
     return 2
 
 
-def _serve(parser, args) -> int:
-    from inference.engine import EngineConfig
-    from omlx_site.server import serve
+def _add_model_flags(parser) -> None:
+    """Flags that shape the engines, shared by `serve` and `worker`."""
+    parser.add_argument("--model-dir", help="folder of model folders (default $OMLX_HOME/models)")
+    parser.add_argument("--max-concurrent-requests", type=int, default=None,
+                        help="requests prefilling or decoding at once, per model (default 16)")
+    parser.add_argument("--hot-cache-max-size", default=None,
+                        help="RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage "
+                        "of RAM such as 10%% (default 10%%)")
+    parser.add_argument("--paged-ssd-cache-dir", default=None,
+                        help="directory of the SSD tier of the KV cache, kept across restarts "
+                        "(default $OMLX_HOME/cache; 'off' keeps blocks in RAM only)")
+    parser.add_argument("--paged-ssd-cache-max-size", default=None,
+                        help="cap on the SSD tier, all models together, e.g. 50GB (default: no cap)")
+    parser.add_argument("--paged-ssd-cache-ttl", type=float, default=None,
+                        help="remove SSD blocks nobody used for this many seconds (default: never)")
 
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port}: must be in [0, 65535]")
+
+def _export_model_flags(parser, args) -> None:
+    """Check the engine flags and export them: settings (and `manage.py run_huey`) read them from
+    the environment."""
+    from cache.sizes import parse_size
+    from inference.engine import EngineConfig
+
+    if args.model_dir is not None:
+        os.environ["OMLX_MODEL_DIR"] = str(Path(args.model_dir).expanduser().resolve())
     if args.max_concurrent_requests is not None:
         try:
             EngineConfig(max_concurrent_requests=args.max_concurrent_requests)
         except ValueError as exc:
             parser.error(f"--max-concurrent-requests: {exc}")
-    # The cache flags reach settings (and `manage.py run_huey`) through the environment.
-    from cache.sizes import parse_size
-
+        os.environ["OMLX_MAX_CONCURRENT_REQUESTS"] = str(args.max_concurrent_requests)
     if args.hot_cache_max_size is not None:
         try:
             EngineConfig(hot_cache_max_size=args.hot_cache_max_size)
@@ -109,7 +143,60 @@ def _serve(parser, args) -> int:
         if args.paged_ssd_cache_ttl <= 0:
             parser.error("--paged-ssd-cache-ttl: must be > 0 seconds")
         os.environ["OMLX_COLD_CACHE_TTL_SECONDS"] = str(args.paged_ssd_cache_ttl)
-    return serve(args.host, args.port, args.model_dir, args.max_concurrent_requests, args.api_key)
+
+
+def _export_redis_url(parser, url) -> None:
+    if url is None:
+        return
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        parser.error(f"--redis-url {url}: must start with redis://, rediss:// or unix://")
+    os.environ["OMLX_REDIS_URL"] = url
+
+
+def _serve(parser, args) -> int:
+    from cache.sizes import parse_size
+    from omlx_site.server import serve
+
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be in [0, 65535]")
+    _export_model_flags(parser, args)
+    _export_redis_url(parser, args.redis_url)
+    redis = bool(os.environ.get("OMLX_REDIS_URL"))
+    if args.workers is not None:
+        if args.workers < 0:
+            parser.error(f"--workers {args.workers}: must be >= 0")
+        if args.workers == 0 and not redis and os.environ.get("OMLX_API_HANDOFF", "huey") == "huey":
+            parser.error("--workers 0 needs --redis-url (without Redis only the server's own workers "
+                         "can run requests)")
+        os.environ["OMLX_HUEY_WORKERS"] = str(args.workers)
+    if args.max_request_size is not None:
+        try:
+            size = parse_size(args.max_request_size, "size")
+        except ValueError as exc:
+            parser.error(f"--max-request-size: {exc}")
+        if size < 1024:
+            parser.error(f"--max-request-size {args.max_request_size}: must be at least 1KiB")
+        os.environ["OMLX_MAX_REQUEST_BYTES"] = str(size)
+    if args.max_queued_requests is not None:
+        if args.max_queued_requests < 0:
+            parser.error(f"--max-queued-requests {args.max_queued_requests}: must be >= 0")
+        os.environ["OMLX_MAX_QUEUED_REQUESTS"] = str(args.max_queued_requests)
+    if args.api_key:
+        os.environ["OMLX_API_KEY"] = args.api_key
+    return serve(args.host, args.port)
+
+
+def _worker(parser, args) -> int:
+    from omlx_site.worker import run_worker
+
+    _export_model_flags(parser, args)
+    _export_redis_url(parser, args.redis_url)
+    if not os.environ.get("OMLX_REDIS_URL"):
+        parser.error("omlx worker needs --redis-url (or OMLX_REDIS_URL): the server's Redis")
+    threads = 2 if args.threads is None else args.threads
+    if threads < 1:
+        parser.error(f"--threads {threads}: must be >= 1")
+    return run_worker(threads)
 
 
 def _demo(args) -> int:

@@ -5,21 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from pathlib import Path
-from typing import Optional
 
 logger = logging.getLogger("omlx.server")
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = None,
-          max_concurrent_requests: Optional[int] = None, api_key: Optional[str] = None) -> int:
-    # Settings read these when Django sets up; exported, they also reach `manage.py run_huey`.
-    if model_dir is not None:
-        os.environ["OMLX_MODEL_DIR"] = str(Path(model_dir).expanduser().resolve())
-    if max_concurrent_requests is not None:
-        os.environ["OMLX_MAX_CONCURRENT_REQUESTS"] = str(max_concurrent_requests)
-    if api_key:
-        os.environ["OMLX_API_KEY"] = api_key
+def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
+    """Serve until SIGINT/SIGTERM. Settings come from the environment (the CLI exports its flags
+    there, so that `manage.py run_huey` and `omlx worker` processes can share them)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
 
     import django
@@ -29,6 +21,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
 
+    from inference.api import limits
     from inference.model_registry import close_registry, get_registry
 
     registry = get_registry()
@@ -36,10 +29,13 @@ def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = 
     logger.info("models in %s: %s", registry.model_dir, ", ".join(models))
 
     consumer = None
-    if settings.OMLX_API_HANDOFF == "huey":
+    if settings.OMLX_API_HANDOFF == "huey" and settings.OMLX_HUEY_WORKERS > 0:
         from inference.huey_consumer import start_embedded_consumer
 
         consumer = start_embedded_consumer()
+    if settings.OMLX_REDIS_URL:
+        logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
+                    settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")
 
     from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
     from twisted.internet import reactor
@@ -56,6 +52,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = 
             print(f"omlx serving http://{shown}:{bound_port}", flush=True)
 
         reactor.callWhenRunning(say)
+        # New requests get a 503 from the moment the shutdown starts.
+        reactor.addSystemEventTrigger("before", "shutdown", limits.start_shutdown)
 
     interface = host.replace(":", r"\:")
     server = Server(application, endpoints=[f"tcp:port={port}:interface={interface}"],
@@ -63,9 +61,15 @@ def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = 
     try:
         server.run()
     finally:
+        limits.start_shutdown()
         if consumer is not None:
             consumer.stop(graceful=True, timeout=5.0)
         close_registry()
+        if settings.OMLX_REDIS_URL:
+            from inference import relay, worker_presence
+
+            worker_presence.stop_heartbeat()
+            relay.flush(5.0)
         print("omlx stopped", flush=True)
     if not server.listening_addresses:
         print(f"omlx: cannot listen on {host}:{port}", file=sys.stderr, flush=True)

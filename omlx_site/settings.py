@@ -31,6 +31,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "omlx_site.middleware.ApiErrorEnvelopeMiddleware",
 ]
 
 ROOT_URLCONF = "omlx_site.urls"
@@ -54,15 +55,38 @@ DATABASES = {
 
 # Embedded default: in-process channel layer and a SQLite-backed Huey. A request's tokens wait in
 # its channel until the view reads them: the capacity must hold a whole reply (a full channel drops).
-CHANNEL_LAYERS = {
-    "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}
-}
-HUEY = {
-    "huey_class": "huey.SqliteHuey",
-    "name": "omlx",
-    "filename": str(OMLX_HOME / "huey.sqlite3"),
-    "immediate": False,
-}
+# With OMLX_REDIS_URL (`omlx serve --redis-url`), Huey's queue and the channel layer live in Redis, so
+# `omlx worker` / `manage.py run_huey` processes (here or on other machines) run the inference.
+# The channel layer is Redis pub/sub (channels_redis.pubsub): one PUBLISH per event, delivered in the
+# order one connection sent them, nothing kept for a listener that has gone. The list-based
+# RedisChannelLayer orders a channel by send timestamps (equal or stepped-back clocks reorder
+# tokens), caps each channel (100 by default) and expires messages: wrong for token streams.
+OMLX_REDIS_URL = os.environ.get("OMLX_REDIS_URL") or None
+if OMLX_REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [OMLX_REDIS_URL], "prefix": "omlx"},
+        }
+    }
+    HUEY = {
+        "huey_class": "huey.RedisHuey",
+        "name": "omlx",
+        "connection": {"url": OMLX_REDIS_URL},
+        "immediate": False,
+        # `manage.py run_huey`: threads share the process's engines (one MLX thread per model).
+        "consumer": {"workers": max(1, int(os.environ.get("OMLX_HUEY_WORKERS") or 2)), "worker_type": "thread"},
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}
+    }
+    HUEY = {
+        "huey_class": "huey.SqliteHuey",
+        "name": "omlx",
+        "filename": str(OMLX_HOME / "huey.sqlite3"),
+        "immediate": False,
+    }
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
@@ -98,7 +122,20 @@ OMLX_API_KEY = os.environ.get("OMLX_API_KEY") or None
 # "direct": the view hands it to the engine itself (same code, no queue; for comparisons).
 OMLX_API_HANDOFF = os.environ.get("OMLX_API_HANDOFF", "huey")
 OMLX_SSE_KEEPALIVE_SECONDS = float(os.environ.get("OMLX_SSE_KEEPALIVE_SECONDS", "10"))
-# Embedded Huey consumer: worker threads and the longest idle poll of the SQLite queue (seconds).
-# Tasks queued by the server wake the workers at once; others wait at most this long.
-OMLX_HUEY_WORKERS = int(os.environ.get("OMLX_HUEY_WORKERS", "2"))
+# Huey worker threads of the consumer inside `omlx serve` (`--workers`): 2 by default; with Redis
+# 0 by default (separate `omlx worker` processes run the inference), and `omlx worker --threads`.
+# The longest idle poll of the SQLite queue (seconds): tasks queued by the server wake the workers
+# at once; others wait at most this long (Redis queues block instead of polling).
+OMLX_HUEY_WORKERS = int(os.environ.get("OMLX_HUEY_WORKERS") or (0 if OMLX_REDIS_URL else 2))
 OMLX_HUEY_MAX_POLL_DELAY = float(os.environ.get("OMLX_HUEY_MAX_POLL_DELAY", "0.5"))
+
+# Limits of the API (inference/api/limits.py). A body over OMLX_MAX_REQUEST_BYTES gets a 413; for one
+# model, choices in flight (running or waiting in this server) beyond max concurrent + max queued
+# get a 429 with Retry-After.
+OMLX_MAX_REQUEST_BYTES = int(os.environ.get("OMLX_MAX_REQUEST_BYTES") or 32 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = OMLX_MAX_REQUEST_BYTES
+OMLX_MAX_QUEUED_REQUESTS = int(os.environ.get("OMLX_MAX_QUEUED_REQUESTS") or 256)
+OMLX_RETRY_AFTER_SECONDS = int(os.environ.get("OMLX_RETRY_AFTER_SECONDS") or 1)
+# Redis mode: a worker process counts as running while its heartbeat (every few seconds) is younger
+# than this; with none running, requests get a 503 at once instead of waiting in the queue.
+OMLX_WORKER_HEARTBEAT_SECONDS = float(os.environ.get("OMLX_WORKER_HEARTBEAT_SECONDS") or 15)

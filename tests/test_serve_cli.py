@@ -19,7 +19,9 @@ def test_bad_flags(tmp_path):
     assert out.returncode == 2
     assert "--port" in out.stderr
     for flag, value in [("--hot-cache-max-size", "lots"), ("--paged-ssd-cache-max-size", "-5GB"),
-                        ("--paged-ssd-cache-ttl", "0")]:
+                        ("--paged-ssd-cache-ttl", "0"), ("--workers", "-1"), ("--workers", "0"),
+                        ("--max-request-size", "10"), ("--max-request-size", "huge"),
+                        ("--max-queued-requests", "-1"), ("--redis-url", "http://localhost")]:
         out = run_serve(tmp_path, flag, value)
         assert out.returncode == 2, (flag, out.stderr)
         assert flag in out.stderr
@@ -33,3 +35,12 @@ def test_port_in_use(tmp_path):
         out = run_serve(tmp_path, "--port", str(port), "--model-dir", str(tmp_path / "none"))
     assert out.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
+
+
+def test_worker_needs_redis(tmp_path):
+    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
+    env.pop("OMLX_REDIS_URL", None)
+    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "worker"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2
+    assert "--redis-url" in out.stderr

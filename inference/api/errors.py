@@ -1,23 +1,34 @@
-"""API errors in OpenAI's envelope: {"error": {"message", "type", "param", "code"}}."""
+"""API errors in OpenAI's envelope: {"error": {"message", "type", "param", "code"}}.
+
+Statuses: 400 bad input (malformed JSON, wrong types, out-of-range values, a prompt or prompt +
+max_tokens beyond the model's context), 401 API key, 404 unknown model or route, 413 body over
+settings.OMLX_MAX_REQUEST_BYTES, 429 too many requests in flight for a model (Retry-After), 503
+shutting down or no worker. omlx never answers 422: validation errors are 400s, as OpenAI's are.
+"""
 from __future__ import annotations
 
+import json
 import logging
 import re
-from typing import Optional
+from typing import Dict, Optional
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 logger = logging.getLogger("omlx.api")
 
-_TYPES = {401: "authentication_error", 404: "invalid_request_error", 500: "server_error",
-          503: "server_error"}
+_TYPES = {401: "authentication_error", 404: "invalid_request_error", 413: "invalid_request_error",
+          429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, param: Optional[str] = None,
-                 code: Optional[str] = None, type: Optional[str] = None):
+                 code: Optional[str] = None, type: Optional[str] = None,
+                 headers: Optional[Dict[str, str]] = None):
         super().__init__(message)
+        self.headers = dict(headers or {})
         self.status = status
         self.message = message
         self.param = param
@@ -32,7 +43,15 @@ class ApiError(Exception):
 
     def response(self) -> JsonResponse:
         body = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
-        return JsonResponse({"error": body}, status=self.status)
+        response = JsonResponse({"error": body}, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+    @classmethod
+    def too_large(cls, limit: int) -> "ApiError":
+        return cls(413, f"The request body is larger than the limit of {limit} bytes",
+                   code="request_too_large")
 
 
 def install(api) -> None:
@@ -44,6 +63,8 @@ def install(api) -> None:
 
     @api.exception_handler(ValidationError)
     def validation_error(request, exc):
+        if not _is_json_object(request.body):
+            return ApiError(400, "The request body must be a JSON object").response()
         first = exc.errors[0] if exc.errors else {}
         loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "payload")]
         param = ".".join(loc) or None
@@ -61,7 +82,18 @@ def install(api) -> None:
             message = "The request body is not valid JSON"
         return ApiError(exc.status_code, message).response()
 
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request, exc):
+        return ApiError.too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE).response()
+
     @api.exception_handler(Exception)
     def server_error(request, exc):
         logger.exception("unhandled error in %s", request.path)
         return ApiError(500, f"Internal error: {type(exc).__name__}: {exc}").response()
+
+
+def _is_json_object(body: bytes) -> bool:
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False

@@ -1,11 +1,20 @@
 """How a job reaches a worker: a Huey task (the design), or straight to the engine ("direct",
-settings.OMLX_API_HANDOFF). Both run ``inference.generation.run_job``; only the hop differs."""
+settings.OMLX_API_HANDOFF). Both run ``inference.generation.run_job``; only the hop differs.
+
+Before a job is queued, ``limits.admit`` refuses it when its model has too many choices in flight
+(429) or when no worker can take it (503); its slot is given back when the view's subscription to
+the request closes. With Redis, an abort is broadcast to every worker process (``relay``), since
+any of them may hold the request.
+"""
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from inference import relay
 from inference.generation import GenerationJob, abort_job, run_job
+
+from . import limits
 
 
 def _direct() -> bool:
@@ -13,6 +22,9 @@ def _direct() -> bool:
 
 
 async def submit(job: GenerationJob) -> None:
+    await sync_to_async(limits.check_workers, thread_sensitive=False)()
+    limits.admit(job)
+    relay.when_unsubscribed(job.request_id, lambda: limits.release(job))
     if _direct():
         await sync_to_async(run_job, thread_sensitive=False)(job)
     else:
@@ -27,6 +39,9 @@ def abort(job: GenerationJob) -> None:
     count = len(job.choice_ids())
     if _direct():
         abort_job(job.request_id, job.model, count)
+    elif settings.OMLX_REDIS_URL:
+        relay.broadcast_control({"kind": "abort", "request_id": job.request_id, "model": job.model,
+                                 "count": count})
     else:
         from inference import huey_consumer, tasks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Union
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 MAX_N = 16
 
@@ -33,12 +33,22 @@ class ToolCall(Schema):
     function: ToolCallFunction
 
 
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
 class ChatMessage(Schema):
     """A message of the conversation: assistant messages may carry ``tool_calls`` (and
     ``reasoning_content``), tool messages answer one by ``tool_call_id``."""
 
     model_config = ConfigDict(extra="allow")
     role: str
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, role: str) -> str:
+        if role not in CHAT_ROLES:
+            raise ValueError(f"unknown role {role!r}; one of {', '.join(CHAT_ROLES)}")
+        return role
     content: Union[str, List[ContentPart], None] = None
     tool_calls: Optional[List[ToolCall]] = None
     tool_call_id: Optional[str] = None

@@ -180,7 +180,8 @@ class Engine:
             raise ValueError("the prompt is empty")
         limit = self.loaded.context_length
         if limit and len(ids) >= limit:
-            raise ValueError(f"the prompt has {len(ids)} tokens; the model's context is {limit} tokens")
+            raise ValueError(f"This model's maximum context length is {limit} tokens; the prompt has "
+                             f"{len(ids)} tokens")
         return ids
 
     # -- the engine thread -------------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""Admission control of the API: how many choices of one model may be in flight in this server,
+and whether a worker can take a job at all.
+
+A model may have ``OMLX_MAX_CONCURRENT_REQUESTS`` choices running plus ``OMLX_MAX_QUEUED_REQUESTS``
+waiting; a request that would go beyond is refused before it is queued (429, Retry-After). A
+choice counts from the hand-off until the view stops listening to it (finished, failed, or the
+client gone). Counted per server process, in engine requests (a request with n=4 counts 4).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict
+
+from django.conf import settings
+
+from .errors import ApiError
+
+_in_flight: Dict[str, int] = {}
+_lock = threading.Lock()
+_shutting_down = threading.Event()
+
+
+def capacity() -> int:
+    return settings.OMLX_MAX_CONCURRENT_REQUESTS + settings.OMLX_MAX_QUEUED_REQUESTS
+
+
+def admit(job) -> None:
+    """Count ``job``'s choices in; ApiError 429 if its model is full (400 if it never fits)."""
+    count = len(job.choice_ids())
+    limit = capacity()
+    if count > limit:
+        raise ApiError(400, f"the request asks for {count} choices; this server takes at most {limit} "
+                       "per model at once", param="n")
+    with _lock:
+        used = _in_flight.get(job.model, 0)
+        if used + count > limit:
+            raise ApiError(429, f"The model '{job.model}' has {used} requests running or waiting "
+                           f"(limit {limit}); retry later", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(settings.OMLX_RETRY_AFTER_SECONDS)})
+        _in_flight[job.model] = used + count
+
+
+def release(job) -> None:
+    count = len(job.choice_ids())
+    with _lock:
+        left = _in_flight.get(job.model, 0) - count
+        if left > 0:
+            _in_flight[job.model] = left
+        else:
+            _in_flight.pop(job.model, None)
+
+
+def in_flight(model: str) -> int:
+    with _lock:
+        return _in_flight.get(model, 0)
+
+
+def start_shutdown() -> None:
+    """From now on requests get a 503 (the server is stopping)."""
+    _shutting_down.set()
+
+
+def check_workers() -> None:
+    """ApiError 503 when the server is stopping or no worker would take a job (blocking: Redis)."""
+    if _shutting_down.is_set():
+        raise ApiError(503, "The server is shutting down", code="server_shutting_down")
+    if settings.OMLX_API_HANDOFF == "direct":
+        return
+    if settings.OMLX_REDIS_URL:
+        from inference.worker_presence import any_worker_alive
+
+        alive = any_worker_alive()
+        if alive is None:
+            raise ApiError(503, "The queue (Redis) cannot be reached", code="queue_unavailable")
+        if not alive:
+            raise ApiError(503, "No worker is running: start one with `omlx worker`",
+                           code="no_worker")
+        return
+    from inference.huey_consumer import running
+
+    if not running():
+        raise ApiError(503, "No worker is running in this server", code="no_worker")
