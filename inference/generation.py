@@ -5,7 +5,8 @@ The Huey task (``inference.tasks``) and the direct hand-off of the view share al
 how a job reaches ``run_job`` differs.
 
 Events (plain dicts, the same over any channel layer):
-    {"kind": "accepted"}                      the engine took every choice of the job
+    {"kind": "accepted", "prompt_tokens": [int]}  the engine took every choice of the job; the
+                                              token count of each prompt (one for chat)
     {"kind": "error", "status", "message"}    the job was refused (nothing else follows)
     {"kind": "delta", "index", "text", "reasoning", "tool_calls", "token_ids", "logprobs",
      "finish_reason", "usage", "error"}
@@ -27,7 +28,7 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from inference import relay
 from inference.chat.capabilities import capabilities
@@ -117,8 +118,8 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
         structured = job.params.get("structured") or tool_choice_structured(job.tools, job.tool_choice)
         prompt_text = None
         if job.messages is not None:
-            prompt_text = _render_chat(tokenizer, job, constrained=structured is not None)
-            prompts = [list(tokenizer.encode(prompt_text, add_special_tokens=False))]
+            prompt_ids, prompt_text = chat_prompt(tokenizer, job)
+            prompts = [prompt_ids]
         else:
             prompts = job.prompts
         params = []
@@ -142,7 +143,7 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
     except Exception as exc:  # a chat template that rejects the messages raises anything
         return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
     index = 0
-    publish(job.request_id, {"kind": "accepted"})
+    publish(job.request_id, {"kind": "accepted", "prompt_tokens": [len(p) for p in ids]})
     for prompt_ids in ids:
         for choice_params in params:
             parser = _parser(job, tokenizer, prompt_text, structured) if job.messages is not None else None
@@ -164,6 +165,15 @@ def _failed_delta(index: int, error: str) -> dict:
     return {"kind": "delta", "index": index, "text": "", "reasoning": "", "tool_calls": [],
             "token_ids": [], "logprobs": None, "finish_reason": "error", "error": error,
             "usage": {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}}
+
+
+def chat_prompt(tokenizer, job: GenerationJob) -> Tuple[List[int], str]:
+    """The prompt of a chat job as the engine receives it: (token ids, text). The template's
+    text is encoded without added special tokens, as transformers does for chat templates.
+    (POST /v1/messages/count_tokens counts with this too, so its count equals the usage.)"""
+    structured = job.params.get("structured") or tool_choice_structured(job.tools, job.tool_choice)
+    text = _render_chat(tokenizer, job, constrained=structured is not None)
+    return list(tokenizer.encode(text, add_special_tokens=False)), text
 
 
 def _render_chat(tokenizer, job: GenerationJob, constrained: bool) -> str:

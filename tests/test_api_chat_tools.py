@@ -12,7 +12,6 @@ import jsonschema
 import openai
 import pytest
 
-from inference.engine import SamplingParams
 from tests.conftest import ServerProcess
 
 FAMILIES = ("qwen2", "qwen3", "llama", "mistral")
@@ -143,7 +142,6 @@ def test_bad_tool_call_arguments_in_messages_are_400(client):
         client.chat.completions.create(model="qwen2", messages=USER + bad, max_tokens=2)
 
 
-@pytest.mark.skipif("structured" not in SamplingParams.__dataclass_fields__, reason="needs SamplingParams.structured")
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
 def test_tool_choice_required_and_named_return_a_valid_call(client, arch):
     for choice, names in (("required", {"get_weather", "get_time"}),
@@ -165,7 +163,6 @@ def test_tool_choice_required_and_named_return_a_valid_call(client, arch):
         assert stream[-1].choices[0].finish_reason == "tool_calls"
 
 
-@pytest.mark.skipif("structured" not in SamplingParams.__dataclass_fields__, reason="needs SamplingParams.structured")
 def test_json_schema_response_validates(client):
     # Bounded strings and numbers: a random model does not end an unbounded string by itself.
     schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 20},
@@ -184,10 +181,3 @@ def test_json_schema_response_validates(client):
     else:  # a random model may write one endless string
         assert content.startswith("{")
 
-
-@pytest.mark.skipif("structured" in SamplingParams.__dataclass_fields__, reason="structured output is available")
-def test_structured_requests_are_400_until_the_engine_has_structured(client):
-    for extra in ({"tools": TOOLS, "tool_choice": "required"},
-                  {"response_format": {"type": "json_object"}}):
-        with pytest.raises(openai.BadRequestError, match="not available"):
-            client.chat.completions.create(model="qwen2", messages=USER, max_tokens=2, extra_body=extra)

@@ -9,14 +9,7 @@ import pytest
 from inference.api.errors import ApiError
 from inference.api.responses_format import ResponseBuilder
 from inference.api.responses_input import to_messages, to_structured, to_tool_choice, to_tools
-from inference.engine import SamplingParams
-from inference.generation import GenerationJob
 
-HAS_TOOLS = "tools" in GenerationJob.__dataclass_fields__
-HAS_STRUCTURED = "structured" in SamplingParams.__dataclass_fields__
-NEEDS_TOOLS = pytest.mark.skipif(not HAS_TOOLS, reason="GenerationJob has no 'tools' field yet (chat branch)")
-NEEDS_STRUCTURED = pytest.mark.skipif(not HAS_STRUCTURED,
-                                      reason="SamplingParams has no 'structured' field yet (grammar branch)")
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
                           "required": ["city"]}}  # bounded: a random-weight model never ends an unbounded string
@@ -311,13 +304,8 @@ def test_input_items_pages(client):
     assert newest.data[0].content[0].text == "turn 4"
 
 
-def test_tools_reach_the_template_or_are_refused_clearly(client):
+def test_tools_reach_the_template(client):
     kwargs = dict(model="tiny", input="Weather in Paris?", max_output_tokens=3, temperature=0)
-    if not HAS_TOOLS:  # before the chat layer's tool support: a clear 400, never silently dropped
-        with pytest.raises(openai.BadRequestError) as caught:
-            client.responses.create(tools=[WEATHER], **kwargs)
-        assert "tools" in str(caught.value)
-        return
     plain = client.responses.create(**kwargs)
     response = client.responses.create(tools=[WEATHER, {"type": "web_search"}], **kwargs)
     assert [t.name for t in response.tools] == ["get_weather"] and response.tool_choice == "auto"
@@ -336,8 +324,6 @@ def test_raw_stream_framing(omlx_server):
     assert json.loads(blocks[-1].split("\n")[1][6:])["type"] in ("response.completed", "response.incomplete")
 
 
-@pytest.mark.skipif("chat_template_kwargs" not in GenerationJob.__dataclass_fields__,
-                    reason="needs the chat layer's reasoning parser (chat branch)")
 def test_qwen3_reasoning_item(tmp_path_factory, model_dir):
     """The test qwen3 model's prompt opens <think> and a random model never closes it: all its
     output is reasoning, unless reasoning.effort is "none" (enable_thinking false)."""
@@ -370,7 +356,6 @@ def test_qwen3_reasoning_item(tmp_path_factory, model_dir):
         server.stop()
 
 
-@NEEDS_STRUCTURED
 def test_json_schema_format(client):
     # bounded values: a random-weight model never ends an unbounded string or number by itself
     schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
@@ -393,8 +378,6 @@ def test_json_schema_format(client):
     assert anything.output_text.lstrip().startswith("{")
 
 
-@NEEDS_TOOLS
-@NEEDS_STRUCTURED
 def test_tool_choice_required(client):
     response = client.responses.create(model="tiny", input="Weather in Paris?", tools=[WEATHER],
                                        tool_choice="required", max_output_tokens=64, temperature=0)

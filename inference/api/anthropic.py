@@ -3,7 +3,6 @@ POST /v1/messages/count_tokens. Mounted on a NinjaAPI of their own (inference/ur
 every error leaves in Anthropic's envelope (anthropic_errors.py)."""
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 
@@ -75,29 +74,13 @@ def _job(body, request_id: str, params: dict) -> GenerationJob:
         raise ApiError(400, "thinking may not be enabled when tool_choice forces tool use", param="thinking")
     extra = {"tools": tools, "tool_choice": tool_choice, "chat_template_kwargs": kwargs,
              "parallel_tool_calls": not (body.tool_choice or {}).get("disable_parallel_tool_use", False)}
-    # tools, tool_choice, chat_template_kwargs and parallel_tool_calls are GenerationJob fields
-    # from contract 2 on; a GenerationJob without them renders the messages alone.
-    fields = GenerationJob.__dataclass_fields__
-    extra = {name: value for name, value in extra.items() if name in fields}
     return GenerationJob(request_id, body.model, params, messages=messages, **extra)
 
 
 async def _stream(job: GenerationJob, builder: MessageBuilder) -> StreamingHttpResponse:
-    # message_start carries the prompt's token count: counted here while the worker takes the job.
-    counting = asyncio.ensure_future(sync_to_async(count_prompt_tokens, thread_sensitive=False)(job))
-    try:
-        subscription = await _start(job)
-    except BaseException:
-        counting.cancel()
-        raise
-    try:
-        input_tokens = await counting
-    except Exception:
-        logger.exception("counting the prompt of %s failed", job.request_id)
-        input_tokens = 0
-    except BaseException:  # cancelled: the client went away before the stream began
-        await _stop(job, subscription, done=False)
-        raise
+    subscription = await _start(job)
+    # message_start carries the prompt's token count, as the worker counted it when it took the job
+    input_tokens = subscription.accepted["prompt_tokens"][0]
     response = StreamingHttpResponse(_events(job, builder, subscription, input_tokens),
                                      content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

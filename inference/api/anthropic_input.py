@@ -247,8 +247,7 @@ def sampling_values(body) -> dict:
     if "stop" in values:
         values["include_stop_str_in_output"] = True
     structured = output_format(body)
-    # SamplingParams.structured arrives with contract 3 (grammar branch); without it, ignored.
-    if structured is not None and "structured" in SamplingParams.__dataclass_fields__:
+    if structured is not None:
         values["structured"] = structured
     try:
         SamplingParams(**values)

@@ -7,7 +7,7 @@ import json
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import List, Tuple
+from typing import Tuple
 
 from inference import generation
 from inference.generation import GenerationJob
@@ -15,22 +15,10 @@ from inference.model_registry import get_registry
 
 from .errors import ApiError
 
-try:  # contract 2 (the chat layer): tools, tool_choice and template kwargs shape the prompt
-    from inference.chat.structured import tool_choice_structured as _tool_choice_structured
-except ImportError:
-    _tool_choice_structured = None
-
 MAX_TOKENIZERS = 8  # models whose tokenizer stays loaded here; the least recently used goes first
 
 _tokenizers: "OrderedDict[Tuple[Path, int], Tuple[object, threading.Lock]]" = OrderedDict()
 _load_lock = threading.Lock()
-
-
-class _TokenizerOnly:
-    """What the worker's renderer reads of an engine: its tokenizer."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
 
 
 def _tokenizer(path: Path) -> Tuple[object, threading.Lock]:
@@ -54,16 +42,6 @@ def _tokenizer(path: Path) -> Tuple[object, threading.Lock]:
         return entry
 
 
-def render(tokenizer, job: GenerationJob) -> List[int]:
-    """The prompt token ids of a chat job, exactly as the worker (``generation.run_job``) renders
-    them: a forced tool call or structured output renders with thinking off."""
-    if _tool_choice_structured is None:  # before contract 2: the messages alone
-        return generation._render_chat(_TokenizerOnly(tokenizer), job.messages)
-    structured = job.params.get("structured") or _tool_choice_structured(job.tools, job.tool_choice)
-    text = generation._render_chat(tokenizer, job, constrained=structured is not None)
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
 def count_prompt_tokens(job: GenerationJob) -> int:
     """Tokens of the job's rendered prompt (blocking: run it off the event loop). ApiError 404
     for an unknown model, 400 when the chat template rejects the messages."""
@@ -76,6 +54,6 @@ def count_prompt_tokens(job: GenerationJob) -> int:
         raise ApiError(500, f"The tokenizer of '{job.model}' cannot be loaded: {exc}") from exc
     with lock:
         try:
-            return len(render(tokenizer, job))
+            return len(generation.chat_prompt(tokenizer, job)[0])
         except Exception as exc:  # a chat template that rejects the messages raises anything
             raise ApiError(400, f"The messages cannot be rendered with the model's chat template: {exc}") from None

@@ -103,9 +103,6 @@ def _params(body, max_tokens, logprobs, structured=None) -> dict:
     if isinstance(values.get("stop"), list) and len(values["stop"]) > 4:
         raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
     if structured is not None:
-        if "structured" not in SamplingParams.__dataclass_fields__:
-            raise ApiError(400, "Structured output (response_format, tool_choice required or named) is "
-                                "not available in this build", param="response_format")
         values["structured"] = structured
     try:
         SamplingParams(**values)

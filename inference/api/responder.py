@@ -59,6 +59,7 @@ async def _start(job: GenerationJob) -> Subscription:
             raise ApiError(503, "No worker took the request in time")
         raise ApiError(first["status"], first["message"],
                        code="model_not_found" if first["status"] == 404 else None)
+    subscription.accepted = first  # the worker's answer: prompt_tokens per prompt
     return subscription
 
 

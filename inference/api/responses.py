@@ -110,23 +110,18 @@ class _Saver:
 
 
 def _job(body: ResponsesRequest, context: List[dict]):
-    """The GenerationJob of a request and the fields its Response object repeats. Fields that
-    GenerationJob / SamplingParams do not have in this build (tools, structured output) are a 400
-    when asked for, never silently dropped."""
+    """The GenerationJob of a request and the fields its Response object repeats."""
     messages = to_messages(body.input, body.instructions, context)
     chat_tools, echo_tools = to_tools(body.tools)
     tool_choice, echo_choice = to_tool_choice(body.tool_choice, echo_tools)
     structured, echo_text = to_structured(body.text)
-    job_fields = GenerationJob.__dataclass_fields__
     extra = {}
     if chat_tools is not None:
-        if "tools" not in job_fields:
-            raise ApiError(400, "tools: function tools are not supported by this server", param="tools")
         extra["tools"] = chat_tools
         if tool_choice is not None:
             extra["tool_choice"] = tool_choice
     effort = body.reasoning.effort if body.reasoning else None
-    if effort is not None and "chat_template_kwargs" in job_fields:
+    if effort is not None:
         # Templates with a thinking switch (Qwen3 and others) honour it; the others ignore it.
         extra["chat_template_kwargs"] = {"enable_thinking": effort != "none"}
     params = _params(body, structured)
@@ -152,9 +147,6 @@ def _params(body: ResponsesRequest, structured) -> dict:
     if isinstance(body.stop, list) and len(body.stop) > 4:
         raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
     if structured is not None:
-        if "structured" not in SamplingParams.__dataclass_fields__:
-            raise ApiError(400, f"text.format: '{structured['type']}' is not supported by this server",
-                           param="text.format")
         values["structured"] = structured
     try:
         SamplingParams(**values)
