@@ -2,8 +2,10 @@
 close everything on SIGINT/SIGTERM."""
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 import sys
 
 logger = logging.getLogger("omlx.server")
@@ -13,6 +15,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     """Serve until SIGINT/SIGTERM. Settings come from the environment (the CLI exports its flags
     there, so that `manage.py run_huey` and `omlx worker` processes can share them)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack (a stuck server)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     import django
     from django.conf import settings

@@ -8,14 +8,18 @@ receive), sends what is left and exits 0.
 """
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
 
 logger = logging.getLogger("omlx.worker")
 
 
 def run_worker(threads: int = 2) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     import django
     from django.conf import settings

@@ -73,9 +73,14 @@ class ServerProcess:
             self.process.send_signal(sig or signal.SIGTERM)
             try:
                 self.process.wait(60)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired:  # stuck: its threads' stacks go to the output
+                import time
+
+                self.process.send_signal(signal.SIGUSR1)
+                time.sleep(2)
                 self.process.kill()
                 self.process.wait()
+                print("omlx serve did not stop; its output:\n" + "".join(self.output))
         return self.process.returncode
 
 

@@ -11,7 +11,7 @@ from huey import MemoryHuey
 from inference import relay
 from inference.generation import GenerationJob, abort_job, run_job
 from inference.huey_consumer import EmbeddedConsumer
-from inference.model_registry import close_registry
+from inference.model_registry import close_registry, get_registry
 
 
 def test_relay_keeps_order_across_threads():
@@ -78,7 +78,7 @@ def collect(job):
 
 def test_run_job_events(tiny_registry):
     events = collect(GenerationJob("job-1", "tiny", {"max_tokens": 3, "temperature": 0}, prompts=["hi"]))
-    assert events[0] == {"kind": "accepted"}
+    assert events[0] == {"kind": "accepted", "prompt_tokens": [len(get_registry().engine("tiny").encode("hi"))]}
     assert [e["index"] for e in events[1:]] == [0, 0, 0]
     assert events[-1]["finish_reason"] == "length"
     assert events[-1]["usage"]["completion_tokens"] == 3
