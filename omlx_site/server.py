@@ -17,6 +17,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack (a stuck server)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # A process started in the background by a non-interactive shell inherits SIGINT ignored, and
+    # Twisted then leaves it ignored: SIGINT stops the server however it was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     import django
     from django.conf import settings

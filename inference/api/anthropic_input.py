@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, Union
 
-from inference.engine import SamplingParams
 
 from .errors import ApiError
+from .sampling import checked_params
 
 ROLES = ("user", "assistant", "system")
 
@@ -239,23 +239,9 @@ def sampling_values(body) -> dict:
     """SamplingParams fields of a messages request, checked now so that bad values are a 400.
     Stop sequences are kept in the output by the engine, so the view can tell which matched
     (it removes it again)."""
-    values = {"max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-              "top_k": body.top_k, "stop": body.stop_sequences or None}
-    values = {k: v for k, v in values.items() if v is not None}
-    if body.ignore_eos:
-        values["ignore_eos"] = True
-    if "stop" in values:
-        values["include_stop_str_in_output"] = True
-    structured = output_format(body)
-    if structured is not None:
-        values["structured"] = structured
-    try:
-        SamplingParams(**values)
-    except ValueError as exc:
-        error = ApiError.bad_value(exc)
-        name = _FIELD_NAMES.get(error.param)
-        if name is not None:  # say it in the request's own terms
-            error.message = error.message.replace(f"{error.param}=", f"{name}=", 1)
-            error.param = name
-        raise error from None
-    return values
+    stop = body.stop_sequences or None
+    return checked_params({
+        "max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
+        "top_k": body.top_k, "stop": stop, "include_stop_str_in_output": stop is not None,
+        "ignore_eos": body.ignore_eos, "structured": output_format(body),
+    }, names=_FIELD_NAMES, max_stop=None)

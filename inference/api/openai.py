@@ -9,7 +9,6 @@ from ninja import Router
 from inference.chat.structured import (check_tool_choice, check_tools, response_format_structured,
                                        tool_choice_structured)
 from inference.chat.template import check_template_kwargs
-from inference.engine import SamplingParams
 from inference.generation import GenerationJob
 from inference.model_registry import get_registry
 
@@ -18,6 +17,7 @@ from .errors import ApiError
 from .openai_format import ChatFormat, CompletionFormat
 from .responder import respond
 from .schemas import ChatCompletionRequest, CompletionRequest
+from .sampling import checked_params
 
 router = Router(tags=["OpenAI"])
 _started = int(time.time())
@@ -91,23 +91,10 @@ def _chat_options(body):
 
 
 def _params(body, max_tokens, logprobs, structured=None) -> dict:
-    """SamplingParams fields from the body (unset fields keep the engine's defaults), checked
-    here so that bad values are a 400 before anything is queued."""
-    values = {"max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-              "top_k": body.top_k, "min_p": body.min_p, "presence_penalty": body.presence_penalty,
-              "frequency_penalty": body.frequency_penalty, "repetition_penalty": body.repetition_penalty,
-              "seed": body.seed, "stop": body.stop, "logprobs": logprobs}
-    values = {k: v for k, v in values.items() if v is not None}
-    if body.ignore_eos:
-        values["ignore_eos"] = True
-    if isinstance(values.get("stop"), list) and len(values["stop"]) > 4:
-        raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
-    if structured is not None:
-        values["structured"] = structured
-    try:
-        SamplingParams(**values)
-    except ValueError as exc:
-        raise ApiError.bad_value(exc) from None
-    if "stop" in values:
-        values["stop"] = list(SamplingParams(**values).stop)
-    return values
+    """SamplingParams fields from the body (unset fields keep the engine's defaults)."""
+    return checked_params({
+        "max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p,
+        "top_k": body.top_k, "min_p": body.min_p, "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty, "repetition_penalty": body.repetition_penalty,
+        "seed": body.seed, "stop": body.stop, "logprobs": logprobs, "ignore_eos": body.ignore_eos,
+        "structured": structured})

@@ -15,7 +15,6 @@ from django.conf import settings
 from django.http import JsonResponse, StreamingHttpResponse
 from ninja import Router
 
-from inference.engine import SamplingParams
 from inference.generation import GenerationJob
 from inference.model_registry import get_registry
 from inference.relay import Subscription
@@ -27,6 +26,7 @@ from .responder import _start, _stop
 from .responses_format import ResponseBuilder
 from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
 from .responses_schemas import ResponsesRequest
+from .sampling import checked_params
 
 router = Router(tags=["OpenAI"])
 
@@ -138,27 +138,11 @@ def _job(body: ResponsesRequest, context: List[dict]):
 
 
 def _params(body: ResponsesRequest, structured) -> dict:
-    values = {"max_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
-              "top_k": body.top_k, "min_p": body.min_p, "repetition_penalty": body.repetition_penalty,
-              "seed": body.seed, "stop": body.stop}
-    values = {k: v for k, v in values.items() if v is not None}
-    if body.ignore_eos:
-        values["ignore_eos"] = True
-    if isinstance(body.stop, list) and len(body.stop) > 4:
-        raise ApiError(400, "stop: at most 4 stop sequences", param="stop")
-    if structured is not None:
-        values["structured"] = structured
-    try:
-        SamplingParams(**values)
-    except ValueError as exc:
-        error = ApiError.bad_value(exc)
-        if error.param == "max_tokens":
-            error = ApiError(400, error.message.replace("max_tokens=", "max_output_tokens=", 1),
-                             param="max_output_tokens")
-        raise error from None
-    if "stop" in values:
-        values["stop"] = list(SamplingParams(**values).stop)  # a JSON-able list for the job
-    return values
+    return checked_params({
+        "max_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
+        "top_k": body.top_k, "min_p": body.min_p, "repetition_penalty": body.repetition_penalty,
+        "seed": body.seed, "stop": body.stop, "ignore_eos": body.ignore_eos, "structured": structured,
+    }, names={"max_tokens": "max_output_tokens", "structured": "text.format"})
 
 
 async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subscription,

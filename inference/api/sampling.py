@@ -1,0 +1,36 @@
+"""SamplingParams fields of an API request, checked in the view so that a bad value is a 400
+(in the request's own field names) before anything is queued."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from inference.engine import SamplingParams
+
+from .errors import ApiError
+
+MAX_STOP = 4  # OpenAI's limit on stop sequences
+
+
+def checked_params(values: dict, names: Optional[Dict[str, str]] = None,
+                   max_stop: Optional[int] = MAX_STOP) -> dict:
+    """``values`` (SamplingParams field -> request value; None or False = unset, the engine's
+    default) as JSON-able job params. ``names`` maps an engine field to the request's name for
+    it, for messages; ``max_stop`` caps the stop sequences (None: no cap)."""
+    names = names or {}
+    values = {k: v for k, v in values.items() if v is not None and v is not False}
+    stop = values.get("stop")
+    if max_stop is not None and isinstance(stop, list) and len(stop) > max_stop:
+        name = names.get("stop", "stop")
+        raise ApiError(400, f"{name}: at most {max_stop} stop sequences", param=name)
+    try:
+        params = SamplingParams(**values)
+    except ValueError as exc:
+        error = ApiError.bad_value(exc)
+        name = names.get(error.param)
+        if name is not None:
+            error.message = error.message.replace(f"{error.param}=", f"{name}=", 1)
+            error.param = name
+        raise error from None
+    if "stop" in values:
+        values["stop"] = list(params.stop)  # a JSON-able list for the job
+    return values
