@@ -5,7 +5,8 @@ In the embedded default the consumer runs inside the server process (``inference
 """
 from __future__ import annotations
 
-from huey.contrib.djhuey import task
+from huey import crontab
+from huey.contrib.djhuey import db_periodic_task, task
 
 from inference.generation import GenerationJob, abort_job, run_job
 
@@ -21,3 +22,16 @@ def generate(job: dict) -> None:
 @task(priority=10, expires=JOB_EXPIRES_SECONDS)
 def abort(request_id: str, model: str, count: int) -> None:
     abort_job(request_id, model, count)
+
+
+def unload_idle_models() -> list:
+    """Unload the models of this process's pool idle for longer than their TTL; their ids."""
+    from inference.pool import get_pool
+
+    return get_pool().unload_idle()
+
+
+@db_periodic_task(crontab(minute="*"))
+def enforce_model_ttls() -> None:
+    """Every minute (Huey's finest schedule); returns None so that Huey stores no result."""
+    unload_idle_models()

@@ -11,11 +11,12 @@ from typing import Optional
 logger = logging.getLogger("omlx.server")
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = None,
+def serve(host: str = "127.0.0.1", port: int = 8000, model_dir=None,
           max_concurrent_requests: Optional[int] = None, api_key: Optional[str] = None) -> int:
     # Settings read these when Django sets up; exported, they also reach `manage.py run_huey`.
-    if model_dir is not None:
-        os.environ["OMLX_MODEL_DIR"] = str(Path(model_dir).expanduser().resolve())
+    if model_dir:  # one directory or a list of them
+        dirs = [model_dir] if isinstance(model_dir, (str, Path)) else model_dir
+        os.environ["OMLX_MODEL_DIR"] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in dirs)
     if max_concurrent_requests is not None:
         os.environ["OMLX_MAX_CONCURRENT_REQUESTS"] = str(max_concurrent_requests)
     if api_key:
@@ -33,7 +34,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000, model_dir: Optional[str] = 
 
     registry = get_registry()
     models = registry.models()
-    logger.info("models in %s: %s", registry.model_dir, ", ".join(models))
+    logger.info("models in %s: %s", os.pathsep.join(map(str, registry.model_dirs)), ", ".join(models))
+    for model_id in registry.load_pinned():
+        logger.info("pinned model %s loaded", model_id)
 
     consumer = None
     if settings.OMLX_API_HANDOFF == "huey":

@@ -102,3 +102,13 @@ OMLX_SSE_KEEPALIVE_SECONDS = float(os.environ.get("OMLX_SSE_KEEPALIVE_SECONDS", 
 # Tasks queued by the server wake the workers at once; others wait at most this long.
 OMLX_HUEY_WORKERS = int(os.environ.get("OMLX_HUEY_WORKERS", "2"))
 OMLX_HUEY_MAX_POLL_DELAY = float(os.environ.get("OMLX_HUEY_MAX_POLL_DELAY", "0.5"))
+
+# The model pool (inference/pool; docs/models.md). OMLX_MODEL_DIR may list several directories,
+# separated by os.pathsep (":" on Linux and macOS); the first one that has an id wins.
+OMLX_MODEL_DIRS = [Path(d).expanduser() for d in os.environ.get("OMLX_MODEL_DIR", "").split(os.pathsep) if d] or [OMLX_MODEL_DIR]
+# Memory for loaded models (weights + KV cache + hot tier, estimated before loading): a size
+# ("32GB", "80%" of RAM) or "disabled". The process limit adds what the process already uses:
+# "auto" is RAM minus 8 GiB (at least half of RAM), as upstream oMLX.
+OMLX_MODEL_DIR = OMLX_MODEL_DIRS[0]
+OMLX_MAX_MODEL_MEMORY = os.environ.get("OMLX_MAX_MODEL_MEMORY", "80%")
+OMLX_MAX_PROCESS_MEMORY = os.environ.get("OMLX_MAX_PROCESS_MEMORY", "auto")

@@ -11,7 +11,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 logger = logging.getLogger("omlx.api")
 
 _TYPES = {401: "authentication_error", 404: "invalid_request_error", 500: "server_error",
-          503: "server_error"}
+          503: "server_error", 507: "server_error"}
 
 
 class ApiError(Exception):
