@@ -194,12 +194,15 @@ class ModelPool:
 
     def unload(self, name: str) -> bool:
         """Unload a model (its hot blocks go to the cold tier first). False if it was not
-        loaded; ModelBusy while requests are in flight."""
+        loaded; ModelBusy while requests are in flight or when it is pinned (unpin it first)."""
         model_id = self.resolve(name) or name
+        self._refresh_settings()
         with self._lock:
             slot = self._slots.get(model_id)
             if slot is None:
                 return False
+            if (self._settings.get(model_id) or {}).get("pinned"):
+                raise ModelBusy(f"The model '{model_id}' is pinned; unpin it first")
             if slot.busy():
                 raise ModelBusy(f"The model '{model_id}' has {slot.engine.num_active()} requests in "
                                 "flight; it is unloaded once they end (or use its TTL)")
