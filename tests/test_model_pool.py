@@ -190,3 +190,45 @@ def test_settings_apply_without_restart(pool_dirs, monkeypatch):
     finally:
         monkeypatch.setattr(pool_module, "_pool", None)
         pool.close()
+
+
+def test_concurrent_first_requests_load_once(pool_dirs):
+    pool, _ = make_pool(pool_dirs)
+    got, errors = [], []
+
+    def first_request():
+        try:
+            got.append(pool.engine("org/b"))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=first_request) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(got) == 4
+        assert len({id(e) for e in got}) == 1 and pool.loaded("org/b") is got[0]
+    finally:
+        pool.close()
+    with pytest.raises(RuntimeError):
+        pool.engine("a")  # closed
+
+
+def test_process_memory_limit_refuses_before_loading(pool_dirs):
+    from inference.pool.memory import process_rss
+
+    rss = process_rss()
+    if rss is None:
+        pytest.skip("no way to read this process's resident memory here")
+    models, cold = pool_dirs
+    pool = ModelPool([models], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": str(cold)},
+                     max_process_memory=rss + 1024)
+    try:
+        with pytest.raises(InsufficientMemory) as exc:
+            pool.engine("a")
+        assert "process memory limit" in str(exc.value)
+        assert pool.loaded("a") is None and pool.used_bytes() == 0
+    finally:
+        pool.close()
