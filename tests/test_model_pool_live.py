@@ -54,6 +54,9 @@ def test_models_list_and_status(server, client):
     assert rows["acme/big"]["memory_estimate"]["total_bytes"] == server.big
     assert rows["tiny"]["size_bytes"] > 0 and rows["tiny"]["type"] == "llm"
     assert status["memory"]["max_model_memory"] == server.limit
+    with pytest.raises(openai.NotFoundError) as exc:  # listed, and the request says why not
+        client.completions.create(model="acme/minilm", prompt="hello", max_tokens=1)
+    assert "embedding models are not yet served" in str(exc.value)
 
 
 def test_a_model_larger_than_the_limit_gets_507(server, client):

@@ -136,6 +136,13 @@ class ModelPool:
                 return model_id
         return None
 
+    def not_found_message(self, name: str) -> str:
+        """Why ``name`` cannot be used: unknown, or a folder that cannot be served and why."""
+        folder = self._folders.get(name)
+        if folder is not None and folder.reason is not None:
+            return f"The model '{name}' cannot be served: {folder.reason}"
+        return f"The model '{name}' does not exist"
+
     def path(self, name: str) -> Optional[Path]:
         model_id = self.resolve(name)
         return None if model_id is None else self._folders[model_id].path
