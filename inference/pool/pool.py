@@ -391,7 +391,7 @@ class ModelPool:
         the cold tier's writer)."""
         engine = slot.engine
         try:
-            engine.call(lambda e: getattr(e.prefix_cache, "flush_hot", lambda: 0)(), timeout=120)
+            engine.call(lambda e: getattr(e.prefix_cache, "write_down", lambda: 0)(), timeout=300)
         except Exception as exc:
             logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
         engine.close()
