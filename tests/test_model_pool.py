@@ -42,6 +42,8 @@ def test_least_recently_used_is_unloaded(pool_dirs):
     try:
         pool.engine("a")
         pool.engine("org/b")
+        rows = {row["id"]: row for row in pool.status()["data"]}
+        assert rows["a"]["measured_weights_bytes"] == rows["a"]["memory_estimate"]["weights_bytes"]
         pool.engine("a")  # a is now more recent than b
         assert loaded(pool) == ["a", "org/b"]
         pool.engine("org/c")

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
@@ -60,7 +60,7 @@ class _Slot:
     loaded_at: float
     last_used: float  # time.monotonic() of the last lease
     leases: int = 0  # requests being handed to the engine right now
-    extra: dict = field(default_factory=dict)
+    measured_weights_bytes: int = 0  # the loaded parameters' bytes
 
     def busy(self) -> bool:
         return self.leases > 0 or self.engine.num_active() > 0
@@ -273,6 +273,7 @@ class ModelPool:
                 "id": model_id, "path": str(folder.path), "type": folder.kind,
                 "servable": folder.servable, "reason": folder.reason, "alias": values.get("alias"),
                 "size_bytes": folder.size_bytes, "memory_estimate": est,
+                "measured_weights_bytes": slot.measured_weights_bytes if slot is not None else None,
                 "loaded": slot is not None, "loading": loading, "pinned": bool(values.get("pinned")),
                 "ttl_seconds": values.get("ttl_seconds"),
                 "active_requests": slot.engine.num_active() if slot is not None else 0,
@@ -333,12 +334,17 @@ class ModelPool:
             finally:
                 with self._lock:
                     self._reserved.pop(model_id, None)
+            measured = engine.call(_weights_bytes)
+            if measured > need.weights_bytes:  # account for what is really there
+                logger.warning("%s: weights take %s, estimated %s", model_id, format_bytes(measured),
+                               format_bytes(need.weights_bytes))
+                need = replace(need, weights_bytes=measured)
             with self._lock:
                 if self._closed:
                     engine.close()
                     raise RuntimeError("the server is shutting down")
                 now = time.monotonic()
-                slot = _Slot(engine, need, now, now, leases=1)
+                slot = _Slot(engine, need, now, now, leases=1, measured_weights_bytes=measured)
                 self._slots[model_id] = slot
             return slot
 
@@ -441,3 +447,10 @@ class ModelPool:
         with self._lock:
             self._settings = values
             self._settings_at = time.monotonic()
+
+
+def _weights_bytes(engine) -> int:
+    """Bytes of the loaded model's parameters (run on the engine thread)."""
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(engine.loaded.model.parameters()))
