@@ -155,8 +155,8 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse) -
         if limit is not None:
             longest = max(len(p) for p in ids)
             if longest >= limit:
-                raise ValueError(f"the prompt has {longest} tokens; the context limit of "
-                                 f"'{job.model}' is {limit} tokens (its context_length setting)")
+                raise ValueError(f"This model's maximum context length is {limit} tokens (its "
+                                 f"context_length setting); the prompt has {longest} tokens")
         params = []
         for i in range(job.n):
             values = dict(job.params)

@@ -180,7 +180,7 @@ def test_settings_apply_without_restart(pool_dirs, monkeypatch):
         assert events[-1]["usage"]["completion_tokens"] == 4  # 20 prompt + 4 = the limit
         events = run(pool, "a", list(range(10, 40)), monkeypatch)
         assert events[-1]["kind"] == "error" and events[-1]["status"] == 400
-        assert "context limit" in events[-1]["message"]
+        assert "context_length setting" in events[-1]["message"]
         with pytest.raises(ValueError):
             pool.update_settings("a", {"temperature": -1})
         with pytest.raises(ValueError):

@@ -94,3 +94,23 @@ def test_load_unload_and_settings_without_restart(server, client):
     assert httpx.patch(url + "/tiny/settings", json={"max_tokens": None, "alias": None}).status_code == 200
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="fast", prompt="hello", max_tokens=1)
+
+
+def test_pinned_model_loads_at_start_and_settings_survive_a_restart(tmp_path, model_dir):
+    models, home = tmp_path / "models", tmp_path / "home"
+    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
+    args = ["--model-dir", str(models), "--hot-cache-max-size", "1MB"]
+    proc = ServerProcess(args, home)
+    try:
+        assert httpx.get(proc.url + "/v1/models/status").json()["data"][0]["loaded"] is False
+        assert httpx.patch(proc.url + "/v1/models/tiny/settings",
+                           json={"pinned": True, "alias": "mine"}).status_code == 200
+    finally:
+        proc.stop()
+    proc = ServerProcess(args, home)
+    try:
+        row = httpx.get(proc.url + "/v1/models/status").json()["data"][0]
+        assert (row["loaded"], row["pinned"], row["alias"]) == (True, True, "mine")  # before any request
+        assert httpx.post(proc.url + "/v1/models/tiny/unload").status_code == 409  # pinned
+    finally:
+        proc.stop()
