@@ -96,6 +96,9 @@ def test_model_with_a_request_in_flight_is_never_unloaded(pool_dirs):
         assert loaded(pool) == ["a", "org/c"]
         with pytest.raises(ModelBusy):
             pool.unload("a")
+        pool.update_settings("a", {"ttl_seconds": 0.001})
+        threading.Event().wait(0.01)
+        assert pool.unload_idle() == []  # in flight: its TTL does not run
         # only c is idle now: it goes, the busy a stays
         pool.engine("org/b")
         assert loaded(pool) == ["a", "org/b"]

@@ -34,7 +34,7 @@ def server(tmp_path_factory, model_dir):
     limit = tiny * 2  # tiny fits; big is larger than the whole limit
     proc = ServerProcess(["--model-dir", str(first), "--model-dir", str(second), "--hot-cache-max-size",
                           "1MB", "--max-model-memory", str(limit)], tmp_path_factory.mktemp("pool-home"))
-    proc.limit, proc.big = limit, big
+    proc.limit, proc.big, proc.dirs = limit, big, (first, second)
     yield proc
     proc.stop()
 
@@ -114,3 +114,12 @@ def test_pinned_model_loads_at_start_and_settings_survive_a_restart(tmp_path, mo
         assert httpx.post(proc.url + "/v1/models/tiny/unload").status_code == 409  # pinned
     finally:
         proc.stop()
+
+
+def test_rescan(server, model_dir):
+    first, _ = server.dirs
+    shutil.copytree(model_dir("qwen2", "tiny"), first / "acme" / "later")
+    ids = [row["id"] for row in httpx.post(server.url + "/v1/models/rescan").json()["data"]]
+    assert "acme/later" in ids
+    shutil.rmtree(first / "acme")
+    assert "acme/later" not in [m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]]

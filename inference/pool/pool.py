@@ -96,6 +96,7 @@ class ModelPool:
         self._estimates: Dict[str, MemoryEstimate] = {}
         self._slots: Dict[str, _Slot] = {}
         self._reserved: Dict[str, int] = {}  # loads in progress -> their estimate
+        self._closing: Dict[int, int] = {}  # id(slot) of engines being closed -> their estimate
         self._closed = False
 
     # -- discovery and settings ---------------------------------------------------------------
@@ -213,7 +214,7 @@ class ModelPool:
             if slot.busy():
                 raise ModelBusy(f"The model '{model_id}' has {slot.engine.num_active()} requests in "
                                 "flight; it is unloaded once they end (or use its TTL)")
-            del self._slots[model_id]
+            self._take(model_id)
         self._close(model_id, slot)
         return True
 
@@ -228,8 +229,7 @@ class ModelPool:
                 ttl, since = values.get("ttl_seconds"), slot.idle_since()
                 if values.get("pinned") or ttl is None or since is None or now - since < ttl:
                     continue
-                del self._slots[model_id]
-                expired.append((model_id, slot))
+                expired.append((model_id, self._take(model_id)))
         for model_id, slot in expired:
             logger.info("unloading %s: idle for more than its TTL", model_id)
             self._close(model_id, slot)
@@ -250,7 +250,7 @@ class ModelPool:
 
     def used_bytes(self) -> int:
         with self._lock:
-            return sum(s.estimate.total_bytes for s in self._slots.values()) + sum(self._reserved.values())
+            return self._used()
 
     def status(self) -> dict:
         """Every folder with its kind, size, estimate and pool state; the memory limits."""
@@ -288,7 +288,7 @@ class ModelPool:
         """Unload every model; later loads raise."""
         with self._lock:
             self._closed = True
-            slots, self._slots = list(self._slots.items()), {}
+            slots = [(i, self._take(i)) for i in list(self._slots)]
         for model_id, slot in slots:
             self._close(model_id, slot)
 
@@ -361,7 +361,7 @@ class ModelPool:
                 f"model memory limit of {format_bytes(limit)} (--max-model-memory)")
         rss = process_rss() if process_limit is not None else None
         with self._lock:
-            used = sum(s.estimate.total_bytes for s in self._slots.values()) + sum(self._reserved.values())
+            used = self._used()
             freed = 0
             victims = []
 
@@ -388,14 +388,31 @@ class ModelPool:
                 raise InsufficientMemory(
                     f"The model '{model_id}' needs {format_bytes(total)} ({sizes}); {where}, and the "
                     f"loaded models that cannot be unloaded now (pinned or busy) hold it: {kept}")
-            taken = [(i, self._slots.pop(i)) for i in victims]
+            taken = [(i, self._take(i)) for i in victims]
             self._reserved[model_id] = total
             return taken
+
+    def _used(self) -> int:
+        """Bytes counted against the limit: loaded models, loads in progress, engines closing."""
+        return (sum(s.estimate.total_bytes for s in self._slots.values()) + sum(self._reserved.values())
+                + sum(self._closing.values()))
+
+    def _take(self, model_id: str) -> _Slot:
+        """Take a loaded model out of the pool (under the lock); its memory counts until it is closed."""
+        slot = self._slots.pop(model_id)
+        self._closing[id(slot)] = slot.estimate.total_bytes
+        return slot
 
     def _close(self, model_id: str, slot: _Slot) -> None:
         """Write the hot blocks down to the cold tier, then stop the engine (which waits for
         the cold tier's writer)."""
-        engine = slot.engine
+        try:
+            self._stop(model_id, slot.engine)
+        finally:
+            with self._lock:
+                self._closing.pop(id(slot), None)
+
+    def _stop(self, model_id: str, engine) -> None:
         try:
             engine.call(lambda e: getattr(e.prefix_cache, "write_down", lambda: 0)(), timeout=300)
         except Exception as exc:
