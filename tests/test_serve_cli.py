@@ -19,7 +19,8 @@ def test_bad_flags(tmp_path):
     assert out.returncode == 2
     assert "--port" in out.stderr
     for flag, value in [("--hot-cache-max-size", "lots"), ("--paged-ssd-cache-max-size", "-5GB"),
-                        ("--paged-ssd-cache-ttl", "0")]:
+                        ("--paged-ssd-cache-ttl", "0"), ("--max-model-memory", "lots"),
+                        ("--max-model-memory", "auto"), ("--max-process-memory", "0")]:
         out = run_serve(tmp_path, flag, value)
         assert out.returncode == 2, (flag, out.stderr)
         assert flag in out.stderr
