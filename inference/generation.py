@@ -124,7 +124,7 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
         lease.__exit__(None, None, None)
 
 
-def _with_settings(job: GenerationJob, settings: dict) -> GenerationJob:
+def with_model_settings(job: GenerationJob, settings: dict) -> GenerationJob:
     """``job`` with the model's defaults under the request's own values."""
     from inference.pool.model_settings import SAMPLING_FIELDS
 
@@ -138,7 +138,7 @@ def _with_settings(job: GenerationJob, settings: dict) -> GenerationJob:
 def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse) -> None:
     from inference.engine import SamplingParams
 
-    job = _with_settings(job, settings)
+    job = with_model_settings(job, settings)
     limit = settings.get("context_length")
     tokenizer = engine.tokenizer
     structured = None

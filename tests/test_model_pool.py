@@ -237,3 +237,33 @@ def test_process_memory_limit_refuses_before_loading(pool_dirs):
         assert pool.loaded("a") is None and pool.used_bytes() == 0
     finally:
         pool.close()
+
+
+def test_count_tokens_uses_the_model_settings(tmp_path, model_dir, monkeypatch):
+    """POST /v1/messages/count_tokens renders with the model's chat_template_kwargs too, so its
+    count stays equal to the prompt tokens the worker reports."""
+    from inference import pool as pool_module
+    from inference.api.anthropic_tokens import count_prompt_tokens
+
+    shutil.copytree(model_dir("qwen3", "tiny"), tmp_path / "models" / "q")
+    pool = ModelPool([tmp_path / "models"], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": None})
+    monkeypatch.setattr(pool_module, "_pool", pool)
+    messages = [{"role": "user", "content": "hello"}]
+    try:
+        def counts():
+            job = GenerationJob("count", "q", {"max_tokens": 1}, messages=messages)
+            events = []
+            run_job(job, lambda group, event: events.append(event))
+            while not any(e.get("finish_reason") for e in events):
+                threading.Event().wait(0.01)
+            usage = [e for e in events if e.get("usage")][-1]["usage"]
+            return count_prompt_tokens(job), usage["prompt_tokens"]
+
+        counted, used = counts()
+        assert counted == used
+        pool.update_settings("q", {"chat_template_kwargs": {"enable_thinking": False}})
+        counted_off, used_off = counts()
+        assert counted_off == used_off and counted_off > counted  # the empty <think></think> block
+    finally:
+        monkeypatch.setattr(pool_module, "_pool", None)
+        pool.close()
