@@ -334,7 +334,11 @@ class ModelPool:
             finally:
                 with self._lock:
                     self._reserved.pop(model_id, None)
-            measured = engine.call(_weights_bytes)
+            try:
+                measured = engine.call(_weights_bytes, timeout=60)
+            except Exception as exc:  # the estimate stands
+                logger.warning("%s: measuring the loaded weights failed: %s", model_id, exc)
+                measured = 0
             if measured > need.weights_bytes:  # account for what is really there
                 logger.warning("%s: weights take %s, estimated %s", model_id, format_bytes(measured),
                                format_bytes(need.weights_bytes))
