@@ -189,6 +189,18 @@ class BlockCache(PrefixCache):
         """Move every unreferenced hot block down to the cold tier (or drop it without one)."""
         return self.hot.flush()
 
+    def write_down(self) -> int:
+        """Before a model is unloaded: hand every hot block the cold tier lacks to it (blocks
+        whose write-through was dropped by a full queue), waiting for room instead of dropping,
+        then wait until all are written. Returns how many were handed down."""
+        if self.cold is None:
+            return 0
+        missing = [b for b in self.hot.blocks() if b.layers is not None and not self.cold.contains(b.key)]
+        for block in missing:
+            self.cold.put(block, wait=True)
+        self.cold.flush()
+        return len(missing)
+
     def close(self) -> None:
         if self.cold is not None:
             self.cold.close()

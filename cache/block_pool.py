@@ -66,6 +66,9 @@ class BlockPool:
     def get(self, key: bytes) -> Optional[KVBlock]:
         return self._blocks.get(key)
 
+    def blocks(self) -> List[KVBlock]:
+        return list(self._blocks.values())
+
     def children(self, parent: bytes) -> List[KVBlock]:
         return [self._blocks[k] for k in self._children.get(parent, ())]
 

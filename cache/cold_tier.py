@@ -146,8 +146,9 @@ class ColdTier:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def put(self, block: KVBlock) -> None:
-        """Queue a block for writing; never blocks. A full queue drops the block.
+    def put(self, block: KVBlock, wait: bool = False) -> None:
+        """Queue a block for writing. A full queue drops the block, or with ``wait`` (a model
+        being unloaded) waits for the writer to make room.
 
         The arrays are made contiguous and evaluated here, on the caller's (the engine's) thread,
         a no-op for the block cache's own blocks, so the writer thread never computes with MLX.
@@ -161,8 +162,8 @@ class ColdTier:
         layers = [(mx.contiguous(k), mx.contiguous(v)) for k, v in block.layers]
         mx.eval(layers)
         try:
-            self._queue.put_nowait(KVBlock(block.key, block.parent, tuple(block.token_ids), layers,
-                                           block.nbytes))
+            self._queue.put(KVBlock(block.key, block.parent, tuple(block.token_ids), layers,
+                                    block.nbytes), block=wait)
         except queue.Full:
             with self._lock:
                 self._pending.discard(block.key)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from inference import relay
@@ -73,7 +73,7 @@ _aborted_lock = threading.Lock()
 
 def abort_job(request_id: str, model: str, count: int) -> None:
     """Abort every choice of a request, whether its job ran already or not."""
-    from inference.model_registry import get_registry
+    from inference.pool import get_pool
 
     now = time.monotonic()
     with _aborted_lock:
@@ -81,7 +81,7 @@ def abort_job(request_id: str, model: str, count: int) -> None:
             if now - when > ABORT_MEMORY_SECONDS:
                 del _aborted[key]
         _aborted[request_id] = now
-    engine = get_registry().loaded(model)
+    engine = get_pool().loaded(model)
     if engine is not None:
         for i in range(count):
             engine.abort(f"{request_id}-{i}")
@@ -93,24 +93,54 @@ def _was_aborted(request_id: str) -> bool:
 
 
 def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
-    """Hand ``job`` to its model's engine; every outcome is published, nothing is raised."""
-    from inference.engine import ModelLoadError, SamplingParams
-    from inference.model_registry import get_registry
+    """Hand ``job`` to its model's engine; every outcome is published, nothing is raised.
+    The model's settings fill in the sampling parameters and template kwargs the request left
+    out, and its context limit bounds the prompt."""
+    from inference.engine import ModelLoadError
+    from inference.pool import InsufficientMemory, ModelUnavailable, get_pool
 
     def refuse(status: int, message: str) -> None:
         publish(job.request_id, {"kind": "error", "status": status, "message": message})
 
     if _was_aborted(job.request_id):
         return
+    pool = get_pool()
     try:
-        engine = get_registry().engine(job.model)
+        lease = pool.lease(job.model)
+        engine = lease.__enter__()
+    except ModelUnavailable as exc:
+        return refuse(400, str(exc))
     except KeyError:
         return refuse(404, f"The model '{job.model}' does not exist")
+    except InsufficientMemory as exc:
+        return refuse(507, str(exc))
     except ModelLoadError as exc:
         return refuse(500, f"The model '{job.model}' cannot be loaded: {exc}")
     except Exception as exc:
         logger.exception("loading %s failed", job.model)
         return refuse(500, f"The model '{job.model}' cannot be loaded: {exc}")
+    try:
+        _run(job, engine, pool.settings(job.model), publish, refuse)
+    finally:
+        lease.__exit__(None, None, None)
+
+
+def with_model_settings(job: GenerationJob, settings: dict) -> GenerationJob:
+    """``job`` with the model's defaults under the request's own values."""
+    from inference.pool.model_settings import SAMPLING_FIELDS
+
+    params = {name: settings[name] for name in SAMPLING_FIELDS if settings.get(name) is not None}
+    params.update(job.params)
+    kwargs = dict(settings.get("chat_template_kwargs") or {})
+    kwargs.update(job.chat_template_kwargs or {})
+    return replace(job, params=params, chat_template_kwargs=kwargs)
+
+
+def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse) -> None:
+    from inference.engine import SamplingParams
+
+    job = with_model_settings(job, settings)
+    limit = settings.get("context_length")
     tokenizer = engine.tokenizer
     structured = None
     try:
@@ -122,6 +152,12 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
             prompts = [prompt_ids]
         else:
             prompts = job.prompts
+        ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
+        if limit is not None:
+            longest = max(len(p) for p in ids)
+            if longest >= limit:
+                raise ValueError(f"This model's maximum context length is {limit} tokens (its "
+                                 f"context_length setting); the prompt has {longest} tokens")
         params = []
         for i in range(job.n):
             values = dict(job.params)
@@ -129,8 +165,10 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
                 values["structured"] = structured
             if values.get("seed") is not None:
                 values["seed"] += i  # n choices from one seed must differ
+            if limit is not None:  # prompt + output within the limit
+                values["max_tokens"] = min(values.get("max_tokens", SamplingParams.max_tokens),
+                                           limit - longest)
             params.append(SamplingParams(**values))
-        ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
         if structured is not None:
             engine.compile_grammar(structured)  # cached: submit reuses it
     except ValueError as exc:

@@ -23,3 +23,34 @@ class StoredResponse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.model})"
+
+
+class ModelSettings(models.Model):
+    """Per-model settings, keyed by the model's id (its folder, e.g. "org/name"). Every field is
+    optional: None (or an empty dict) means "the server's default". Read by the model pool
+    (alias, pin, TTL, kind) and by the worker for each request (sampling defaults, context
+    limit, chat template kwargs), so a change applies to the next request without a restart.
+    """
+
+    KINDS = [("llm", "llm"), ("embedding", "embedding"), ("reranker", "reranker")]
+
+    model_id = models.CharField(max_length=255, primary_key=True)
+    alias = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    pinned = models.BooleanField(default=False)  # never evicted; loaded at start
+    ttl_seconds = models.FloatField(null=True, blank=True)  # unload after this long idle
+    context_length = models.PositiveIntegerField(null=True, blank=True)  # prompt + output, in tokens
+    model_type = models.CharField(max_length=16, choices=KINDS, null=True, blank=True)  # overrides discovery
+    # Sampling defaults, used when a request leaves the parameter out.
+    temperature = models.FloatField(null=True, blank=True)
+    top_p = models.FloatField(null=True, blank=True)
+    top_k = models.IntegerField(null=True, blank=True)
+    min_p = models.FloatField(null=True, blank=True)
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    repetition_penalty = models.FloatField(null=True, blank=True)
+    presence_penalty = models.FloatField(null=True, blank=True)
+    frequency_penalty = models.FloatField(null=True, blank=True)
+    chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.model_id

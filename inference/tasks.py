@@ -7,7 +7,8 @@ broadcast to every worker over the channel layer (the worker running a request m
 """
 from __future__ import annotations
 
-from huey.contrib.djhuey import on_shutdown, on_startup, task
+from huey import crontab
+from huey.contrib.djhuey import db_periodic_task, on_shutdown, on_startup, task
 
 from inference.generation import GenerationJob, abort_job, run_job
 
@@ -53,3 +54,16 @@ def withdraw_worker() -> None:
         from inference import worker_presence
 
         worker_presence.stop_heartbeat()
+
+
+def unload_idle_models() -> list:
+    """Unload the models of this process's pool idle for longer than their TTL; their ids."""
+    from inference.pool import get_pool
+
+    return get_pool().unload_idle()
+
+
+@db_periodic_task(crontab(minute="*"))
+def enforce_model_ttls() -> None:
+    """Every minute (Huey's finest schedule); returns None so that Huey stores no result."""
+    unload_idle_models()

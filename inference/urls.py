@@ -4,12 +4,14 @@ from ninja import NinjaAPI
 
 from inference.api import anthropic_errors, errors
 from inference.api.anthropic import router as anthropic_router
+from inference.api.models import router as models_router
 from inference.api.openai import router as openai_router
 from inference.api.responses import router as responses_router
 
 api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/v1/docs",
                 openapi_url="/v1/openapi.json")
 api.add_router("/v1/", openai_router)
+api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
 errors.install(api)
 

@@ -97,7 +97,15 @@ def main(argv=None) -> int:
 
 def _add_model_flags(parser) -> None:
     """Flags that shape the engines, shared by `serve` and `worker`."""
-    parser.add_argument("--model-dir", help="folder of model folders (default $OMLX_HOME/models)")
+    parser.add_argument("--model-dir", action="append",
+                        help="folder of model folders, at depth 1 (name) or 2 (org/name); repeat it "
+                        "for several (default $OMLX_HOME/models)")
+    parser.add_argument("--max-model-memory", default=None,
+                        help="memory for loaded models (weights + KV cache + hot cache, estimated "
+                        "before loading): 32GB, 80%% of RAM, or 'disabled' (default 80%%)")
+    parser.add_argument("--max-process-memory", default=None,
+                        help="limit on the whole process when loading a model: a size, a "
+                        "percentage of RAM, 'auto' (RAM minus 8 GiB) or 'disabled' (default auto)")
     parser.add_argument("--max-concurrent-requests", type=int, default=None,
                         help="requests prefilling or decoding at once, per model (default 16)")
     parser.add_argument("--hot-cache-max-size", default=None,
@@ -118,8 +126,8 @@ def _export_model_flags(parser, args) -> None:
     from cache.sizes import parse_size
     from inference.engine import EngineConfig
 
-    if args.model_dir is not None:
-        os.environ["OMLX_MODEL_DIR"] = str(Path(args.model_dir).expanduser().resolve())
+    if args.model_dir:
+        os.environ["OMLX_MODEL_DIR"] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in args.model_dir)
     if args.max_concurrent_requests is not None:
         try:
             EngineConfig(max_concurrent_requests=args.max_concurrent_requests)
@@ -132,6 +140,17 @@ def _export_model_flags(parser, args) -> None:
         except ValueError as exc:
             parser.error(f"--hot-cache-max-size: {exc}")
         os.environ["OMLX_HOT_CACHE_MAX_SIZE"] = args.hot_cache_max_size
+    from inference.pool.memory import auto_process_limit, parse_limit
+
+    for flag, value, env, auto in (("--max-model-memory", args.max_model_memory, "OMLX_MAX_MODEL_MEMORY", None),
+                                   ("--max-process-memory", args.max_process_memory, "OMLX_MAX_PROCESS_MEMORY",
+                                    auto_process_limit())):
+        if value is not None:
+            try:
+                parse_limit(value, flag.lstrip("-").replace("-", "_"), auto=auto)
+            except ValueError as exc:
+                parser.error(f"{flag}: {exc}")
+            os.environ[env] = value
     if args.paged_ssd_cache_dir is not None:
         os.environ["OMLX_COLD_CACHE_DIR"] = args.paged_ssd_cache_dir
     if args.paged_ssd_cache_max_size is not None:

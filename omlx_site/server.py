@@ -33,7 +33,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
     registry = get_registry()
     models = registry.models()
-    logger.info("models in %s: %s", registry.model_dir, ", ".join(models))
+    logger.info("models in %s: %s", os.pathsep.join(map(str, registry.model_dirs)), ", ".join(models))
+    if settings.OMLX_HUEY_WORKERS > 0 or settings.OMLX_API_HANDOFF == "direct":  # inference runs here
+        for model_id in registry.load_pinned():
+            logger.info("pinned model %s loaded", model_id)
 
     consumer = None
     if settings.OMLX_API_HANDOFF == "huey" and settings.OMLX_HUEY_WORKERS > 0:

@@ -139,3 +139,13 @@ OMLX_RETRY_AFTER_SECONDS = int(os.environ.get("OMLX_RETRY_AFTER_SECONDS") or 1)
 # Redis mode: a worker process counts as running while its heartbeat (every few seconds) is younger
 # than this; with none running, requests get a 503 at once instead of waiting in the queue.
 OMLX_WORKER_HEARTBEAT_SECONDS = float(os.environ.get("OMLX_WORKER_HEARTBEAT_SECONDS") or 15)
+
+# The model pool (inference/pool; docs/models.md). OMLX_MODEL_DIR may list several directories,
+# separated by os.pathsep (":" on Linux and macOS); the first one that has an id wins.
+OMLX_MODEL_DIRS = [Path(d).expanduser() for d in os.environ.get("OMLX_MODEL_DIR", "").split(os.pathsep) if d] or [OMLX_MODEL_DIR]
+# Memory for loaded models (weights + KV cache + hot tier, estimated before loading): a size
+# ("32GB", "80%" of RAM) or "disabled". The process limit adds what the process already uses:
+# "auto" is RAM minus 8 GiB (at least half of RAM), as upstream oMLX.
+OMLX_MODEL_DIR = OMLX_MODEL_DIRS[0]
+OMLX_MAX_MODEL_MEMORY = os.environ.get("OMLX_MAX_MODEL_MEMORY", "80%")
+OMLX_MAX_PROCESS_MEMORY = os.environ.get("OMLX_MAX_PROCESS_MEMORY", "auto")

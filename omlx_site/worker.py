@@ -36,7 +36,10 @@ def run_worker(threads: int = 2) -> int:
 
     autodiscover_modules("tasks")
     registry = get_registry()
-    logger.info("worker %d: models in %s: %s", os.getpid(), registry.model_dir, ", ".join(registry.models()))
+    logger.info("worker %d: models in %s: %s", os.getpid(), os.pathsep.join(map(str, registry.model_dirs)),
+                ", ".join(registry.models()))
+    for model_id in registry.load_pinned():
+        logger.info("pinned model %s loaded", model_id)
     # SIGINT and SIGTERM both stop at once: a request can last minutes, its client waits; the
     # engines abort what runs and the views learn it.
     consumer = HUEY.create_consumer(workers=threads, worker_type="thread", periodic=True,

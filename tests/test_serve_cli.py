@@ -21,7 +21,9 @@ def test_bad_flags(tmp_path):
     for flag, value in [("--hot-cache-max-size", "lots"), ("--paged-ssd-cache-max-size", "-5GB"),
                         ("--paged-ssd-cache-ttl", "0"), ("--workers", "-1"), ("--workers", "0"),
                         ("--max-request-size", "10"), ("--max-request-size", "huge"),
-                        ("--max-queued-requests", "-1"), ("--redis-url", "http://localhost")]:
+                        ("--max-queued-requests", "-1"), ("--redis-url", "http://localhost"),
+                        ("--max-model-memory", "lots"), ("--max-model-memory", "auto"),
+                        ("--max-process-memory", "0")]:
         out = run_serve(tmp_path, flag, value)
         assert out.returncode == 2, (flag, out.stderr)
         assert flag in out.stderr

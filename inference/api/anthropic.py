@@ -62,7 +62,7 @@ async def count_tokens(request, body: CountTokensRequest):
 
 def _check_model(model_id: str) -> None:
     if get_registry().path(model_id) is None:
-        raise ApiError(404, f"The model '{model_id}' does not exist", param="model")
+        raise ApiError(404, get_registry().not_found_message(model_id), param="model")
 
 
 def _job(body, request_id: str, params: dict) -> GenerationJob:

@@ -48,6 +48,7 @@ def count_prompt_tokens(job: GenerationJob) -> int:
     path = get_registry().path(job.model)
     if path is None:
         raise ApiError(404, f"The model '{job.model}' does not exist", param="model")
+    job = generation.with_model_settings(job, get_registry().settings(job.model))  # as the worker
     try:
         tokenizer, lock = _tokenizer(path)
     except Exception as exc:

@@ -20,7 +20,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 logger = logging.getLogger("omlx.api")
 
 _TYPES = {401: "authentication_error", 404: "invalid_request_error", 413: "invalid_request_error",
-          429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+          429: "rate_limit_error", 500: "server_error", 503: "server_error", 507: "server_error"}
 
 
 class ApiError(Exception):

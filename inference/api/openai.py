@@ -71,7 +71,7 @@ async def completions(request, body: CompletionRequest):
 
 def _check_model(model_id: str) -> None:
     if get_registry().path(model_id) is None:
-        raise ApiError(404, f"The model '{model_id}' does not exist", param="model", code="model_not_found")
+        raise ApiError(404, get_registry().not_found_message(model_id), param="model", code="model_not_found")
 
 
 def _chat_options(body):

@@ -35,7 +35,7 @@ router = Router(tags=["OpenAI"])
 async def create_response(request, body: ResponsesRequest):
     check_api_key(request)
     if get_registry().path(body.model) is None:
-        raise ApiError(404, f"The model '{body.model}' does not exist", param="model", code="model_not_found")
+        raise ApiError(404, get_registry().not_found_message(body.model), param="model", code="model_not_found")
     context = []
     if body.previous_response_id is not None:
         context = await responses_store.context(body.previous_response_id)

@@ -94,6 +94,9 @@ class Engine:
         self.loaded: Optional[LoadedModel] = None
         self.steps = 0  # counters for tests, benchmarks and (later) the admin panel
         self.prefill_chunks = 0
+        self._active = 0  # requests submitted and not yet finished (any thread reads it)
+        self._active_lock = threading.Lock()
+        self._last_activity = time.monotonic()  # last submit or finish
         self._thread = threading.Thread(target=self._main, args=(model_path,), name="omlx-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -132,8 +135,22 @@ class Engine:
             params.seed if params.seed is not None else random.getrandbits(63),
             grammar,
         )
+        with self._active_lock:
+            self._active += 1
+            self._last_activity = time.monotonic()
         self._inbox.put(("add", request))
         return stream
+
+    def num_active(self) -> int:
+        """Requests submitted and not finished yet (queued, waiting or running): the model pool
+        never unloads an engine while this is above zero."""
+        with self._active_lock:
+            return self._active
+
+    def idle_since(self) -> Optional[float]:
+        """``time.monotonic()`` of the last submit or finish when no request is active, else None."""
+        with self._active_lock:
+            return None if self._active else self._last_activity
 
     def compile_grammar(self, structured: dict):
         """The compiled grammar of a ``SamplingParams.structured`` value (cached per schema);
@@ -319,6 +336,9 @@ class Engine:
         in the prefix cache, free it (one batch filter for all), send each its last event
         (with the text still held back)."""
         requests = [request for request, _, _, _ in ended]
+        with self._active_lock:
+            self._active -= len(requests)
+            self._last_activity = time.monotonic()
         for request in requests:
             self._keep_kv(request)
         self.runner.drop(requests)

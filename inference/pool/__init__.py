@@ -1,0 +1,49 @@
+"""The model pool: discovery (``discovery``), memory estimates and limits (``memory``), per-model
+settings (``model_settings``) and the pool of loaded engines (``pool``). docs/models.md tells
+users how it behaves."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Optional
+
+from .pool import InsufficientMemory, ModelBusy, ModelPool, ModelUnavailable
+
+__all__ = ["InsufficientMemory", "ModelBusy", "ModelPool", "ModelUnavailable", "close_pool", "get_pool"]
+
+_pool: Optional[ModelPool] = None
+_pool_lock = threading.Lock()
+
+
+def get_pool() -> ModelPool:
+    """The process's pool, built from settings (OMLX_MODEL_DIRS, OMLX_MAX_MODEL_MEMORY,
+    OMLX_MAX_PROCESS_MEMORY and the engine settings)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from django.conf import settings
+
+            from .memory import auto_process_limit, parse_limit
+
+            cold = settings.OMLX_COLD_CACHE_DIR
+            dirs = list(getattr(settings, "OMLX_MODEL_DIRS", None) or [settings.OMLX_MODEL_DIR])
+            if Path(dirs[0]) != Path(settings.OMLX_MODEL_DIR):  # OMLX_MODEL_DIR alone was overridden
+                dirs = [settings.OMLX_MODEL_DIR]
+            _pool = ModelPool(
+                dirs,
+                {"max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS,
+                 "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
+                 "paged_ssd_cache_dir": str(cold) if cold is not None else None},
+                max_model_memory=parse_limit(settings.OMLX_MAX_MODEL_MEMORY, "max_model_memory"),
+                max_process_memory=parse_limit(settings.OMLX_MAX_PROCESS_MEMORY, "max_process_memory",
+                                               auto=auto_process_limit()),
+            )
+        return _pool
+
+
+def close_pool() -> None:
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()

@@ -1,0 +1,179 @@
+"""Finding model folders in the model directories, and saying what each one is.
+
+Rules (docs/models.md says the same for users):
+
+- Every directory is searched at depth 1 (``DIR/name`` -> id ``name``) and depth 2
+  (``DIR/org/name`` -> id ``org/name``). A depth-1 folder with a ``config.json`` is a model
+  folder; one without is an organisation folder whose sub-folders are searched. Hidden folders
+  (``.name``) are skipped. With several directories the first one that has an id wins; the
+  later folder is listed as shadowed.
+- A model folder is servable when its config.json is valid JSON with a ``model_type``, its
+  weights are ``*.safetensors``, it has a tokenizer, mlx-lm knows the architecture and it is an
+  LLM. Folders with GGUF or PyTorch ``.bin`` weights only, or none, are listed with the reason.
+- Kind: ``embedding`` when the folder is a sentence-transformers model (``modules.json``) or
+  its architectures are encoder ``...Model`` classes (``BertModel``); ``reranker`` when an
+  architecture ends in ``ForSequenceClassification``; else ``llm``. Embedding and reranker
+  folders are listed as not yet served. A per-model ``model_type`` setting overrides the kind.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
+
+logger = logging.getLogger("omlx.models")
+
+KINDS = ("llm", "embedding", "reranker")
+_ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "deberta",
+                  "deberta-v2", "nomic_bert", "modernbert", "camembert", "e5"}
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+@dataclass
+class ModelFolder:
+    """One folder found in a model directory. ``reason`` is None exactly when it is servable."""
+
+    id: str
+    path: Path
+    kind: Optional[str]  # "llm" | "embedding" | "reranker" | None (not a readable model)
+    reason: Optional[str]
+    config: dict = field(default_factory=dict, repr=False)
+    size_bytes: int = 0  # every file in the folder
+    weight_files: List[Path] = field(default_factory=list, repr=False)  # *.safetensors
+
+    @property
+    def servable(self) -> bool:
+        return self.reason is None
+
+
+def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None) -> Dict[str, ModelFolder]:
+    """Every model folder in ``dirs``, servable or not, by id (sorted)."""
+    kind_overrides = kind_overrides or {}
+    found: Dict[str, ModelFolder] = {}
+    for root in dirs:
+        for model_id, path in _candidates(Path(root).expanduser()):
+            if model_id in found:
+                folder = ModelFolder(model_id, path, None, f"shadowed by {found[model_id].path} (same id)")
+                found[f"{model_id}@{path}"] = folder
+                continue
+            found[model_id] = inspect(model_id, path, kind_overrides.get(model_id))
+    return dict(sorted(found.items()))
+
+
+def signature(dirs: Iterable[Path]) -> Tuple:
+    """Changes when a model folder appears, disappears or changes (folder mtimes, depth <= 2)."""
+    parts = []
+    for root in dirs:
+        root = Path(root).expanduser()
+        parts.append((str(root), _mtime(root)))
+        for child in _subdirs(root):
+            parts.append((str(child), _mtime(child)))
+            if not (child / "config.json").exists():
+                parts.extend((str(g), _mtime(g)) for g in _subdirs(child))
+    return tuple(parts)
+
+
+def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> ModelFolder:
+    files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else []
+    size = sum(_size(p) for p in files)
+    weights = sorted(p for p in files if p.suffix == ".safetensors")
+    folder = ModelFolder(model_id, path, None, None, {}, size, weights)
+    if not (path / "config.json").is_file():
+        folder.reason = "no config.json, so this is not a model folder"
+        return folder
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        folder.reason = f"config.json cannot be read: {exc}"
+        return folder
+    if not isinstance(config, dict):
+        folder.reason = "config.json is not a JSON object"
+        return folder
+    folder.config = config
+    folder.kind = kind_override or classify(path, config)
+    if not weights:
+        if any(p.suffix == ".gguf" for p in files):
+            folder.reason = "GGUF weights only: omlx serves safetensors (MLX or Hugging Face) folders"
+        elif any(p.suffix in (".bin", ".pth", ".pt") for p in files):
+            folder.reason = "PyTorch .bin weights only: convert them to safetensors"
+        else:
+            folder.reason = "no weights (*.safetensors) in the folder"
+        return folder
+    if folder.kind != "llm":
+        folder.reason = f"{folder.kind} models are not yet served"
+        return folder
+    if not isinstance(config.get("model_type"), str):
+        folder.reason = "config.json has no \"model_type\""
+        return folder
+    if not any((path / name).exists() for name in _TOKENIZER_FILES):
+        folder.reason = "no tokenizer (tokenizer.json or tokenizer.model)"
+        return folder
+    if not _mlx_lm_supports(config):
+        folder.reason = f"model_type {config['model_type']!r} is not supported by the installed mlx-lm"
+    return folder
+
+
+def classify(path: Path, config: dict) -> str:
+    architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return "reranker"
+    if any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
+        return "llm"
+    if (path / "modules.json").exists() or (path / "config_sentence_transformers.json").exists():
+        return "embedding"
+    if any(a.endswith("Model") for a in architectures) or config.get("model_type") in _ENCODER_TYPES:
+        return "embedding"
+    return "llm"
+
+
+def _mlx_lm_supports(config: dict) -> bool:
+    try:
+        from mlx_lm.utils import _get_classes
+
+        _get_classes(config)
+        return True
+    except Exception:  # ValueError for an unknown model_type; anything else is as bad
+        return False
+
+
+def _candidates(root: Path):
+    for child in _subdirs(root):
+        if (child / "config.json").exists():
+            yield child.name, child
+            continue
+        nested = [g for g in _subdirs(child) if (g / "config.json").exists() or _has_weights(g)]
+        for grandchild in nested:
+            yield f"{child.name}/{grandchild.name}", grandchild
+        if not nested and _has_weights(child):
+            yield child.name, child  # weights without config.json: listed with the reason
+
+
+def _has_weights(path: Path) -> bool:
+    try:
+        return any(p.suffix in (".safetensors", ".gguf", ".bin") for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def _subdirs(path: Path) -> List[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,164 @@
+"""What a model will cost in memory before it is loaded, the limits it must fit under, and what
+the process uses now.
+
+A model's estimate is what its engine may hold at most, so that the sum over loaded models stays
+under ``--max-model-memory`` whatever requests arrive:
+
+    weights  every tensor of the *.safetensors files (read from their headers, nothing loaded),
+             floating tensors at the dtype the engine casts them to (float32 on CPUs), the
+             others (quantized uint32 packs) as stored;
+    kv       the KV cache of running requests: min(the scheduler's KV capacity in tokens,
+             max_concurrent_requests x (context length + 256)) x KV bytes per token
+             (2 x layers x KV heads x head dim x dtype size, from config.json); the 256 covers
+             the cache's allocation step;
+    hot      the hot tier of the prefix cache (hot_cache_max_size; 0 with caching off).
+
+The cold tier lives on disk and costs no RAM.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from cache.sizes import parse_size, total_ram
+
+GiB = 2**30
+PROCESS_RESERVE_BYTES = 8 * GiB  # --max-process-memory auto: RAM minus this (at least half of RAM)
+KV_ALLOCATION_STEP = 256
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8,
+             "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_TARGET_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+_TORCH_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights_bytes: int
+    kv_bytes: int
+    hot_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.hot_bytes
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), total_bytes=self.total_bytes)
+
+
+def estimate(weight_files: Iterable[Path], config: dict, engine_settings: dict) -> MemoryEstimate:
+    """The most memory an engine over these weights may use (see the module docstring)."""
+    from inference.engine import EngineConfig
+    from inference.platform import default_dtype
+
+    engine = EngineConfig(**engine_settings)
+    dtype = engine.dtype or default_dtype()
+    weights = sum(_tensor_bytes(path, dtype) for path in weight_files)
+    per_token = kv_bytes_per_token(config, dtype)
+    if engine.max_kv_tokens is not None:
+        capacity = engine.max_kv_tokens
+    else:
+        capacity = max(1024, int(total_ram() * engine.kv_cache_memory_fraction) // per_token)
+    context = _text_config(config).get("max_position_embeddings")
+    if isinstance(context, int) and context > 0:
+        capacity = min(capacity, engine.max_concurrent_requests * (context + KV_ALLOCATION_STEP))
+    hot = parse_size(engine.hot_cache_max_size, "hot_cache_max_size") if engine.prefix_cache else 0
+    return MemoryEstimate(weights, capacity * per_token, hot)
+
+
+def kv_bytes_per_token(config: dict, dtype: Optional[str]) -> int:
+    text = _text_config(config)
+    heads = text.get("num_attention_heads") or 1
+    layers = text.get("num_hidden_layers") or 1
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads or 128
+    size = _TARGET_SIZE.get(dtype) or _TORCH_SIZE.get(str(config.get("torch_dtype")), 2)
+    return max(1, 2 * layers * kv_heads * head_dim * size)
+
+
+def parse_limit(value, name: str, auto: Optional[int] = None) -> Optional[int]:
+    """Bytes for a memory limit: a size ("32GB", "80%", 1073741824), "auto" (``auto``) or
+    "disabled" (None). ValueError for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("disabled", "off", "none"):
+        return None
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        if auto is None:
+            raise ValueError(f"{name}={value!r}: 'auto' is not accepted here")
+        return auto
+    limit = parse_size(value, name)
+    if limit <= 0:
+        raise ValueError(f"{name}={value!r}: must be > 0 (or 'disabled')")
+    return limit
+
+
+def auto_process_limit() -> int:
+    ram = total_ram()
+    return max(ram // 2, ram - PROCESS_RESERVE_BYTES)
+
+
+def process_rss() -> Optional[int]:
+    """Resident memory of this process in bytes, or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(["ps", "-o", "rss=", "-p", str(os.getpid())], capture_output=True,
+                                 text=True, timeout=5).stdout
+            return int(out.strip()) * 1024
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return None
+    return None
+
+
+def format_bytes(n: Optional[int]) -> str:
+    if n is None:
+        return "unlimited"
+    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _tensor_bytes(path: Path, dtype: Optional[str]) -> int:
+    """Bytes of the tensors in one safetensors file once loaded (floating ones cast to ``dtype``);
+    the file size when the header cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+    except (OSError, ValueError, struct.error):
+        return _file_size(path)
+    total = 0
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        count = 1
+        for dim in info.get("shape", []):
+            count *= int(dim)
+        stored = info.get("dtype", "F32")
+        floating = stored.startswith(("F", "BF"))
+        size = _TARGET_SIZE[dtype] if floating and dtype in _TARGET_SIZE else _ITEMSIZE.get(stored, 4)
+        total += count * size
+    return total
+
+
+def _text_config(config: dict) -> dict:
+    text = config.get("text_config")
+    return dict(config, **text) if isinstance(text, dict) else config
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -1,0 +1,85 @@
+"""Reading and changing per-model settings (the ``ModelSettings`` rows), checked.
+
+The REST API (``inference.api.models``) and the admin console use these functions; the model
+pool keeps a snapshot of every row and reloads it after a change (``ModelPool.update_settings``)
+and at least every ``ModelPool.SETTINGS_MAX_AGE`` seconds from the worker, so other processes
+see changes too.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from .discovery import KINDS
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
+                   "presence_penalty", "frequency_penalty")
+FIELDS = ("alias", "pinned", "ttl_seconds", "context_length", "model_type", *SAMPLING_FIELDS,
+          "chat_template_kwargs")
+
+
+def defaults() -> dict:
+    values = {name: None for name in FIELDS}
+    values.update(pinned=False, chat_template_kwargs={})
+    return values
+
+
+def read_all() -> Dict[str, dict]:
+    """model id -> its settings (every field), for the models that have a row."""
+    from inference.models import ModelSettings
+
+    return {row.model_id: {name: getattr(row, name) for name in FIELDS}
+            for row in ModelSettings.objects.all()}
+
+
+def save(model_id: str, changes: dict, known_ids) -> dict:
+    """Apply ``changes`` (a subset of FIELDS; None resets a field) to ``model_id``'s settings and
+    return them all. ValueError (nothing saved) for an unknown field or a bad value."""
+    from inference.models import ModelSettings
+
+    if not isinstance(changes, dict):
+        raise ValueError("the settings must be a JSON object")
+    unknown = sorted(set(changes) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown setting (known: {', '.join(FIELDS)})")
+    current = read_all().get(model_id, defaults())
+    values = dict(current, **changes)
+    _check(model_id, values, known_ids)
+    row, _ = ModelSettings.objects.get_or_create(model_id=model_id)
+    for name in FIELDS:
+        setattr(row, name, values[name])
+    row.save()
+    return {name: values[name] for name in FIELDS}
+
+
+def _check(model_id: str, values: dict, known_ids) -> None:
+    from inference.chat.template import check_template_kwargs
+    from inference.engine import SamplingParams
+    from inference.models import ModelSettings
+
+    alias = values["alias"]
+    if alias is not None:
+        if not isinstance(alias, str) or not alias.strip() or alias != alias.strip():
+            raise ValueError("alias: must be a non-empty string without surrounding spaces")
+        if alias in known_ids and alias != model_id:
+            raise ValueError(f"alias: {alias!r} is the id of another model")
+        if ModelSettings.objects.filter(alias=alias).exclude(model_id=model_id).exists():
+            raise ValueError(f"alias: {alias!r} is already the alias of another model")
+    if values["alias"] == "":
+        values["alias"] = None
+    if not isinstance(values["pinned"], bool):
+        raise ValueError("pinned: must be true or false")
+    ttl = values["ttl_seconds"]
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
+        raise ValueError("ttl_seconds: must be a number of seconds > 0, or null for no TTL")
+    limit = values["context_length"]
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
+        raise ValueError("context_length: must be an integer >= 2, or null for the model's own")
+    if values["model_type"] is not None and values["model_type"] not in KINDS:
+        raise ValueError(f"model_type: must be one of {', '.join(KINDS)}, or null")
+    sampling = {name: values[name] for name in SAMPLING_FIELDS if values[name] is not None}
+    for name, value in sampling.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name}: must be a number, or null")
+    SamplingParams(**sampling)  # ValueError "name=value: why"
+    kwargs = values["chat_template_kwargs"]
+    values["chat_template_kwargs"] = check_template_kwargs(kwargs if kwargs is not None else {}) or {}

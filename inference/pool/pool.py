@@ -1,0 +1,477 @@
+"""The model pool: which models are offered, which are loaded, and what to unload to make room.
+
+ModelPool holds the discovered folders (``discovery``), a snapshot of the per-model settings
+(``model_settings``) and the loaded engines, each with its memory estimate (``memory``).
+
+Invariants:
+- At most one Engine per model id; concurrent first requests for one id load it once (a lock
+  per id), and a failed load is retried by the next request.
+- The estimates of loaded models plus those being loaded never exceed ``max_model_memory``.
+  Before a load, idle models are unloaded in least-recently-used order until the new one fits;
+  a pinned model, a leased one (a request is being handed to it) and one with requests in its
+  engine are never unloaded. When even that is not enough the load is refused with
+  ``InsufficientMemory`` (HTTP 507), before anything is allocated.
+- Unloading writes the model's hot KV blocks down to the cold tier and waits for the writer, so
+  the model's prefixes are cold hits when it comes back.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+from . import model_settings
+from .discovery import ModelFolder, discover, inspect, signature
+from .memory import MemoryEstimate, estimate, format_bytes, process_rss
+
+logger = logging.getLogger("omlx.models")
+
+
+class InsufficientMemory(Exception):
+    """A model cannot be loaded under the memory limits even after unloading every idle model."""
+
+
+class ModelBusy(Exception):
+    """A model cannot be unloaded now: it is pinned or has requests in flight."""
+
+
+class ModelUnavailable(KeyError):
+    """The id names a folder that cannot be served (``reason`` says why)."""
+
+    def __init__(self, model_id: str, reason: str):
+        super().__init__(model_id)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"The model '{self.args[0]}' cannot be served: {self.reason}"
+
+
+@dataclass
+class _Slot:
+    """A loaded model."""
+
+    engine: object
+    estimate: MemoryEstimate
+    loaded_at: float
+    last_used: float  # time.monotonic() of the last lease
+    leases: int = 0  # requests being handed to the engine right now
+    measured_weights_bytes: int = 0  # the loaded parameters' bytes
+
+    def busy(self) -> bool:
+        return self.leases > 0 or self.engine.num_active() > 0
+
+    def idle_since(self) -> Optional[float]:
+        if self.leases:
+            return None
+        since = self.engine.idle_since()
+        return None if since is None else max(since, self.last_used)
+
+
+class ModelPool:
+    """Model ids -> folders -> engines, under a memory limit (see the module docstring)."""
+
+    SETTINGS_MAX_AGE = 1.0  # seconds a settings snapshot is trusted by a worker thread
+
+    def __init__(self, model_dirs, engine_settings: Optional[dict] = None,
+                 max_model_memory: Optional[int] = None, max_process_memory: Optional[int] = None,
+                 read_settings=model_settings.read_all):
+        if isinstance(model_dirs, (str, Path)):
+            model_dirs = [model_dirs]
+        self.model_dirs: List[Path] = [Path(d).expanduser() for d in model_dirs]
+        self.engine_settings = dict(engine_settings or {})
+        self.max_model_memory = max_model_memory
+        self.max_process_memory = max_process_memory
+        self._read_settings = read_settings
+        self._lock = threading.RLock()
+        self._load_locks: Dict[str, threading.Lock] = {}
+        self._folders: Dict[str, ModelFolder] = {}
+        self._signature = None
+        self._settings: Dict[str, dict] = {}
+        self._settings_at = float("-inf")
+        self._estimates: Dict[str, MemoryEstimate] = {}
+        self._slots: Dict[str, _Slot] = {}
+        self._reserved: Dict[str, int] = {}  # loads in progress -> their estimate
+        self._closing: Dict[int, int] = {}  # id(slot) of engines being closed -> their estimate
+        self._closed = False
+
+    # -- discovery and settings ---------------------------------------------------------------
+
+    @property
+    def model_dir(self) -> Path:
+        return self.model_dirs[0]
+
+    def folders(self) -> Dict[str, ModelFolder]:
+        """Every folder found, servable or not, by id; rescanned when a directory changed."""
+        self._refresh_settings()
+        sig = (signature(self.model_dirs), self._kind_overrides())
+        with self._lock:
+            if sig != self._signature:
+                self._scan(sig)
+            return dict(self._folders)
+
+    def rescan(self) -> Dict[str, ModelFolder]:
+        self._refresh_settings(force=True)
+        with self._lock:
+            self._scan((signature(self.model_dirs), self._kind_overrides()))
+            return dict(self._folders)
+
+    def models(self) -> Dict[str, Path]:
+        """Every servable model id -> its folder."""
+        return {i: f.path for i, f in self.folders().items() if f.servable}
+
+    def ids(self) -> List[str]:
+        return list(self.models())
+
+    def resolve(self, name: str) -> Optional[str]:
+        """The model id that ``name`` (an id or an alias) names, if it is servable."""
+        folders = self.folders()
+        if name in folders:
+            return name if folders[name].servable else None
+        for model_id, values in self._settings.items():
+            if values.get("alias") == name and model_id in folders and folders[model_id].servable:
+                return model_id
+        return None
+
+    def not_found_message(self, name: str) -> str:
+        """Why ``name`` cannot be used: unknown, or a folder that cannot be served and why."""
+        folder = self._folders.get(name)
+        if folder is not None and folder.reason is not None:
+            return f"The model '{name}' cannot be served: {folder.reason}"
+        return f"The model '{name}' does not exist"
+
+    def path(self, name: str) -> Optional[Path]:
+        model_id = self.resolve(name)
+        return None if model_id is None else self._folders[model_id].path
+
+    def settings(self, name: str) -> dict:
+        """The settings of the model ``name`` names (defaults for a model without a row)."""
+        self._refresh_settings()
+        model_id = self.resolve(name) or name
+        return dict(self._settings.get(model_id) or model_settings.defaults())
+
+    def update_settings(self, model_id: str, changes: dict) -> dict:
+        """Save ``changes`` to a discovered model's settings; KeyError for an unknown id,
+        ValueError for bad values. Applies at once (no restart)."""
+        folders = self.folders()
+        if model_id not in folders:
+            raise KeyError(model_id)
+        saved = model_settings.save(model_id, changes, set(folders))
+        self._refresh_settings(force=True)
+        return saved
+
+    def estimate(self, model_id: str) -> MemoryEstimate:
+        folder = self.folders()[model_id]
+        with self._lock:
+            if model_id not in self._estimates:
+                self._estimates[model_id] = estimate(folder.weight_files, folder.config, self.engine_settings)
+            return self._estimates[model_id]
+
+    # -- engines --------------------------------------------------------------------------------
+
+    def engine(self, name: str):
+        """The engine of ``name`` (id or alias), loaded now if needed. KeyError for an unknown
+        name (ModelUnavailable for a folder that cannot be served), InsufficientMemory when it
+        cannot fit, ModelLoadError when loading fails."""
+        with self.lease(name) as engine:
+            return engine
+
+    @contextmanager
+    def lease(self, name: str) -> Iterator[object]:
+        """The engine of ``name``, held in use while the block runs: a request is handed to it
+        inside the block, and the pool does not unload it meanwhile."""
+        model_id = self._require(name)
+        slot = self._acquire(model_id)
+        try:
+            yield slot.engine
+        finally:
+            with self._lock:
+                slot.leases -= 1
+                slot.last_used = time.monotonic()
+
+    def loaded(self, name: str):
+        """The engine of ``name`` if it is loaded, else None (never loads)."""
+        model_id = self.resolve(name) or name
+        with self._lock:
+            slot = self._slots.get(model_id)
+            return None if slot is None else slot.engine
+
+    def unload(self, name: str) -> bool:
+        """Unload a model (its hot blocks go to the cold tier first). False if it was not
+        loaded; ModelBusy while requests are in flight or when it is pinned (unpin it first)."""
+        model_id = self.resolve(name) or name
+        self._refresh_settings()
+        with self._lock:
+            slot = self._slots.get(model_id)
+            if slot is None:
+                return False
+            if (self._settings.get(model_id) or {}).get("pinned"):
+                raise ModelBusy(f"The model '{model_id}' is pinned; unpin it first")
+            if slot.busy():
+                raise ModelBusy(f"The model '{model_id}' has {slot.engine.num_active()} requests in "
+                                "flight; it is unloaded once they end (or use its TTL)")
+            self._take(model_id)
+        self._close(model_id, slot)
+        return True
+
+    def unload_idle(self, now: Optional[float] = None) -> List[str]:
+        """Unload every loaded model idle for longer than its TTL (pinned ones never)."""
+        self._refresh_settings()
+        now = time.monotonic() if now is None else now
+        expired = []
+        with self._lock:
+            for model_id, slot in list(self._slots.items()):
+                values = self._settings.get(model_id) or {}
+                ttl, since = values.get("ttl_seconds"), slot.idle_since()
+                if values.get("pinned") or ttl is None or since is None or now - since < ttl:
+                    continue
+                expired.append((model_id, self._take(model_id)))
+        for model_id, slot in expired:
+            logger.info("unloading %s: idle for more than its TTL", model_id)
+            self._close(model_id, slot)
+        return [model_id for model_id, _ in expired]
+
+    def load_pinned(self) -> List[str]:
+        """Load every pinned model (at start); failures are logged, not raised."""
+        self._refresh_settings(force=True)
+        done = []
+        for model_id, values in sorted(self._settings.items()):
+            if values.get("pinned") and self.resolve(model_id) is not None:
+                try:
+                    self.engine(model_id)
+                    done.append(model_id)
+                except Exception as exc:
+                    logger.error("pinned model %s was not loaded: %s", model_id, exc)
+        return done
+
+    def used_bytes(self) -> int:
+        with self._lock:
+            return self._used()
+
+    def status(self) -> dict:
+        """Every folder with its kind, size, estimate and pool state; the memory limits."""
+        folders = self.folders()
+        now = time.monotonic()
+        rows = []
+        for model_id, folder in folders.items():
+            values = self._settings.get(model_id) or model_settings.defaults()
+            with self._lock:
+                slot = self._slots.get(model_id)
+                loading = model_id in self._reserved
+            est = None
+            if folder.servable:
+                try:
+                    est = self.estimate(model_id).to_dict()
+                except Exception as exc:  # an unreadable folder must not break the listing
+                    logger.warning("estimating %s failed: %s", model_id, exc)
+            since = slot.idle_since() if slot is not None else None
+            rows.append({
+                "id": model_id, "path": str(folder.path), "type": folder.kind,
+                "servable": folder.servable, "reason": folder.reason, "alias": values.get("alias"),
+                "size_bytes": folder.size_bytes, "memory_estimate": est,
+                "measured_weights_bytes": slot.measured_weights_bytes if slot is not None else None,
+                "loaded": slot is not None, "loading": loading, "pinned": bool(values.get("pinned")),
+                "ttl_seconds": values.get("ttl_seconds"),
+                "active_requests": slot.engine.num_active() if slot is not None else 0,
+                "idle_seconds": None if since is None else round(now - since, 3),
+            })
+        return {"object": "list", "data": rows, "memory": {
+            "max_model_memory": self.max_model_memory, "model_memory_used": self.used_bytes(),
+            "max_process_memory": self.max_process_memory, "process_memory": process_rss(),
+        }}
+
+    def close(self) -> None:
+        """Unload every model; later loads raise."""
+        with self._lock:
+            self._closed = True
+            slots = [(i, self._take(i)) for i in list(self._slots)]
+        for model_id, slot in slots:
+            self._close(model_id, slot)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _require(self, name: str) -> str:
+        model_id = self.resolve(name)
+        if model_id is None:
+            folder = self._folders.get(name)
+            if folder is not None:
+                raise ModelUnavailable(name, folder.reason)
+            raise KeyError(name)
+        return model_id
+
+    def _acquire(self, model_id: str) -> _Slot:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the server is shutting down")
+            slot = self._slots.get(model_id)
+            if slot is not None:
+                slot.leases += 1
+                slot.last_used = time.monotonic()
+                return slot
+            lock = self._load_locks.setdefault(model_id, threading.Lock())
+        with lock:
+            with self._lock:
+                slot = self._slots.get(model_id)
+                if slot is not None:
+                    slot.leases += 1
+                    slot.last_used = time.monotonic()
+                    return slot
+            need = self.estimate(model_id)
+            victims = self._make_room(model_id, need)
+            try:
+                for victim_id, victim in victims:
+                    logger.info("unloading %s (least recently used) to make room for %s", victim_id, model_id)
+                    self._close(victim_id, victim)
+                from inference.engine import Engine
+
+                path = self._folders[model_id].path
+                logger.info("loading %s from %s (estimate %s)", model_id, path, format_bytes(need.total_bytes))
+                engine = Engine(path, **self.engine_settings)
+            finally:
+                with self._lock:
+                    self._reserved.pop(model_id, None)
+            try:
+                measured = engine.call(_weights_bytes, timeout=60)
+            except Exception as exc:  # the estimate stands
+                logger.warning("%s: measuring the loaded weights failed: %s", model_id, exc)
+                measured = 0
+            if measured > need.weights_bytes:  # account for what is really there
+                logger.warning("%s: weights take %s, estimated %s", model_id, format_bytes(measured),
+                               format_bytes(need.weights_bytes))
+                need = replace(need, weights_bytes=measured)
+            with self._lock:
+                if self._closed:
+                    engine.close()
+                    raise RuntimeError("the server is shutting down")
+                now = time.monotonic()
+                slot = _Slot(engine, need, now, now, leases=1, measured_weights_bytes=measured)
+                self._slots[model_id] = slot
+            return slot
+
+    def _make_room(self, model_id: str, need: MemoryEstimate) -> List[tuple]:
+        """Pick the idle models to unload so that ``need`` fits, take them out of the pool and
+        reserve ``need``; InsufficientMemory (nothing changed) when it cannot fit."""
+        total = need.total_bytes
+        limit, process_limit = self.max_model_memory, self.max_process_memory
+        sizes = (f"weights {format_bytes(need.weights_bytes)}, KV cache {format_bytes(need.kv_bytes)}, "
+                 f"hot cache {format_bytes(need.hot_bytes)}")
+        if limit is not None and total > limit:
+            raise InsufficientMemory(
+                f"The model '{model_id}' needs {format_bytes(total)} ({sizes}), more than the whole "
+                f"model memory limit of {format_bytes(limit)} (--max-model-memory)")
+        rss = process_rss() if process_limit is not None else None
+        with self._lock:
+            used = self._used()
+            freed = 0
+            victims = []
+
+            def fits() -> bool:
+                model_ok = limit is None or used - freed + total <= limit
+                process_ok = rss is None or rss - freed + total <= process_limit
+                return model_ok and process_ok
+
+            pinned = {i for i, v in self._settings.items() if v.get("pinned")}
+            idle = sorted((s.last_used, i) for i, s in self._slots.items() if i not in pinned and not s.busy())
+            for _, victim_id in idle:
+                if fits():
+                    break
+                victims.append(victim_id)
+                freed += self._slots[victim_id].estimate.total_bytes
+            if not fits():
+                kept = ", ".join(f"{i} {format_bytes(s.estimate.total_bytes)}"
+                                 f"{' pinned' if i in pinned else ''}{' busy' if s.busy() else ''}"
+                                 for i, s in self._slots.items() if i not in victims) or "none"
+                where = (f"the model memory limit is {format_bytes(limit)} with {format_bytes(used)} in use"
+                         if limit is not None and used - freed + total > limit else
+                         f"the process memory limit is {format_bytes(process_limit)} with "
+                         f"{format_bytes(rss)} in use")
+                raise InsufficientMemory(
+                    f"The model '{model_id}' needs {format_bytes(total)} ({sizes}); {where}, and the "
+                    f"loaded models that cannot be unloaded now (pinned or busy) hold it: {kept}")
+            taken = [(i, self._take(i)) for i in victims]
+            self._reserved[model_id] = total
+            return taken
+
+    def _used(self) -> int:
+        """Bytes counted against the limit: loaded models, loads in progress, engines closing."""
+        return (sum(s.estimate.total_bytes for s in self._slots.values()) + sum(self._reserved.values())
+                + sum(self._closing.values()))
+
+    def _take(self, model_id: str) -> _Slot:
+        """Take a loaded model out of the pool (under the lock); its memory counts until it is closed."""
+        slot = self._slots.pop(model_id)
+        self._closing[id(slot)] = slot.estimate.total_bytes
+        return slot
+
+    def _close(self, model_id: str, slot: _Slot) -> None:
+        """Write the hot blocks down to the cold tier, then stop the engine (which waits for
+        the cold tier's writer)."""
+        try:
+            self._stop(model_id, slot.engine)
+        finally:
+            with self._lock:
+                self._closing.pop(id(slot), None)
+
+    def _stop(self, model_id: str, engine) -> None:
+        try:
+            engine.call(lambda e: getattr(e.prefix_cache, "write_down", lambda: 0)(), timeout=300)
+        except Exception as exc:
+            logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
+        engine.close()
+        try:
+            import mlx.core as mx
+
+            mx.clear_cache()  # give the freed buffers back to the system
+        except Exception:
+            pass
+        logger.info("unloaded %s", model_id)
+
+    def _scan(self, sig) -> None:
+        folders = discover(self.model_dirs, self._kind_overrides())
+        if not any(f.servable for f in folders.values()):
+            from inference.demo_model import DEMO_MODEL_NAME, demo_model_path
+
+            path = demo_model_path()
+            demo = inspect(DEMO_MODEL_NAME, path) if path.is_dir() else None
+            if demo is None or not demo.servable:  # not built (tests): offer it as the stand-in did
+                demo = ModelFolder(DEMO_MODEL_NAME, path, "llm", None)
+            folders[DEMO_MODEL_NAME] = demo
+        changed = {i for i in set(folders) | set(self._folders)
+                   if i not in folders or i not in self._folders or folders[i].path != self._folders[i].path}
+        for model_id in changed:
+            self._estimates.pop(model_id, None)
+        self._folders = folders
+        self._signature = sig
+
+    def _kind_overrides(self) -> Dict[str, str]:
+        return {i: v["model_type"] for i, v in self._settings.items() if v.get("model_type")}
+
+    def _refresh_settings(self, force: bool = False) -> None:
+        """Reload the settings snapshot when it is older than SETTINGS_MAX_AGE. Never from an
+        event loop's thread (the ORM is synchronous); views use the snapshot as it is."""
+        if not force and time.monotonic() - self._settings_at < self.SETTINGS_MAX_AGE:
+            return
+        try:
+            asyncio.get_running_loop()
+            return
+        except RuntimeError:
+            pass
+        try:
+            values = self._read_settings()
+        except Exception as exc:  # no table yet (before migrate), a locked database...
+            logger.debug("model settings not read: %s", exc)
+            return
+        with self._lock:
+            self._settings = values
+            self._settings_at = time.monotonic()
+
+
+def _weights_bytes(engine) -> int:
+    """Bytes of the loaded model's parameters (run on the engine thread)."""
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for _, v in tree_flatten(engine.loaded.model.parameters()))
