@@ -49,6 +49,13 @@ def total_input(usage):
     return usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
 
 
+def test_models_list(client):
+    """The Anthropic SDK's models.list() reads the same route in Anthropic's format."""
+    page = client.models.list()
+    assert [m.id for m in page.data] == ["tiny"]
+    assert page.data[0].type == "model" and page.first_id == "tiny" and not page.has_more
+
+
 def test_message(client):
     message = client.messages.create(model="tiny", max_tokens=8, messages=USER, **GREEDY)
     assert message.id.startswith("msg_") and message.type == "message" and message.role == "assistant"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 import uuid
 
 from ninja import Router
@@ -25,9 +26,17 @@ _started = int(time.time())
 
 @router.get("/models")
 def list_models(request):
+    """The servable models, in OpenAI's list format; in Anthropic's when the request comes from an
+    Anthropic client (it sends ``anthropic-version``), so both SDKs' ``models.list()`` work."""
     check_api_key(request)
-    data = [{"id": model_id, "object": "model", "created": _started, "owned_by": "omlx"}
-            for model_id in get_registry().ids()]
+    ids = get_registry().ids()
+    if "anthropic-version" in request.headers:
+        created = datetime.fromtimestamp(_started, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+        data = [{"type": "model", "id": model_id, "display_name": model_id, "created_at": created,
+                 "lifecycle": "active"} for model_id in ids]
+        return {"data": data, "has_more": False, "first_id": ids[0] if ids else None,
+                "last_id": ids[-1] if ids else None}
+    data = [{"id": model_id, "object": "model", "created": _started, "owned_by": "omlx"} for model_id in ids]
     return {"object": "list", "data": data}
 
 
