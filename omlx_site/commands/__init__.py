@@ -10,13 +10,9 @@ from pathlib import Path
 
 
 def add_parsers(subparsers) -> None:
-    import importlib
+    from . import cache, models, pull
 
-    for name in ("pull", "models", "cache"):
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError:
-            continue
+    for module in (pull, models, cache):
         module.add_parser(subparsers)
 
 
