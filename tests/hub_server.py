@@ -49,6 +49,7 @@ class HubServer:
     stall_after: Dict[str, int] = field(default_factory=dict)  # file path -> bytes, once
     release: threading.Event = field(default_factory=threading.Event)
     corrupt: Dict[str, bytes] = field(default_factory=dict)  # file path -> bytes served instead
+    ignore_range: set = field(default_factory=set)  # file paths served whole (200) despite Range
 
     def __post_init__(self):
         hub = self
@@ -137,7 +138,7 @@ class HubServer:
     def _file(self, h, sent, file: str, data: bytes) -> None:
         data = self.corrupt.get(file, data)
         start = 0
-        rng = h.headers.get("Range")
+        rng = None if file in self.ignore_range else h.headers.get("Range")
         headers = {"ETag": f'"{hashlib.sha256(data).hexdigest()}"', "Accept-Ranges": "bytes"}
         if rng:
             start = int(rng.split("=")[1].split("-")[0])

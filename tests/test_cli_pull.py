@@ -84,6 +84,40 @@ def test_dropped_connection_resumes_with_range(tmp_path, hub, model_dir):
     assert sum(s.body_bytes for s in sent) == size  # nothing downloaded twice
 
 
+def test_a_server_that_ignores_range_makes_the_file_start_over(tmp_path, hub, model_dir):
+    size = (model_dir("qwen2", "tiny") / "model.safetensors").stat().st_size
+    hub.drop_after["model.safetensors"] = size // 4
+    hub.ignore_range.add("model.safetensors")
+    models = tmp_path / "models"
+    out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
+    assert out.returncode == 0, out.stderr
+    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"))
+    sent = hub.sent_for("/cdn/test-org/tiny-chat/model.safetensors")
+    assert [(s.status, s.range) for s in sent] == [(200, None), (200, f"bytes={size // 4}-")]
+
+
+def test_progress_bar_on_a_terminal():
+    import io
+
+    from inference.hub import HubFile, Snapshot
+    from omlx_site.commands.progress import PullProgress
+
+    stream = io.StringIO()
+    progress = PullProgress(stream, tty=True)
+    files = [HubFile("config.json", 100), HubFile("model.safetensors", 4000)]
+    progress.start(Snapshot(REPO, COMMIT, files), 0)
+    for f in files:
+        progress.file_start(f, 0)
+        progress.advance(f.size)
+        progress.file_done(f)
+    progress.finish(Path("/models") / REPO)
+    text = stream.getvalue()
+    assert "\r\x1b[K" in text  # redrawn in place
+    assert "model.safetensors [" + "#" * 24 + "] 100%" in text
+    assert "total 100% 4.1 KB/4.1 KB" in text
+    assert text.endswith("2 files, 4.1 KB: complete\n")
+
+
 def test_killed_pull_resumes_on_the_next_run(tmp_path, hub, model_dir):
     source = model_dir("qwen2", "tiny")
     size = (source / "model.safetensors").stat().st_size
