@@ -201,6 +201,7 @@ class HubClient:
             part.unlink()
             have = 0
         if file.size is not None and have == file.size:
+            part.touch()  # an empty file has nothing to download
             return
         headers = {"Range": f"bytes={have}-"} if have else {}
         with self.client.stream("GET", url, headers=headers) as response:

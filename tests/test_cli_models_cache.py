@@ -108,6 +108,8 @@ def test_models_and_cache_with_a_live_server(tmp_path, models):
         assert alpha["hot"]["blocks"] >= 1 and alpha["hot"]["bytes"] > 0
         assert alpha["model_path"] == str((models / "alpha").resolve())
 
+        assert httpx.get(f"{server.url}/v1/cache/status", timeout=60).status_code == 401  # no key
+
         # Clearing while the server runs is refused.
         out = omlx(home, "cache", "clear", *common, "--api-key", key, "--yes")
         assert out.returncode == 1 and "a server is running" in out.stderr

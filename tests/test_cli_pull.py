@@ -33,18 +33,20 @@ def hub(model_dir):
     server.close()
 
 
-def assert_same_folder(got: Path, want: Path):
+def assert_same_folder(got: Path, want: Path, extra=()):
     names = sorted(p.name for p in want.iterdir())
-    assert sorted(p.name for p in got.iterdir() if p.name != ".omlx-pull.json") == names
+    assert sorted(p.name for p in got.iterdir() if p.name not in (".omlx-pull.json", *extra)) == names
     for name in names:
         assert (got / name).read_bytes() == (want / name).read_bytes(), name
 
 
 def test_pull_downloads_the_folder_byte_for_byte(tmp_path, hub, model_dir):
+    hub.repos[REPO].files["notes/empty.txt"] = b""  # a nested path, and an empty file
     models = tmp_path / "models"
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 0, out.stderr
-    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"))
+    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"), extra=("notes",))
+    assert (models / REPO / "notes" / "empty.txt").read_bytes() == b""
     assert f"{REPO} is in {models / REPO}" in out.stdout
     # Plain progress lines (stderr is not a terminal): one per file started and finished.
     assert "pulling test-org/tiny-chat at " + COMMIT in out.stderr
@@ -206,14 +208,18 @@ def test_pulled_model_is_served(tmp_path, hub):
     assert out.returncode == 0, out.stderr
     import httpx
 
-    # Today's discovery looks one level down: serve the org folder (ORG/NAME once discovery
-    # reaches depth 2).
-    server = ServerProcess(["--model-dir", str(models / "test-org")], tmp_path / "serve-home")
+    from inference import model_registry
+
+    if hasattr(model_registry, "discover"):  # the model pool's discovery: ORG/NAME at depth 2
+        serve_dir, model_id = models, REPO
+    else:  # the registry's looks one level down
+        serve_dir, model_id = models / "test-org", "tiny-chat"
+    server = ServerProcess(["--model-dir", str(serve_dir)], tmp_path / "serve-home")
     try:
         ids = [m["id"] for m in httpx.get(f"{server.url}/v1/models", timeout=60).json()["data"]]
-        assert ids == ["tiny-chat"]
+        assert ids == [model_id]
         reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=300, json={
-            "model": "tiny-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+            "model": model_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] >= 1
     finally:
