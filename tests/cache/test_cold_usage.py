@@ -6,7 +6,7 @@ import pytest
 from cache.cold_usage import clear, usage
 from cache.models import CacheBlock
 
-from .cold_blocks import FP, FP2, make_chain, path_of, row_keys, tiers  # noqa: F401
+from .cold_blocks import FP, FP2, make_chain, path_of, row_keys, tiers, write_all  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -15,12 +15,9 @@ def test_usage_counts_files_and_rows_and_names_the_model(tiers, tmp_path):
     root = tmp_path / "cold"
     a = tiers(FP, root, model_info={"path": "/models/alpha"})
     b = tiers(FP2, root)
-    for block in make_chain(FP, 3):
-        a.put(block)
-    for block in make_chain(FP2, 2):
-        b.put(block)
-    a.flush()
-    b.flush()
+    # One writer at a time: the test database (in-memory SQLite) locks a table per writer.
+    write_all(a, make_chain(FP, 3))
+    write_all(b, make_chain(FP2, 2))
     info = json.loads((root / FP.hex / "model.json").read_text())
     assert info["path"] == "/models/alpha" and info["fingerprint"] == FP.hex
     got = {u.fingerprint: u for u in usage(root)}
@@ -37,12 +34,9 @@ def test_clear_removes_files_then_rows_stale_ones_too(tiers, tmp_path):
     a = tiers(FP, root, model_info={"path": "/models/alpha"})
     b = tiers(FP2, root)
     chain = make_chain(FP, 3)
-    for block in chain:
-        a.put(block)
-    for block in make_chain(FP2, 2):
-        b.put(block)
-    a.flush()
-    b.flush()
+    # One writer at a time: the test database (in-memory SQLite) locks a table per writer.
+    write_all(a, chain)
+    write_all(b, make_chain(FP2, 2))
     path_of(a, chain[0].key).unlink()  # a row without a file
     CacheBlock.objects.filter(key=chain[1].key.hex()).delete()  # a file without a row
     u = {x.fingerprint: x for x in usage(root)}[FP.hex]
@@ -57,8 +51,7 @@ def test_clear_removes_files_then_rows_stale_ones_too(tiers, tmp_path):
     assert a.load(chain[2].key) is None
     # And it can write again: the directory comes back, with a row for the new file.
     a2 = tiers(FP, root)
-    a2.put(make_chain(FP, 1, first_token=100)[0])
-    a2.flush()
+    write_all(a2, make_chain(FP, 1, first_token=100))
     assert len(row_keys(FP)) == 1
     with pytest.raises(ValueError):
         clear(root, ["../etc"])
