@@ -49,7 +49,8 @@ class HubServer:
     stall_after: Dict[str, int] = field(default_factory=dict)  # file path -> bytes, once
     release: threading.Event = field(default_factory=threading.Event)
     corrupt: Dict[str, bytes] = field(default_factory=dict)  # file path -> bytes served instead
-    ignore_range: set = field(default_factory=set)  # file paths served whole (200) despite Range
+    ignore_range: set = field(default_factory=set)
+    drop_always: set = field(default_factory=set)  # file paths served whole (200) despite Range
 
     def __post_init__(self):
         hub = self
@@ -149,6 +150,8 @@ class HubServer:
         body = data[start:]
         status = 206 if rng else 200
         limit = self.drop_after.pop(file, None)
+        if file in self.drop_always:  # a connection that dies after a few bytes every time
+            limit = 1000
         stall = self.stall_after.pop(file, None)
         if limit is None and stall is None:
             return self._send(h, sent, status, body, headers)

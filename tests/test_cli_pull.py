@@ -86,6 +86,23 @@ def test_dropped_connection_resumes_with_range(tmp_path, hub, model_dir):
     assert sum(s.body_bytes for s in sent) == size  # nothing downloaded twice
 
 
+def test_a_connection_that_keeps_dropping_fails_clearly_and_resumes_later(tmp_path, hub, model_dir):
+    size = (model_dir("qwen2", "tiny") / "model.safetensors").stat().st_size
+    hub.drop_always.add("model.safetensors")
+    models = tmp_path / "models"
+    out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
+    assert out.returncode == 1
+    assert "downloading model.safetensors failed 5 times; run the same command again to resume" in out.stderr
+    partial = models / ".omlx-pull" / REPO / "model.safetensors.incomplete"
+    assert partial.stat().st_size == 5 * 1000  # each attempt kept its bytes
+    hub.drop_always.clear()
+    out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
+    assert out.returncode == 0, out.stderr
+    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"))
+    last = hub.sent_for("/cdn/test-org/tiny-chat/model.safetensors")[-1]
+    assert (last.range, last.body_bytes) == ("bytes=5000-", size - 5000)
+
+
 def test_a_server_that_ignores_range_makes_the_file_start_over(tmp_path, hub, model_dir):
     size = (model_dir("qwen2", "tiny") / "model.safetensors").stat().st_size
     hub.drop_after["model.safetensors"] = size // 4

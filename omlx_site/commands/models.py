@@ -139,5 +139,5 @@ def _print_table(rows: List[dict], report: dict) -> None:
                       r.get("reason") or ""))
     widths = [max(len(str(row[i])) for row in table) for i in range(4)]
     for row in table:
-        print("  ".join(str(v).ljust(w) for v, w in zip(row[:4], widths)) + ("  " + row[4] if row[4] else ""))
+        print(("  ".join(str(v).ljust(w) for v, w in zip(row[:4], widths)) + "  " + row[4]).rstrip())
     sys.stdout.flush()
