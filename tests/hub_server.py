@@ -98,7 +98,8 @@ class HubServer:
                 return self._error(h, sent, 404, "EntryNotFound", "no such object")
             return self._file(h, sent, file, repo.files[file])
         if parts[0] == "api" and len(parts) == 6 and parts[1] == "models" and parts[4] == "revision":
-            repo = self._repo(h, sent, f"{parts[2]}/{parts[3]}", parts[5])
+            # As on the hub, a gated repo's file list is public; its files are not.
+            repo = self._repo(h, sent, f"{parts[2]}/{parts[3]}", parts[5], gate=False)
             if repo is not None:
                 body = json.dumps({"id": f"{parts[2]}/{parts[3]}", "sha": repo.commit,
                                    "siblings": [repo.sibling(p) for p in repo.files]}).encode()
@@ -123,12 +124,12 @@ class HubServer:
             return self._file(h, sent, file, repo.files[file])
         self._error(h, sent, 404, None, "not found")
 
-    def _repo(self, h, sent, name: str, rev: str) -> Optional[Repo]:
+    def _repo(self, h, sent, name: str, rev: str, gate: bool = True) -> Optional[Repo]:
         repo = self.repos.get(name)
         if repo is None:
             self._error(h, sent, 404, "RepoNotFound", "Repository not found")
             return None
-        if repo.token is not None and h.headers.get("Authorization") != f"Bearer {repo.token}":
+        if gate and repo.token is not None and h.headers.get("Authorization") != f"Bearer {repo.token}":
             self._error(h, sent, 401, "GatedRepo", "Access to this model is restricted")
             return None
         if rev not in ("main", repo.commit):
