@@ -62,7 +62,7 @@ def test_openapi_docs(api):
     assert status == 200
     assert set(schema["paths"]) == {"/v1/models", "/v1/chat/completions", "/v1/completions",
                                     "/v1/responses", "/v1/responses/{response_id}",
-                                    "/v1/responses/{response_id}/input_items"}
+                                    "/v1/responses/{response_id}/input_items", "/v1/cache/status"}
 
 
 def test_chat_completion_direct(api):

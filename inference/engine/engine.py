@@ -225,7 +225,7 @@ class Engine:
 
             cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint,
                             model_info={"path": str(Path(loaded.path).resolve()), "dtype": loaded.dtype,
-                                        "written": int(time.time())})
+                                        "opened": int(time.time())})
         hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
         return BlockCache(fingerprint, hot_bytes, cold)
 
