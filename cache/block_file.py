@@ -4,6 +4,8 @@ Layout under the cold-cache root::
 
     <fingerprint.hex>/<key_hex[:2]>/<key_hex>.safetensors        a block
     <fingerprint.hex>/<key_hex[:2]>/<key_hex>.<pid>-<n>.tmp        a write in progress (or a crash's leftover)
+    <fingerprint.hex>/model.json                                   which model folder wrote the blocks
+                                                                   (for people: `omlx cache`; never read by lookups)
 
 Tensors ``l{i}.k`` and ``l{i}.v`` hold layer i's keys and values, each [1, kv_heads, tokens,
 head_dim]. The header's ``__metadata__`` (strings only) names the format version, the model
@@ -28,6 +30,7 @@ from .block_key import FORMAT_VERSION, KEY_BYTES, block_key
 
 SUFFIX = ".safetensors"
 TMP_SUFFIX = ".tmp"
+MODEL_INFO = "model.json"
 MAGIC = "omlx-kv-block"
 MAX_HEADER_BYTES = 16 << 20
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import logging
 import os
 import queue
@@ -64,7 +65,8 @@ class ColdTier:
     a dropped block; nothing here raises into the engine.
     """
 
-    def __init__(self, root_dir, fingerprint: ModelFingerprint, max_queue: int = 64):
+    def __init__(self, root_dir, fingerprint: ModelFingerprint, max_queue: int = 64,
+                 model_info: Optional[dict] = None):
         self.root_dir = Path(root_dir).expanduser()
         self.fingerprint = fingerprint
         self.fingerprint_hex = fingerprint.hex
@@ -87,6 +89,8 @@ class ColdTier:
             logger.warning("cold tier disabled: cannot use %s (%s); KV blocks stay in RAM only",
                            self.dir, e)
             return
+        if model_info:
+            self._write_model_info(model_info)
         self._db = cold_rows.ensure_django()
         self._reconcile()
         self.enabled = True
@@ -303,6 +307,17 @@ class ColdTier:
         with open(probe, "wb") as f:
             f.write(b"omlx")
         os.remove(probe)
+
+    def _write_model_info(self, info: dict) -> None:
+        """Record which model folder these blocks belong to (``model.json``, for `omlx cache`:
+        a fingerprint alone does not say). Best effort: the cache works without it."""
+        final = self.dir / block_file.MODEL_INFO
+        tmp = self.dir / f"{block_file.MODEL_INFO}.{os.getpid()}-{next(self._tmp_names)}{block_file.TMP_SUFFIX}"
+        body = json.dumps(dict(info, fingerprint=self.fingerprint_hex), sort_keys=True).encode() + b"\n"
+        try:
+            durable.write_atomically(final, tmp, lambda f: f.write(body))
+        except OSError as err:
+            self._log_once("model-info", err)
 
     def _reconcile(self) -> None:
         """Index every block file: from its row when it has one (no file is opened), else from

@@ -1,4 +1,5 @@
-"""The ``omlx`` command line (upstream oMLX's): serve, demo, build-model."""
+"""The ``omlx`` command line (upstream oMLX's): serve, demo, build-model; pull, models and cache
+live in omlx_site/commands/."""
 from __future__ import annotations
 
 import argparse
@@ -76,7 +77,13 @@ def main(argv=None) -> int:
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
 
+    from omlx_site.commands import add_parsers
+
+    add_parsers(sub)  # pull, models, cache (omlx_site/commands/)
+
     args = parser.parse_args(argv)
+    if hasattr(args, "run"):
+        return args.run(args)
     if args.command == "demo":
         return _demo(args)
     if args.command == "serve":

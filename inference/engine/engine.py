@@ -241,7 +241,9 @@ class Engine:
         if config.paged_ssd_cache_dir:
             from cache.cold_tier import ColdTier
 
-            cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint)
+            cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint,
+                            model_info={"path": str(Path(loaded.path).resolve()), "dtype": loaded.dtype,
+                                        "opened": int(time.time())})
         hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
         return BlockCache(fingerprint, hot_bytes, cold)
 

@@ -1,0 +1,149 @@
+"""What the cold tier holds per model, and removing it: the data behind `omlx cache`.
+
+Works on the cold-cache root from outside any engine (no mlx import). ``usage`` lists, per model
+fingerprint directory, the block files on disk and the rows in SQLite, and the model folder that
+wrote them (``model.json``, recorded since names were; older directories have none). ``clear``
+removes blocks in GC's order (cache/gc.py): the file, then its row, so a crash half way leaves
+files without rows (re-indexed at the next start) or rows without files (dropped at the next
+start), never a row that names a file with other contents. A ColdTier of another process that
+still indexes a removed block finds the file missing at load: a miss, never a wrong hit.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
+
+from . import cold_rows, durable
+from .block_file import BLOCK_NAME, FINGERPRINT_DIR, MODEL_INFO, SHARD_DIR, TMP_NAME
+
+
+@dataclass
+class ModelUsage:
+    """One model fingerprint's share of the cold tier."""
+
+    fingerprint: str
+    model_path: Optional[str] = None  # the folder that wrote the blocks (model.json)
+    files: int = 0  # block files on disk
+    bytes: int = 0  # their size
+    rows: int = 0  # CacheBlock rows
+    row_bytes: int = 0  # the file sizes the rows record
+    tokens: int = 0  # tokens the rows hold
+    last_used: Optional[float] = None  # newest row's last use (POSIX seconds)
+    info: dict = field(default_factory=dict)  # model.json as written
+
+
+@dataclass
+class ClearResult:
+    fingerprints: List[str] = field(default_factory=list)
+    files: int = 0
+    bytes: int = 0
+    rows: int = 0
+
+
+def usage(root) -> List[ModelUsage]:
+    """Every fingerprint with block files or rows, sorted by fingerprint."""
+    root = Path(root).expanduser()
+    found: Dict[str, ModelUsage] = {}
+    for model in durable.scandir(root):
+        if FINGERPRINT_DIR.match(model.name) and model.is_dir(follow_symlinks=False):
+            u = found.setdefault(model.name, ModelUsage(model.name))
+            u.info = read_model_info(root / model.name)
+            u.model_path = u.info.get("path")
+            for path, size in _block_files(model.path):
+                u.files += 1
+                u.bytes += size
+    for fp, (count, nbytes, tokens, last) in _row_totals().items():
+        u = found.setdefault(fp, ModelUsage(fp))
+        u.rows, u.row_bytes, u.tokens, u.last_used = count, nbytes, tokens, last
+    return [found[k] for k in sorted(found)]
+
+
+def read_model_info(directory: Path) -> dict:
+    try:
+        info = json.loads((Path(directory) / MODEL_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def clear(root, fingerprints: Iterable[str]) -> ClearResult:
+    """Remove every block of these fingerprints: files, then rows, then the emptied directory."""
+    root = Path(root).expanduser()
+    result = ClearResult()
+    db = cold_rows.ensure_django()
+    for fp in fingerprints:
+        if not FINGERPRINT_DIR.match(fp):
+            raise ValueError(f"{fp!r} is not a model fingerprint")
+        directory = root / fp
+        removed = []
+        for path, size in _block_files(directory):
+            if durable.remove(path):
+                removed.append(BLOCK_NAME.match(path.name).group(1))
+                result.files += 1
+                result.bytes += size
+        if db:
+            # Rows of removed files, and rows whose file is gone anyway; a block a live server
+            # wrote meanwhile keeps its file and its row.
+            rows = cold_rows.rows_for(fp)
+            dead = [k for k, r in rows.items() if k in removed or not (root / r.file).exists()]
+            cold_rows.delete(dead)
+            result.rows += len(dead)
+        _tidy(directory)
+        result.fingerprints.append(fp)
+    return result
+
+
+def _block_files(directory) -> List[tuple]:
+    out = []
+    for shard in durable.scandir(directory):
+        if not (SHARD_DIR.match(shard.name) and shard.is_dir(follow_symlinks=False)):
+            continue
+        for f in durable.scandir(shard.path):
+            if BLOCK_NAME.match(f.name) and f.name[:2] == shard.name:
+                try:
+                    out.append((Path(f.path), f.stat(follow_symlinks=False).st_size))
+                except OSError:
+                    continue
+    return out
+
+
+def _row_totals() -> Dict[str, tuple]:
+    """fingerprint -> (rows, recorded bytes, tokens, newest last use)."""
+    if not cold_rows.ensure_django():
+        return {}
+    from django.db.models import Count, Max, Sum
+
+    from .models import CacheBlock
+
+    totals = (CacheBlock.objects.order_by().values("model_fingerprint")
+              .annotate(n=Count("key"), b=Sum("bytes"), t=Sum("token_count"), last=Max("last_used")))
+    return {r["model_fingerprint"]: (r["n"], r["b"] or 0, r["t"] or 0,
+                                     r["last"].timestamp() if r["last"] else None) for r in totals}
+
+
+def _tidy(directory: Path) -> None:
+    """After the blocks: dead writers' temp files, model.json, empty shards, the directory if
+    empty. A live writer's temp file and any block written meanwhile stay (and so does the
+    directory)."""
+    for shard in durable.scandir(directory):
+        if SHARD_DIR.match(shard.name) and shard.is_dir(follow_symlinks=False):
+            for f in durable.scandir(shard.path):
+                t = TMP_NAME.match(f.name)
+                if t is not None and not durable.pid_alive(int(t.group(2))):
+                    durable.remove(f.path)
+            try:
+                os.rmdir(shard.path)
+            except OSError:
+                pass
+    if not any(SHARD_DIR.match(e.name) for e in durable.scandir(directory)):
+        durable.remove(directory / MODEL_INFO)
+        for e in durable.scandir(directory):  # model.json temp files of crashed writers
+            if e.name.startswith(MODEL_INFO + ".") and e.is_file(follow_symlinks=False):
+                durable.remove(e.path)
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass

@@ -1,0 +1,58 @@
+"""`omlx pull ORG/NAME`: download a model folder from the Hugging Face hub (inference/hub.py)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from . import default_model_dir
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "pull",
+        help="download a model from the Hugging Face hub into the model folder",
+        description="Download the model ORG/NAME from the Hugging Face hub into "
+        "MODEL_DIR/ORG/NAME, where `omlx serve` finds it. Files are checked against the hub's "
+        "sizes and hashes; an interrupted pull continues where it stopped when run again, and "
+        "the folder appears only once it is complete. When the repository has safetensors "
+        "weights, other weight formats (.bin, .pth, .gguf, ...) are skipped.",
+    )
+    p.add_argument("repo", metavar="ORG/NAME", help="the model's id on the hub")
+    p.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
+    p.add_argument("--model-dir", default=None,
+                   help="folder of model folders (default $OMLX_MODEL_DIR, else $OMLX_HOME/models)")
+    p.add_argument("--hf-endpoint", default=None,
+                   help="the hub or a mirror of it (default $HF_ENDPOINT, else https://huggingface.co)")
+    p.add_argument("--token", default=None,
+                   help="access token for gated or private models (default $HF_TOKEN)")
+    p.add_argument("--all-files", action="store_true",
+                   help="download every file of the repository, other weight formats included")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from inference.hub import HubError, check_repo_id, pull
+
+    from .progress import PullProgress
+
+    try:
+        check_repo_id(args.repo)
+    except ValueError as exc:
+        print(f"omlx pull: {exc}", file=sys.stderr)
+        return 2
+    model_dir = args.model_dir or default_model_dir()
+    token = args.token or os.environ.get("HF_TOKEN") or None
+    try:
+        path = pull(args.repo, model_dir, revision=args.revision, endpoint=args.hf_endpoint, token=token,
+             progress=PullProgress(), all_files=args.all_files)
+    except FileExistsError as exc:  # pulled before: nothing to do (its files are not re-checked)
+        print(f"omlx pull: {exc}", file=sys.stderr)
+        return 0
+    except (HubError, ValueError, OSError) as exc:
+        print(f"\nomlx pull: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nomlx pull: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    print(f"{args.repo} is in {path}")
+    return 0
