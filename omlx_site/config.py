@@ -173,6 +173,7 @@ class Setting:
     check: Optional[Callable[[Any], None]] = None
     shown_default: Optional[str] = None
     metavar: Optional[str] = None
+    secret: bool = False
 
     def parse(self, raw):
         value = self.kind.parse(raw)
@@ -191,7 +192,8 @@ class Setting:
     def describe(self) -> dict:
         """Plain data about the setting (for the admin panel and the docs)."""
         return {"key": self.key, "env": self.env, "flag": self.flag, "type": self.kind.name,
-                "default": self.default_text(), "help": self.help, "commands": list(self.commands)}
+                "default": self.default_text(), "help": self.help, "commands": list(self.commands),
+                "secret": self.secret}
 
 
 SERVE, BOTH = ("serve",), ("serve", "worker")
@@ -231,7 +233,7 @@ SETTINGS: tuple[Setting, ...] = (
             flag="--paged-ssd-cache-ttl", commands=BOTH, check=_positive, metavar="SECONDS"),
     Setting("api_key", "OMLX_API_KEY", TEXT, None,
             "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route",
-            flag="--api-key", metavar="KEY"),
+            flag="--api-key", metavar="KEY", secret=True),
     Setting("redis_url", "OMLX_REDIS_URL", TEXT, None,
             "Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 (unset: SQLite "
             "queue, in-process channel layer)", flag="--redis-url", commands=BOTH, check=_redis_url,
@@ -305,11 +307,11 @@ def read_file(path: Path, warn: Callable[[str], None] = _warn) -> dict:
     return {}
 
 
-def load(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = None,
-         environ: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = _warn) -> dict:
-    """Every setting's value by key: ``cli`` (values already parsed), then the environment, then
-    settings.json, then the default. A bad environment variable raises ValueError naming it; a bad
-    value in the file is ignored with a warning."""
+def resolve(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = None,
+            environ: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = _warn) -> dict:
+    """Every setting's (value, source) by key; source is "flag", "environment", "file" or "default".
+    ``cli`` holds values already parsed. A bad environment variable raises ValueError naming it; a
+    bad value in the file is ignored with a warning."""
     omlx_home = omlx_home or home()
     environ = os.environ if environ is None else environ
     cli = cli or {}
@@ -318,26 +320,46 @@ def load(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = No
     unknown = sorted(set(stored) - set(BY_KEY))
     if unknown:
         warn(f"{path}: unknown settings {', '.join(unknown)} (kept in the file, not used)")
-    values = {}
+    resolved = {}
     for setting in SETTINGS:
         if setting.key in cli:
-            values[setting.key] = cli[setting.key]
+            resolved[setting.key] = (cli[setting.key], "flag")
             continue
         raw = environ.get(setting.env)
         if raw:  # an empty variable counts as unset
             try:
-                values[setting.key] = setting.parse(raw)
+                resolved[setting.key] = (setting.parse(raw), "environment")
             except ValueError as exc:
                 raise ValueError(f"{setting.env}={raw!r}: {exc}") from None
             continue
         if stored.get(setting.key) is not None:
             try:
-                values[setting.key] = setting.parse(stored[setting.key])
+                resolved[setting.key] = (setting.parse(stored[setting.key]), "file")
                 continue
             except ValueError as exc:
                 warn(f"{path}: {setting.key}: {exc}; ignored, using the default")
-        values[setting.key] = setting.default_for(omlx_home)
-    return values
+        resolved[setting.key] = (setting.default_for(omlx_home), "default")
+    return resolved
+
+
+def load(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = None,
+         environ: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = _warn) -> dict:
+    """Every setting's value by key: ``cli``, then the environment, then settings.json, then the
+    default (see `resolve`)."""
+    return {key: value for key, (value, _) in resolve(omlx_home, cli, environ, warn).items()}
+
+
+def describe(omlx_home: Optional[Path] = None) -> list:
+    """Each setting as plain data with its current value and where it comes from (for the admin
+    panel); a secret's value is shown as "***"."""
+    rows = []
+    for key, (value, source) in resolve(omlx_home).items():
+        setting = BY_KEY[key]
+        shown = setting.kind.json(value) if value is not None else None
+        if setting.secret and value:
+            shown = "***"
+        rows.append({**setting.describe(), "value": shown, "source": source})
+    return rows
 
 
 def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:

@@ -141,3 +141,18 @@ def test_the_server_starts_with_a_corrupt_settings_file(tmp_path, model_dir):
         proc.stop()
     assert len(list(home.glob("settings.json.corrupt-*"))) == 1
     assert json.loads((home / "settings.json").read_text())["model_dir"] == [str(models.resolve())]
+
+
+def test_describe_gives_each_value_and_its_source(tmp_path, monkeypatch):
+    write(tmp_path, {"max_queued_requests": 7, "api_key": "hush"})
+    monkeypatch.setenv("OMLX_HOME", str(tmp_path))
+    monkeypatch.setenv("OMLX_RETRY_AFTER_SECONDS", "4")
+    monkeypatch.delenv("OMLX_API_KEY", raising=False)
+    monkeypatch.delenv("OMLX_MAX_QUEUED_REQUESTS", raising=False)
+    rows = {row["key"]: row for row in config.describe()}
+    assert set(rows) == set(config.BY_KEY)
+    assert (rows["max_queued_requests"]["value"], rows["max_queued_requests"]["source"]) == (7, "file")
+    assert (rows["retry_after_seconds"]["value"], rows["retry_after_seconds"]["source"]) == (4, "environment")
+    assert (rows["api_key"]["value"], rows["api_key"]["secret"]) == ("***", True)
+    assert rows["port"]["source"] == "default" and rows["port"]["flag"] == "--port"
+    json.dumps(list(rows.values()))  # plain data
