@@ -103,7 +103,10 @@ def _serve(parser, args) -> int:
                      "can run requests)")
     if given:
         path = config.save(given)
-        print(f"omlx: saved {', '.join(config.BY_KEY[k].flag for k in given)} to {path}", file=sys.stderr)
+        for verb, keys in (("saved", [k for k, v in given.items() if v is not None]),
+                           ("removed", [k for k, v in given.items() if v is None])):
+            if keys:
+                print(f"omlx: {verb} {', '.join(config.BY_KEY[k].flag for k in keys)} in {path}", file=sys.stderr)
     config.export(given)  # omlx_site.settings (and `manage.py run_huey` children) read the environment
     return serve(values["host"], values["port"])
 

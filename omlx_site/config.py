@@ -11,6 +11,11 @@ default. `omlx serve` writes the flags it was given to settings.json (mode 0600:
 key), so the next start without them keeps them. A settings.json that is not a JSON object is moved
 aside (settings.json.corrupt-<time>) with a warning; a key with a bad value is ignored with a
 warning; unknown keys are kept in the file and warned about.
+
+Adding a setting: append a `Setting` row to `SETTINGS` (key = the flag's name with underscores;
+``commands`` = the commands that get the flag, none for a variable/file-only setting), then
+regenerate docs/settings.md. Its value is then ``django.conf.settings.<env>`` in every process, the
+flag is in --help, and `omlx serve` saves it when given.
 """
 from __future__ import annotations
 
@@ -67,6 +72,17 @@ def _text(raw):
     return raw
 
 
+def _boolean(raw):
+    if isinstance(raw, bool):
+        return raw
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{raw!r} is not true or false")
+
+
 def _bytes(raw):
     from cache.sizes import parse_size
 
@@ -99,6 +115,7 @@ def _folder_or_off(raw):
 INTEGER = Kind("integer", _integer, "N")
 NUMBER = Kind("number", _number, "N")
 TEXT = Kind("text", _text, "TEXT")
+BOOLEAN = Kind("boolean (true/false)", _boolean, "BOOL", text=lambda v: "true" if v else "false")
 BYTES = Kind("size (bytes, 512MB, 4GiB)", _bytes, "SIZE")
 SIZE = Kind("size (bytes, 4GiB or % of RAM)", _size_text, "SIZE")
 MEMORY_LIMIT = Kind("memory limit (size, % of RAM or disabled)", _text, "LIMIT")
@@ -310,7 +327,7 @@ def read_file(path: Path, warn: Callable[[str], None] = _warn) -> dict:
 def resolve(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = None,
             environ: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = _warn) -> dict:
     """Every setting's (value, source) by key; source is "flag", "environment", "file" or "default".
-    ``cli`` holds values already parsed. A bad environment variable raises ValueError naming it; a
+    ``cli`` holds values already parsed (None: the flag was given empty, the default applies). A bad environment variable raises ValueError naming it; a
     bad value in the file is ignored with a warning."""
     omlx_home = omlx_home or home()
     environ = os.environ if environ is None else environ
@@ -322,8 +339,9 @@ def resolve(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] =
         warn(f"{path}: unknown settings {', '.join(unknown)} (kept in the file, not used)")
     resolved = {}
     for setting in SETTINGS:
-        if setting.key in cli:
-            resolved[setting.key] = (cli[setting.key], "flag")
+        if setting.key in cli:  # None: given empty, back to the default
+            value = cli[setting.key]
+            resolved[setting.key] = (setting.default_for(omlx_home) if value is None else value, "flag")
             continue
         raw = environ.get(setting.env)
         if raw:  # an empty variable counts as unset
@@ -363,10 +381,15 @@ def describe(omlx_home: Optional[Path] = None) -> list:
 
 
 def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
-    """Write these settings (by key) into settings.json, keeping the others there (mode 0600)."""
+    """Write these settings (by key) into settings.json, keeping the others there (mode 0600); a
+    value None removes its key."""
     path = settings_file(omlx_home)
     stored = read_file(path)
-    stored.update({key: BY_KEY[key].kind.json(value) for key, value in values.items()})
+    for key, value in values.items():
+        if value is None:
+            stored.pop(key, None)
+        else:
+            stored[key] = BY_KEY[key].kind.json(value)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -377,12 +400,18 @@ def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
     return path
 
 
-def export(values: Mapping[str, Any]) -> None:
+def export(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> None:
     """Put these settings (by key) into the environment, where omlx_site.settings and the processes
-    started from this one (`manage.py run_huey`) read them."""
+    started from this one (`manage.py run_huey`) read them. None (a flag given empty) exports the
+    default; with no default the variable is removed."""
     for key, value in values.items():
-        if value is not None:
-            os.environ[BY_KEY[key].env] = BY_KEY[key].kind.text(value)
+        setting = BY_KEY[key]
+        if value is None:
+            value = setting.default_for(omlx_home or home())
+        if value is None:
+            os.environ.pop(setting.env, None)
+        else:
+            os.environ[setting.env] = setting.kind.text(value)
 
 
 def add_flags(parser, command: str) -> None:
@@ -396,7 +425,8 @@ def add_flags(parser, command: str) -> None:
 
 
 def flag_values(parser, args, command: str) -> dict:
-    """The settings given as flags, parsed and checked (parser.error names a bad flag)."""
+    """The settings given as flags, parsed and checked (parser.error names a bad flag); a flag
+    given empty (--api-key '') maps to None: back to the default."""
     given = {}
     for s in SETTINGS:
         if not (s.flag and command in s.commands):
@@ -406,6 +436,9 @@ def flag_values(parser, args, command: str) -> dict:
             continue
         if s.kind is FOLDERS:
             raw = os.pathsep.join(raw)
+        if raw.strip() == "":
+            given[s.key] = None
+            continue
         try:
             given[s.key] = s.parse(raw)
         except ValueError as exc:
@@ -425,7 +458,8 @@ def markdown() -> str:
         "`$OMLX_HOME/settings.json` (`~/.omlx/settings.json`). A flag wins over the variable, the",
         "variable over the file, the file over the default. `omlx serve` writes the flags it is given",
         "to the file (mode 0600, since it may hold the API key), so they stay in force at the next",
-        "start; `omlx worker` reads the file but does not write it. A file that is not a JSON object is",
+        "start; a flag given empty (`--api-key ''`) removes its key from the file, and the default",
+        "applies. `omlx worker` reads the file but does not write it. A file that is not a JSON object is",
         "moved aside to `settings.json.corrupt-<time>` with a warning; a key whose value is wrong is",
         "ignored with a warning; unknown keys are kept and warned about. A wrong environment variable",
         "stops the command with a message naming it. An empty variable counts as unset.",

@@ -156,3 +156,24 @@ def test_describe_gives_each_value_and_its_source(tmp_path, monkeypatch):
     assert (rows["api_key"]["value"], rows["api_key"]["secret"]) == ("***", True)
     assert rows["port"]["source"] == "default" and rows["port"]["flag"] == "--port"
     json.dumps(list(rows.values()))  # plain data
+
+
+def test_a_flag_given_empty_removes_the_saved_value(tmp_path):
+    """`omlx serve --api-key ''` forgets a saved key: the server then answers without one."""
+    home = tmp_path / "home"
+    write(home, {"api_key": "old", "max_queued_requests": 5})
+    proc = ServerProcess(["--model-dir", str(tmp_path / "none"), "--api-key", ""], home)
+    try:
+        assert httpx.get(proc.url + "/v1/models").status_code == 200
+    finally:
+        proc.stop()
+    assert json.loads((home / "settings.json").read_text()) == {
+        "max_queued_requests": 5, "port": 0, "model_dir": [str((tmp_path / "none").resolve())]}
+
+
+def test_booleans(tmp_path):
+    for raw, value in [("true", True), ("0", False), (True, True), ("Off", False)]:
+        assert config.BOOLEAN.parse(raw) is value
+    for raw in ("maybe", 1, None):
+        with pytest.raises(ValueError):
+            config.BOOLEAN.parse(raw)
