@@ -82,15 +82,20 @@ def main(argv=None) -> int:
 
 def _settings(parser, args, command):
     """The flags given, checked; then every setting resolved (flag > environment > settings.json >
-    default), so that a bad environment variable stops the command here with its name."""
+    default), so that a bad environment variable stops the command here with its name. Prints the
+    values that come from settings.json."""
     from omlx_site import config
 
     given = config.flag_values(parser, args, command)
     try:
-        values = config.load(cli=given)
+        resolved = config.resolve(cli=given)
     except ValueError as exc:
         parser.error(str(exc))
-    return given, values
+    from_file = [f"{key}={'***' if config.BY_KEY[key].secret else config.BY_KEY[key].kind.json(value)}"
+                 for key, (value, source) in resolved.items() if source == "file"]
+    if from_file:
+        print(f"omlx: from {config.settings_file()}: {', '.join(from_file)}", file=sys.stderr)
+    return given, {key: value for key, (value, _) in resolved.items()}
 
 
 def _serve(parser, args) -> int:

@@ -108,6 +108,9 @@ def test_flags_are_saved_and_stay_in_force_after_a_restart(tmp_path, model_dir):
 
     proc = ServerProcess([], home)  # no flags: the saved ones apply
     try:
+        assert any("settings.json: " in line and "max_request_size=65536" in line and "api_key=***" in line
+                   for line in proc.output), proc.output
+        assert not any("sekrit" in line for line in proc.output)  # the key is never printed
         auth = {"authorization": "Bearer sekrit"}
         assert httpx.get(proc.url + "/v1/models").status_code == 401
         assert [m["id"] for m in httpx.get(proc.url + "/v1/models", headers=auth).json()["data"]] == ["tiny"]
