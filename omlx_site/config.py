@@ -304,8 +304,11 @@ def _warn(message: str) -> None:
 def read_file(path: Path, warn: Callable[[str], None] = _warn) -> dict:
     """settings.json as a dict ({} when absent). One that is not a JSON object is moved aside."""
     try:
-        text = path.read_text()
+        text = path.read_bytes()
     except FileNotFoundError:
+        return {}
+    except OSError as exc:  # unreadable (a folder, no permission): left where it is
+        warn(f"{path}: cannot be read ({exc}); using the defaults")
         return {}
     try:
         data = json.loads(text)

@@ -64,13 +64,13 @@ def test_wrong_values_in_the_file_are_ignored_one_by_one(tmp_path):
     assert stored["a_future_setting"] == 1 and stored["max_queued_requests"] == 3  # unknown keys kept
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", ""])
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "", "\udcff"])
 def test_a_corrupt_file_is_moved_aside(tmp_path, text):
-    write(tmp_path, text)
+    tmp_path.joinpath("settings.json").write_bytes(text.encode("utf-8", "surrogateescape"))
     values, warnings = load(tmp_path)
     assert values["max_queued_requests"] == 256
     aside = list(tmp_path.glob("settings.json.corrupt-*"))
-    assert len(aside) == 1 and aside[0].read_text() == text
+    assert len(aside) == 1 and aside[0].read_bytes() == text.encode("utf-8", "surrogateescape")
     assert not (tmp_path / "settings.json").exists()
     assert len(warnings) == 1 and str(aside[0]) in warnings[0]
 
