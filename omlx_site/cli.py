@@ -3,14 +3,13 @@ live in omlx_site/commands/."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from pathlib import Path
 
 
 def main(argv=None) -> int:
     import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
+    from omlx_site import config
 
     parser = argparse.ArgumentParser(prog="omlx", description="Local LLM inference server on MLX.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -33,23 +32,10 @@ def main(argv=None) -> int:
         description="Serve the models in a folder over an OpenAI-compatible REST API (Daphne, "
         "with the Huey worker inside the process). With no model folder there, it serves the "
         "built-in demo model (random weights). With --redis-url, the queue and the channel layer "
-        "live in Redis and `omlx worker` processes run the inference.",
+        "live in Redis and `omlx worker` processes run the inference. Flags given are saved to "
+        "$OMLX_HOME/settings.json and stay in force at the next start (docs/settings.md).",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
-    _add_model_flags(serve)
-    serve.add_argument("--api-key", help="require this key (Authorization: Bearer KEY or x-api-key)")
-    serve.add_argument("--redis-url", default=None,
-                       help="Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 "
-                       "(default $OMLX_REDIS_URL; unset: SQLite queue, in-process channel layer)")
-    serve.add_argument("--workers", type=int, default=None,
-                       help="Huey worker threads inside the server (default 2; with Redis 0: "
-                       "`omlx worker` processes run the inference)")
-    serve.add_argument("--max-request-size", default=None,
-                       help="largest request body, e.g. 32MiB; larger ones get a 413 (default 32MiB)")
-    serve.add_argument("--max-queued-requests", type=int, default=None,
-                       help="requests per model that may wait beyond --max-concurrent-requests; "
-                       "more get a 429 (default 256)")
+    config.add_flags(serve, "serve")
 
     worker = sub.add_parser(
         "worker",
@@ -59,11 +45,10 @@ def main(argv=None) -> int:
         "the same --model-dir as the server. Same as `manage.py run_huey` with OMLX_REDIS_URL set. "
         "SIGINT or SIGTERM: running requests are aborted and the worker exits.",
     )
-    worker.add_argument("--redis-url", default=None, help="the server's Redis (default $OMLX_REDIS_URL)")
     worker.add_argument("--threads", type=int, default=None,
                         help="Huey worker threads; a thread is busy only while a request starts "
                         "(model loading) (default 2)")
-    _add_model_flags(worker)
+    config.add_flags(worker, "worker")
 
     build = sub.add_parser(
         "build-model",
@@ -102,123 +87,50 @@ def main(argv=None) -> int:
     return 2
 
 
-def _add_model_flags(parser) -> None:
-    """Flags that shape the engines, shared by `serve` and `worker`."""
-    parser.add_argument("--model-dir", action="append",
-                        help="folder of model folders, at depth 1 (name) or 2 (org/name); repeat it "
-                        "for several (default $OMLX_HOME/models)")
-    parser.add_argument("--max-model-memory", default=None,
-                        help="memory for loaded models (weights + KV cache + hot cache, estimated "
-                        "before loading): 32GB, 80%% of RAM, or 'disabled' (default 80%%)")
-    parser.add_argument("--max-process-memory", default=None,
-                        help="limit on the whole process when loading a model: a size, a "
-                        "percentage of RAM, 'auto' (RAM minus 8 GiB) or 'disabled' (default auto)")
-    parser.add_argument("--max-concurrent-requests", type=int, default=None,
-                        help="requests prefilling or decoding at once, per model (default 16)")
-    parser.add_argument("--hot-cache-max-size", default=None,
-                        help="RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage "
-                        "of RAM such as 10%% (default 10%%)")
-    parser.add_argument("--paged-ssd-cache-dir", default=None,
-                        help="directory of the SSD tier of the KV cache, kept across restarts "
-                        "(default $OMLX_HOME/cache; 'off' keeps blocks in RAM only)")
-    parser.add_argument("--paged-ssd-cache-max-size", default=None,
-                        help="cap on the SSD tier, all models together, e.g. 50GB (default: no cap)")
-    parser.add_argument("--paged-ssd-cache-ttl", type=float, default=None,
-                        help="remove SSD blocks nobody used for this many seconds (default: never)")
+def _settings(parser, args, command):
+    """The flags given, checked; then every setting resolved (flag > environment > settings.json >
+    default), so that a bad environment variable stops the command here with its name. Prints the
+    values that come from settings.json."""
+    from omlx_site import config
 
-
-def _export_model_flags(parser, args) -> None:
-    """Check the engine flags and export them: settings (and `manage.py run_huey`) read them from
-    the environment."""
-    from cache.sizes import parse_size
-    from inference.engine import EngineConfig
-
-    if args.model_dir:
-        os.environ["OMLX_MODEL_DIR"] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in args.model_dir)
-    if args.max_concurrent_requests is not None:
-        try:
-            EngineConfig(max_concurrent_requests=args.max_concurrent_requests)
-        except ValueError as exc:
-            parser.error(f"--max-concurrent-requests: {exc}")
-        os.environ["OMLX_MAX_CONCURRENT_REQUESTS"] = str(args.max_concurrent_requests)
-    if args.hot_cache_max_size is not None:
-        try:
-            EngineConfig(hot_cache_max_size=args.hot_cache_max_size)
-        except ValueError as exc:
-            parser.error(f"--hot-cache-max-size: {exc}")
-        os.environ["OMLX_HOT_CACHE_MAX_SIZE"] = args.hot_cache_max_size
-    from inference.pool.memory import auto_process_limit, parse_limit
-
-    for flag, value, env, auto in (("--max-model-memory", args.max_model_memory, "OMLX_MAX_MODEL_MEMORY", None),
-                                   ("--max-process-memory", args.max_process_memory, "OMLX_MAX_PROCESS_MEMORY",
-                                    auto_process_limit())):
-        if value is not None:
-            try:
-                parse_limit(value, flag.lstrip("-").replace("-", "_"), auto=auto)
-            except ValueError as exc:
-                parser.error(f"{flag}: {exc}")
-            os.environ[env] = value
-    if args.paged_ssd_cache_dir is not None:
-        os.environ["OMLX_COLD_CACHE_DIR"] = args.paged_ssd_cache_dir
-    if args.paged_ssd_cache_max_size is not None:
-        try:
-            os.environ["OMLX_COLD_CACHE_MAX_BYTES"] = str(parse_size(args.paged_ssd_cache_max_size, "size"))
-        except ValueError as exc:
-            parser.error(f"--paged-ssd-cache-max-size: {exc}")
-    if args.paged_ssd_cache_ttl is not None:
-        if args.paged_ssd_cache_ttl <= 0:
-            parser.error("--paged-ssd-cache-ttl: must be > 0 seconds")
-        os.environ["OMLX_COLD_CACHE_TTL_SECONDS"] = str(args.paged_ssd_cache_ttl)
-
-
-def _export_redis_url(parser, url) -> None:
-    if url is None:
-        return
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        parser.error(f"--redis-url {url}: must start with redis://, rediss:// or unix://")
-    os.environ["OMLX_REDIS_URL"] = url
+    given = config.flag_values(parser, args, command)
+    try:
+        resolved = config.resolve(cli=given)
+    except ValueError as exc:
+        parser.error(str(exc))
+    from_file = [f"{key}={'***' if config.BY_KEY[key].secret else config.BY_KEY[key].kind.json(value)}"
+                 for key, (value, source) in resolved.items() if source == "file"]
+    if from_file:
+        print(f"omlx: from {config.settings_file()}: {', '.join(from_file)}", file=sys.stderr)
+    return given, {key: value for key, (value, _) in resolved.items()}
 
 
 def _serve(parser, args) -> int:
-    from cache.sizes import parse_size
+    from omlx_site import config
     from omlx_site.server import serve
 
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port}: must be in [0, 65535]")
-    _export_model_flags(parser, args)
-    _export_redis_url(parser, args.redis_url)
-    redis = bool(os.environ.get("OMLX_REDIS_URL"))
-    if args.workers is not None:
-        if args.workers < 0:
-            parser.error(f"--workers {args.workers}: must be >= 0")
-        if args.workers == 0 and not redis and os.environ.get("OMLX_API_HANDOFF", "huey") == "huey":
-            parser.error("--workers 0 needs --redis-url (without Redis only the server's own workers "
-                         "can run requests)")
-        os.environ["OMLX_HUEY_WORKERS"] = str(args.workers)
-    if args.max_request_size is not None:
-        try:
-            size = parse_size(args.max_request_size, "size")
-        except ValueError as exc:
-            parser.error(f"--max-request-size: {exc}")
-        if size < 1024:
-            parser.error(f"--max-request-size {args.max_request_size}: must be at least 1KiB")
-        os.environ["OMLX_MAX_REQUEST_BYTES"] = str(size)
-    if args.max_queued_requests is not None:
-        if args.max_queued_requests < 0:
-            parser.error(f"--max-queued-requests {args.max_queued_requests}: must be >= 0")
-        os.environ["OMLX_MAX_QUEUED_REQUESTS"] = str(args.max_queued_requests)
-    if args.api_key:
-        os.environ["OMLX_API_KEY"] = args.api_key
-    return serve(args.host, args.port)
+    given, values = _settings(parser, args, "serve")
+    if values["workers"] == 0 and not values["redis_url"] and values["api_handoff"] == "huey":
+        parser.error("--workers 0 needs --redis-url (without Redis only the server's own workers "
+                     "can run requests)")
+    if given:
+        path = config.save(given)
+        for verb, keys in (("saved", [k for k, v in given.items() if v is not None]),
+                           ("removed", [k for k, v in given.items() if v is None])):
+            if keys:
+                print(f"omlx: {verb} {', '.join(config.BY_KEY[k].flag for k in keys)} in {path}", file=sys.stderr)
+    config.export(given)  # omlx_site.settings (and `manage.py run_huey` children) read the environment
+    return serve(values["host"], values["port"])
 
 
 def _worker(parser, args) -> int:
+    from omlx_site import config
     from omlx_site.worker import run_worker
 
-    _export_model_flags(parser, args)
-    _export_redis_url(parser, args.redis_url)
-    if not os.environ.get("OMLX_REDIS_URL"):
+    given, values = _settings(parser, args, "worker")
+    if not values["redis_url"]:
         parser.error("omlx worker needs --redis-url (or OMLX_REDIS_URL): the server's Redis")
+    config.export(given)
     threads = 2 if args.threads is None else args.threads
     if threads < 1:
         parser.error(f"--threads {threads}: must be >= 1")

@@ -5,9 +5,15 @@ Everything omlx keeps on disk lives under OMLX_HOME (default ``~/.omlx``), as up
 import os
 from pathlib import Path
 
+from omlx_site import config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-OMLX_HOME = Path(os.environ.get("OMLX_HOME", Path.home() / ".omlx")).expanduser()
+OMLX_HOME = config.home()
 OMLX_HOME.mkdir(parents=True, exist_ok=True)
+# The settings of omlx_site/config.py's table, each under its environment variable's name:
+# the environment, then $OMLX_HOME/settings.json, then the default (`omlx serve` exports its flags).
+_values = config.load(OMLX_HOME)
+globals().update({s.env: _values[s.key] for s in config.SETTINGS})
 
 SECRET_KEY = os.environ.get("OMLX_SECRET_KEY", "omlx-local-only-not-secret")
 DEBUG = os.environ.get("OMLX_DEBUG", "") == "1"
@@ -61,7 +67,7 @@ DATABASES = {
 # order one connection sent them, nothing kept for a listener that has gone. The list-based
 # RedisChannelLayer orders a channel by send timestamps (equal or stepped-back clocks reorder
 # tokens), caps each channel (100 by default) and expires messages: wrong for token streams.
-OMLX_REDIS_URL = os.environ.get("OMLX_REDIS_URL") or None
+OMLX_REDIS_URL = _values["redis_url"]
 if OMLX_REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -75,7 +81,7 @@ if OMLX_REDIS_URL:
         "connection": {"url": OMLX_REDIS_URL},
         "immediate": False,
         # `manage.py run_huey`: threads share the process's engines (one MLX thread per model).
-        "consumer": {"workers": max(1, int(os.environ.get("OMLX_HUEY_WORKERS") or 2)), "worker_type": "thread"},
+        "consumer": {"workers": max(1, _values["workers"] or 2), "worker_type": "thread"},
     }
 else:
     CHANNEL_LAYERS = {
@@ -102,50 +108,29 @@ LOGGING = {
     "loggers": {"omlx": {"handlers": ["console"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO")}},
 }
 
-# Cold tier of the KV block cache (cache/cold_tier.py; GC in cache/gc.py, run by cache/tasks.py).
-# Block files live in OMLX_COLD_CACHE_DIR/<model fingerprint>/; the cap and the TTL cover every
-# model's blocks together. None = unlimited / no expiry.
-# `omlx serve --paged-ssd-cache-dir off` (OMLX_COLD_CACHE_DIR=off) keeps blocks in RAM only.
-_cold_dir = os.environ.get("OMLX_COLD_CACHE_DIR", str(OMLX_HOME / "cache"))
-OMLX_COLD_CACHE_DIR = None if _cold_dir.lower() in ("", "off", "none") else Path(_cold_dir).expanduser()
-OMLX_COLD_CACHE_MAX_BYTES = int(os.environ["OMLX_COLD_CACHE_MAX_BYTES"]) if os.environ.get("OMLX_COLD_CACHE_MAX_BYTES") else None
-OMLX_COLD_CACHE_TTL_SECONDS = float(os.environ["OMLX_COLD_CACHE_TTL_SECONDS"]) if os.environ.get("OMLX_COLD_CACHE_TTL_SECONDS") else None
-# Hot tier (RAM) per model: bytes, "4GiB" or a percentage of RAM ("10%").
-OMLX_HOT_CACHE_MAX_SIZE = os.environ.get("OMLX_HOT_CACHE_MAX_SIZE", "10%")
-
-# The API server (`omlx serve` sets these from its flags; omlx_site/cli.py).
-# OMLX_MODEL_DIR: model folders (config.json + safetensors) at depth 1; none: the demo model.
-OMLX_MODEL_DIR = Path(os.environ.get("OMLX_MODEL_DIR", OMLX_HOME / "models")).expanduser()
-OMLX_MAX_CONCURRENT_REQUESTS = int(os.environ.get("OMLX_MAX_CONCURRENT_REQUESTS", "16"))
-OMLX_API_KEY = os.environ.get("OMLX_API_KEY") or None
-# "huey": the view submits a Huey task and the worker hands it to the engine (the design);
-# "direct": the view hands it to the engine itself (same code, no queue; for comparisons).
-OMLX_API_HANDOFF = os.environ.get("OMLX_API_HANDOFF", "huey")
-OMLX_SSE_KEEPALIVE_SECONDS = float(os.environ.get("OMLX_SSE_KEEPALIVE_SECONDS", "10"))
+# Each row of omlx_site/config.py's table is set above under its environment variable's name
+# (docs/settings.md lists them); what follows derives from them.
+# Cold tier of the KV block cache (cache/cold_tier.py; GC in cache/gc.py, run by cache/tasks.py):
+# block files live in OMLX_COLD_CACHE_DIR/<model fingerprint>/ (None: RAM only); the cap
+# (OMLX_COLD_CACHE_MAX_BYTES) and the TTL (OMLX_COLD_CACHE_TTL_SECONDS) cover every model's blocks.
+# OMLX_API_HANDOFF "huey": the view submits a Huey task and the worker hands it to the engine (the
+# design); "direct": the view hands it to the engine itself (same code, no queue; for comparisons).
+OMLX_API_KEY = _values["api_key"] or None
 # Huey worker threads of the consumer inside `omlx serve` (`--workers`): 2 by default; with Redis
 # 0 by default (separate `omlx worker` processes run the inference), and `omlx worker --threads`.
-# The longest idle poll of the SQLite queue (seconds): tasks queued by the server wake the workers
-# at once; others wait at most this long (Redis queues block instead of polling).
-OMLX_HUEY_WORKERS = int(os.environ.get("OMLX_HUEY_WORKERS") or (0 if OMLX_REDIS_URL else 2))
-OMLX_HUEY_MAX_POLL_DELAY = float(os.environ.get("OMLX_HUEY_MAX_POLL_DELAY", "0.5"))
+# OMLX_HUEY_MAX_POLL_DELAY: the longest idle poll of the SQLite queue (seconds): tasks queued by the
+# server wake the workers at once; others wait at most this long (Redis queues block instead).
+OMLX_HUEY_WORKERS = _values["workers"] if _values["workers"] is not None else (0 if OMLX_REDIS_URL else 2)
 
 # Limits of the API (inference/api/limits.py). A body over OMLX_MAX_REQUEST_BYTES gets a 413; for one
 # model, choices in flight (running or waiting in this server) beyond max concurrent + max queued
-# get a 429 with Retry-After.
-OMLX_MAX_REQUEST_BYTES = int(os.environ.get("OMLX_MAX_REQUEST_BYTES") or 32 * 1024 * 1024)
-DATA_UPLOAD_MAX_MEMORY_SIZE = OMLX_MAX_REQUEST_BYTES
-OMLX_MAX_QUEUED_REQUESTS = int(os.environ.get("OMLX_MAX_QUEUED_REQUESTS") or 256)
-OMLX_RETRY_AFTER_SECONDS = int(os.environ.get("OMLX_RETRY_AFTER_SECONDS") or 1)
-# Redis mode: a worker process counts as running while its heartbeat (every few seconds) is younger
-# than this; with none running, requests get a 503 at once instead of waiting in the queue.
-OMLX_WORKER_HEARTBEAT_SECONDS = float(os.environ.get("OMLX_WORKER_HEARTBEAT_SECONDS") or 15)
+# get a 429 with Retry-After. Redis mode: a worker process counts as running while its heartbeat is
+# younger than OMLX_WORKER_HEARTBEAT_SECONDS; with none running, requests get a 503 at once.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _values["max_request_size"]
 
-# The model pool (inference/pool; docs/models.md). OMLX_MODEL_DIR may list several directories,
-# separated by os.pathsep (":" on Linux and macOS); the first one that has an id wins.
-OMLX_MODEL_DIRS = [Path(d).expanduser() for d in os.environ.get("OMLX_MODEL_DIR", "").split(os.pathsep) if d] or [OMLX_MODEL_DIR]
-# Memory for loaded models (weights + KV cache + hot tier, estimated before loading): a size
-# ("32GB", "80%" of RAM) or "disabled". The process limit adds what the process already uses:
-# "auto" is RAM minus 8 GiB (at least half of RAM), as upstream oMLX.
+# The model pool (inference/pool; docs/models.md): OMLX_MODEL_DIRS in order, the first one that has
+# an id wins. OMLX_MAX_MODEL_MEMORY: memory for loaded models (weights + KV cache + hot tier,
+# estimated before loading); OMLX_MAX_PROCESS_MEMORY adds what the process already uses: "auto" is
+# RAM minus 8 GiB (at least half of RAM), as upstream oMLX.
+OMLX_MODEL_DIRS = _values["model_dir"]
 OMLX_MODEL_DIR = OMLX_MODEL_DIRS[0]
-OMLX_MAX_MODEL_MEMORY = os.environ.get("OMLX_MAX_MODEL_MEMORY", "80%")
-OMLX_MAX_PROCESS_MEMORY = os.environ.get("OMLX_MAX_PROCESS_MEMORY", "auto")

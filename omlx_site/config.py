@@ -1,0 +1,481 @@
+"""The table of omlx's settings, and where their values come from.
+
+Each `Setting` row gives a setting's key in ``$OMLX_HOME/settings.json``, its environment variable
+(also the name of the Django setting that holds its value), its `omlx serve` / `omlx worker` flag,
+its kind (how a value is parsed and checked), default and help. The CLI's flags, omlx_site.settings,
+docs/settings.md (``python -m omlx_site.config > docs/settings.md``) and tests/test_docs.py are all
+built from `SETTINGS`: adding a setting is adding one row.
+
+Precedence: a flag on the command line, then the environment variable, then settings.json, then the
+default. `omlx serve` writes the flags it was given to settings.json (mode 0600: it may hold the API
+key), so the next start without them keeps them. A settings.json that is not a JSON object is moved
+aside (settings.json.corrupt-<time>) with a warning; a key with a bad value is ignored with a
+warning; unknown keys are kept in the file and warned about.
+
+Adding a setting: append a `Setting` row to `SETTINGS` (key = the flag's name with underscores;
+``commands`` = the commands that get the flag, none for a variable/file-only setting), then
+regenerate docs/settings.md. Its value is then ``django.conf.settings.<env>`` in every process, the
+flag is in --help, and `omlx serve` saves it when given.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+logger = logging.getLogger("omlx.settings")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How values of one kind are read: ``parse`` takes the text of a flag or environment variable,
+    or a JSON value from settings.json, and returns the value (ValueError when it is wrong);
+    ``text`` writes a value back as an environment variable; ``json`` as a settings.json value."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    metavar: str = "VALUE"
+    text: Callable[[Any], str] = str
+    json: Callable[[Any], Any] = lambda value: value
+
+
+def _integer(raw):
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ValueError(f"{raw!r} is not an integer") from None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    raise ValueError(f"{raw!r} is not an integer")
+
+
+def _number(raw):
+    if isinstance(raw, str):
+        try:
+            return float(raw.strip())
+        except ValueError:
+            raise ValueError(f"{raw!r} is not a number") from None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return float(raw)
+    raise ValueError(f"{raw!r} is not a number")
+
+
+def _text(raw):
+    if not isinstance(raw, str):
+        raise ValueError(f"{raw!r} is not a string")
+    return raw
+
+
+def _boolean(raw):
+    if isinstance(raw, bool):
+        return raw
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{raw!r} is not true or false")
+
+
+def _bytes(raw):
+    from cache.sizes import parse_size
+
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        raise ValueError(f"{raw!r} is not a size")
+    return parse_size(raw.strip() if isinstance(raw, str) else raw, "size")
+
+
+def _size_text(raw):
+    """A size kept as written ("10%" is a share of the RAM of the machine that runs the model)."""
+    _bytes(raw)
+    return raw.strip() if isinstance(raw, str) else raw
+
+
+def _paths(raw):
+    if isinstance(raw, str):
+        parts = raw.split(os.pathsep)
+    elif isinstance(raw, list) and all(isinstance(p, str) for p in raw):
+        parts = raw
+    else:
+        raise ValueError(f"{raw!r} is not a list of folders")
+    return [Path(p).expanduser().resolve() for p in parts if p]
+
+
+def _folder_or_off(raw):
+    text = _text(raw).strip()
+    return None if text.lower() in ("off", "none") else Path(text).expanduser()
+
+
+INTEGER = Kind("integer", _integer, "N")
+NUMBER = Kind("number", _number, "N")
+TEXT = Kind("text", _text, "TEXT")
+BOOLEAN = Kind("boolean (true/false)", _boolean, "BOOL", text=lambda v: "true" if v else "false")
+BYTES = Kind("size (bytes, 512MB, 4GiB)", _bytes, "SIZE")
+SIZE = Kind("size (bytes, 4GiB or % of RAM)", _size_text, "SIZE")
+MEMORY_LIMIT = Kind("memory limit (size, % of RAM or disabled)", _text, "LIMIT")
+FOLDERS = Kind("folders", _paths, "DIR", text=lambda v: os.pathsep.join(map(str, v)),
+               json=lambda v: [str(p) for p in v])
+FOLDER_OR_OFF = Kind("folder or off", _folder_or_off, "DIR", text=lambda v: "off" if v is None else str(v),
+                     json=lambda v: "off" if v is None else str(v))
+
+
+def _at_least(low):
+    def check(value):
+        if value < low:
+            raise ValueError(f"{value}: must be >= {low}")
+    return check
+
+
+def _positive(value):
+    if value <= 0:
+        raise ValueError(f"{value}: must be > 0")
+
+
+def _port(value):
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{value}: must be in [0, 65535]")
+
+
+def _engine(field):
+    def check(value):
+        from inference.engine.config import EngineConfig
+
+        EngineConfig(**{field: value})
+    return check
+
+
+def _memory_limit(auto):
+    def check(value):
+        from inference.pool.memory import auto_process_limit, parse_limit
+
+        parse_limit(value, "limit", auto=auto_process_limit() if auto else None)
+    return check
+
+
+def _request_size(value):
+    if value < 1024:
+        raise ValueError(f"{value} bytes: must be at least 1KiB")
+
+
+def _redis_url(value):
+    if not value.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"{value}: must start with redis://, rediss:// or unix://")
+
+
+def _one_of(*choices):
+    def check(value):
+        if value not in choices:
+            raise ValueError(f"{value!r}: must be one of {', '.join(choices)}")
+    return check
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table. ``default`` may be a function of OMLX_HOME; ``shown_default`` is how
+    the documentation and --help write it. ``commands`` lists the commands with the flag."""
+
+    key: str
+    env: str
+    kind: Kind
+    default: Any
+    help: str
+    flag: Optional[str] = None
+    commands: tuple = ("serve",)
+    check: Optional[Callable[[Any], None]] = None
+    shown_default: Optional[str] = None
+    metavar: Optional[str] = None
+    secret: bool = False
+
+    def parse(self, raw):
+        value = self.kind.parse(raw)
+        if value is not None and self.check is not None:
+            self.check(value)
+        return value
+
+    def default_for(self, home: Path):
+        return self.default(home) if callable(self.default) else self.default
+
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        return "unset" if self.default is None else str(self.default)
+
+    def describe(self) -> dict:
+        """Plain data about the setting (for the admin panel and the docs)."""
+        return {"key": self.key, "env": self.env, "flag": self.flag, "type": self.kind.name,
+                "default": self.default_text(), "help": self.help, "commands": list(self.commands),
+                "secret": self.secret}
+
+
+SERVE, BOTH = ("serve",), ("serve", "worker")
+
+# The order is the order of --help and of docs/settings.md.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("host", "OMLX_HOST", TEXT, "127.0.0.1", "address to listen on", flag="--host",
+            metavar="HOST"),
+    Setting("port", "OMLX_PORT", INTEGER, 8000, "port; 0 picks a free one", flag="--port", check=_port,
+            metavar="PORT"),
+    Setting("model_dir", "OMLX_MODEL_DIR", FOLDERS, lambda home: [home / "models"],
+            "folders of model folders, searched at depth 1 (DIR/name) and 2 (DIR/org/name); repeat the "
+            "flag for several (the first with an id wins); the variable separates them with os.pathsep",
+            flag="--model-dir", commands=BOTH, shown_default="$OMLX_HOME/models"),
+    Setting("max_model_memory", "OMLX_MAX_MODEL_MEMORY", MEMORY_LIMIT, "80%",
+            "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
+            "32GB, 80% of RAM, or 'disabled'", flag="--max-model-memory", commands=BOTH,
+            check=_memory_limit(auto=False)),
+    Setting("max_process_memory", "OMLX_MAX_PROCESS_MEMORY", MEMORY_LIMIT, "auto",
+            "limit on the whole process when loading a model: a size, a percentage of RAM, 'auto' "
+            "(RAM minus 8 GiB, at least half of RAM) or 'disabled'", flag="--max-process-memory",
+            commands=BOTH, check=_memory_limit(auto=True)),
+    Setting("max_concurrent_requests", "OMLX_MAX_CONCURRENT_REQUESTS", INTEGER, 16,
+            "requests prefilling or decoding at once, per model", flag="--max-concurrent-requests",
+            commands=BOTH, check=_engine("max_concurrent_requests")),
+    Setting("hot_cache_max_size", "OMLX_HOT_CACHE_MAX_SIZE", SIZE, "10%",
+            "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
+            flag="--hot-cache-max-size", commands=BOTH, check=_engine("hot_cache_max_size")),
+    Setting("paged_ssd_cache_dir", "OMLX_COLD_CACHE_DIR", FOLDER_OR_OFF, lambda home: home / "cache",
+            "folder of the SSD tier of the KV cache, kept across restarts; 'off' keeps blocks in RAM "
+            "only", flag="--paged-ssd-cache-dir", commands=BOTH, shown_default="$OMLX_HOME/cache"),
+    Setting("paged_ssd_cache_max_size", "OMLX_COLD_CACHE_MAX_BYTES", BYTES, None,
+            "cap on the SSD tier, all models together, e.g. 50GB (unset: no cap)",
+            flag="--paged-ssd-cache-max-size", commands=BOTH),
+    Setting("paged_ssd_cache_ttl", "OMLX_COLD_CACHE_TTL_SECONDS", NUMBER, None,
+            "remove SSD blocks nobody used for this many seconds (unset: never)",
+            flag="--paged-ssd-cache-ttl", commands=BOTH, check=_positive, metavar="SECONDS"),
+    Setting("api_key", "OMLX_API_KEY", TEXT, None,
+            "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route",
+            flag="--api-key", metavar="KEY", secret=True),
+    Setting("redis_url", "OMLX_REDIS_URL", TEXT, None,
+            "Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 (unset: SQLite "
+            "queue, in-process channel layer)", flag="--redis-url", commands=BOTH, check=_redis_url,
+            metavar="URL"),
+    Setting("workers", "OMLX_HUEY_WORKERS", INTEGER, None,
+            "Huey worker threads inside the server; with Redis, 0: only `omlx worker` processes run "
+            "requests", flag="--workers", check=_at_least(0), shown_default="2; with Redis 0"),
+    Setting("max_request_size", "OMLX_MAX_REQUEST_BYTES", BYTES, 32 * 2**20,
+            "largest request body (bytes, 64KiB, 32MiB); larger ones get a 413",
+            flag="--max-request-size", check=_request_size, shown_default="32MiB"),
+    Setting("max_queued_requests", "OMLX_MAX_QUEUED_REQUESTS", INTEGER, 256,
+            "requests per model that may wait beyond --max-concurrent-requests; more get a 429",
+            flag="--max-queued-requests", check=_at_least(0)),
+    Setting("retry_after_seconds", "OMLX_RETRY_AFTER_SECONDS", INTEGER, 1, "the Retry-After of a 429",
+            check=_at_least(0)),
+    Setting("worker_heartbeat_seconds", "OMLX_WORKER_HEARTBEAT_SECONDS", NUMBER, 15.0,
+            "Redis mode: a worker whose heartbeat is older is gone (it renews it every third of this)",
+            check=_positive),
+    Setting("sse_keepalive_seconds", "OMLX_SSE_KEEPALIVE_SECONDS", NUMBER, 10.0,
+            "idle seconds between keep-alive comments in a stream (ping events on /v1/messages)",
+            check=_positive),
+    Setting("huey_max_poll_delay", "OMLX_HUEY_MAX_POLL_DELAY", NUMBER, 0.5,
+            "longest wait (s) before an idle worker sees a new task (SQLite queues are polled)",
+            check=_positive),
+    Setting("api_handoff", "OMLX_API_HANDOFF", TEXT, "huey",
+            "'direct': the view hands requests to the engine itself, without the queue (for "
+            "comparisons)", check=_one_of("huey", "direct")),
+)
+BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def home() -> Path:
+    return Path(os.environ.get("OMLX_HOME") or Path.home() / ".omlx").expanduser()
+
+
+def settings_file(omlx_home: Optional[Path] = None) -> Path:
+    return (omlx_home or home()) / "settings.json"
+
+
+_warned: set = set()
+
+
+def _warn(message: str) -> None:
+    # Logging is not configured yet when Django's settings load: stderr, once per process (the CLI
+    # and then omlx_site.settings read the file in the same process).
+    if message not in _warned:
+        _warned.add(message)
+        print(f"omlx: warning: {message}", file=sys.stderr, flush=True)
+
+
+def read_file(path: Path, warn: Callable[[str], None] = _warn) -> dict:
+    """settings.json as a dict ({} when absent). One that is not a JSON object is moved aside."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:  # unreadable (a folder, no permission): left where it is
+        warn(f"{path}: cannot be read ({exc}); using the defaults")
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        data, reason = None, f"not JSON ({exc})"
+    else:
+        reason = "not a JSON object"
+    if isinstance(data, dict):
+        return data
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:  # another process moved it first
+        return {}
+    warn(f"{path}: {reason}; moved to {aside}, using the defaults")
+    return {}
+
+
+def resolve(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = None,
+            environ: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = _warn) -> dict:
+    """Every setting's (value, source) by key; source is "flag", "environment", "file" or "default".
+    ``cli`` holds values already parsed (None: the flag was given empty, the default applies). A bad environment variable raises ValueError naming it; a
+    bad value in the file is ignored with a warning."""
+    omlx_home = omlx_home or home()
+    environ = os.environ if environ is None else environ
+    cli = cli or {}
+    path = settings_file(omlx_home)
+    stored = read_file(path, warn)
+    unknown = sorted(set(stored) - set(BY_KEY))
+    if unknown:
+        warn(f"{path}: unknown settings {', '.join(unknown)} (kept in the file, not used)")
+    resolved = {}
+    for setting in SETTINGS:
+        if setting.key in cli:  # None: given empty, back to the default
+            value = cli[setting.key]
+            resolved[setting.key] = (setting.default_for(omlx_home) if value is None else value, "flag")
+            continue
+        raw = environ.get(setting.env)
+        if raw:  # an empty variable counts as unset
+            try:
+                resolved[setting.key] = (setting.parse(raw), "environment")
+            except ValueError as exc:
+                raise ValueError(f"{setting.env}={raw!r}: {exc}") from None
+            continue
+        if stored.get(setting.key) is not None:
+            try:
+                resolved[setting.key] = (setting.parse(stored[setting.key]), "file")
+                continue
+            except ValueError as exc:
+                warn(f"{path}: {setting.key}: {exc}; ignored, using the default")
+        resolved[setting.key] = (setting.default_for(omlx_home), "default")
+    return resolved
+
+
+def load(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = None,
+         environ: Optional[Mapping[str, str]] = None, warn: Callable[[str], None] = _warn) -> dict:
+    """Every setting's value by key: ``cli``, then the environment, then settings.json, then the
+    default (see `resolve`)."""
+    return {key: value for key, (value, _) in resolve(omlx_home, cli, environ, warn).items()}
+
+
+def describe(omlx_home: Optional[Path] = None) -> list:
+    """Each setting as plain data with its current value and where it comes from (for the admin
+    panel); a secret's value is shown as "***"."""
+    rows = []
+    for key, (value, source) in resolve(omlx_home).items():
+        setting = BY_KEY[key]
+        shown = setting.kind.json(value) if value is not None else None
+        if setting.secret and value:
+            shown = "***"
+        rows.append({**setting.describe(), "value": shown, "source": source})
+    return rows
+
+
+def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
+    """Write these settings (by key) into settings.json, keeping the others there (mode 0600); a
+    value None removes its key."""
+    path = settings_file(omlx_home)
+    stored = read_file(path)
+    for key, value in values.items():
+        if value is None:
+            stored.pop(key, None)
+        else:
+            stored[key] = BY_KEY[key].kind.json(value)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(stored, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def export(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> None:
+    """Put these settings (by key) into the environment, where omlx_site.settings and the processes
+    started from this one (`manage.py run_huey`) read them. None (a flag given empty) exports the
+    default; with no default the variable is removed."""
+    for key, value in values.items():
+        setting = BY_KEY[key]
+        if value is None:
+            value = setting.default_for(omlx_home or home())
+        if value is None:
+            os.environ.pop(setting.env, None)
+        else:
+            os.environ[setting.env] = setting.kind.text(value)
+
+
+def add_flags(parser, command: str) -> None:
+    """The flags of ``command``'s settings, all defaulting to None (= not given)."""
+    for s in SETTINGS:
+        if s.flag and command in s.commands:
+            kwargs = {"action": "append"} if s.kind is FOLDERS else {}
+            parser.add_argument(s.flag, dest=s.key, default=None, metavar=s.metavar or s.kind.metavar,
+                                help=f"{s.help} (default {s.default_text()}; ${s.env})".replace("%", "%%"),
+                                **kwargs)
+
+
+def flag_values(parser, args, command: str) -> dict:
+    """The settings given as flags, parsed and checked (parser.error names a bad flag); a flag
+    given empty (--api-key '') maps to None: back to the default."""
+    given = {}
+    for s in SETTINGS:
+        if not (s.flag and command in s.commands):
+            continue
+        raw = getattr(args, s.key)
+        if raw is None:
+            continue
+        if s.kind is FOLDERS:
+            raw = os.pathsep.join(raw)
+        if raw.strip() == "":
+            given[s.key] = None
+            continue
+        try:
+            given[s.key] = s.parse(raw)
+        except ValueError as exc:
+            parser.error(f"{s.flag} {raw}: {exc}")
+    return given
+
+
+def markdown() -> str:
+    """docs/settings.md: the table, generated (tests/test_docs.py checks the file is up to date)."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- Generated by `python -m omlx_site.config > docs/settings.md` from omlx_site/config.py;",
+        "     tests/test_docs.py fails when this file differs. -->",
+        "",
+        "Every setting can be given as a flag (where it has one), an environment variable or a key of",
+        "`$OMLX_HOME/settings.json` (`~/.omlx/settings.json`). A flag wins over the variable, the",
+        "variable over the file, the file over the default. `omlx serve` writes the flags it is given",
+        "to the file (mode 0600, since it may hold the API key), so they stay in force at the next",
+        "start; a flag given empty (`--api-key ''`) removes its key from the file, and the default",
+        "applies. `omlx worker` reads the file but does not write it. A file that is not a JSON object is",
+        "moved aside to `settings.json.corrupt-<time>` with a warning; a key whose value is wrong is",
+        "ignored with a warning; unknown keys are kept and warned about. A wrong environment variable",
+        "stops the command with a message naming it. An empty variable counts as unset.",
+        "",
+        "| settings.json key | flag | environment variable | type | default | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        flag = f"`{s.flag}`" + (" (serve, worker)" if len(s.commands) > 1 else "") if s.flag else "none"
+        help_text = s.help.replace("|", "\\|")
+        lines.append(f"| `{s.key}` | {flag} | `{s.env}` | {s.kind.name} | `{s.default_text()}` | {help_text} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())
