@@ -94,13 +94,29 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Logs (docs/operations.md): the console in the human format; a JSON-lines file per process, rotated
+# by size (omlx_site/json_log.py): OMLX_LOG_DIR/server.log for `omlx serve`, worker-<pid>.log for each
+# `omlx worker`; "off" writes none. Other loggers (Django, Daphne, Huey) from WARNING up.
+_log_dir = os.environ.get("OMLX_LOG_DIR", str(OMLX_HOME / "logs"))
+OMLX_LOG_DIR = None if _log_dir.lower() in ("", "off", "none") else Path(_log_dir).expanduser()
+OMLX_LOG_MAX_BYTES = int(os.environ.get("OMLX_LOG_MAX_BYTES") or 10 * 1024 * 1024)
+OMLX_LOG_BACKUPS = int(os.environ.get("OMLX_LOG_BACKUPS") or 5)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"omlx": {"handlers": ["console"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO")}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+                   "json": {"()": "omlx_site.json_log.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"},
+                 "file": {"()": "omlx_site.json_log.ProcessLogFile", "formatter": "json",
+                          "directory": OMLX_LOG_DIR, "max_bytes": OMLX_LOG_MAX_BYTES,
+                          "backups": OMLX_LOG_BACKUPS}},
+    "loggers": {"omlx": {"handlers": ["console", "file"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO"),
+                         "propagate": False}},
+    "root": {"handlers": ["console", "file"], "level": "WARNING"},
 }
+# `omlx serve` on SIGTERM / SIGINT: running requests may finish for this long, then are aborted
+# (omlx_site/shutdown.py).
+OMLX_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("OMLX_SHUTDOWN_GRACE_SECONDS") or 10)
 
 # Cold tier of the KV block cache (cache/cold_tier.py; GC in cache/gc.py, run by cache/tasks.py).
 # Block files live in OMLX_COLD_CACHE_DIR/<model fingerprint>/; the cap and the TTL cover every
