@@ -1,4 +1,4 @@
-"""The ``omlx`` command line (upstream oMLX's): serve, demo, build-model."""
+"""The ``omlx`` command line (upstream oMLX's): serve, worker, service, demo, build-model."""
 from __future__ import annotations
 
 import argparse
@@ -76,7 +76,14 @@ def main(argv=None) -> int:
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
 
-    args = parser.parse_args(argv)
+    _add_service_parser(sub)
+
+    # `omlx service install` passes the flags it does not know on to `omlx serve`.
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "service":
+        return _service(parser, serve, args, extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "demo":
         return _demo(args)
     if args.command == "serve":
@@ -93,6 +100,48 @@ def main(argv=None) -> int:
         print(f"wrote {path}")
         return 0
     return 2
+
+
+def _add_service_parser(sub) -> None:
+    service = sub.add_parser(
+        "service",
+        help="run `omlx serve` as a user service (systemd on Linux, launchd on macOS)",
+        description="install: write a systemd user unit (~/.config/systemd/user/omlx.service) or a "
+        "launchd agent (~/Library/LaunchAgents/com.omlx.server.plist) that runs `omlx serve` with the "
+        "flags given after install (e.g. `omlx service install --model-dir ~/models --port 8000`), "
+        "restarts it when it crashes, and start it. uninstall: stop it and remove the file. status: "
+        "whether it is installed and running (exit code 3 when not installed).",
+    )
+    actions = service.add_subparsers(dest="action", required=True)
+    for action in ("install", "uninstall", "status"):
+        each = actions.add_parser(action, help=f"{action} the omlx service")
+        each.add_argument("--unit-dir", default=None,
+                          help="write or look for the unit in this folder instead of the manager's "
+                          "(nothing is started there)")
+        each.add_argument("--manager", choices=("systemd", "launchd"), default=None,
+                          help="the service manager (default: launchd on macOS, systemd elsewhere)")
+
+
+def _service(parser, serve_parser, args, extra) -> int:
+    from omlx_site import service
+
+    serve_args = extra[1:] if extra[:1] == ["--"] else extra
+    if serve_args and args.action != "install":
+        parser.error(f"unrecognized arguments: {' '.join(serve_args)}")
+    if serve_args:
+        serve_parser.parse_args(serve_args)  # exits with serve's own message when a flag is wrong
+    manager = service.service_for(args.manager or service.default_manager(), args.unit_dir)
+    if args.action == "install":
+        home = Path(os.environ.get("OMLX_HOME", Path.home() / ".omlx")).expanduser().resolve()
+        grace = float(os.environ.get("OMLX_SHUTDOWN_GRACE_SECONDS") or 10)
+        outcome = manager.install(service.serve_command(serve_args), home, stop_seconds=grace + 60)
+    elif args.action == "uninstall":
+        outcome = manager.uninstall()
+    else:
+        outcome = manager.status()
+    for line in outcome.lines:
+        print(line)
+    return outcome.code
 
 
 def _add_model_flags(parser) -> None:
