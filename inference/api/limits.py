@@ -73,6 +73,13 @@ def shutting_down() -> bool:
     return _shutting_down.is_set()
 
 
+def failure_message(event: dict) -> str:
+    """What a client is told about a choice that ended with "error" or "abort"."""
+    if event["finish_reason"] == "abort" and shutting_down():  # omlx_site/shutdown.py aborted it
+        return "The server is shutting down; the request was aborted"
+    return f"Generation failed: {event.get('error') or event['finish_reason']}"
+
+
 def check_workers() -> None:
     """ApiError 503 when the server is stopping or no worker would take a job (blocking: Redis)."""
     if _shutting_down.is_set():
