@@ -32,7 +32,9 @@ def main(argv=None) -> int:
         description="Serve the models in a folder over an OpenAI-compatible REST API (Daphne, "
         "with the Huey worker inside the process). With no model folder there, it serves the "
         "built-in demo model (random weights). With --redis-url, the queue and the channel layer "
-        "live in Redis and `omlx worker` processes run the inference.",
+        "live in Redis and `omlx worker` processes run the inference. SIGTERM or SIGINT: new requests "
+        "get a 503, running ones may finish for $OMLX_SHUTDOWN_GRACE_SECONDS (10) before they are "
+        "aborted, then it exits 0. Logs: the console, and JSON lines in $OMLX_HOME/logs/server.log.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
@@ -56,7 +58,8 @@ def main(argv=None) -> int:
         description="Take requests from the Redis queue of `omlx serve --redis-url URL` and run "
         "them on this process's engines (the models are loaded here, from --model-dir). Give it "
         "the same --model-dir as the server. Same as `manage.py run_huey` with OMLX_REDIS_URL set. "
-        "SIGINT or SIGTERM: running requests are aborted and the worker exits.",
+        "SIGINT or SIGTERM: running requests are aborted and the worker exits. Logs: the console, and "
+        "JSON lines in $OMLX_HOME/logs/worker-PID.log.",
     )
     worker.add_argument("--redis-url", default=None, help="the server's Redis (default $OMLX_REDIS_URL)")
     worker.add_argument("--threads", type=int, default=None,
@@ -113,8 +116,14 @@ def _add_service_parser(sub) -> None:
         "whether it is installed and running (exit code 3 when not installed).",
     )
     actions = service.add_subparsers(dest="action", required=True)
-    for action in ("install", "uninstall", "status"):
-        each = actions.add_parser(action, help=f"{action} the omlx service")
+    helps = {
+        "install": "write the unit running `omlx serve` with the serve flags given after these options "
+                   "(e.g. --model-dir DIR --port 8000) and start it",
+        "uninstall": "stop the service and remove its unit",
+        "status": "whether the service is installed (exit code 3 when not) and running",
+    }
+    for action, text in helps.items():
+        each = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         each.add_argument("--unit-dir", default=None,
                           help="write or look for the unit in this folder instead of the manager's "
                           "(nothing is started there)")

@@ -116,7 +116,7 @@ LOGGING = {
 }
 # `omlx serve` on SIGTERM / SIGINT: running requests may finish for this long, then are aborted
 # (omlx_site/shutdown.py).
-OMLX_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("OMLX_SHUTDOWN_GRACE_SECONDS") or 10)
+OMLX_SHUTDOWN_GRACE_SECONDS = max(0.0, float(os.environ.get("OMLX_SHUTDOWN_GRACE_SECONDS") or 10))
 
 # Cold tier of the KV block cache (cache/cold_tier.py; GC in cache/gc.py, run by cache/tasks.py).
 # Block files live in OMLX_COLD_CACHE_DIR/<model fingerprint>/; the cap and the TTL cover every
