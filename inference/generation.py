@@ -185,7 +185,7 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse) -
     for prompt_ids in ids:
         for choice_params in params:
             parser = _parser(job, tokenizer, prompt_text, structured) if job.messages is not None else None
-            sink = _sink(job.request_id, index, tokenizer, publish, parser)
+            sink = _sink(job.request_id, index, tokenizer, publish, parser, job.model)
             try:
                 engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}", callback=sink)
             except Exception as exc:  # the engine closed meanwhile: end every choice not yet running
@@ -236,10 +236,17 @@ def _parser(job: GenerationJob, tokenizer, prompt_text: str, structured: Optiona
                         max_calls=None if job.parallel_tool_calls else 1)
 
 
-def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None):
+def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None, model=None):
     def on_event(event) -> None:
         if event.finish_reason in ("abort", "error"):
-            logger.info("%s-%d ended: %s %s", request_id, index, event.finish_reason, event.error or "")
+            logger.info("%s-%d ended: %s %s", request_id, index, event.finish_reason, event.error or "",
+                        extra={"request_id": request_id, "model": model, "finish_reason": event.finish_reason})
+        elif event.finish_reason is not None and event.usage is not None:
+            logger.info("%s-%d finished: %s", request_id, index, event.finish_reason,
+                        extra={"request_id": request_id, "model": model, "finish_reason": event.finish_reason,
+                               "prompt_tokens": event.usage.prompt_tokens,
+                               "completion_tokens": event.usage.completion_tokens,
+                               "cached_tokens": event.usage.cached_tokens})
         usage = None
         if event.usage is not None:
             usage = {"prompt_tokens": event.usage.prompt_tokens,

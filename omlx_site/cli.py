@@ -1,5 +1,5 @@
-"""The ``omlx`` command line (upstream oMLX's): serve, demo, build-model; pull, models and cache
-live in omlx_site/commands/."""
+"""The ``omlx`` command line (upstream oMLX's): serve, worker, service, demo, build-model; pull,
+models and cache live in omlx_site/commands/."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +33,10 @@ def main(argv=None) -> int:
         "with the Huey worker inside the process). With no model folder there, it serves the "
         "built-in demo model (random weights). With --redis-url, the queue and the channel layer "
         "live in Redis and `omlx worker` processes run the inference. Flags given are saved to "
-        "$OMLX_HOME/settings.json and stay in force at the next start (docs/settings.md).",
+        "$OMLX_HOME/settings.json and stay in force at the next start (docs/settings.md). SIGTERM or "
+        "SIGINT: new requests get a 503, running ones may finish for $OMLX_SHUTDOWN_GRACE_SECONDS (10) "
+        "before they are aborted, then it exits 0. Logs: the console, and JSON lines in "
+        "$OMLX_HOME/logs/server.log.",
     )
     config.add_flags(serve, "serve")
 
@@ -43,7 +46,8 @@ def main(argv=None) -> int:
         description="Take requests from the Redis queue of `omlx serve --redis-url URL` and run "
         "them on this process's engines (the models are loaded here, from --model-dir). Give it "
         "the same --model-dir as the server. Same as `manage.py run_huey` with OMLX_REDIS_URL set. "
-        "SIGINT or SIGTERM: running requests are aborted and the worker exits.",
+        "SIGINT or SIGTERM: running requests are aborted and the worker exits. Logs: the console, and "
+        "JSON lines in $OMLX_HOME/logs/worker-PID.log.",
     )
     worker.add_argument("--threads", type=int, default=None,
                         help="Huey worker threads; a thread is busy only while a request starts "
@@ -65,8 +69,14 @@ def main(argv=None) -> int:
     from omlx_site.commands import add_parsers
 
     add_parsers(sub)  # pull, models, cache (omlx_site/commands/)
+    _add_service_parser(sub)
 
-    args = parser.parse_args(argv)
+    # `omlx service install` passes the flags it does not know on to `omlx serve`.
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "service":
+        return _service(parser, serve, args, extra)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if hasattr(args, "run"):
         return args.run(args)
     if args.command == "demo":
@@ -85,6 +95,54 @@ def main(argv=None) -> int:
         print(f"wrote {path}")
         return 0
     return 2
+
+
+def _add_service_parser(sub) -> None:
+    service = sub.add_parser(
+        "service",
+        help="run `omlx serve` as a user service (systemd on Linux, launchd on macOS)",
+        description="install: write a systemd user unit (~/.config/systemd/user/omlx.service) or a "
+        "launchd agent (~/Library/LaunchAgents/com.omlx.server.plist) that runs `omlx serve` with the "
+        "flags given after install (e.g. `omlx service install --model-dir ~/models --port 8000`), "
+        "restarts it when it crashes, and start it. uninstall: stop it and remove the file. status: "
+        "whether it is installed and running (exit code 3 when not installed).",
+    )
+    actions = service.add_subparsers(dest="action", required=True)
+    helps = {
+        "install": "write the unit running `omlx serve` with the serve flags given after these options "
+                   "(e.g. --model-dir DIR --port 8000) and start it",
+        "uninstall": "stop the service and remove its unit",
+        "status": "whether the service is installed (exit code 3 when not) and running",
+    }
+    for action, text in helps.items():
+        each = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
+        each.add_argument("--unit-dir", default=None,
+                          help="write or look for the unit in this folder instead of the manager's "
+                          "(nothing is started there)")
+        each.add_argument("--manager", choices=("systemd", "launchd"), default=None,
+                          help="the service manager (default: launchd on macOS, systemd elsewhere)")
+
+
+def _service(parser, serve_parser, args, extra) -> int:
+    from omlx_site import config, service
+
+    serve_args = extra[1:] if extra[:1] == ["--"] else extra
+    if serve_args and args.action != "install":
+        parser.error(f"unrecognized arguments: {' '.join(serve_args)}")
+    if serve_args:
+        serve_parser.parse_args(serve_args)  # exits with serve's own message when a flag is wrong
+    manager = service.service_for(args.manager or service.default_manager(), args.unit_dir)
+    if args.action == "install":
+        home = config.home().resolve()
+        grace = config.load(home)["shutdown_grace_seconds"]
+        outcome = manager.install(service.serve_command(serve_args), home, stop_seconds=grace + 60)
+    elif args.action == "uninstall":
+        outcome = manager.uninstall()
+    else:
+        outcome = manager.status()
+    for line in outcome.lines:
+        print(line)
+    return outcome.code
 
 
 def _settings(parser, args, command):

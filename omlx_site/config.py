@@ -278,6 +278,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("api_handoff", "OMLX_API_HANDOFF", TEXT, "huey",
             "'direct': the view hands requests to the engine itself, without the queue (for "
             "comparisons)", check=_one_of("huey", "direct")),
+    Setting("shutdown_grace_seconds", "OMLX_SHUTDOWN_GRACE_SECONDS", NUMBER, 10.0,
+            "on SIGTERM/SIGINT, how long running requests may go on before they are aborted",
+            check=_at_least(0)),
+    Setting("log_dir", "OMLX_LOG_DIR", FOLDER_OR_OFF, lambda home: home / "logs",
+            "the JSON-lines logs: server.log (omlx serve), worker-PID.log (omlx worker); 'off': none",
+            shown_default="$OMLX_HOME/logs"),
+    Setting("log_max_bytes", "OMLX_LOG_MAX_BYTES", BYTES, 10 * 2**20,
+            "a log file is rotated (server.log.1, ...) when it would grow past this size",
+            check=_positive),
+    Setting("log_backups", "OMLX_LOG_BACKUPS", INTEGER, 5, "rotated log files kept per process",
+            check=_at_least(0)),
 )
 BY_KEY = {s.key: s for s in SETTINGS}
 

@@ -8,6 +8,8 @@ import os
 import signal
 import sys
 
+from omlx_site import json_log
+
 logger = logging.getLogger("omlx.server")
 
 
@@ -15,6 +17,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     """Serve until SIGINT/SIGTERM. Settings come from the environment (the CLI exports its flags
     there, so that `manage.py run_huey` and `omlx worker` processes can share them)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
+    json_log.name_process("server")
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack (a stuck server)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     # A process started in the background by a non-interactive shell inherits SIGINT ignored, and
@@ -51,6 +54,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     from twisted.internet import reactor
 
     from omlx_site.asgi import application
+    from omlx_site.shutdown import GracefulShutdown
 
     def announce():
         def say():
@@ -62,6 +66,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
             print(f"omlx serving http://{shown}:{bound_port}", flush=True)
 
         reactor.callWhenRunning(say)
+        # SIGTERM / SIGINT drain the running requests first (after Twisted installed its handlers).
+        reactor.callWhenRunning(GracefulShutdown(reactor, server, settings.OMLX_SHUTDOWN_GRACE_SECONDS).install)
         # New requests get a 503 from the moment the shutdown starts.
         reactor.addSystemEventTrigger("before", "shutdown", limits.start_shutdown)
 

@@ -100,13 +100,25 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Logs (docs/operations.md): the console in the human format; a JSON-lines file per process, rotated
+# by size (omlx_site/json_log.py): OMLX_LOG_DIR/server.log for `omlx serve`, worker-<pid>.log for each
+# `omlx worker`; "off" writes none. Other loggers (Django, Daphne, Huey) from WARNING up.
+# (OMLX_LOG_DIR, OMLX_LOG_MAX_BYTES, OMLX_LOG_BACKUPS: rows of the table.)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"omlx": {"handlers": ["console"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO")}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+                   "json": {"()": "omlx_site.json_log.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"},
+                 "file": {"()": "omlx_site.json_log.ProcessLogFile", "formatter": "json",
+                          "directory": OMLX_LOG_DIR, "max_bytes": OMLX_LOG_MAX_BYTES,
+                          "backups": OMLX_LOG_BACKUPS}},
+    "loggers": {"omlx": {"handlers": ["console", "file"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO"),
+                         "propagate": False}},
+    "root": {"handlers": ["console", "file"], "level": "WARNING"},
 }
+# OMLX_SHUTDOWN_GRACE_SECONDS (a row of the table): `omlx serve` on SIGTERM / SIGINT lets running
+# requests finish for this long, then aborts them (omlx_site/shutdown.py).
 
 # Each row of omlx_site/config.py's table is set above under its environment variable's name
 # (docs/settings.md lists them); what follows derives from them.

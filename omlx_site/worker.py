@@ -13,11 +13,14 @@ import logging
 import os
 import signal
 
+from omlx_site import json_log
+
 logger = logging.getLogger("omlx.worker")
 
 
 def run_worker(threads: int = 2) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
+    json_log.name_process(json_log.worker_process_name())
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 

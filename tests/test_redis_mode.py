@@ -191,6 +191,18 @@ def test_client_disconnect_aborts_in_the_worker(server, worker):
     assert not any(request_id in line for line in server.output)
 
 
+def test_server_and_worker_write_their_own_log_files(setup, server, worker, client):
+    """Each process its own JSON-lines file (a rotating file must have one writer)."""
+    reply = client.completions.create(model="tiny", prompt="log me", max_tokens=3)
+    logs = setup["home"] / "logs"
+    worker_lines = [json.loads(line) for line in (logs / f"worker-{worker.process.pid}.log").read_text().splitlines()]
+    assert any(e.get("request_id") == reply.id and e.get("model") == "tiny" and e.get("completion_tokens") == 3
+               for e in worker_lines)
+    server_lines = [json.loads(line) for line in (logs / "server.log").read_text().splitlines()]
+    assert any("queue and channel layer in Redis" in e["message"] for e in server_lines)
+    assert not any(e.get("request_id") == reply.id for e in server_lines)
+
+
 def test_manage_py_run_huey_is_a_worker_too(setup, server, worker, client):
     """`manage.py run_huey` with OMLX_REDIS_URL serves requests the same way (the `omlx worker`
     is stopped first, so the other process must be the one that answers)."""

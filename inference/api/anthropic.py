@@ -19,6 +19,7 @@ from .anthropic_input import chat_messages, openai_tool_choice, openai_tools, sa
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .anthropic_tokens import count_prompt_tokens
 from .auth import check_api_key
+from . import limits
 from .errors import ApiError
 from .responder import _start, _stop
 
@@ -43,7 +44,7 @@ async def messages(request, body: MessagesRequest):
             if event.get("kind") != "delta":
                 continue
             if event["finish_reason"] in ("error", "abort"):
-                raise ApiError(500, f"Generation failed: {event['error'] or event['finish_reason']}")
+                raise ApiError(500, limits.failure_message(event))
             builder.feed(event)
             done = event["finish_reason"] is not None
     finally:
@@ -102,7 +103,7 @@ async def _events(job, builder: MessageBuilder, subscription, input_tokens: int)
             if event.get("kind") != "delta":
                 continue
             if event["finish_reason"] in ("error", "abort"):
-                yield sse(error_event("api_error", f"Generation failed: {event['error'] or event['finish_reason']}"))
+                yield sse(error_event("api_error", limits.failure_message(event)))
                 return
             for out in builder.feed(event):
                 yield sse(out)

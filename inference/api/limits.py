@@ -16,6 +16,7 @@ from django.conf import settings
 from .errors import ApiError
 
 _in_flight: Dict[str, int] = {}
+_jobs: Dict[str, object] = {}  # request id -> job admitted and not released (a stopping server aborts them)
 _lock = threading.Lock()
 _shutting_down = threading.Event()
 
@@ -38,11 +39,13 @@ def admit(job) -> None:
                            f"(limit {limit}); retry later", code="rate_limit_exceeded",
                            headers={"Retry-After": str(settings.OMLX_RETRY_AFTER_SECONDS)})
         _in_flight[job.model] = used + count
+        _jobs[job.request_id] = job
 
 
 def release(job) -> None:
     count = len(job.choice_ids())
     with _lock:
+        _jobs.pop(job.request_id, None)
         left = _in_flight.get(job.model, 0) - count
         if left > 0:
             _in_flight[job.model] = left
@@ -55,9 +58,26 @@ def in_flight(model: str) -> int:
         return _in_flight.get(model, 0)
 
 
+def jobs_in_flight() -> list:
+    """The jobs admitted and not released yet, in every model."""
+    with _lock:
+        return list(_jobs.values())
+
+
 def start_shutdown() -> None:
     """From now on requests get a 503 (the server is stopping)."""
     _shutting_down.set()
+
+
+def shutting_down() -> bool:
+    return _shutting_down.is_set()
+
+
+def failure_message(event: dict) -> str:
+    """What a client is told about a choice that ended with "error" or "abort"."""
+    if event["finish_reason"] == "abort" and shutting_down():  # omlx_site/shutdown.py aborted it
+        return "The server is shutting down; the request was aborted"
+    return f"Generation failed: {event.get('error') or event['finish_reason']}"
 
 
 def check_workers() -> None:

@@ -15,7 +15,7 @@ from django.http import JsonResponse, StreamingHttpResponse
 from inference.generation import GenerationJob
 from inference.relay import Subscription
 
-from . import handoff
+from . import handoff, limits
 from .errors import ApiError
 from .openai_format import usage_body
 
@@ -97,6 +97,9 @@ async def _collect(job: GenerationJob, subscription: Subscription) -> List[dict]
 
 
 def _check_finished(event: dict) -> None:
+    if event["finish_reason"] == "abort" and limits.shutting_down():  # omlx_site/shutdown.py
+        raise ApiError(503, "The server is shutting down; the request was aborted",
+                       code="server_shutting_down")
     if event["finish_reason"] in ("error", "abort"):
         raise ApiError(500, f"Generation failed: {event['error'] or event['finish_reason']}")
 
@@ -119,7 +122,7 @@ async def _sse(job: GenerationJob, fmt, subscription: Subscription, include_usag
                     _check_finished(event)
                 except ApiError as exc:
                     yield _data({"error": {"message": exc.message, "type": exc.type,
-                                           "param": None, "code": None}})
+                                           "param": None, "code": exc.code}})
                     return
                 usages[event["index"]] = event["usage"]
                 pending.discard(event["index"])

@@ -13,6 +13,8 @@ import time
 import uuid
 from typing import List, Optional
 
+from . import limits
+
 
 def _item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
@@ -165,7 +167,7 @@ class ResponseBuilder:
         reason = event["finish_reason"]
         if reason in ("error", "abort"):
             self.status = "failed"
-            self.error = {"code": "server_error", "message": f"Generation failed: {event.get('error') or reason}"}
+            self.error = {"code": "server_error", "message": limits.failure_message(event)}
             return [self._event("response.failed", response=self.body())]
         out: List[dict] = []
         if not self.output:  # nothing was generated: still one (empty) message
