@@ -39,11 +39,12 @@ def _log_lines(home):
 
 
 def _check_cold_tier(home, models):
-    """Every file in the cold tier is a valid block; a new server reconciles with 0 bad files."""
+    """Every file in the cold tier is a valid block (besides model.json); a new server reconciles
+    with 0 bad files."""
     blocks = []
     for fingerprint in (home / "cache").iterdir():
         for path in fingerprint.rglob("*"):
-            if path.is_file():
+            if path.is_file() and path.name != block_file.MODEL_INFO:  # the model's name, for `omlx cache`
                 match = block_file.BLOCK_NAME.match(path.name)
                 assert match, f"not a block file: {path}"
                 blocks.append(block_file.read_header(path, fingerprint.name, match.group(1)))
