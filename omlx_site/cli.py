@@ -3,11 +3,20 @@ models and cache live in omlx_site/commands/."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `omlx models | head`: the reader has gone; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv=None) -> int:
     import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
     from omlx_site import config
 
