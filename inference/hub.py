@@ -41,6 +41,8 @@ from urllib.parse import quote
 
 import httpx
 
+from cache.durable import fsync_dir
+
 logger = logging.getLogger("omlx.hub")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -125,9 +127,9 @@ def pull(repo: str, model_dir, revision: str = "main", endpoint: Optional[str] =
             final.parent.mkdir(parents=True, exist_ok=True)
             if final.exists():
                 raise FileExistsError(f"{final} appeared while pulling (another pull finished first?)")
-            _fsync_dir(staging)
+            fsync_dir(staging)
             os.rename(staging, final)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             lock.unlink(missing_ok=True)
         _remove_empty_parents(staging.parent, stop=model_dir)
     progress.finish(final)
@@ -379,14 +381,6 @@ def _range_start(content_range: Optional[str]) -> Optional[int]:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_empty_parents(path: Path, stop: Path) -> None:
