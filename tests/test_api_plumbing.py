@@ -95,3 +95,31 @@ def test_abort_before_the_job_runs(tiny_registry):
     events = []
     run_job(GenerationJob("job-4", "tiny", {"max_tokens": 3}, prompts=["hi"]), lambda r, e: events.append(e))
     assert events == []
+
+
+def test_event_stream_closes_its_generator_when_the_response_is_closed():
+    """Django closes aiter(response) when a client disconnects (as below); the event generator
+    behind it must run its finally (which aborts the request) then, not whenever it is collected."""
+    from contextlib import aclosing
+
+    from inference.api.streaming import EventStreamResponse
+
+    closed = []
+
+    async def events():
+        try:
+            while True:
+                yield "data: x\n\n"
+        finally:
+            closed.append(True)
+
+    async def consume_one_then_disconnect():
+        response = EventStreamResponse(events())
+        assert response["Content-Type"] == "text/event-stream"
+        async with aclosing(aiter(response)) as content:
+            async for part in content:
+                assert part == b"data: x\n\n"
+                break
+        return list(closed)  # before the loop runs anything else
+
+    assert asyncio.run(consume_one_then_disconnect()) == [True]

@@ -8,7 +8,7 @@ import uuid
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse
 from ninja import Router
 
 from inference.generation import GenerationJob
@@ -22,6 +22,7 @@ from .auth import check_api_key
 from . import limits
 from .errors import ApiError
 from .responder import _start, _stop
+from .streaming import EventStreamResponse
 
 logger = logging.getLogger("omlx.api")
 
@@ -78,15 +79,11 @@ def _job(body, request_id: str, params: dict) -> GenerationJob:
     return GenerationJob(request_id, body.model, params, messages=messages, **extra)
 
 
-async def _stream(job: GenerationJob, builder: MessageBuilder) -> StreamingHttpResponse:
+async def _stream(job: GenerationJob, builder: MessageBuilder) -> EventStreamResponse:
     subscription = await _start(job)
     # message_start carries the prompt's token count, as the worker counted it when it took the job
     input_tokens = subscription.accepted["prompt_tokens"][0]
-    response = StreamingHttpResponse(_events(job, builder, subscription, input_tokens),
-                                     content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+    return EventStreamResponse(_events(job, builder, subscription, input_tokens))
 
 
 async def _events(job, builder: MessageBuilder, subscription, input_tokens: int):

@@ -10,7 +10,7 @@ import logging
 from typing import AsyncIterator, Dict, List
 
 from django.conf import settings
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse
 
 from inference.generation import GenerationJob
 from inference.relay import Subscription
@@ -18,6 +18,7 @@ from inference.relay import Subscription
 from . import handoff, limits
 from .errors import ApiError
 from .openai_format import usage_body
+from .streaming import EventStreamResponse
 
 logger = logging.getLogger("omlx.api")
 
@@ -28,11 +29,7 @@ ACCEPT_TIMEOUT_SECONDS = 900.0
 async def respond(job: GenerationJob, fmt, stream: bool, include_usage: bool = False):
     subscription = await _start(job)
     if stream:
-        response = StreamingHttpResponse(_sse(job, fmt, subscription, include_usage),
-                                         content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
+        return EventStreamResponse(_sse(job, fmt, subscription, include_usage))
     done = False
     try:
         choices = await _collect(job, subscription)

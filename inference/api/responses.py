@@ -12,7 +12,7 @@ import uuid
 from typing import AsyncIterator, List, Optional
 
 from django.conf import settings
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse
 from ninja import Router
 
 from inference.generation import GenerationJob
@@ -27,6 +27,7 @@ from .responses_format import ResponseBuilder
 from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
 from .responses_schemas import ResponsesRequest
 from .sampling import checked_params
+from .streaming import EventStreamResponse
 
 router = Router(tags=["OpenAI"])
 
@@ -44,10 +45,7 @@ async def create_response(request, body: ResponsesRequest):
     saver = _Saver(body)
     subscription = await _start(job)
     if body.stream:
-        response = StreamingHttpResponse(_sse(job, builder, subscription, saver), content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
+        return EventStreamResponse(_sse(job, builder, subscription, saver))
     done = False
     try:
         while not builder.finished:
