@@ -5,8 +5,9 @@ The Huey task (``inference.tasks``) and the direct hand-off of the view share al
 how a job reaches ``run_job`` differs.
 
 Events (plain dicts, the same over any channel layer):
-    {"kind": "accepted", "prompt_tokens": [int]}  the engine took every choice of the job; the
-                                              token count of each prompt (one for chat)
+    {"kind": "accepted", "prompt_tokens": [int], "model"}  the engine took every choice of the
+                                              job; the token count of each prompt (one for chat);
+                                              the model's id (the request may name an alias)
     {"kind": "error", "status", "message"}    the job was refused (nothing else follows)
     {"kind": "delta", "index", "text", "reasoning", "tool_calls", "token_ids", "logprobs",
      "finish_reason", "usage", "error"}
@@ -120,7 +121,7 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
         logger.exception("loading %s failed", job.model)
         return refuse(500, f"The model '{job.model}' cannot be loaded: {exc}")
     try:
-        _run(job, engine, pool.settings(job.model), publish, refuse)
+        _run(job, engine, pool.settings(job.model), publish, refuse, pool.resolve(job.model) or job.model)
     finally:
         lease.__exit__(None, None, None)
 
@@ -136,7 +137,7 @@ def with_model_settings(job: GenerationJob, settings: dict) -> GenerationJob:
     return replace(job, params=params, chat_template_kwargs=kwargs)
 
 
-def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse) -> None:
+def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, model_id: str) -> None:
     from inference.engine import SamplingParams
 
     job = with_model_settings(job, settings)
@@ -181,7 +182,7 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse) -
     except Exception as exc:  # a chat template that rejects the messages raises anything
         return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
     index = 0
-    publish(job.request_id, {"kind": "accepted", "prompt_tokens": [len(p) for p in ids]})
+    publish(job.request_id, {"kind": "accepted", "prompt_tokens": [len(p) for p in ids], "model": model_id})
     for prompt_ids in ids:
         for choice_params in params:
             parser = _parser(job, tokenizer, prompt_text, structured) if job.messages is not None else None

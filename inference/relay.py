@@ -180,6 +180,7 @@ class Subscription:
         self._reader: Optional[asyncio.Task] = None
         self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
         self._heard_at = 0.0  # loop time of the last event or liveness check
+        self.observer: Optional[Callable[[dict], None]] = None  # sees every event (inference.metrics)
 
     async def __aenter__(self) -> "Subscription":
         self.channel = await self.layer.new_channel()
@@ -203,6 +204,15 @@ class Subscription:
         the worker is still there: if the request's worker is gone, an "error" delta ends the
         request; if no worker at all is running before one took the request, None (as a timeout).
         """
+        event = await self._receive(timeout)
+        if event is not None and self.observer is not None:
+            try:
+                self.observer(event)
+            except Exception:
+                logger.exception("observing an event of %s failed", self.request_id)
+        return event
+
+    async def _receive(self, timeout: Optional[float]) -> Optional[dict]:
         if isinstance(self.layer, InMemoryChannelLayer):
             try:
                 return await asyncio.wait_for(self._events.get(), timeout)

@@ -1,8 +1,13 @@
 """Django middleware: an error that Django or django-ninja answers outside the API's own handlers
-(an unknown /v1 path: 404 page; a wrong method: 405 text) leaves in the API's JSON error envelope."""
+(an unknown /v1 path: 404 page; a wrong method: 405 text) leaves in the API's JSON error envelope;
+every answered request is counted for /metrics (``request_metrics``)."""
 from __future__ import annotations
 
+import re
+
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpResponse
+from django.utils.decorators import sync_and_async_middleware
 
 from omlx_site.body_limit import error_body
 
@@ -26,3 +31,39 @@ class ApiErrorEnvelopeMiddleware:
                 replaced["Allow"] = response["Allow"]
             return replaced
         return response
+
+
+@sync_and_async_middleware
+def request_metrics(get_response):
+    """Counts every answered request in /metrics (``omlx_http_requests_total``) by the route's
+    pattern (``/v1/models/{model_id}/unload``, not the path asked for), method and status. The
+    first middleware, so it sees the status the client gets."""
+    from inference import metrics
+
+    def count(request, response) -> None:
+        metrics.HTTP_REQUESTS.labels(_endpoint(request), request.method, str(response.status_code)).inc()
+
+    if iscoroutinefunction(get_response):
+        async def middleware(request):
+            response = await get_response(request)
+            count(request, response)
+            return response
+    else:
+        def middleware(request):
+            response = get_response(request)
+            count(request, response)
+            return response
+    return middleware
+
+
+def _endpoint(request) -> str:
+    """A bounded label: the matched route pattern; static files and unknown paths each as one."""
+    match = getattr(request, "resolver_match", None)
+    if match is not None and match.route:
+        return "/" + _NINJA_PARAM.sub(r"{\1}", match.route)
+    if request.path.startswith("/static/"):
+        return "/static/"
+    return "(unmatched)"
+
+
+_NINJA_PARAM = re.compile(r"<(?:\w+:)?(\w+)>")

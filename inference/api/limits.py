@@ -58,6 +58,12 @@ def in_flight(model: str) -> int:
         return _in_flight.get(model, 0)
 
 
+def in_flight_by_model() -> Dict[str, int]:
+    """Model -> choices in flight in this server (models with none are left out)."""
+    with _lock:
+        return dict(_in_flight)
+
+
 def jobs_in_flight() -> list:
     """The jobs admitted and not released yet, in every model."""
     with _lock:

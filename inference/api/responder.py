@@ -13,6 +13,7 @@ from django.conf import settings
 from django.http import JsonResponse
 
 from inference.generation import GenerationJob
+from inference.metrics import GenerationObserver
 from inference.relay import Subscription
 
 from . import handoff, limits
@@ -42,6 +43,7 @@ async def respond(job: GenerationJob, fmt, stream: bool, include_usage: bool = F
 
 async def _start(job: GenerationJob) -> Subscription:
     subscription = Subscription(job.request_id)
+    subscription.observer = GenerationObserver(job.model, job.n).observe  # /metrics: TTFT, tokens
     await subscription.__aenter__()
     try:
         await handoff.submit(job)

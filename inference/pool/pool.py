@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
+from inference import metrics
+
 from . import model_settings
 from .discovery import ModelFolder, discover, inspect, signature
 from .memory import MemoryEstimate, estimate, format_bytes, process_rss
@@ -215,7 +217,7 @@ class ModelPool:
                 raise ModelBusy(f"The model '{model_id}' has {slot.engine.num_active()} requests in "
                                 "flight; it is unloaded once they end (or use its TTL)")
             self._take(model_id)
-        self._close(model_id, slot)
+        self._close(model_id, slot, "manual")
         return True
 
     def unload_idle(self, now: Optional[float] = None) -> List[str]:
@@ -232,7 +234,7 @@ class ModelPool:
                 expired.append((model_id, self._take(model_id)))
         for model_id, slot in expired:
             logger.info("unloading %s: idle for more than its TTL", model_id)
-            self._close(model_id, slot)
+            self._close(model_id, slot, "ttl")
         return [model_id for model_id, _ in expired]
 
     def load_pinned(self) -> List[str]:
@@ -247,6 +249,14 @@ class ModelPool:
                 except Exception as exc:
                     logger.error("pinned model %s was not loaded: %s", model_id, exc)
         return done
+
+    def loaded_models(self) -> Dict[str, dict]:
+        """Every loaded model id -> {"engine", "memory_bytes" (its estimate, counted against the
+        limit), "loaded_at" (time.time())}; never loads, scans or reads settings."""
+        with self._lock:
+            return {i: {"engine": s.engine, "memory_bytes": s.estimate.total_bytes,
+                        "loaded_at": time.time() - (time.monotonic() - s.loaded_at)}
+                    for i, s in self._slots.items()}
 
     def used_bytes(self) -> int:
         with self._lock:
@@ -290,7 +300,7 @@ class ModelPool:
             self._closed = True
             slots = [(i, self._take(i)) for i in list(self._slots)]
         for model_id, slot in slots:
-            self._close(model_id, slot)
+            self._close(model_id, slot, "shutdown")
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -325,12 +335,17 @@ class ModelPool:
             try:
                 for victim_id, victim in victims:
                     logger.info("unloading %s (least recently used) to make room for %s", victim_id, model_id)
-                    self._close(victim_id, victim)
+                    self._close(victim_id, victim, "lru")
                 from inference.engine import Engine
 
                 path = self._folders[model_id].path
                 logger.info("loading %s from %s (estimate %s)", model_id, path, format_bytes(need.total_bytes))
-                engine = Engine(path, **self.engine_settings)
+                started = time.monotonic()
+                try:
+                    engine = Engine(path, **self.engine_settings)
+                except BaseException:
+                    metrics.model_load_failed(model_id)
+                    raise
             finally:
                 with self._lock:
                     self._reserved.pop(model_id, None)
@@ -350,6 +365,7 @@ class ModelPool:
                 now = time.monotonic()
                 slot = _Slot(engine, need, now, now, leases=1, measured_weights_bytes=measured)
                 self._slots[model_id] = slot
+            metrics.model_loaded(model_id, engine, now - started)
             return slot
 
     def _make_room(self, model_id: str, need: MemoryEstimate) -> List[tuple]:
@@ -407,14 +423,15 @@ class ModelPool:
         self._closing[id(slot)] = slot.estimate.total_bytes
         return slot
 
-    def _close(self, model_id: str, slot: _Slot) -> None:
+    def _close(self, model_id: str, slot: _Slot, reason: str) -> None:
         """Write the hot blocks down to the cold tier, then stop the engine (which waits for
-        the cold tier's writer)."""
+        the cold tier's writer). ``reason`` (lru, ttl, manual, shutdown) is counted in /metrics."""
         try:
             self._stop(model_id, slot.engine)
         finally:
             with self._lock:
                 self._closing.pop(id(slot), None)
+            metrics.model_unloaded(model_id, slot.engine, reason)
 
     def _stop(self, model_id: str, engine) -> None:
         try:

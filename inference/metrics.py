@@ -1,0 +1,421 @@
+"""Prometheus metrics of this process: GET /metrics (``view``), the admin Status page's sampler
+(admin_panel/history.py reads ``totals()``). docs/metrics.md lists every series.
+
+Two kinds of series, one registry of their own (never prometheus_client's global one):
+
+- Counted when something happens, in the server process: HTTP requests (the middleware in
+  omlx_site/middleware.py), tokens, time to first token and inter-token latency (a
+  ``GenerationObserver`` on each API request's subscription, so they work whichever process runs
+  the model), model loads and unloads (the pool).
+- Read when scraped, from the loaded engines of this process (``_EngineCollector``): queue depth,
+  memory, and the block cache's counters. An engine's cache counters vanish with the engine, so
+  when a model is unloaded its final counts join a retained total: the counters stay monotonic
+  across unloads and reloads. In Redis mode without worker threads in the server, the server has
+  no engines, and these series are absent.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Deque, Dict, Iterable, List, Optional, Tuple
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# 5 ms to 60 s: a cached prompt's first token on a fast machine up to a cold load of a large model.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0,
+                   10.0, 20.0, 30.0, 60.0)
+UNLOAD_REASONS = ("lru", "ttl", "manual", "shutdown")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+HTTP_REQUESTS = Counter(
+    "omlx_http_requests", "HTTP requests answered, by route pattern, method and status code",
+    ["endpoint", "method", "status"], registry=REGISTRY)
+PROMPT_TOKENS = Counter(
+    "omlx_prompt_tokens", "Prompt tokens of finished API requests (each prompt once)", ["model"],
+    registry=REGISTRY)
+CACHED_PROMPT_TOKENS = Counter(
+    "omlx_prompt_cached_tokens", "Prompt tokens of finished API requests served from the KV cache",
+    ["model"], registry=REGISTRY)
+GENERATION_TOKENS = Counter(
+    "omlx_generation_tokens", "Tokens generated for API requests (every choice)", ["model"],
+    registry=REGISTRY)
+GENERATIONS = Counter(
+    "omlx_generations", "Choices that ended, by finish reason (stop, length, tool_calls, error, abort)",
+    ["model", "finish_reason"], registry=REGISTRY)
+TTFT = Histogram(
+    "omlx_time_to_first_token_seconds",
+    "From the API request handed to a worker to its first generated token (queueing and any model "
+    "load included)", ["model"], buckets=LATENCY_BUCKETS, registry=REGISTRY)
+ITL = Histogram(
+    "omlx_inter_token_latency_seconds",
+    "Time between generated tokens of a choice, per token", ["model"], buckets=LATENCY_BUCKETS,
+    registry=REGISTRY)
+MODEL_LOADS = Counter("omlx_model_loads", "Models loaded by the pool", ["model"], registry=REGISTRY)
+MODEL_LOAD_FAILURES = Counter("omlx_model_load_failures", "Model loads that failed", ["model"],
+                              registry=REGISTRY)
+MODEL_LOAD_SECONDS = Histogram("omlx_model_load_seconds", "Time to load a model", ["model"],
+                               buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=REGISTRY)
+MODEL_UNLOADS = Counter(
+    "omlx_model_unloads", "Models unloaded by the pool, by reason: lru (room for another model), ttl "
+    "(idle past its TTL), manual (the API or admin panel), shutdown", ["model", "reason"],
+    registry=REGISTRY)
+
+# Recent first-token times for the Status page's percentiles (histogram buckets are too coarse).
+_recent_ttft: Deque[Tuple[float, float]] = deque(maxlen=20_000)  # (time.time(), seconds)
+
+
+def render() -> bytes:
+    return generate_latest(REGISTRY)
+
+
+# -- generation: observed in the view, for every API ---------------------------------------------
+
+class GenerationObserver:
+    """Times one API request from its hand-off: the first event with tokens (TTFT), the gaps
+    between a choice's token events divided by their tokens (ITL), and the usage of each finished
+    choice. ``Subscription.receive`` calls ``observe`` for every event."""
+
+    def __init__(self, model: str, n: int = 1):
+        self.model = model  # until the worker's "accepted" names the model id
+        self.n = n
+        self.started = time.perf_counter()
+        self.accepted = False
+        self._first = False
+        self._last: Dict[int, float] = {}  # choice index -> time of its last token event
+
+    def observe(self, event: dict) -> None:
+        kind = event.get("kind")
+        if kind == "accepted":
+            self.accepted = True
+            self.model = event.get("model") or self.model
+            return
+        if kind != "delta" or not self.accepted:
+            return
+        now = time.perf_counter()
+        tokens = len(event.get("token_ids") or ())
+        index = event.get("index", 0)
+        if tokens:
+            if not self._first:
+                self._first = True
+                TTFT.labels(self.model).observe(now - self.started)
+                _recent_ttft.append((time.time(), now - self.started))
+            last = self._last.get(index)
+            if last is not None:
+                ITL.labels(self.model).observe((now - last) / tokens)
+            self._last[index] = now
+        if event.get("finish_reason") is not None:
+            GENERATIONS.labels(self.model, event["finish_reason"]).inc()
+            usage = event.get("usage") or {}
+            GENERATION_TOKENS.labels(self.model).inc(usage.get("completion_tokens") or 0)
+            if index % self.n == 0:  # each prompt once, as the API's usage counts it
+                PROMPT_TOKENS.labels(self.model).inc(usage.get("prompt_tokens") or 0)
+                CACHED_PROMPT_TOKENS.labels(self.model).inc(usage.get("cached_tokens") or 0)
+
+
+def recent_ttfts(since: float) -> List[float]:
+    """First-token times (seconds) of requests whose first token came after ``since`` (time.time())."""
+    return [seconds for at, seconds in list(_recent_ttft) if at > since]
+
+
+# -- the model pool: loads, unloads, live engines ------------------------------------------------
+
+# Counters of the block cache (cache/block_cache.py snapshot()): (metric, help, section, field).
+_CACHE_COUNTERS = (
+    ("lookups", "Prefix lookups", "lookups", "lookups"),
+    ("lookup_tokens", "Prompt tokens looked up in the prefix cache", "lookups", "lookup_tokens"),
+    ("hot_hit_tokens", None, "lookups", "hot_hit_tokens"),
+    ("cold_hit_tokens", None, "lookups", "cold_hit_tokens"),
+    ("stored_blocks", "KV blocks stored in the cache", "lookups", "stored_blocks"),
+    ("recomputed_instead", None, "lookups", "recomputed_instead"),
+    ("hot_evictions", None, "hot", "evictions"),
+    ("hot_evicted_bytes", None, "hot", "evicted_bytes"),
+    ("cold_writes", None, "cold", "writes"),
+    ("cold_reads", None, "cold", "reads"),
+    ("cold_write_errors", None, "cold", "write_errors"),
+    ("cold_evictions", None, "cold", "gc_removed"),
+)
+
+_lock = threading.Lock()
+_live: Dict[int, Tuple[str, object]] = {}  # id(engine) -> (model id, engine)
+_retained: Dict[str, Dict[str, int]] = {}  # model id -> cache counters of its unloaded engines
+_seen_models: set = set()  # models with API requests in flight at some point (gauges stay at 0 after)
+
+
+def model_loaded(model_id: str, engine, seconds: float) -> None:
+    MODEL_LOADS.labels(model_id).inc()
+    MODEL_LOAD_SECONDS.labels(model_id).observe(seconds)
+    with _lock:
+        _live[id(engine)] = (model_id, engine)
+
+
+def model_load_failed(model_id: str) -> None:
+    MODEL_LOAD_FAILURES.labels(model_id).inc()
+
+
+def model_unloaded(model_id: str, engine, reason: str) -> None:
+    """After the engine is closed: its cache counters are final; they move to the retained total
+    in the same step that takes the engine out of the live set (no scrape sees them dip)."""
+    MODEL_UNLOADS.labels(model_id, reason).inc()
+    counts = _cache_counts(engine)
+    with _lock:
+        _live.pop(id(engine), None)
+        kept = _retained.setdefault(model_id, {})
+        for name, value in counts.items():
+            kept[name] = kept.get(name, 0) + value
+
+
+def _cache_counts(engine) -> Dict[str, int]:
+    snapshot = _snapshot(engine)
+    out = {}
+    for name, _, section, key in _CACHE_COUNTERS:
+        values = snapshot.get(section)
+        if values is not None:
+            out[name] = int(values.get(key, 0))
+    return out
+
+
+def _snapshot(engine) -> dict:
+    cache = getattr(engine, "prefix_cache", None)
+    try:
+        return cache.snapshot() if cache is not None else {}
+    except Exception:  # read while the engine thread changes it: skip this scrape's figures
+        return {}
+
+
+def _engine_queue(engine) -> Tuple[int, int]:
+    """(running, waiting) requests of an engine; waiting includes those not yet in its scheduler."""
+    scheduler = getattr(engine, "scheduler", None)
+    running = len(scheduler.prefilling) + len(scheduler.decoding) if scheduler is not None else 0
+    return running, max(0, engine.num_active() - running)
+
+
+def _serves_models() -> bool:
+    """Whether this process runs inference (as omlx_site/server.py decides): else its pool never
+    loads anything and its engine-side series would only mislead."""
+    from django.conf import settings
+
+    return settings.OMLX_HUEY_WORKERS > 0 or settings.OMLX_API_HANDOFF == "direct"
+
+
+@dataclass
+class Totals:
+    """This process's figures at one instant, for the Status page's sampler: cumulative counters
+    (totals since start) and current gauges."""
+
+    at: float  # time.time()
+    http_requests: int = 0
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
+    lookup_tokens: int = 0
+    hot_hit_tokens: int = 0
+    cold_hit_tokens: int = 0
+    running: int = 0
+    waiting: int = 0
+    api_in_flight: int = 0
+    models: Dict[str, dict] = field(default_factory=dict)  # loaded model id -> {"memory_bytes", ...}
+    model_memory_used: Optional[int] = None
+    model_memory_limit: Optional[int] = None
+    process_memory: Optional[int] = None
+    process_memory_limit: Optional[int] = None
+    serves_models: bool = True
+
+
+def _sum(counter, name: str = "_total") -> float:
+    return sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith(name))
+
+
+def totals(pool=None) -> Totals:
+    """The figures of this process now (``pool`` defaults to the process's pool)."""
+    from inference.api import limits
+    from inference.pool.memory import process_rss
+
+    out = Totals(at=time.time(), http_requests=int(_sum(HTTP_REQUESTS)),
+                 generated_tokens=int(_sum(GENERATION_TOKENS)), prompt_tokens=int(_sum(PROMPT_TOKENS)),
+                 api_in_flight=sum(limits.in_flight_by_model().values()), serves_models=_serves_models(),
+                 process_memory=process_rss())
+    cache = _cache_totals()
+    out.lookup_tokens = cache.get("lookup_tokens", 0)
+    out.hot_hit_tokens = cache.get("hot_hit_tokens", 0)
+    out.cold_hit_tokens = cache.get("cold_hit_tokens", 0)
+    if pool is None and out.serves_models:
+        from inference.pool import get_pool
+
+        pool = get_pool()
+    if pool is not None:
+        for model_id, info in pool.loaded_models().items():
+            running, waiting = _engine_queue(info["engine"])
+            out.running += running
+            out.waiting += waiting
+            out.models[model_id] = {"memory_bytes": info["memory_bytes"], "running": running,
+                                    "waiting": waiting, "loaded_at": info["loaded_at"]}
+        out.model_memory_used = pool.used_bytes()
+        out.model_memory_limit = pool.max_model_memory
+        out.process_memory_limit = pool.max_process_memory
+    return out
+
+
+def _cache_totals() -> Dict[str, int]:
+    """Cache counters summed over every model, live engines and unloaded ones."""
+    out: Dict[str, int] = {}
+    for counts in _cache_counts_by_model().values():
+        for name, value in counts.items():
+            out[name] = out.get(name, 0) + value
+    return out
+
+
+def _cache_counts_by_model() -> Dict[str, Dict[str, int]]:
+    with _lock:
+        live = list(_live.values())
+        out = {model_id: dict(counts) for model_id, counts in _retained.items()}
+        # Read under the lock, so an unload cannot move counts between the two reads.
+        for model_id, engine in live:
+            kept = out.setdefault(model_id, {})
+            for name, value in _cache_counts(engine).items():
+                kept[name] = kept.get(name, 0) + value
+    return out
+
+
+class _EngineCollector:
+    """Series read at scrape time: memory, queue depth and the block cache per model."""
+
+    def describe(self) -> Iterable:
+        return []  # series depend on what is loaded
+
+    def collect(self) -> Iterable:
+        from inference.api import limits
+
+        in_flight = limits.in_flight_by_model()
+        with _lock:
+            _seen_models.update(in_flight)
+            seen = sorted(_seen_models)
+        jobs = GaugeMetricFamily("omlx_api_requests_in_flight", "Choices of API requests this server "
+                                 "admitted and has not finished (running or queued, any worker)",
+                                 labels=["model"])
+        for model_id in seen:
+            jobs.add_metric([model_id], in_flight.get(model_id, 0))
+        yield jobs
+        if not _serves_models():
+            return
+        yield from self._pool_series()
+        yield from self._cache_series()
+
+    def _pool_series(self) -> Iterable:
+        from inference.pool import get_pool
+        from inference.pool.memory import process_rss
+
+        pool = get_pool()
+        loaded = pool.loaded_models()
+        yield GaugeMetricFamily("omlx_models_loaded", "Models loaded in this process", value=len(loaded))
+        memory = GaugeMetricFamily("omlx_model_memory_bytes", "Memory counted for a loaded model "
+                                   "(weights, KV cache, hot tier), against --max-model-memory",
+                                   labels=["model"])
+        running = GaugeMetricFamily("omlx_requests_running", "Requests prefilling or decoding in "
+                                    "a model's engine", labels=["model"])
+        waiting = GaugeMetricFamily("omlx_requests_waiting", "Requests queued in a model's engine, "
+                                    "not running yet", labels=["model"])
+        for model_id, info in sorted(loaded.items()):
+            memory.add_metric([model_id], info["memory_bytes"])
+            r, w = _engine_queue(info["engine"])
+            running.add_metric([model_id], r)
+            waiting.add_metric([model_id], w)
+        yield from (memory, running, waiting)
+        yield GaugeMetricFamily("omlx_model_memory_used_bytes", "Memory counted for loaded models "
+                                "and loads in progress", value=pool.used_bytes())
+        if pool.max_model_memory is not None:
+            yield GaugeMetricFamily("omlx_model_memory_limit_bytes", "--max-model-memory",
+                                    value=pool.max_model_memory)
+        rss = process_rss()
+        if rss is not None:
+            yield GaugeMetricFamily("omlx_process_memory_bytes", "Resident memory of this process", value=rss)
+        if pool.max_process_memory is not None:
+            yield GaugeMetricFamily("omlx_process_memory_limit_bytes", "--max-process-memory",
+                                    value=pool.max_process_memory)
+
+    def _cache_series(self) -> Iterable:
+        counts = _cache_counts_by_model()
+        with _lock:
+            live = list(_live.values())
+        hits = CounterMetricFamily("omlx_cache_hit_tokens", "Prompt tokens served from the KV block "
+                                   "cache, by tier", labels=["model", "tier"])
+        misses = CounterMetricFamily("omlx_cache_miss_tokens", "Prompt tokens looked up that a tier "
+                                     "did not serve: hot, tokens not in RAM; cold, tokens computed "
+                                     "(in neither tier)", labels=["model", "tier"])
+        evictions = CounterMetricFamily("omlx_cache_evictions", "Blocks evicted: hot, from RAM (to "
+                                        "the cold tier when there is one); cold, files removed by "
+                                        "GC (size cap, TTL)", labels=["model", "tier"])
+        lookups = CounterMetricFamily("omlx_cache_lookups", "Prefix lookups", labels=["model"])
+        lookup_tokens = CounterMetricFamily("omlx_cache_lookup_tokens", "Prompt tokens looked up "
+                                            "(all but the last of each prompt)", labels=["model"])
+        evicted_bytes = CounterMetricFamily("omlx_cache_hot_evicted_bytes", "Bytes of blocks evicted "
+                                            "from the hot tier", labels=["model"])
+        writes = CounterMetricFamily("omlx_cache_cold_writes", "Block files written to the cold tier",
+                                     labels=["model"])
+        reads = CounterMetricFamily("omlx_cache_cold_reads", "Block files read back from the cold tier",
+                                    labels=["model"])
+        write_errors = CounterMetricFamily("omlx_cache_cold_write_errors", "Blocks the cold tier "
+                                           "failed to write", labels=["model"])
+        for model_id, c in sorted(counts.items()):
+            if "lookups" not in c:
+                continue  # caching off for this model
+            looked, hot, cold = c.get("lookup_tokens", 0), c.get("hot_hit_tokens", 0), c.get("cold_hit_tokens", 0)
+            lookups.add_metric([model_id], c.get("lookups", 0))
+            lookup_tokens.add_metric([model_id], looked)
+            hits.add_metric([model_id, "hot"], hot)
+            hits.add_metric([model_id, "cold"], cold)
+            misses.add_metric([model_id, "hot"], max(0, looked - hot))
+            misses.add_metric([model_id, "cold"], max(0, looked - hot - cold))
+            evictions.add_metric([model_id, "hot"], c.get("hot_evictions", 0))
+            evicted_bytes.add_metric([model_id], c.get("hot_evicted_bytes", 0))
+            if "cold_writes" in c:
+                evictions.add_metric([model_id, "cold"], c.get("cold_evictions", 0))
+                writes.add_metric([model_id], c["cold_writes"])
+                reads.add_metric([model_id], c.get("cold_reads", 0))
+                write_errors.add_metric([model_id], c.get("cold_write_errors", 0))
+        yield from (lookups, lookup_tokens, hits, misses, evictions, evicted_bytes, writes, reads, write_errors)
+
+        stored = GaugeMetricFamily("omlx_cache_bytes", "Bytes of KV blocks held now: hot, in RAM; "
+                                   "cold, block files on disk", labels=["model", "tier"])
+        blocks = GaugeMetricFamily("omlx_cache_blocks", "KV blocks held now, by tier", labels=["model", "tier"])
+        capacity = GaugeMetricFamily("omlx_cache_capacity_bytes", "The hot tier's budget "
+                                     "(--hot-cache-max-size)", labels=["model", "tier"])
+        for model_id, engine in sorted(live, key=lambda pair: pair[0]):
+            snapshot = _snapshot(engine)
+            hot, cold = snapshot.get("hot"), snapshot.get("cold")
+            if hot is not None:
+                stored.add_metric([model_id, "hot"], hot.get("bytes", 0))
+                blocks.add_metric([model_id, "hot"], hot.get("blocks", 0))
+                hot_pool = getattr(engine.prefix_cache, "hot", None)
+                if hot_pool is not None:
+                    capacity.add_metric([model_id, "hot"], hot_pool.capacity_bytes)
+            if cold is not None:
+                stored.add_metric([model_id, "cold"], cold.get("bytes", 0))
+                blocks.add_metric([model_id, "cold"], cold.get("files", 0))
+        yield from (stored, blocks, capacity)
+
+
+REGISTRY.register(_EngineCollector())
+
+
+# -- GET /metrics -----------------------------------------------------------------------------------
+
+def view(request):
+    """GET /metrics: every series in Prometheus' text format; the API key when one is set."""
+    from django.http import HttpResponse, HttpResponseNotAllowed
+
+    from inference.api.auth import check_api_key
+    from inference.api.errors import ApiError
+
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    try:
+        check_api_key(request)
+    except ApiError as exc:
+        response = exc.response()
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    return HttpResponse(render(), content_type=CONTENT_TYPE)
