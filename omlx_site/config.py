@@ -249,7 +249,7 @@ SETTINGS: tuple[Setting, ...] = (
             "remove SSD blocks nobody used for this many seconds (unset: never)",
             flag="--paged-ssd-cache-ttl", commands=BOTH, check=_positive, metavar="SECONDS"),
     Setting("api_key", "OMLX_API_KEY", TEXT, None,
-            "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route",
+            "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route and /metrics",
             flag="--api-key", metavar="KEY", secret=True),
     Setting("redis_url", "OMLX_REDIS_URL", TEXT, None,
             "Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 (unset: SQLite "
