@@ -209,6 +209,7 @@ class Totals:
 
     at: float  # time.time()
     http_requests: int = 0
+    generations: int = 0  # choices finished (any reason)
     generated_tokens: int = 0
     prompt_tokens: int = 0
     lookup_tokens: int = 0
@@ -234,7 +235,7 @@ def totals(pool=None) -> Totals:
     from inference.api import limits
     from inference.pool.memory import process_rss
 
-    out = Totals(at=time.time(), http_requests=int(_sum(HTTP_REQUESTS)),
+    out = Totals(at=time.time(), http_requests=int(_sum(HTTP_REQUESTS)), generations=int(_sum(GENERATIONS)),
                  generated_tokens=int(_sum(GENERATION_TOKENS)), prompt_tokens=int(_sum(PROMPT_TOKENS)),
                  api_in_flight=sum(limits.in_flight_by_model().values()), serves_models=_serves_models(),
                  process_memory=process_rss())
