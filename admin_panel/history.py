@@ -8,6 +8,7 @@ looked up in it. Nothing survives a restart; the thread never keeps the process 
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -148,5 +149,6 @@ def get_history() -> History:
     with _history_lock:
         if _history is None:
             _history = History()
+            atexit.register(_history.stop)  # before the interpreter tears down
         _history.start()
         return _history

@@ -1,0 +1,119 @@
+"""The Status page (/admin/status/, the console's home): cards with the current figures and charts
+of the last hour (admin_panel/history.py), kept up to date by admin_panel/consumers/status.py.
+
+``cards_context()`` and ``charts_context()`` are synchronous (they read the pool and the process);
+the view and the consumer render the same partials with them.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from django.shortcuts import render
+
+from admin_panel.auth import admin_required
+from admin_panel.charts import line_chart
+from admin_panel.history import History, Point, get_history
+from inference import metrics
+from inference.pool.memory import format_bytes
+
+MiB = 2**20
+CHART_WIDTH, CHART_HEIGHT = 600, 200
+
+
+@admin_required
+def status(request):
+    history = get_history()
+    context = dict(cards_context(history), **charts_context(history))
+    return render(request, "admin_panel/status.html", context)
+
+
+def cards_context(history: History) -> dict:
+    """The cards: gauges and totals read now, rates from the last points."""
+    now = metrics.totals()
+    points = history.points()
+    latest = points[-1] if points else None
+    used, limit = now.model_memory_used, now.model_memory_limit
+    looked = now.lookup_tokens
+    ttft = _last(points, "ttft_p50")
+    return {
+        "serves_models": now.serves_models,
+        "models": [{"id": i, "memory": format_bytes(m["memory_bytes"]), "running": m["running"],
+                    "waiting": m["waiting"]} for i, m in sorted(now.models.items())],
+        "memory_used": format_bytes(used) if used is not None else "–",
+        "memory_limit": format_bytes(limit),
+        "memory_percent": None if not limit or used is None else min(100.0, 100.0 * used / limit),
+        "process_memory": format_bytes(now.process_memory) if now.process_memory is not None else "–",
+        "process_limit": format_bytes(now.process_memory_limit),
+        "running": now.running, "waiting": now.waiting, "in_flight": now.api_in_flight,
+        "requests": now.generations,
+        "tokens_per_second": _fixed(latest.tokens_per_second if latest else None, 1),
+        "ttft_p50": _ms(ttft[0] if ttft else None),
+        "ttft_p95": _ms(ttft[1].ttft_p95 if ttft else None),
+        "ttft_age": None if ttft is None else int(now.at - ttft[1].at),
+        "hot_hit_rate": _percent(now.hot_hit_tokens / looked if looked else None),
+        "cold_hit_rate": _percent(now.cold_hit_tokens / looked if looked else None),
+        "tokens_saved": f"{now.hot_hit_tokens + now.cold_hit_tokens:,}",
+        "lookup_tokens": f"{looked:,}",
+        "interval": int(history.interval),
+    }
+
+
+def charts_context(history: History) -> dict:
+    """The charts of the last hour, and the time of their last point (the consumer re-sends them
+    when it changes)."""
+    points = history.points()
+
+    def series(name: str, value) -> tuple:
+        return name, [(p.at, value(p)) for p in points]
+
+    def chart(series_list: List[tuple], title: str, y_label: str):
+        return line_chart(series_list, title=title, y_label=y_label, width=CHART_WIDTH, height=CHART_HEIGHT)
+
+    return {
+        "charts_at": points[-1].at if points else 0,
+        "charts": [
+            chart([series("model memory", lambda p: _mib(p.model_memory_used)),
+                   series("process RSS", lambda p: _mib(p.process_memory))],
+                  "Memory", "MiB"),
+            chart([series("running", lambda p: p.running), series("waiting", lambda p: p.waiting),
+                   series("API in flight", lambda p: p.in_flight)],
+                  "Requests", "requests"),
+            chart([series("generated", lambda p: p.tokens_per_second)], "Tokens per second", "tok/s"),
+            chart([series("p50", lambda p: _scaled(p.ttft_p50, 1000)),
+                   series("p95", lambda p: _scaled(p.ttft_p95, 1000))],
+                  "Time to first token", "ms"),
+            chart([series("hot", lambda p: _scaled(p.hot_hit_rate, 100)),
+                   series("cold", lambda p: _scaled(p.cold_hit_rate, 100))],
+                  "Cache hit rate (prompt tokens)", "%"),
+            chart([series("tokens saved", lambda p: p.tokens_saved)], "Prompt tokens from the cache", "tokens"),
+        ],
+    }
+
+
+def _last(points: List[Point], field: str) -> Optional[tuple]:
+    """(value, point) of the newest point where ``field`` was measured."""
+    for point in reversed(points):
+        value = getattr(point, field)
+        if value is not None:
+            return value, point
+    return None
+
+
+def _mib(n: Optional[int]) -> Optional[float]:
+    return None if n is None else n / MiB
+
+
+def _scaled(value: Optional[float], factor: float) -> Optional[float]:
+    return None if value is None else value * factor
+
+
+def _fixed(value: Optional[float], digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _ms(seconds: Optional[float]) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _percent(share: Optional[float]) -> str:
+    return "–" if share is None else f"{share * 100:.1f}%"
