@@ -93,9 +93,11 @@ def _legend(names: Iterable[str], width: int) -> List[str]:
 
 def line_chart(series: Sequence[Series], *, title: str = "", y_label: str = "",
                x_labels: Optional[Union[Dict[Number, str], Sequence[Tuple[Number, str]]]] = None,
-               width: int = 640, height: int = 200, y_min: Optional[Number] = 0) -> SafeString:
+               width: int = 640, height: int = 200, y_min: Optional[Number] = 0,
+               x_range: Optional[Tuple[Number, Number]] = None) -> SafeString:
     """Lines through each series' (x, y) points (a None y breaks the line); x values above 1e9
-    are read as unix times (ticks as HH:MM). ``x_labels`` replaces the automatic x ticks."""
+    are read as unix times (ticks as HH:MM). ``x_labels`` replaces the automatic x ticks;
+    ``x_range`` (low, high) fixes the x axis (several charts of one time window line up)."""
     xs = [x for _, pts in series for x, y in pts if y is not None]
     ys = [y for _, pts in series for x, y in pts if y is not None]
     count = len(ys)
@@ -106,6 +108,8 @@ def line_chart(series: Sequence[Series], *, title: str = "", y_label: str = "",
         y_lo = min(ys) if y_min is None else min(float(y_min), min(ys))
         y_hi = max(ys)
         x_lo, x_hi = min(xs), max(xs)
+    if x_range is not None:
+        x_lo, x_hi = x_range
     if x_hi == x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
     y_ticks = nice_ticks(y_lo, y_hi)

@@ -46,6 +46,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         from inference.huey_consumer import start_embedded_consumer
 
         consumer = start_embedded_consumer()
+    from admin_panel.history import get_history
+
+    get_history()  # the admin Status page's charts start now (a daemon thread, a point every 5 s)
     if settings.OMLX_REDIS_URL:
         logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
                     settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")

@@ -80,3 +80,19 @@ async def _websocket(pool):
             break
     assert re.search(r'id="status-loaded-count">1<', message)
     await comm.disconnect()
+
+
+def test_charts_share_the_window_and_label_seconds():
+    from admin_panel.charts import line_chart
+    from admin_panel.views.status import time_labels
+
+    start = 1_800_000_000.0
+    labels = time_labels([start, start + 60])
+    assert len(labels) == 5 and labels[0][0] == start and labels[-1][0] < start + 60
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d", text) for _, text in labels)
+    assert all(len(text) == 5 for _, text in time_labels([start, start + 3600]))
+    assert time_labels([start]) is None
+    # a series measured only at the end still spans the whole window: its point is at the right edge
+    svg = line_chart([("x", [(start, None), (start + 60, 1.0)])], x_range=(start, start + 60), width=640,
+                     x_labels=labels)
+    assert re.search(r'<circle cx="628\.0"', svg)  # 640 - the right padding

@@ -6,6 +6,7 @@ the view and the consumer render the same partials with them.
 """
 from __future__ import annotations
 
+import time
 from typing import List, Optional
 
 from django.shortcuts import render
@@ -66,8 +67,13 @@ def charts_context(history: History) -> dict:
     def series(name: str, value) -> tuple:
         return name, [(p.at, value(p)) for p in points]
 
+    times = [p.at for p in points]
+    x_range = (times[0], times[-1]) if len(times) > 1 else None  # every chart over the same window
+    x_labels = time_labels(times)
+
     def chart(series_list: List[tuple], title: str, y_label: str):
-        return line_chart(series_list, title=title, y_label=y_label, width=CHART_WIDTH, height=CHART_HEIGHT)
+        return line_chart(series_list, title=title, y_label=y_label, x_labels=x_labels, x_range=x_range,
+                          width=CHART_WIDTH, height=CHART_HEIGHT)
 
     return {
         "charts_at": points[-1].at if points else 0,
@@ -88,6 +94,18 @@ def charts_context(history: History) -> dict:
             chart([series("tokens saved", lambda p: p.tokens_saved)], "Prompt tokens from the cache", "tokens"),
         ],
     }
+
+
+def time_labels(times: List[float], count: int = 5) -> Optional[List[tuple]]:
+    """``count`` x ticks over ``times`` (unix times), from the first on, the right edge left free
+    (a label there would be cut): HH:MM:SS while the span is under ten minutes (HH:MM ticks would
+    repeat), else HH:MM. None (the chart's own ticks) without a span."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return None
+    first, span = times[0], times[-1] - times[0]
+    fmt = "%H:%M:%S" if span < 600 else "%H:%M"
+    ticks = [first + span * i / count for i in range(count)]
+    return [(t, time.strftime(fmt, time.localtime(t))) for t in ticks]
 
 
 def _last(points: List[Point], field: str) -> Optional[tuple]:
