@@ -41,7 +41,8 @@ def request_metrics(get_response):
     from inference import metrics
 
     def count(request, response) -> None:
-        metrics.HTTP_REQUESTS.labels(_endpoint(request), request.method, str(response.status_code)).inc()
+        method = request.method if request.method in _METHODS else "other"
+        metrics.HTTP_REQUESTS.labels(_endpoint(request), method, str(response.status_code)).inc()
 
     if iscoroutinefunction(get_response):
         async def middleware(request):
@@ -58,12 +59,13 @@ def request_metrics(get_response):
 
 def _endpoint(request) -> str:
     """A bounded label: the matched route pattern; static files and unknown paths each as one."""
+    if request.path.startswith("/static/"):
+        return "/static/"
     match = getattr(request, "resolver_match", None)
     if match is not None and match.route:
         return "/" + _NINJA_PARAM.sub(r"{\1}", match.route)
-    if request.path.startswith("/static/"):
-        return "/static/"
     return "(unmatched)"
 
 
 _NINJA_PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
+_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}

@@ -181,8 +181,17 @@ def test_unload_is_counted_and_counters_stay_monotonic(server, client):
         before.value("omlx_cache_hit_tokens_total", model="tiny", tier="cold")
 
 
-def test_metrics_route_is_counted(server):
+def test_labels_stay_bounded(server):
     before = scrape(server)
+    assert httpx.get(server.url + "/static/admin_panel/admin.css").status_code == 200
+    assert httpx.get(server.url + "/static/no/such/file.css").status_code == 404
+    httpx.request("BREW", server.url + "/v1/models", headers={"x-api-key": KEY})
     after = scrape(server)
-    assert after.value("omlx_http_requests_total", endpoint="/metrics", method="GET", status="200") == \
-        before.value("omlx_http_requests_total", endpoint="/metrics", method="GET", status="200") + 1
+
+    def delta(**labels):
+        return after.value("omlx_http_requests_total", **labels) - before.value("omlx_http_requests_total", **labels)
+
+    assert delta(endpoint="/metrics", method="GET", status="200") == 1  # the first scrape
+    assert delta(endpoint="/static/", status="200") == 1 and delta(endpoint="/static/", status="404") == 1
+    assert delta(endpoint="/v1/models", method="other") == 1
+    assert not after.has("omlx_http_requests_total", method="BREW")
