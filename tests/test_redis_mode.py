@@ -161,6 +161,28 @@ def test_stream_and_non_stream_agree_across_processes(client, worker, server):
     assert not any("omlx.engine: loaded" in line for line in server.output)
 
 
+def test_metrics_of_the_server_in_redis_mode(client, server):
+    """The server measures what passes through it (tokens, TTFT); it has no engines of its own, so
+    the engine-side series are absent (docs/metrics.md)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape():
+        text = httpx.get(server.url + "/metrics", timeout=60).text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
+
+    before = scrape()
+    reply = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=5, extra_body={"ignore_eos": True})
+    after = scrape()
+    key = ("omlx_generation_tokens_total", (("model", "tiny"),))
+    assert after[key] - before.get(key, 0) == reply.usage.completion_tokens == 5
+    ttft = ("omlx_time_to_first_token_seconds_count", (("model", "tiny"),))
+    assert after[ttft] - before.get(ttft, 0) == 1
+    names = {name for name, _ in after}
+    assert "omlx_http_requests_total" in names
+    assert not names & {"omlx_models_loaded", "omlx_requests_running", "omlx_cache_hit_tokens_total"}
+
+
 def test_concurrent_streams_keep_their_order(client):
     from concurrent.futures import ThreadPoolExecutor
 
