@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-import time
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Deque, Dict, List, Optional

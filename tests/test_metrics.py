@@ -45,6 +45,10 @@ class Scrape:
     def has(self, name, **labels) -> bool:
         return bool(self._find(name, labels))
 
+    def since(self, before: "Scrape", name, **labels) -> float:
+        """How much a series grew since the ``before`` scrape."""
+        return self.value(name, **labels) - before.value(name, **labels)
+
 
 def scrape(server) -> Scrape:
     response = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"})
@@ -77,10 +81,11 @@ def test_requests_tokens_and_latencies(server, client):
     after = scrape(server)
 
     def delta(name, **labels):
-        return after.value(name, **labels) - before.value(name, **labels)
+        return after.since(before, name, **labels)
 
     assert delta("omlx_http_requests_total", endpoint=CHAT, method="POST", status="200") == 2
-    assert delta("omlx_generation_tokens_total", model="tiny") == plain.usage.completion_tokens + usage.completion_tokens == 11
+    assert plain.usage.completion_tokens + usage.completion_tokens == 11
+    assert delta("omlx_generation_tokens_total", model="tiny") == 11
     assert delta("omlx_prompt_tokens_total", model="tiny") == plain.usage.prompt_tokens + usage.prompt_tokens
     assert delta("omlx_generations_total", model="tiny", finish_reason="length") == 2
     assert delta("omlx_time_to_first_token_seconds_count", model="tiny") == 2
@@ -104,16 +109,15 @@ def test_errors_are_counted_by_status(server, client):
     bad = httpx.post(server.url + CHAT, content=b"{not json", headers={"Authorization": f"Bearer {KEY}",
                                                                       "Content-Type": "application/json"})
     assert bad.status_code == 400
-    assert httpx.post(server.url + CHAT, json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}).status_code == 401  # no key
+    no_key = httpx.post(server.url + CHAT, json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    assert no_key.status_code == 401
     assert httpx.get(server.url + "/v1/no/such/route", headers={"x-api-key": KEY}).status_code == 404
     after = scrape(server)
     for status in ("404", "400", "401"):
-        assert after.value("omlx_http_requests_total", endpoint=CHAT, method="POST", status=status) - \
-            before.value("omlx_http_requests_total", endpoint=CHAT, method="POST", status=status) == 1
-    assert after.value("omlx_http_requests_total", endpoint="(unmatched)", status="404") - \
-        before.value("omlx_http_requests_total", endpoint="(unmatched)", status="404") == 1
+        assert after.since(before, "omlx_http_requests_total", endpoint=CHAT, method="POST", status=status) == 1
+    assert after.since(before, "omlx_http_requests_total", endpoint="(unmatched)", status="404") == 1
     assert not after.has("omlx_generation_tokens_total", model="no-such-model")  # no series for it
-    assert after.value("omlx_generation_tokens_total", model="tiny") == before.value("omlx_generation_tokens_total", model="tiny")
+    assert after.since(before, "omlx_generation_tokens_total", model="tiny") == 0
 
 
 def test_cache_hits_are_counted(server, client):
@@ -124,15 +128,11 @@ def test_cache_hits_are_counted(server, client):
     after = scrape(server)
     cached = again.usage.prompt_tokens_details.cached_tokens
     assert cached > 0
-    hot = after.value("omlx_cache_hit_tokens_total", model="tiny", tier="hot") - \
-        before.value("omlx_cache_hit_tokens_total", model="tiny", tier="hot")
+    hot = after.since(before, "omlx_cache_hit_tokens_total", model="tiny", tier="hot")
     assert hot >= cached
-    assert after.value("omlx_prompt_cached_tokens_total", model="tiny") - \
-        before.value("omlx_prompt_cached_tokens_total", model="tiny") >= cached
-    looked = after.value("omlx_cache_lookup_tokens_total", model="tiny") - \
-        before.value("omlx_cache_lookup_tokens_total", model="tiny")
-    missed = after.value("omlx_cache_miss_tokens_total", model="tiny", tier="hot") - \
-        before.value("omlx_cache_miss_tokens_total", model="tiny", tier="hot")
+    assert after.since(before, "omlx_prompt_cached_tokens_total", model="tiny") >= cached
+    looked = after.since(before, "omlx_cache_lookup_tokens_total", model="tiny")
+    missed = after.since(before, "omlx_cache_miss_tokens_total", model="tiny", tier="hot")
     assert looked == hot + missed > 0
 
 
@@ -144,7 +144,7 @@ def test_queue_depth_while_a_request_runs(server, client):
     finally:
         stream.close()  # the client goes: the request is aborted
     assert during.value("omlx_api_requests_in_flight", model="tiny") >= 1
-    assert during.value("omlx_requests_running", model="tiny") + during.value("omlx_requests_waiting", model="tiny") >= 1
+    assert sum(during.value(name, model="tiny") for name in ("omlx_requests_running", "omlx_requests_waiting")) >= 1
     assert wait_until_idle(server)  # the abort reaches the engine: the gauges go back to 0
 
 
@@ -165,8 +165,7 @@ def test_unload_is_counted_and_counters_stay_monotonic(server, client):
     response = httpx.post(server.url + "/v1/models/tiny/unload", headers={"x-api-key": KEY})
     assert response.status_code == 200, response.text
     unloaded = scrape(server)
-    assert unloaded.value("omlx_model_unloads_total", model="tiny", reason="manual") == \
-        before.value("omlx_model_unloads_total", model="tiny", reason="manual") + 1
+    assert unloaded.since(before, "omlx_model_unloads_total", model="tiny", reason="manual") == 1
     assert unloaded.value("omlx_models_loaded") == 0
     assert not unloaded.has("omlx_model_memory_bytes", model="tiny")
     assert unloaded.value("omlx_http_requests_total", endpoint="/v1/models/{model_id}/unload", status="200") >= 1
@@ -175,10 +174,9 @@ def test_unload_is_counted_and_counters_stay_monotonic(server, client):
         assert unloaded.value(name, model="tiny") == before.value(name, model="tiny") > 0
     chat(client, "Warm up the model.", max_tokens=2)  # loads it again, and hits the cold tier
     reloaded = scrape(server)
-    assert reloaded.value("omlx_model_loads_total", model="tiny") == before.value("omlx_model_loads_total", model="tiny") + 1
-    assert reloaded.value("omlx_cache_lookups_total", model="tiny") == before.value("omlx_cache_lookups_total", model="tiny") + 1
-    assert reloaded.value("omlx_cache_hit_tokens_total", model="tiny", tier="cold") > \
-        before.value("omlx_cache_hit_tokens_total", model="tiny", tier="cold")
+    assert reloaded.since(before, "omlx_model_loads_total", model="tiny") == 1
+    assert reloaded.since(before, "omlx_cache_lookups_total", model="tiny") == 1
+    assert reloaded.since(before, "omlx_cache_hit_tokens_total", model="tiny", tier="cold") > 0
 
 
 def test_labels_stay_bounded(server):
@@ -189,7 +187,7 @@ def test_labels_stay_bounded(server):
     after = scrape(server)
 
     def delta(**labels):
-        return after.value("omlx_http_requests_total", **labels) - before.value("omlx_http_requests_total", **labels)
+        return after.since(before, "omlx_http_requests_total", **labels)
 
     assert delta(endpoint="/metrics", method="GET", status="200") == 1  # the first scrape
     assert delta(endpoint="/static/", status="200") == 1 and delta(endpoint="/static/", status="404") == 1

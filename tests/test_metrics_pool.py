@@ -25,7 +25,8 @@ def pool(tmp_path, model_dir):
     broken = models / "m-broken"
     shutil.copytree(model_dir("qwen2", "tiny"), broken)
     config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(dict(config, intermediate_size=config["intermediate_size"] * 2)))
+    config["intermediate_size"] *= 2  # the weights no longer fit the config: loading fails
+    (broken / "config.json").write_text(json.dumps(config))
     settings = {"max_concurrent_requests": 2, "hot_cache_max_size": "1MB", "cache_block_size": 16,
                 "paged_ssd_cache_dir": str(tmp_path / "cold")}
     probe = ModelPool([models], settings)

@@ -172,7 +172,8 @@ def test_metrics_of_the_server_in_redis_mode(client, server):
                 for f in text_string_to_metric_families(text) for s in f.samples}
 
     before = scrape()
-    reply = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=5, extra_body={"ignore_eos": True})
+    reply = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=5,
+                                           extra_body={"ignore_eos": True})
     after = scrape()
     key = ("omlx_generation_tokens_total", (("model", "tiny"),))
     assert after[key] - before.get(key, 0) == reply.usage.completion_tokens == 5

@@ -62,7 +62,8 @@ async def _websocket(pool):
     from channels.sessions import SessionMiddlewareStack
     from django.urls import path
 
-    app = SameOriginWebsocket(SessionMiddlewareStack(URLRouter([path("ws/admin/status/", StatusConsumer.as_asgi())])))
+    routes = URLRouter([path("ws/admin/status/", StatusConsumer.as_asgi())])
+    app = SameOriginWebsocket(SessionMiddlewareStack(routes))
     history = get_history()
     history.sample()
     comm = WebsocketCommunicator(app, "/ws/admin/status/")
