@@ -37,8 +37,8 @@ def admin_server(tmp_path_factory, model_dir):
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def browser():
+@pytest.fixture(scope="module")  # Playwright's sync API keeps an event loop running in this thread
+def browser():                    # while it lives: later tests' asyncio.run() would fail
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
                     "(Debian package chromium), or set OMLX_CHROMIUM")
