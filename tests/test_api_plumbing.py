@@ -78,7 +78,8 @@ def collect(job):
 
 def test_run_job_events(tiny_registry):
     events = collect(GenerationJob("job-1", "tiny", {"max_tokens": 3, "temperature": 0}, prompts=["hi"]))
-    assert events[0] == {"kind": "accepted", "prompt_tokens": [len(get_registry().engine("tiny").encode("hi"))]}
+    assert events[0] == {"kind": "accepted", "prompt_tokens": [len(get_registry().engine("tiny").encode("hi"))],
+                         "model": "tiny"}
     assert [e["index"] for e in events[1:]] == [0, 0, 0]
     assert events[-1]["finish_reason"] == "length"
     assert events[-1]["usage"]["completion_tokens"] == 3
