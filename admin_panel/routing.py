@@ -5,7 +5,13 @@ from urllib.parse import urlsplit
 
 from django.urls import path  # noqa: F401  (the pages' routes below use it)
 
-websocket_urlpatterns: list = []
+from admin_panel.consumers.chat import ChatConsumer  # noqa: E402
+from admin_panel.consumers.logs import LogsConsumer  # noqa: E402
+
+websocket_urlpatterns: list = [
+    path("ws/admin/chat/", ChatConsumer.as_asgi()),
+    path("ws/admin/logs/", LogsConsumer.as_asgi()),
+]
 
 
 class SameOriginWebsocket:

@@ -1,7 +1,7 @@
 """/admin/...: the console's pages and their htmx actions."""
 from django.urls import path
 
-from admin_panel.views import auth
+from admin_panel.views import auth, chat, logs
 
 app_name = "admin_panel"
 
@@ -9,4 +9,6 @@ urlpatterns = [
     path("", auth.index, name="index"),
     path("login/", auth.login, name="login"),
     path("logout/", auth.logout, name="logout"),
+    path("chat/", chat.chat, name="chat"),
+    path("logs/", logs.logs, name="logs"),
 ]

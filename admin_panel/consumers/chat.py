@@ -124,8 +124,7 @@ class ChatConsumer(AdminConsumer):
                         reasoning_shown = True
                     if event["text"]:
                         text.append(event["text"])
-                        html.append(format_html('<span id="answer-{}-text" hx-swap-oob="beforeend">{}</span>',
-                                                turn, event["text"]))
+                        html.append(_append_html(turn, "text", event["text"]))
                     if html:
                         await self._send_html("".join(html))
                     reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
@@ -192,9 +191,14 @@ class ChatConsumer(AdminConsumer):
             await self.send_html(html)
 
 
+def _append_html(turn: int, part: str, text: str) -> str:
+    """A fragment that appends ``text`` (escaped: a model can write HTML) to a part of an answer."""
+    return format_html('<span id="answer-{}-{}" hx-swap-oob="beforeend">{}</span>', turn, part, text)
+
+
 def _reasoning_html(turn: int, text: str, shown: bool) -> str:
     if shown:
-        return format_html('<span id="answer-{}-reasoning" hx-swap-oob="beforeend">{}</span>', turn, text)
+        return _append_html(turn, "reasoning", text)
     return format_html('<details id="answer-{0}-thinking" class="thinking"><summary>Reasoning</summary>'
                        '<span id="answer-{0}-reasoning" class="reasoning">{1}</span></details>', turn, text)
 
