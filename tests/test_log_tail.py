@@ -4,7 +4,7 @@ import json
 import logging
 import logging.handlers
 
-from admin_panel.log_tail import LogFollower, LogLine, log_files, parse_line, rotated_paths, tail
+from admin_panel.log_tail import LogLine, log_files, parse_line, rotated_paths, tail
 from omlx_site.json_log import JsonFormatter
 
 

@@ -22,7 +22,7 @@ from asgiref.sync import sync_to_async
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
-from admin_panel.chat import AnswerStats, ChatRequest, parse_form
+from admin_panel.chat import AnswerStats, parse_form
 from inference.api import handoff
 from inference.api.errors import ApiError
 from inference.api.responder import _start, _stop
@@ -86,15 +86,16 @@ class ChatConsumer(AdminConsumer):
         turn = self.turns
         job = GenerationJob(f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
                             messages=request.messages(self.history))
-        self.history.append({"role": "user", "content": request.message})
+        asked = {"role": "user", "content": request.message}
+        self.history.append(asked)
         await self._render("admin_panel/partials/chat_turn.html", turn=turn, message=request.message,
                            model=request.model)
         await self._render("admin_panel/partials/chat_message_box.html")
         self.job = job
-        self.task = asyncio.ensure_future(self._answer(job, request, turn))
+        self.task = asyncio.ensure_future(self._answer(job, asked, turn))
         await self._controls()
 
-    async def _answer(self, job: GenerationJob, request: ChatRequest, turn: int) -> None:
+    async def _answer(self, job: GenerationJob, asked: dict, turn: int) -> None:
         loop = asyncio.get_running_loop()
         sent = loop.time()
         text: List[str] = []
@@ -102,7 +103,8 @@ class ChatConsumer(AdminConsumer):
             try:
                 subscription = await _start(job)
             except ApiError as exc:
-                self.history.pop()  # the message was not answered: it does not stay in the conversation
+                # not answered: it does not stay in the conversation
+                self.history = [m for m in self.history if m is not asked]
                 await self._error(turn, exc.status, exc.message, kept=False)
                 return
             await self._render("admin_panel/partials/chat_status.html", turn=turn, status="Writing…")
