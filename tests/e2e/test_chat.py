@@ -1,9 +1,17 @@
 """The Chat page in Chromium against a live `omlx serve` (the Huey hand-off): an answer streams
 into its bubble over several websocket messages, then its numbers; the same conversation in a new
-chat comes from the hot tier; Stop ends a long answer."""
+chat comes from the hot tier; Stop ends a long answer; in Redis mode the worker process answers."""
+import os
 import re
+import shutil
+import sys
 
+import pytest
 from playwright.sync_api import expect
+
+from tests.conftest import ServerProcess
+from tests.e2e.conftest import API_KEY, login
+from tests.test_redis_mode import REDIS, Process, free_port
 
 # Records the answer's length after every websocket message, until its numbers arrive.
 RECORD = """turn => {
@@ -91,3 +99,50 @@ def test_stop_and_error_bubbles(page, admin_server, shot):
     send(page, "and now a short one")
     assert numbers(page, 3)["generated"] >= 1  # the socket lives on
     assert re.search(r"stopped", page.locator("#answer-1-stats").inner_text())
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory, model_dir):
+    """`omlx serve --redis-url` with no worker threads, and one `omlx worker` process that runs the
+    model (tests/test_redis_mode.py has the same setup for the API)."""
+    if REDIS is None:
+        pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
+    port = free_port()
+    redis = Process([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                     "--dir", str(tmp_path_factory.mktemp("redis"))], dict(os.environ), "Ready to accept connections")
+    url = f"redis://127.0.0.1:{port}/0"
+    models = tmp_path_factory.mktemp("redis-chat-models")
+    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
+    home = tmp_path_factory.mktemp("redis-chat-home")
+    server = ServerProcess(["--redis-url", url, "--model-dir", str(models), "--api-key", API_KEY], home)
+    server.api_key = API_KEY
+    env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), PYTHONUNBUFFERED="1")
+    env.pop("OMLX_API_KEY", None)
+    worker = Process([sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", url, "--model-dir",
+                      str(models)], env, "taking requests from")
+    yield server, worker
+    worker.stop()
+    server.stop()
+    redis.stop()
+
+
+def test_chat_in_redis_mode(browser, redis_server, shot):
+    """The answer is written by the worker process and reaches the page through Redis."""
+    server, worker = redis_server
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    try:
+        login(page, server)
+        open_chat(page, server)
+        send(page, "Hello from Redis mode")
+        stats = numbers(page, 1)
+        assert stats["generated"] >= 1 and page.locator("#answer-1-text").inner_text()
+        assert any("omlx.engine: loaded" in line for line in worker.output)
+        assert not any("omlx.engine: loaded" in line for line in server.output)
+        page.click("#chat-new")
+        send(page, "Hello from Redis mode")
+        assert numbers(page, 2)["hot"] > 0
+        shot(page, "chat-redis-mode")
+    finally:
+        context.close()
