@@ -54,7 +54,7 @@ class ChatConsumer(AdminConsumer):
         if action == "send":
             await self._send(data)
         elif action == "stop":
-            self._stop_answer()
+            await self._stop_answer()
         elif action == "new":
             await self._new_chat()
         else:
@@ -131,8 +131,8 @@ class ChatConsumer(AdminConsumer):
                         await self._send_html("".join(html))
                     reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
                 done = reason != "error"  # an abort ended the engine's request already
-            finally:
-                await _stop(job, subscription, done)
+            finally:  # shielded: a cancel (Stop's grace, the socket closing) must not cut the clean-up
+                await asyncio.shield(_stop(job, subscription, done))
             self.history.append({"role": "assistant", "content": "".join(text)})
             stats = AnswerStats.build(usage, reason, sent, first, last)
             await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=stats,
@@ -154,15 +154,16 @@ class ChatConsumer(AdminConsumer):
             if not self.closed:
                 await self._controls(running=False)
 
-    def _stop_answer(self) -> None:
+    async def _stop_answer(self) -> None:
         """Abort the answer being written; its last event (usage included) is awaited for a while."""
         if self.task is None or self.task.done() or self.stopping is not None:
             return
+        task, job = self.task, self.job
+        self.stopping = asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, task.cancel)
         try:
-            handoff.abort(self.job)
+            await asyncio.to_thread(handoff.abort, job)  # the Huey queue is a database write
         except Exception:
-            logger.exception("aborting %s failed", self.job.request_id)
-        self.stopping = asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self.task.cancel)
+            logger.exception("aborting %s failed", job.request_id)
 
     async def _new_chat(self) -> None:
         if self.task is not None and not self.task.done():
