@@ -51,6 +51,14 @@ def test_tail_filters_and_escaping(log_dir):
     assert htmx.startswith('<div id="log-view">') and htmx.count('<tr class="line') == 1
 
 
+def test_follow_is_on_until_the_form_turns_it_off(log_dir):
+    (log_dir / "server.log").write_text(line(1))
+    assert 'ws-connect="/ws/admin/logs/?file=server.log&amp;lines=200&amp;level=&amp;q="' in get()
+    assert "ws-connect" not in get("?lines=200&level=")  # the form sent without "follow"
+    assert 'ws-connect="/ws/admin/logs/?file=server.log&amp;lines=20&amp;level=ERROR&amp;q=x"' in get(
+        "?lines=20&level=error&q=x&follow=on")
+
+
 @pytest.mark.parametrize("query, message", [
     ("?lines=abc", "Lines must be a whole number from 1 to 5000"),
     ("?lines=0", "Lines must be a whole number from 1 to 5000"),
