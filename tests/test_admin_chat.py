@@ -18,6 +18,7 @@ from inference.model_registry import close_registry, get_registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+LONG = "Tell me a very long story."  # greedy, the tiny model repeats itself for all of 3000 tokens
 SYSTEM = "You are a terse assistant. Answer in one short line, and never use more words than needed."
 
 
@@ -210,7 +211,7 @@ def test_context_overflow_and_429_are_error_bubbles(chat):
 def test_stop_aborts_the_answer(chat):
     async def go():
         page = await open_page()
-        await page.send(max_tokens="3000", temperature="1")
+        await page.send(max_tokens="3000", system="", message=LONG)  # greedy: no end in sight
         await page.until(r'<span id="answer-1-text"')
         await page.send(action="stop")
         fragments = await page.until(r'id="answer-1-stats"[^>]*data-prompt')
@@ -227,7 +228,7 @@ def test_stop_aborts_the_answer(chat):
 def test_a_closed_socket_aborts_its_answer(chat):
     async def go():
         page = await open_page()
-        await page.send(max_tokens="3000", temperature="1")
+        await page.send(max_tokens="3000", system="", message=LONG)  # greedy: no end in sight
         await page.until(r'<span id="answer-1-text"')
         engine = get_registry().loaded("tiny")
         assert engine.num_active() == 1
