@@ -3,12 +3,16 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from django.urls import path  # noqa: F401  (the pages' routes below use it)
+from django.urls import path
 
+from admin_panel.consumers.chat import ChatConsumer
+from admin_panel.consumers.logs import LogsConsumer
 from admin_panel.consumers.status import StatusConsumer
 
 websocket_urlpatterns: list = [
     path("ws/admin/status/", StatusConsumer.as_asgi()),
+    path("ws/admin/chat/", ChatConsumer.as_asgi()),
+    path("ws/admin/logs/", LogsConsumer.as_asgi()),
 ]
 
 

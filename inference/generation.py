@@ -15,7 +15,9 @@ Events (plain dicts, the same over any channel layer):
         ``reasoning`` text, and ``tool_calls`` completed with this delta ([{"id", "name",
         "arguments"}], arguments as JSON text). The last delta of a choice has ``finish_reason``
         ("stop", "length", "tool_calls" when a normal stop came after tool calls, "abort",
-        "error") and ``usage`` ({"prompt_tokens", "completion_tokens", "cached_tokens"}).
+        "error") and ``usage`` ({"prompt_tokens", "completion_tokens", "cached_tokens",
+        "hot_cached_tokens", "cold_cached_tokens"}: cached = hot + cold, the prompt tokens whose KV
+        came from the hot tier (RAM) or the cold tier (SSD); the rest were computed).
 
 A chat job is rendered with the model's chat template (``inference.chat.template``) and each of
 its choices is parsed (``inference.chat.output``): tools are offered to the template unless
@@ -203,7 +205,17 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
 def _failed_delta(index: int, error: str) -> dict:
     return {"kind": "delta", "index": index, "text": "", "reasoning": "", "tool_calls": [],
             "token_ids": [], "logprobs": None, "finish_reason": "error", "error": error,
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}}
+            "usage": usage_dict(None)}
+
+
+def usage_dict(usage) -> dict:
+    """The ``usage`` of a final delta from the engine's ``Usage`` (None: all zero)."""
+    if usage is None:
+        return {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
+                "hot_cached_tokens": 0, "cold_cached_tokens": 0}
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "cached_tokens": usage.cached_tokens, "hot_cached_tokens": usage.hot_cached_tokens,
+            "cold_cached_tokens": usage.cold_cached_tokens}
 
 
 def chat_prompt(tokenizer, job: GenerationJob) -> Tuple[List[int], str]:
@@ -247,12 +259,10 @@ def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None,
                         extra={"request_id": request_id, "model": model, "finish_reason": event.finish_reason,
                                "prompt_tokens": event.usage.prompt_tokens,
                                "completion_tokens": event.usage.completion_tokens,
-                               "cached_tokens": event.usage.cached_tokens})
-        usage = None
-        if event.usage is not None:
-            usage = {"prompt_tokens": event.usage.prompt_tokens,
-                     "completion_tokens": event.usage.completion_tokens,
-                     "cached_tokens": event.usage.cached_tokens}
+                               "cached_tokens": event.usage.cached_tokens,
+                               "hot_cached_tokens": event.usage.hot_cached_tokens,
+                               "cold_cached_tokens": event.usage.cold_cached_tokens})
+        usage = usage_dict(event.usage) if event.usage is not None else None
         reason = event.finish_reason
         if parser is None:
             parsed = ParsedDelta(text=event.text)

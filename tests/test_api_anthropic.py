@@ -96,6 +96,8 @@ def test_raw_event_order(client, http):
     assert end["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
     assert end["usage"]["output_tokens"] == 6
     assert end["usage"]["input_tokens"] + end["usage"]["cache_read_input_tokens"] == count
+    assert set(end["usage"]) == {"input_tokens", "output_tokens", "cache_read_input_tokens",
+                                 "cache_creation_input_tokens"}
 
 
 def test_system_as_string_blocks_or_message(client):

@@ -76,6 +76,9 @@ def test_chat_completion_direct(api):
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] == 5
     assert "cached_tokens" in body["usage"]["prompt_tokens_details"]
+    # OpenAI's fields only: the hot/cold split of the generation events stays inside omlx
+    assert set(body["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+    assert set(body["usage"]["prompt_tokens_details"]) == {"cached_tokens"}
 
 
 def test_sse_framing(api):

@@ -155,11 +155,16 @@ def test_unloaded_model_prefix_comes_back_as_a_cold_hit(pool_dirs, monkeypatch):
         prompt = list(range(10, 90))  # 80 tokens: 5 blocks of 16
         first = run(pool, "a", prompt, monkeypatch, max_tokens=2, temperature=0)[-1]
         assert first["usage"]["cached_tokens"] == 0
+        assert first["usage"]["hot_cached_tokens"] == first["usage"]["cold_cached_tokens"] == 0
         assert pool.unload("a")
         again = run(pool, "a", prompt, monkeypatch, max_tokens=2, temperature=0)[-1]
         assert again["usage"]["cached_tokens"] >= 64
+        assert again["usage"]["cold_cached_tokens"] == again["usage"]["cached_tokens"]  # the split
+        assert again["usage"]["hot_cached_tokens"] == 0
         stats = pool.loaded("a").call(lambda e: e.prefix_cache.stats)
         assert stats.cold_hit_tokens >= 64 and stats.hot_hit_tokens == 0
+        hot = run(pool, "a", prompt, monkeypatch, max_tokens=2, temperature=0)[-1]["usage"]
+        assert hot["hot_cached_tokens"] >= 64 and hot["cached_tokens"] == hot["hot_cached_tokens"] + hot["cold_cached_tokens"]
     finally:
         monkeypatch.setattr(__import__("inference.pool", fromlist=["_pool"]), "_pool", None)
         pool.close()

@@ -37,8 +37,10 @@ def admin_server(tmp_path_factory, model_dir):
     server.stop()
 
 
-@pytest.fixture(scope="module")  # Playwright's sync API keeps an event loop running in this thread
-def browser():                    # while it lives: later tests' asyncio.run() would fail
+# Per module: Playwright's sync API keeps an event loop running in the main thread while it is open,
+# and tests after the browser tests call asyncio.run.
+@pytest.fixture(scope="module")
+def browser():
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
                     "(Debian package chromium), or set OMLX_CHROMIUM")

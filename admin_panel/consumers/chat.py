@@ -1,0 +1,207 @@
+"""The Chat page's websocket (ws/admin/chat/): a conversation with one model, its answers streamed
+token by token.
+
+Each message becomes a ``GenerationJob`` handed off exactly as the API does it
+(``inference.api.responder``: admission limits, the Huey queue or the direct hand-off, Redis
+workers), and the job's events come back over the channel layer. The conversation lives in this
+consumer: one per socket; "New chat" or a new socket starts an empty one.
+
+Messages from the page (the chat form's fields, ws-send): ``action`` "send" (or none: model,
+system, temperature, max_tokens, message), "stop" (abort the answer being written) or "new".
+Messages to the page: HTML fragments swapped in by id (partials/chat_*.html); the answer's text is
+appended to its bubble (hx-swap-oob="beforeend"), escaped like all model output.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import List, Optional
+
+from asgiref.sync import sync_to_async
+from django.template.loader import render_to_string
+from django.utils.html import format_html
+
+from admin_panel.chat import AnswerStats, parse_form
+from inference.api import handoff
+from inference.api.errors import ApiError
+from inference.api.responder import _start, _stop
+from inference.generation import GenerationJob
+
+from . import AdminConsumer
+
+logger = logging.getLogger("omlx.admin")
+
+STOP_GRACE_SECONDS = 10.0  # after Stop, how long the engine's last event (with usage) is awaited
+
+
+class ChatConsumer(AdminConsumer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.history: List[dict] = []  # the conversation as chat messages (no system prompt)
+        self.turns = 0  # numbers the bubbles of this socket
+        self.job: Optional[GenerationJob] = None  # the answer being written
+        self.task: Optional[asyncio.Task] = None
+        self.stopping: Optional[asyncio.TimerHandle] = None
+        self.closed = False
+
+    async def joined(self) -> None:
+        await self._render("admin_panel/partials/chat_log.html")
+        await self._controls()
+
+    async def received(self, data: dict) -> None:
+        action = data.get("action") or "send"
+        if action == "send":
+            await self._send(data)
+        elif action == "stop":
+            await self._stop_answer()
+        elif action == "new":
+            await self._new_chat()
+        else:
+            await self._notice(f"Unknown action '{action}'.")
+
+    async def disconnect(self, code) -> None:
+        self.closed = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # the running job is aborted as the task unwinds (_stop)
+            await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _send(self, data: dict) -> None:
+        if self.task is not None and not self.task.done():
+            await self._notice("An answer is still being written: wait for it or press Stop.")
+            return
+        from inference.pool import get_pool
+
+        try:
+            # get_pool().resolve reads the model directory: not on the event loop
+            request = await sync_to_async(lambda: parse_form(data, get_pool().resolve), thread_sensitive=False)()
+        except ValueError as exc:
+            await self._notice(str(exc))
+            return
+        except Exception as exc:  # the model directory cannot be read
+            logger.exception("chat: checking the form failed")
+            await self._notice(f"The model list cannot be read: {exc}")
+            return
+        self.turns += 1
+        turn = self.turns
+        job = GenerationJob(f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
+                            messages=request.messages(self.history))
+        asked = {"role": "user", "content": request.message}
+        self.history.append(asked)
+        await self._render("admin_panel/partials/chat_turn.html", turn=turn, message=request.message,
+                           model=request.model)
+        await self._render("admin_panel/partials/chat_message_box.html")
+        self.job = job
+        self.task = asyncio.ensure_future(self._answer(job, asked, turn))
+        await self._controls()
+
+    async def _answer(self, job: GenerationJob, asked: dict, turn: int) -> None:
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        text: List[str] = []
+        try:
+            try:
+                subscription = await _start(job)
+            except ApiError as exc:
+                # not answered: it does not stay in the conversation
+                self.history = [m for m in self.history if m is not asked]
+                await self._error(turn, exc.status, exc.message, kept=False)
+                return
+            await self._render("admin_panel/partials/chat_status.html", turn=turn, status="Writing…")
+            first = last = None
+            usage, reason, error = None, None, None
+            done = False
+            reasoning_shown = False
+            try:
+                while reason is None:
+                    event = await subscription.receive()
+                    if event.get("kind") != "delta":
+                        continue
+                    if event["token_ids"]:
+                        last = loop.time()
+                        first = first or last
+                    html = []
+                    if event.get("reasoning"):
+                        html.append(_reasoning_html(turn, event["reasoning"], reasoning_shown))
+                        reasoning_shown = True
+                    if event["text"]:
+                        text.append(event["text"])
+                        html.append(_append_html(turn, "text", event["text"]))
+                    if html:
+                        await self._send_html("".join(html))
+                    reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
+                done = reason != "error"  # an abort ended the engine's request already
+            finally:  # shielded: a cancel (Stop's grace, the socket closing) must not cut the clean-up
+                await asyncio.shield(_stop(job, subscription, done))
+            self.history.append({"role": "assistant", "content": "".join(text)})
+            stats = AnswerStats.build(usage, reason, sent, first, last)
+            await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=stats,
+                               stopped=reason == "abort")
+            if reason == "error":
+                await self._error(turn, 500, f"Generation failed: {error or reason}", kept=True)
+        except asyncio.CancelledError:  # the socket closed, or Stop found no answer in time
+            if not self.closed:
+                self.history.append({"role": "assistant", "content": "".join(text)})
+                await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=None, stopped=True)
+        except Exception as exc:
+            logger.exception("chat answer %s failed", job.request_id)
+            await self._error(turn, 500, f"The answer failed: {exc}", kept=True)
+        finally:
+            if self.stopping is not None:
+                self.stopping.cancel()
+                self.stopping = None
+            self.job = None
+            if not self.closed:
+                await self._controls(running=False)
+
+    async def _stop_answer(self) -> None:
+        """Abort the answer being written; its last event (usage included) is awaited for a while."""
+        if self.task is None or self.task.done() or self.stopping is not None:
+            return
+        task, job = self.task, self.job
+        self.stopping = asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, task.cancel)
+        try:
+            await asyncio.to_thread(handoff.abort, job)  # the Huey queue is a database write
+        except Exception:
+            logger.exception("aborting %s failed", job.request_id)
+
+    async def _new_chat(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        self.history = []
+        await self._render("admin_panel/partials/chat_log.html")
+        await self._controls(running=False)
+
+    async def _controls(self, running: Optional[bool] = None) -> None:
+        if running is None:
+            running = self.task is not None and not self.task.done()
+        await self._render("admin_panel/partials/chat_controls.html", running=running)
+
+    async def _notice(self, message: str) -> None:
+        """A problem with what the page sent: shown in the conversation, nothing is kept."""
+        await self._render("admin_panel/partials/chat_notice.html", message=message)
+
+    async def _error(self, turn: int, status: int, message: str, kept: bool) -> None:
+        await self._render("admin_panel/partials/chat_error.html", turn=turn, status=status, message=message,
+                           kept=kept)
+
+    async def _render(self, template: str, **context) -> None:
+        await self._send_html(render_to_string(template, context))
+
+    async def _send_html(self, html: str) -> None:
+        if not self.closed:
+            await self.send_html(html)
+
+
+def _append_html(turn: int, part: str, text: str) -> str:
+    """A fragment that appends ``text`` (escaped: a model can write HTML) to a part of an answer."""
+    return format_html('<span id="answer-{}-{}" hx-swap-oob="beforeend">{}</span>', turn, part, text)
+
+
+def _reasoning_html(turn: int, text: str, shown: bool) -> str:
+    if shown:
+        return _append_html(turn, "reasoning", text)
+    return format_html('<details id="answer-{0}-thinking" class="thinking"><summary>Reasoning</summary>'
+                       '<span id="answer-{0}-reasoning" class="reasoning">{1}</span></details>', turn, text)
+

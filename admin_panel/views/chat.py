@@ -1,0 +1,17 @@
+"""/admin/chat/: talk to a model; the conversation runs over the page's websocket
+(admin_panel/consumers/chat.py)."""
+from __future__ import annotations
+
+from django.shortcuts import render
+
+from admin_panel.auth import admin_required
+
+
+@admin_required
+def chat(request):
+    from inference.pool import get_pool
+
+    pool = get_pool()
+    models = [{"id": model_id, "loaded": pool.loaded(model_id) is not None} for model_id in pool.ids()]
+    selected = request.GET.get("model") or next((m["id"] for m in models if m["loaded"]), None)
+    return render(request, "admin_panel/chat.html", {"models": models, "selected": selected})
