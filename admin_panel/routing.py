@@ -5,7 +5,11 @@ from urllib.parse import urlsplit
 
 from django.urls import path  # noqa: F401  (the pages' routes below use it)
 
-websocket_urlpatterns: list = []
+from admin_panel.consumers.benchmark import BenchmarkConsumer  # noqa: E402
+
+websocket_urlpatterns: list = [
+    path("ws/admin/benchmark/<int:run_id>/", BenchmarkConsumer.as_asgi()),
+]
 
 
 class SameOriginWebsocket:

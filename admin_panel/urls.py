@@ -1,7 +1,7 @@
 """/admin/...: the console's pages and their htmx actions."""
 from django.urls import path
 
-from admin_panel.views import auth
+from admin_panel.views import auth, benchmark
 
 app_name = "admin_panel"
 
@@ -9,4 +9,8 @@ urlpatterns = [
     path("", auth.index, name="index"),
     path("login/", auth.login, name="login"),
     path("logout/", auth.logout, name="logout"),
+    path("benchmark/", benchmark.page, name="benchmark"),
+    path("benchmark/runs/<int:run_id>/", benchmark.run_detail, name="benchmark_run"),
+    path("benchmark/runs/<int:run_id>/delete/", benchmark.run_delete, name="benchmark_delete"),
+    path("benchmark/compare/", benchmark.compare, name="benchmark_compare"),
 ]

@@ -181,3 +181,141 @@ def test_cli_help():
     for flag in ("--url", "--model", "--api-key", "--concurrency", "--prompt-tokens", "--gen-tokens", "--repeats",
                  "--output", "--plot", "--preset"):
         assert flag in out.stdout
+
+
+def test_cli_refused_key(tmp_path, bench_server):
+    out = omlx_bench(tmp_path, "--url", bench_server.url, "--model", "tiny", "--api-key", "wrong")
+    assert out.returncode == 1 and "refused the API key (HTTP 401" in out.stderr, out.stderr
+    out = omlx_bench(tmp_path, "--url", bench_server.url, "--model", "tiny")  # no key at all
+    assert out.returncode == 1 and "refused the API key" in out.stderr, out.stderr
+
+
+# -- the Benchmark page's Huey task, through a live server ---------------------------------------
+
+API_KEY = "bench-key"
+
+
+def db_rows(home, sql="SELECT id, status, error, results, settings, progress_done, progress_total "
+                      "FROM admin_panel_benchmarkrun ORDER BY id"):
+    with sqlite3.connect(home / "omlx.sqlite3") as db:
+        return db.execute(sql).fetchall()
+
+
+def insert_run(home, status):
+    with sqlite3.connect(home / "omlx.sqlite3") as db:
+        cursor = db.execute(
+            "INSERT INTO admin_panel_benchmarkrun (created, status, model, target, settings, error, progress_done, "
+            "progress_total, progress_message) VALUES (datetime('now'), ?, 'tiny', 'local', ?, '', 0, 7, '')",
+            (status, json.dumps(SMALL.to_dict())))
+        return cursor.lastrowid
+
+
+@pytest.fixture(scope="module")
+def bench_server(tmp_path_factory, model_dir):
+    """A live `omlx serve` with an API key, started on a database that holds a run left "running"
+    and one left "queued" by a previous server (``interrupted``: their ids)."""
+    import shutil
+
+    home = tmp_path_factory.mktemp("bench-home")
+    models = tmp_path_factory.mktemp("bench-models")
+    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
+    env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"))
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], env=env, check=True, timeout=300)
+    interrupted = [insert_run(home, "running"), insert_run(home, "queued")]
+    server = ServerProcess(["--model-dir", str(models), "--api-key", API_KEY], home)
+    server.home, server.interrupted = home, interrupted
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def admin(bench_server):
+    """An httpx client logged in to the console; ``post`` sends the CSRF header as htmx does."""
+    client = httpx.Client(base_url=bench_server.url, timeout=60)
+    client.get("/admin/login/")
+    response = client.post("/admin/login/", data={"api_key": API_KEY, "csrfmiddlewaretoken": client.cookies["omlx_csrftoken"],
+                                                  "next": "/admin/benchmark/"},
+                           headers={"Referer": bench_server.url + "/admin/login/"})
+    assert response.status_code == 302, response.text
+    client.headers.update({"X-CSRFToken": client.cookies["omlx_csrftoken"], "Referer": bench_server.url + "/admin/benchmark/",
+                           "HX-Request": "true"})
+    yield client
+    client.close()
+
+
+def wait_for_status(home, run_id, statuses=("done", "failed"), timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = next(r for r in db_rows(home) if r[0] == run_id)
+        if row[1] in statuses:
+            return row
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} still {row[1]} after {timeout} s")
+
+
+FORM = {"model": "tiny", "preset": "small", "concurrency": "1,2", "prompt_tokens": "32", "gen_tokens": "4",
+        "repeats": "1"}
+
+
+def test_interrupted_runs_marked_failed_at_start(bench_server):
+    rows = {r[0]: r for r in db_rows(bench_server.home)}
+    for run_id in bench_server.interrupted:
+        assert rows[run_id][1] == "failed" and rows[run_id][2].startswith("interrupted"), rows[run_id]
+    assert any("marked failed (interrupted)" in line for line in bench_server.output)
+
+
+def test_page_runs_the_benchmark_task(bench_server, admin):
+    assert httpx.get(bench_server.url + "/admin/benchmark/").status_code == 302  # not logged in
+    page = admin.get("/admin/benchmark/")
+    assert page.status_code == 200 and 'name="model"' in page.text and ">tiny<" in page.text
+    started = admin.post("/admin/benchmark/", data=FORM)
+    assert started.status_code == 200, started.text
+    run_id = max(r[0] for r in db_rows(bench_server.home))
+    assert f"Benchmark #{run_id} of tiny queued" in started.text
+    assert f'ws-connect="/ws/admin/benchmark/{run_id}/"' in started.text  # the page follows it live
+    row = wait_for_status(bench_server.home, run_id)
+    assert row[1] == "done" and row[2] == "", row
+    settings = BenchSettings(concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1,
+                             cache_prompt_tokens=128, cached_repeats=2)
+    check_results(json.loads(row[3]), settings)
+    assert json.loads(row[4])["preset"] == "small+custom" and row[5] == row[6] == settings.total_steps()
+    assert json.loads(row[3])["target"]["kind"] == "local"
+    # the finished run: its page fragment has the tables and charts, no socket
+    shown = admin.get(f"/admin/benchmark/runs/{run_id}/")
+    assert shown.status_code == 200 and 'id="bench-prefill"' in shown.text and "ws-connect" not in shown.text
+    assert shown.text.count('class="chart"') == 3
+    # a second run, then both compared
+    assert admin.post("/admin/benchmark/", data=FORM).status_code == 200
+    second = max(r[0] for r in db_rows(bench_server.home))
+    assert wait_for_status(bench_server.home, second)[1] == "done"
+    compared = admin.get("/admin/benchmark/compare/", params={"runs": [run_id, second]})
+    assert compared.status_code == 200 and f"#{run_id} tiny" in compared.text and f"#{second} tiny" in compared.text
+    assert compared.text.count('class="chart"') == 3
+    assert admin.get("/admin/benchmark/compare/", params={"runs": [run_id]}).status_code == 400
+    # the API still answers while nothing runs, and the run can be deleted
+    deleted = admin.post(f"/admin/benchmark/runs/{second}/delete/")
+    assert deleted.status_code == 200 and f"bench-run-{second}" not in deleted.text
+    assert second not in [r[0] for r in db_rows(bench_server.home)]
+
+
+def test_page_refuses_bad_values_and_a_second_run(bench_server, admin):
+    cases = [({"model": ""}, "Choose a model."),
+             ({"model": "nope"}, "The model &#x27;nope&#x27; does not exist"),
+             ({"concurrency": "1,x"}, "give integers separated by commas"),
+             ({"gen_tokens": "1"}, "gen tokens=1: must be an integer in [2, 100000]"),
+             ({"repeats": "two"}, "repeats: &#x27;two&#x27; is not a whole number"),
+             ({"preset": "huge"}, "Unknown preset")]
+    for change, message in cases:
+        response = admin.post("/admin/benchmark/", data=dict(FORM, **change))
+        assert response.status_code == 400 and message in response.text, (change, response.text)
+        assert 'id="bench-form-error"' in response.text
+    busy = insert_run(bench_server.home, "running")
+    response = admin.post("/admin/benchmark/", data=FORM)
+    assert response.status_code == 400 and f"Benchmark #{busy} (tiny) is running" in response.text
+    response = admin.post(f"/admin/benchmark/runs/{busy}/delete/")
+    assert response.status_code == 409 and "is running" in response.text
+    with sqlite3.connect(bench_server.home / "omlx.sqlite3") as db:
+        db.execute("UPDATE admin_panel_benchmarkrun SET status = 'failed' WHERE id = ?", (busy,))
+    assert admin.post(f"/admin/benchmark/runs/{busy}/delete/").status_code == 200
+    assert admin.post("/admin/benchmark/runs/999999/delete/").status_code == 404
+    assert admin.get("/admin/benchmark/runs/999999/").status_code == 404
