@@ -3,8 +3,9 @@
 One run, in this order (every prompt starts with a random nonce, so no cache can help except
 where the cached scenario wants it):
 
-1. warm-up: one request (loads the model, compiles); it also measures tokens per word of the
-   filler text, so that prompts of N tokens can be written for any tokenizer, local or remote.
+1. warm-up: two requests (the first loads the model, compiles); their prompt token counts give
+   the tokens of the nonce and per word of the filler text, so that prompts of N tokens can be
+   written for any tokenizer, local or remote.
 2. prefill: at each concurrency c, ``repeats`` rounds of c prompts of ``prompt_tokens`` tokens
    sent at once with max_tokens 1. Per request: TTFT and prompt tokens / TTFT; per round:
    all prompt tokens / the time until the last first token (aggregate).
@@ -123,18 +124,27 @@ def parse_concurrency(text: str) -> List[int]:
 
 
 class _Prompts:
-    """Unique prompts of about N tokens of the target's tokenizer, from filler words."""
+    """Unique prompts of about N tokens of the target's tokenizer: a nonce, then filler words.
+    ``calibrate`` fits tokens = fixed + per_word * words from two measured prompts."""
 
     def __init__(self):
         self.tokens_per_word = 1.0
+        self.fixed_tokens = 0.0  # the nonce's tokens (and any the server adds, e.g. BOS)
 
     @staticmethod
     def words(count: int) -> str:
         return " ".join(_FILLER[i % len(_FILLER)] for i in range(max(1, count)))
 
+    def calibrate(self, words_a: int, tokens_a: int, words_b: int, tokens_b: int) -> None:
+        if tokens_a > 0 and tokens_b > tokens_a and words_b > words_a:
+            self.tokens_per_word = (tokens_b - tokens_a) / (words_b - words_a)
+            self.fixed_tokens = max(0.0, tokens_a - self.tokens_per_word * words_a)
+        elif tokens_b > 0:
+            self.tokens_per_word = tokens_b / (words_b + 1)
+
     def unique(self, tokens: int) -> str:
         nonce = secrets.token_hex(4)
-        return f"{nonce} {self.words(round(tokens / self.tokens_per_word))}"
+        return f"{nonce} {self.words(round((tokens - self.fixed_tokens) / self.tokens_per_word))}"
 
     def short(self) -> str:
         return f"{secrets.token_hex(4)} {self.words(_SHORT_PROMPT_WORDS)}"
@@ -230,10 +240,11 @@ def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Pr
     warm = target.generate([f"{secrets.token_hex(4)} {prompts.words(_CALIBRATION_WORDS)}"], 2, settings.ignore_eos)
     if warm[0].error is not None:
         raise TargetError(warm[0].error)
-    if warm[0].prompt_tokens:
-        prompts.tokens_per_word = warm[0].prompt_tokens / (_CALIBRATION_WORDS + 1)
+    short = target.generate([f"{secrets.token_hex(4)} {prompts.words(_SHORT_PROMPT_WORDS)}"], 1, False)
+    prompts.calibrate(_SHORT_PROMPT_WORDS, short[0].prompt_tokens if short[0].error is None else 0,
+                      _CALIBRATION_WORDS, warm[0].prompt_tokens)
     results["tokens_per_word"] = prompts.tokens_per_word
-    step("warmed up", warm)
+    step("warmed up", warm + short)
 
     for c in settings.concurrency:
         rounds = []

@@ -40,17 +40,17 @@ def results_context(results: Optional[dict]) -> dict:
     speed = charts.line_chart(
         [("prefill, aggregate", series(prefill, "aggregate")), ("decode, aggregate", series(decode, "aggregate")),
          ("decode, per stream", series(decode, "per_stream"))],
-        title="tokens/s by concurrency", y_label="tokens/s", x_labels=x_labels, width=560, height=240)
+        title="tokens/s", y_label="tokens/s", x_labels=x_labels, width=560, height=240)
     ttft = charts.line_chart(
         [(f"TTFT {q}", [(r["concurrency"], _ms(r["ttft_s"][q])) for r in prefill]) for q in ("p50", "p95", "p99")],
-        title="prefill time to first token (ms) by concurrency", y_label="ms", x_labels=x_labels,
+        title="prefill TTFT, ms", y_label="ms", x_labels=x_labels,
         width=560, height=240)
     quantiles = ("p50", "p95", "p99")
     cold = charts.bar_chart(
         list(quantiles),
         [("cold", [_ms(cache["cold"][q]) if cache else None for q in quantiles]),
          ("cached", [_ms(cache["cached"][q]) if cache else None for q in quantiles])],
-        title="time to first token (ms): cold vs cached", y_label="ms", width=560, height=240)
+        title="TTFT, ms", y_label="ms", width=560, height=240)
     return {"results": results, "prefill": prefill, "decode": decode, "cache": cache,
             "speed_chart": speed, "ttft_chart": ttft, "cache_chart": cold,
             "errors": results.get("errors") or []}
@@ -224,9 +224,9 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
             title=title, y_label="tokens/s", x_labels=x_labels, width=560, height=240)
 
     return {"runs": runs, "rows": rows,
-            "prefill_chart": overlay("prefill", "prefill tokens/s (aggregate) by concurrency"),
-            "decode_chart": overlay("decode", "decode tokens/s (aggregate) by concurrency"),
+            "prefill_chart": overlay("prefill", "prefill tokens/s"),
+            "decode_chart": overlay("decode", "decode tokens/s"),
             "cache_chart": charts.bar_chart(
                 names, [("cold", [_ms((c.get("cold") or {}).get("p50")) for c in caches]),
                         ("cached", [_ms((c.get("cached") or {}).get("p50")) for c in caches])],
-                title="TTFT p50 (ms): cold vs cached", y_label="ms", width=560, height=240)}
+                title="TTFT p50, ms", y_label="ms", width=560, height=240)}

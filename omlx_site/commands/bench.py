@@ -195,8 +195,9 @@ def print_summary(results: dict) -> None:
     print(f"omlx bench: {target['model']} ({where}), {results['started_at']}, "
           f"{results['duration_s']:.1f} s")
     _table(f"prefill: {s['prompt_tokens']}-token prompts, max_tokens 1",
-           ("concurrency", "requests", "errors", "TTFT p50 ms", "p95", "p99", "tok/s per request", "tok/s aggregate"),
-           [(r["concurrency"], r["requests"], r["errors"], _ms(r["ttft_s"]["p50"]), _ms(r["ttft_s"]["p95"]),
+           ("concurrency", "requests", "errors", "prompt tokens", "TTFT p50 ms", "p95", "p99", "tok/s per request",
+            "tok/s aggregate"),
+           [(r["concurrency"], r["requests"], r["errors"], r["prompt_tokens"], _ms(r["ttft_s"]["p50"]), _ms(r["ttft_s"]["p95"]),
              _ms(r["ttft_s"]["p99"]), _rate(r["tokens_per_s"]["per_stream"]), _rate(r["tokens_per_s"]["aggregate"]))
             for r in results["prefill"]])
     _table(f"decode: {s['gen_tokens']} tokens per stream{', ignore_eos' if s['ignore_eos'] else ''}",
