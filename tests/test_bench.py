@@ -319,3 +319,16 @@ def test_page_refuses_bad_values_and_a_second_run(bench_server, admin):
     assert admin.post(f"/admin/benchmark/runs/{busy}/delete/").status_code == 200
     assert admin.post("/admin/benchmark/runs/999999/delete/").status_code == 404
     assert admin.get("/admin/benchmark/runs/999999/").status_code == 404
+
+
+def test_api_is_served_while_a_benchmark_runs(bench_server, admin):
+    # A long run holds one of the server's two Huey worker threads; the API keeps the other.
+    form = dict(FORM, gen_tokens="400", repeats="4")
+    assert admin.post("/admin/benchmark/", data=form).status_code == 200
+    run_id = max(r[0] for r in db_rows(bench_server.home))
+    wait_for_status(bench_server.home, run_id, statuses=("running",))
+    response = httpx.post(bench_server.url + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"},
+                          json={"model": "tiny", "prompt": "hello", "max_tokens": 4}, timeout=60)
+    assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 4
+    assert next(r for r in db_rows(bench_server.home) if r[0] == run_id)[1] == "running"
+    assert wait_for_status(bench_server.home, run_id)[1] == "done"
