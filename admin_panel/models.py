@@ -7,8 +7,9 @@ class BenchmarkRun(models.Model):
 
     Life: queued (the page created it and queued the task) -> running (a worker took it;
     ``progress_*`` move) -> done (``results``: ``admin_panel.bench.run_benchmark``'s, kept to
-    compare runs) or failed (``error`` says why). A run found running when the server starts
-    was interrupted by the stop and is marked failed.
+    compare runs) or failed (``error`` says why). A run left unfinished by a server that stopped
+    (or, in Redis mode, by a worker process that stopped: ``worker`` has no heartbeat) is marked
+    failed ("interrupted").
     """
 
     QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
@@ -27,6 +28,7 @@ class BenchmarkRun(models.Model):
     progress_done = models.IntegerField(default=0)
     progress_total = models.IntegerField(default=0)
     progress_message = models.CharField(max_length=200, blank=True, default="")
+    worker = models.CharField(max_length=200, blank=True, default="")  # the process running it (host:pid)
 
     class Meta:
         ordering = ["-created"]

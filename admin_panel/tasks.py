@@ -73,6 +73,7 @@ def start_benchmark(model: str, bench_settings, preset: str = "custom"):
     if model_id is None:
         raise BenchmarkRefused(get_pool().not_found_message(model))
     check_workers()
+    fail_lost_runs()
     with transaction.atomic():
         active = BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE).first()
         if active is not None:
@@ -82,16 +83,18 @@ def start_benchmark(model: str, bench_settings, preset: str = "custom"):
                                           settings=dict(bench_settings.to_dict(), preset=preset),
                                           progress_total=bench_settings.total_steps(),
                                           progress_message="queued")
-    transaction.on_commit(lambda: _enqueue(run.pk))
-    return run
-
-
-def _enqueue(run_id: int) -> None:
-    run_benchmark_task(run_id)
+    try:
+        run_benchmark_task(run.pk)
+    except Exception as exc:  # the queue (Redis) cannot be reached: the run must not block others
+        logger.exception("queueing benchmark #%d failed", run.pk)
+        BenchmarkRun.objects.filter(pk=run.pk).update(status=BenchmarkRun.FAILED, finished=timezone.now(),
+                                                      error=f"it could not be queued: {exc}")
+        raise BenchmarkRefused(f"The benchmark could not be queued: {exc}") from None
     if not settings.OMLX_REDIS_URL:
         from inference import huey_consumer
 
         huey_consumer.notify()
+    return run
 
 
 @db_task(retries=0)
@@ -108,8 +111,10 @@ def execute(run_id: int) -> None:
     from .bench import BenchSettings, PoolTarget, TargetError, run_benchmark
     from .models import BenchmarkRun
 
+    from inference.worker_presence import worker_id
+
     updated = BenchmarkRun.objects.filter(pk=run_id, status=BenchmarkRun.QUEUED).update(
-        status=BenchmarkRun.RUNNING, started=timezone.now(), progress_message="starting")
+        status=BenchmarkRun.RUNNING, started=timezone.now(), progress_message="starting", worker=worker_id())
     if not updated:  # deleted, or already taken
         return
     run = BenchmarkRun.objects.get(pk=run_id)
@@ -152,12 +157,38 @@ def execute(run_id: int) -> None:
                           "results": final.results if final is not None else results})
 
 
-def fail_interrupted_runs() -> int:
-    """Mark the runs left queued or running by the previous server failed (a queued task that
-    still runs later finds its run no longer queued and skips it); how many. Called by `omlx
-    serve` at start."""
+def _interrupt(queryset, why: str) -> int:
     from .models import BenchmarkRun
 
-    return BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE).update(
-        status=BenchmarkRun.FAILED, error="interrupted: the server stopped before the run ended",
-        finished=timezone.now(), progress_message="interrupted")
+    return queryset.update(status=BenchmarkRun.FAILED, error=f"interrupted: {why}", finished=timezone.now(),
+                           progress_message="interrupted")
+
+
+def fail_interrupted_runs() -> int:
+    """At `omlx serve`'s start: mark the runs the previous server left unfinished failed; how many.
+    Embedded: every queued or running run (its worker was that server; a queued task that still
+    runs later finds its run no longer queued and skips it). Redis: only runs whose worker process
+    has stopped (``fail_lost_runs``); the others go on in their workers."""
+    from .models import BenchmarkRun
+
+    if settings.OMLX_REDIS_URL:
+        return fail_lost_runs()
+    return _interrupt(BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE),
+                      "the server stopped before the run ended")
+
+
+def fail_lost_runs() -> int:
+    """Redis mode: mark failed the running runs whose worker process no longer beats
+    (``inference.worker_presence``); how many. The page calls it whenever it looks at runs."""
+    if not settings.OMLX_REDIS_URL:
+        return 0
+    from inference.worker_presence import is_alive
+
+    from .models import BenchmarkRun
+
+    lost = 0
+    for run in BenchmarkRun.objects.filter(status=BenchmarkRun.RUNNING).exclude(worker=""):
+        if is_alive(run.worker) is False:
+            lost += _interrupt(BenchmarkRun.objects.filter(pk=run.pk, status=BenchmarkRun.RUNNING),
+                               f"the worker running it ({run.worker}) stopped")
+    return lost

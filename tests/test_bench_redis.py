@@ -67,3 +67,27 @@ def test_benchmark_runs_in_the_worker_process(setup, server, bench_worker):  # n
         assert db.execute("SELECT COUNT(*) FROM admin_panel_benchmarkrun").fetchone()[0] == 1
     assert any("benchmark #1 of tiny done" in line for line in bench_worker.output)
     client.close()
+
+
+def test_a_run_of_a_killed_worker_is_marked_failed(setup, server, bench_worker):  # noqa: F811
+    import signal
+    import time
+
+    from tests.test_bench import db_rows
+
+    client = httpx.Client(base_url=server.url, timeout=60, headers={"HX-Request": "true"})
+    client.get("/admin/benchmark/")
+    client.headers["X-CSRFToken"] = client.cookies["omlx_csrftoken"]
+    assert client.post("/admin/benchmark/", data=dict(FORM, gen_tokens="2000", repeats="10")).status_code == 200
+    run_id = max(r[0] for r in db_rows(setup["home"]))
+    wait_for_status(setup["home"], run_id, statuses=("running",))
+    bench_worker.stop(signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the worker's heartbeat key expires after a few seconds
+        assert client.get("/admin/benchmark/").status_code == 200
+        row = next(r for r in db_rows(setup["home"]) if r[0] == run_id)
+        if row[1] != "running":
+            break
+        time.sleep(0.5)
+    assert row[1] == "failed" and "interrupted: the worker running it" in row[2], row
+    client.close()

@@ -18,6 +18,7 @@ from admin_panel import charts
 from admin_panel.auth import admin_required
 from admin_panel.bench import PRESETS, parse_concurrency
 from admin_panel.models import BenchmarkRun
+from admin_panel.tasks import fail_lost_runs
 
 RUNS_LISTED = 50
 _NUMBER_FIELDS = ("prompt_tokens", "gen_tokens", "repeats")
@@ -93,6 +94,7 @@ def _form_context(values: Optional[dict] = None, error: Optional[str] = None, st
 def page(request):
     if request.method == "POST":
         return _start(request)
+    fail_lost_runs()
     active = BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE).first()
     context = _form_context({"preset": "small"})
     context.update(runs=BenchmarkRun.objects.all()[:RUNS_LISTED], active=active)
@@ -161,6 +163,7 @@ def run_detail(request, run_id: int):
 @admin_required
 @require_POST
 def run_delete(request, run_id: int):
+    fail_lost_runs()
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     message = None
     if run is None:

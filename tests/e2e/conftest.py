@@ -24,6 +24,14 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-dev-shm-usage"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run after all the others: Playwright's sync API keeps an event loop running
+    in the main thread while the session-scoped browser is open, and asyncio.run() in a later
+    test would then fail."""
+    e2e = Path(__file__).resolve().parent
+    items.sort(key=lambda item: Path(str(item.fspath)).resolve().is_relative_to(e2e))
+
+
 @pytest.fixture(scope="module")
 def admin_server(tmp_path_factory, model_dir):
     """A live `omlx serve` with the API key "test-key" and two tiny models, "tiny" and "tiny2"."""
