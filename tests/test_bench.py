@@ -332,3 +332,21 @@ def test_api_is_served_while_a_benchmark_runs(bench_server, admin):
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 4
     assert next(r for r in db_rows(bench_server.home) if r[0] == run_id)[1] == "running"
     assert wait_for_status(bench_server.home, run_id)[1] == "done"
+
+
+def test_a_server_with_one_worker_thread_refuses_benchmarks(tmp_path, model_dir):
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
+    server = ServerProcess(["--model-dir", str(models), "--workers", "1"], tmp_path / "home")
+    try:
+        client = httpx.Client(base_url=server.url, timeout=60, headers={"HX-Request": "true"})
+        assert client.get("/admin/benchmark/").status_code == 200  # no API key: the console is open
+        client.headers["X-CSRFToken"] = client.cookies["omlx_csrftoken"]
+        response = client.post("/admin/benchmark/", data=FORM)
+        assert response.status_code == 400 and "only one (--workers 1): it would stall the API" in response.text
+        assert db_rows(tmp_path / "home") == []
+        client.close()
+    finally:
+        server.stop()
