@@ -81,9 +81,18 @@ def test_url_target_against_omlx_serve(omlx_server):
         target.check()
         results = run_benchmark(target, SMALL, lambda done, total, message, partial: steps.append((done, total, message)))
     check_results(results, SMALL)
-    assert results["target"] == {"kind": "url", "model": "tiny", "url": omlx_server.url + "/v1", "path": None}
+    assert results["target"] == {"kind": "url", "model": "tiny", "url": omlx_server.url + "/v1", "path": None,
+                                 "endpoint": "completions"}
     total = SMALL.total_steps()
     assert [d for d, _, _ in steps] == list(range(total + 1)) and {t for _, t, _ in steps} == {total}
+
+
+def test_url_target_chat_endpoint(omlx_server):
+    # the prompt goes as one user message: the chat template's tokens are measured by the calibration
+    with OpenAITarget(omlx_server.url + "/v1", "tiny", endpoint="chat") as target:
+        results = run_benchmark(target, SMALL)
+    check_results(results, SMALL)
+    assert results["target"]["endpoint"] == "chat"
 
 
 def test_url_target_errors(omlx_server):
@@ -168,6 +177,7 @@ def test_cli_errors(tmp_path, omlx_server, model_dir):
         ((str(tmp_path),), "is not a model folder"),
         (("tiny", "--concurrency", "1,x"), "concurrency '1,x'"),
         (("tiny", "--gen-tokens", "1"), "gen_tokens=1"),
+        (("tiny", "--endpoint", "chat"), "--endpoint go with --url"),
     ]
     for args, message in cases:
         out = omlx_bench(tmp_path, *args)

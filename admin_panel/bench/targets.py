@@ -194,7 +194,9 @@ def api_base(url: str) -> str:
 class OpenAITarget(Target):
     """An OpenAI-compatible server at ``url`` (its API base, e.g. http://127.0.0.1:8000/v1).
 
-    Requests are streamed ``/completions`` with ``stream_options.include_usage`` (token counts,
+    Requests are streamed ``/completions`` (or ``/chat/completions`` with ``endpoint="chat"``: the
+    prompt as one user message, for servers without text completions; the chat template's tokens
+    are then part of every prompt) with ``stream_options.include_usage`` (token counts,
     ``usage.prompt_tokens_details.cached_tokens`` where the server reports it) and temperature 0.
     ``ignore_eos`` is sent as an extra body field: servers that know it (omlx, vLLM) generate
     exactly ``max_tokens``; others ignore it and may stop early, and the decode speed counts the
@@ -203,17 +205,23 @@ class OpenAITarget(Target):
 
     kind = "url"
 
-    def __init__(self, url: str, model: str, api_key: Optional[str] = None, timeout: float = 600.0):
+    ENDPOINTS = ("completions", "chat")
+
+    def __init__(self, url: str, model: str, api_key: Optional[str] = None, timeout: float = 600.0,
+                 endpoint: str = "completions"):
         import httpx
 
+        if endpoint not in self.ENDPOINTS:
+            raise TargetError(f"endpoint {endpoint!r}: must be completions or chat")
         self.url = api_base(url)
         self.model = model
+        self.endpoint = endpoint
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0),
                                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "model": self.model, "url": self.url, "path": None}
+        return {"kind": self.kind, "model": self.model, "url": self.url, "path": None, "endpoint": self.endpoint}
 
     def check(self) -> None:
         """TargetError when nothing answers at the URL or the server refuses the key."""
@@ -241,13 +249,19 @@ class OpenAITarget(Target):
     def _one(self, prompt: str, max_tokens: int, ignore_eos: bool, result: StreamResult) -> None:
         import httpx
 
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+        body = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0,
                 "stream": True, "stream_options": {"include_usage": True}}
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+            path = "/chat/completions"
+        else:
+            body["prompt"] = prompt
+            path = "/completions"
         if ignore_eos:
             body["ignore_eos"] = True
         result.sent_at = time.perf_counter()
         try:
-            with self.client.stream("POST", f"{self.url}/completions", json=body, headers=self.headers) as response:
+            with self.client.stream("POST", self.url + path, json=body, headers=self.headers) as response:
                 if response.status_code != 200:
                     response.read()
                     result.error = f"HTTP {response.status_code}: {_message(response) or response.reason_phrase}"
@@ -277,7 +291,8 @@ class OpenAITarget(Target):
             result.error = error.get("message") if isinstance(error, dict) else str(error)
             return
         for choice in chunk.get("choices") or []:
-            if choice.get("text"):
+            delta = choice.get("delta") or {}
+            if choice.get("text") or delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
                 result.token_times.append(now)
                 break
         usage = chunk.get("usage")

@@ -13,8 +13,9 @@ Measure prefill and decode speed at several concurrency levels, and time to firs
 (TTFT) of a cold prompt against the same prompt cached. Either against a model loaded in
 this process with the engine and cache settings of `omlx serve` (MODEL is a folder, or a
 model id in --model-dir), or against any OpenAI-compatible server: --url
-http://HOST:PORT/v1 --model NAME (streamed /v1/completions; ignore_eos is sent as an extra
-field, servers that ignore it may stop early and their tokens/s counts what they generated).
+http://HOST:PORT/v1 --model NAME (streamed /v1/completions, or /v1/chat/completions with
+--endpoint chat; ignore_eos is sent as an extra field, servers that ignore it may stop early and
+their tokens/s counts what they generated).
 Scenarios: prefill (unique prompts of --prompt-tokens, max_tokens 1: TTFT p50/p95/p99,
 prompt tokens/s per request and aggregate), decode (short unique prompts, --gen-tokens each:
 tokens/s per stream and aggregate), cold vs cached (one unique prompt of
@@ -35,6 +36,9 @@ def add_parser(subparsers) -> None:
                    "(/v1 is added to a URL without a path)")
     p.add_argument("--model", dest="model_name", help="the model name to send to --url")
     p.add_argument("--api-key", help="the API key of --url (default $OMLX_API_KEY)")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
+                   help="with --url: stream /v1/completions (default) or /v1/chat/completions (the prompt "
+                   "as one user message, for servers without text completions)")
     p.add_argument("--model-dir", action="append", default=None,
                    help="where to look a model id up (default: `omlx serve`'s --model-dir)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="default",
@@ -132,15 +136,16 @@ def _target(args):
             raise TargetError("--url needs --model NAME (the model name the server knows)")
         if args.model_name and args.target and args.model_name != args.target:
             raise TargetError(f"two model names: {args.target!r} and --model {args.model_name!r}")
-        target = OpenAITarget(args.url, model, args.api_key or os.environ.get("OMLX_API_KEY"))
+        target = OpenAITarget(args.url, model, args.api_key or os.environ.get("OMLX_API_KEY"),
+                              endpoint=args.endpoint)
         try:
             target.check()
         except TargetError:
             target.close()
             raise
         return target
-    if args.model_name or args.api_key:
-        raise TargetError("--model and --api-key go with --url; for the local engine give MODEL")
+    if args.model_name or args.api_key or args.endpoint != "completions":
+        raise TargetError("--model, --api-key and --endpoint go with --url; for the local engine give MODEL")
     if not args.target:
         raise TargetError("give a MODEL (a folder or a model id) or --url URL --model NAME")
     path, model_id = _model_folder(args.target, args.model_dir)
