@@ -28,6 +28,7 @@ CONTROL_GROUP = "omlx.control"
 
 _loops: Dict[str, asyncio.AbstractEventLoop] = {}
 _loops_lock = threading.Lock()
+_listeners: Dict[str, int] = {}  # groups of listen_on_loop -> how many listen
 
 
 def group_name(request_id: str) -> str:
@@ -38,6 +39,31 @@ def publish(request_id: str, event: dict) -> None:
     """Send ``event`` (a JSON-able dict) to the group of ``request_id``; dropped when nobody
     listens (the client has gone)."""
     _send(group_name(request_id), event)
+
+
+def publish_group(group: str, event: dict) -> None:
+    """Send ``event`` to any group, as ``publish`` does (e.g. a benchmark's progress to the admin
+    page's sockets). With the in-memory layer it arrives only while a listener in this process has
+    called ``listen_on_loop(group, loop)``."""
+    _send(group, event)
+
+
+def listen_on_loop(group: str, loop: asyncio.AbstractEventLoop) -> None:
+    """A consumer on ``loop`` joined ``group`` (in-memory layer: its events are handed to that
+    loop). Counted: each call needs its ``stop_listening``."""
+    with _loops_lock:
+        _loops[group] = loop
+        _listeners[group] = _listeners.get(group, 0) + 1
+
+
+def stop_listening(group: str) -> None:
+    with _loops_lock:
+        left = _listeners.get(group, 0) - 1
+        if left > 0:
+            _listeners[group] = left
+        else:
+            _listeners.pop(group, None)
+            _loops.pop(group, None)
 
 
 def broadcast_control(event: dict) -> None:

@@ -77,7 +77,7 @@ def _main(argv=None) -> int:
 
     from omlx_site.commands import add_parsers
 
-    add_parsers(sub)  # pull, models, cache (omlx_site/commands/)
+    add_parsers(sub)  # pull, models, cache, bench (omlx_site/commands/)
     _add_service_parser(sub)
 
     # `omlx service install` passes the flags it does not know on to `omlx serve`.

@@ -30,6 +30,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+    from admin_panel.tasks import fail_interrupted_runs
+
+    if fail_interrupted_runs():
+        logger.warning("benchmark runs left unfinished by the last server were marked failed (interrupted)")
 
     from inference.api import limits
     from inference.model_registry import close_registry, get_registry

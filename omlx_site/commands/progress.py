@@ -1,4 +1,5 @@
-"""The progress display of `omlx pull`: a bar redrawn in place on a terminal, plain lines otherwise."""
+"""Progress displays of the command line: `omlx pull`'s bytes (a bar redrawn in place on a terminal,
+plain lines otherwise) and `omlx bench`'s steps."""
 from __future__ import annotations
 
 import sys
@@ -89,3 +90,33 @@ class PullProgress(Progress):
     @staticmethod
     def _percent(done: int, total: int) -> str:
         return f"{done / total:.0%}" if total else "100%"
+
+
+class StepProgress:
+    """A bar of steps (`omlx bench`): ``update(done, total, message)`` redraws it in place on a
+    terminal; elsewhere (a log, a pipe) a line is printed per step."""
+
+    def __init__(self, stream=None, tty=None):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self._started = time.monotonic()
+        self._open = False
+
+    def update(self, done: int, total: int, message: str) -> None:
+        fraction = done / total if total else 1.0
+        filled = int(_BAR * min(1.0, fraction))
+        text = (f"[{'#' * filled}{'.' * (_BAR - filled)}] {done}/{total} {message} "
+                f"({time.monotonic() - self._started:.1f} s)")
+        if self.tty:
+            self.stream.write("\r\x1b[K" + text)
+            self._open = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the bar's line (before other output)."""
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False

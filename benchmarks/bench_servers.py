@@ -1,0 +1,157 @@
+"""`omlx bench` against `omlx serve` and against mlx-lm's own server, side by side in one run.
+
+Both servers serve the same model folder on this machine (random weights, float32; mlx-lm's
+server is started with the same OpenBLAS preloaded, so that BLAS is not the difference). The
+same benchmark (admin_panel.bench over the OpenAI URL target: streamed /v1/completions) runs
+against each, alternating which goes first, ``--rounds`` times; each figure is the median of
+the per-round ratios omlx / mlx-lm (for TTFT: mlx-lm / omlx, so above 1 always means omlx is
+faster).
+
+mlx-lm's server has no ``ignore_eos``: the request carries it and mlx-lm ignores it, so a stream
+may stop before ``--gen-tokens``. Decode tokens/s counts the tokens each server did generate
+(usage.completion_tokens); the completion tokens of each side are printed next to the ratios.
+
+    .venv/bin/python benchmarks/bench_servers.py [--preset small|default] [--model-preset tiny|small]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import inference  # noqa: E402,F401  (fast BLAS before mlx)
+
+from admin_panel.bench import PRESETS, OpenAITarget, run_benchmark  # noqa: E402
+
+MLX_LM_SERVER = ("import sys; import inference.platform as p; p.preload_fast_blas(); import runpy; "
+                 "sys.argv[0] = 'mlx_lm.server'; runpy.run_module('mlx_lm.server', run_name='__main__')")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_up(url: str, process, timeout=180.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server at {url} exited with {process.returncode}")
+        try:
+            httpx.get(url + "/v1/models", timeout=2.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    raise RuntimeError(f"nothing answers at {url}")
+
+
+def start_servers(folder: Path, work: Path):
+    env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO))
+    env.pop("OMLX_API_KEY", None)
+    models = work / "models"
+    models.mkdir()
+    os.symlink(folder, models / "model")
+    omlx_port, mlx_port = free_port(), free_port()
+    omlx = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "serve", "--port", str(omlx_port),
+                             "--model-dir", str(models)], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mlx = subprocess.Popen([sys.executable, "-c", MLX_LM_SERVER, "--model", str(folder), "--port", str(mlx_port),
+                            "--log-level", "WARNING"], env=env, cwd=REPO,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    servers = {"omlx": (omlx, f"http://127.0.0.1:{omlx_port}", "model"),
+               "mlx-lm": (mlx, f"http://127.0.0.1:{mlx_port}", "default_model")}
+    for process, url, _ in servers.values():
+        wait_until_up(url, process)
+    return servers
+
+
+def figures(results: dict) -> dict:
+    """The compared figures of one run: name -> (value, higher is better)."""
+    out = {}
+    for row in results["prefill"]:
+        c = row["concurrency"]
+        out[f"prefill tokens/s aggregate, c={c}"] = (row["tokens_per_s"]["aggregate"], True)
+        out[f"prefill TTFT p50, c={c}"] = (row["ttft_s"]["p50"], False)
+    for row in results["decode"]:
+        c = row["concurrency"]
+        out[f"decode tokens/s per stream, c={c}"] = (row["tokens_per_s"]["per_stream"], True)
+        out[f"decode tokens/s aggregate, c={c}"] = (row["tokens_per_s"]["aggregate"], True)
+    cache = results["cache"]
+    out["TTFT cold p50"] = (cache["cold"]["p50"], False)
+    out["TTFT cached p50"] = (cache["cached"]["p50"], False)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="default", help="the benchmark's sizes")
+    parser.add_argument("--model-preset", default="small", help="model_factory preset of the model (tiny, small)")
+    parser.add_argument("--model", help="a model folder instead of a built one")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write every run's results here")
+    args = parser.parse_args()
+    settings = PRESETS[args.preset]
+    with tempfile.TemporaryDirectory(prefix="omlx-bench-servers-") as tmp:
+        work = Path(tmp)
+        if args.model:
+            folder = Path(args.model).resolve()
+        else:
+            from inference.model_factory import build_model
+
+            folder = build_model(work / "built", preset=args.model_preset)
+        servers = start_servers(folder, work)
+        runs = {name: [] for name in servers}
+        try:
+            for r in range(args.rounds):
+                order = list(servers) if r % 2 == 0 else list(reversed(servers))
+                for name in order:
+                    _, url, model = servers[name]
+                    with OpenAITarget(url + "/v1", model) as target:
+                        runs[name].append(run_benchmark(target, settings))
+                    print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+        finally:
+            for process, _, _ in servers.values():
+                process.terminate()
+            for process, _, _ in servers.values():
+                process.wait(60)
+    print(f"omlx bench --preset {args.preset}, model {args.model or args.model_preset} (float32, OpenBLAS), "
+          f"{args.rounds} rounds; ratio > 1: omlx faster (median of per-round ratios)")
+    print(f"| figure | omlx | mlx-lm server | omlx advantage |\n|---|---:|---:|---:|")
+    names = list(figures(runs["omlx"][0]))
+    for name in names:
+        ratios, ours, theirs = [], [], []
+        for a, b in zip(runs["omlx"], runs["mlx-lm"]):
+            (x, higher), (y, _) = figures(a)[name], figures(b)[name]
+            if x and y:
+                ratios.append(x / y if higher else y / x)
+                ours.append(x)
+                theirs.append(y)
+        if not ratios:
+            continue
+        unit = (lambda v: f"{v * 1000:.1f} ms") if "TTFT" in name else (lambda v: f"{v:.0f}")
+        print(f"| {name} | {unit(statistics.median(ours))} | {unit(statistics.median(theirs))} | "
+              f"{statistics.median(ratios):.2f}x |")
+    for name in servers:
+        last = runs[name][-1]
+        print(f"{name}: decode completion tokens {[r['completion_tokens'] for r in last['decode']]}, "
+              f"cached tokens of the repeated prompt {last['cache']['cached_tokens']}, errors {last['errors']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""`omlx bench`: the admin page's benchmark from the command line, against a model run in this
+process (the local engine) or against any OpenAI-compatible server (--url)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+DESCRIPTION = """\
+Measure prefill and decode speed at several concurrency levels, and time to first token
+(TTFT) of a cold prompt against the same prompt cached. Either against a model loaded in
+this process with the engine and cache settings of `omlx serve` (MODEL is a folder, or a
+model id in --model-dir), or against any OpenAI-compatible server: --url
+http://HOST:PORT/v1 --model NAME (streamed /v1/completions, or /v1/chat/completions with
+--endpoint chat; ignore_eos is sent as an extra field, servers that ignore it may stop early and
+their tokens/s counts what they generated).
+Scenarios: prefill (unique prompts of --prompt-tokens, max_tokens 1: TTFT p50/p95/p99,
+prompt tokens/s per request and aggregate), decode (short unique prompts, --gen-tokens each:
+tokens/s per stream and aggregate), cold vs cached (one unique prompt of
+--cache-prompt-tokens sent once, then --cached-repeats times again). Prints a summary table;
+--output writes every figure as JSON, --plot a PNG. Exit code 1 when the target cannot be
+benchmarked (nothing answers, the key is refused, the model is unknown)."""
+
+
+def add_parser(subparsers) -> None:
+    from admin_panel.bench import PRESETS
+
+    p = subparsers.add_parser("bench", help="benchmark the local engine or any OpenAI-compatible server",
+                              description=DESCRIPTION)
+    p.add_argument("target", nargs="?", metavar="MODEL",
+                   help="a model folder, or a model id in --model-dir (local engine); with --url, "
+                   "the model name (same as --model)")
+    p.add_argument("--url", help="an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 "
+                   "(/v1 is added to a URL without a path)")
+    p.add_argument("--model", dest="model_name", help="the model name to send to --url")
+    p.add_argument("--api-key", help="the API key of --url (default $OMLX_API_KEY)")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
+                   help="with --url: stream /v1/completions (default) or /v1/chat/completions (the prompt "
+                   "as one user message, for servers without text completions)")
+    p.add_argument("--model-dir", action="append", default=None,
+                   help="where to look a model id up (default: `omlx serve`'s --model-dir)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default",
+                   help="starting sizes: small (concurrency 1,2, 64-token prompts, 8 tokens) or default "
+                   "(concurrency 1,2,4,8, 256-token prompts, 32 tokens); the flags below override them")
+    p.add_argument("--concurrency", help="concurrency levels, e.g. 1,2,4,8")
+    p.add_argument("--prompt-tokens", type=int, help="prompt length of the prefill scenario")
+    p.add_argument("--gen-tokens", type=int, help="tokens generated per stream in the decode scenario")
+    p.add_argument("--repeats", type=int, help="rounds per concurrency level")
+    p.add_argument("--cache-prompt-tokens", type=int, help="prompt length of the cold vs cached scenario")
+    p.add_argument("--cached-repeats", type=int, help="how many times the cached prompt is sent again")
+    p.add_argument("--no-ignore-eos", action="store_true",
+                   help="let streams stop at end-of-sequence (default: ask for exactly --gen-tokens)")
+    p.add_argument("--output", help="write the results (settings, target, date, every figure) as JSON here")
+    p.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
+    p.set_defaults(run=run)
+
+
+def _fail(message: str) -> int:
+    print(f"omlx bench: {message}", file=sys.stderr)
+    return 1
+
+
+def settings_from_args(args):
+    """The BenchSettings of the preset with the flags given; ValueError for bad values."""
+    from dataclasses import replace
+
+    from admin_panel.bench import PRESETS, parse_concurrency
+
+    changes = {name: getattr(args, name) for name in ("prompt_tokens", "gen_tokens", "repeats",
+                                                       "cache_prompt_tokens", "cached_repeats")
+               if getattr(args, name) is not None}
+    if args.concurrency is not None:
+        changes["concurrency"] = parse_concurrency(args.concurrency)
+    if args.no_ignore_eos:
+        changes["ignore_eos"] = False
+    return replace(PRESETS[args.preset], **changes)
+
+
+def run(args) -> int:
+    from admin_panel.bench import TargetError, run_benchmark
+
+    from .progress import StepProgress
+
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return _fail("--plot needs matplotlib (pip install matplotlib)")
+    try:
+        target = _target(args)
+    except TargetError as exc:
+        return _fail(str(exc))
+    bar = StepProgress()
+    try:
+        with target:
+            results = run_benchmark(target, settings, lambda done, total, message, _: bar.update(done, total, message))
+    except TargetError as exc:
+        bar.close()
+        return _fail(f"{target.describe()['model']}: {exc}")
+    except KeyboardInterrupt:
+        bar.close()
+        print("omlx bench: interrupted", file=sys.stderr)
+        return 130
+    bar.close()
+    print_summary(results)
+    if args.output:
+        try:
+            Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
+        except OSError as exc:
+            return _fail(f"cannot write {args.output}: {exc}")
+        print(f"results written to {args.output}", file=sys.stderr)
+    if args.plot:
+        from admin_panel.bench.plot import write_png
+
+        try:
+            write_png(results, args.plot)
+        except (OSError, ValueError) as exc:
+            return _fail(f"cannot write {args.plot}: {exc}")
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _target(args):
+    """The target the flags name; TargetError with a message for the user."""
+    from admin_panel.bench import EngineTarget, OpenAITarget, TargetError
+
+    if args.url:
+        model = args.model_name or args.target
+        if not model:
+            raise TargetError("--url needs --model NAME (the model name the server knows)")
+        if args.model_name and args.target and args.model_name != args.target:
+            raise TargetError(f"two model names: {args.target!r} and --model {args.model_name!r}")
+        target = OpenAITarget(args.url, model, args.api_key or os.environ.get("OMLX_API_KEY"),
+                              endpoint=args.endpoint)
+        try:
+            target.check()
+        except TargetError:
+            target.close()
+            raise
+        return target
+    if args.model_name or args.api_key or args.endpoint != "completions":
+        raise TargetError("--model, --api-key and --endpoint go with --url; for the local engine give MODEL")
+    if not args.target:
+        raise TargetError("give a MODEL (a folder or a model id) or --url URL --model NAME")
+    path, model_id = _model_folder(args.target, args.model_dir)
+    from inference.engine import ModelLoadError
+
+    try:
+        return EngineTarget.from_folder(path, model_id)
+    except ModelLoadError as exc:
+        raise TargetError(str(exc)) from None
+    except ValueError as exc:  # a bad engine setting in settings.json or the environment
+        raise TargetError(str(exc)) from None
+
+
+def _model_folder(name: str, model_dirs: Optional[list]):
+    """(folder, model id) of a path or an id found in the model folders; TargetError if neither."""
+    from admin_panel.bench import TargetError
+    from inference.pool.discovery import discover
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise TargetError(f"{path} is not a model folder (no config.json)")
+        return path, path.name
+    if model_dirs:
+        dirs = [Path(d).expanduser() for d in model_dirs]
+    else:
+        from omlx_site import config
+
+        dirs = config.load()["model_dir"]
+    folders = discover(dirs)
+    folder = folders.get(name)
+    if folder is None:
+        known = ", ".join(sorted(i for i, f in folders.items() if f.servable)) or "none"
+        raise TargetError(f"unknown model {name!r}: not a folder, and no model of that id in "
+                          f"{', '.join(map(str, dirs))} (models there: {known})")
+    if not folder.servable:
+        raise TargetError(f"the model {name!r} cannot be served: {folder.reason}")
+    return folder.path, name
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_summary(results: dict) -> None:
+    target, s = results["target"], results["settings"]
+    where = target["url"] or f"local engine, {target.get('path')}"
+    print(f"omlx bench: {target['model']} ({where}), {results['started_at']}, "
+          f"{results['duration_s']:.1f} s")
+    _table(f"prefill: {s['prompt_tokens']}-token prompts, max_tokens 1",
+           ("concurrency", "requests", "errors", "prompt tokens", "TTFT p50 ms", "p95", "p99", "tok/s per request",
+            "tok/s aggregate"),
+           [(r["concurrency"], r["requests"], r["errors"], r["prompt_tokens"], _ms(r["ttft_s"]["p50"]), _ms(r["ttft_s"]["p95"]),
+             _ms(r["ttft_s"]["p99"]), _rate(r["tokens_per_s"]["per_stream"]), _rate(r["tokens_per_s"]["aggregate"]))
+            for r in results["prefill"]])
+    _table(f"decode: {s['gen_tokens']} tokens per stream{', ignore_eos' if s['ignore_eos'] else ''}",
+           ("concurrency", "requests", "errors", "tokens", "TTFT p50 ms", "tok/s per stream", "tok/s aggregate"),
+           [(r["concurrency"], r["requests"], r["errors"], r["completion_tokens"], _ms(r["ttft_s"]["p50"]),
+             _rate(r["tokens_per_s"]["per_stream"]), _rate(r["tokens_per_s"]["aggregate"]))
+            for r in results["decode"]])
+    cache = results["cache"]
+    if cache:
+        cached = cache["cached_tokens"]
+        _table(f"cold vs cached: a {cache['prompt_tokens']}-token prompt, sent once then {len(cached)} more times",
+               ("", "requests", "TTFT p50 ms", "p95", "p99", "cached tokens"),
+               [("cold", len(cache["cold_ttft_s"]), _ms(cache["cold"]["p50"]), _ms(cache["cold"]["p95"]),
+                 _ms(cache["cold"]["p99"]), ",".join(map(str, cache["cold_cached_tokens"])) or "-"),
+                ("cached", len(cache["cached_ttft_s"]), _ms(cache["cached"]["p50"]), _ms(cache["cached"]["p95"]),
+                 _ms(cache["cached"]["p99"]), ",".join(map(str, cached)) or "-")])
+        if cache["speedup"]:
+            print(f"cached TTFT p50 is {cache['speedup']:.1f}x faster than cold")
+    if results["errors"]:
+        print("errors: " + "; ".join(results["errors"]))
+    sys.stdout.flush()
+
+
+def _table(title: str, head, rows) -> None:
+    print(f"\n{title}")
+    table = [tuple(map(str, head))] + [tuple(map(str, row)) for row in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths)).rstrip())
