@@ -1,4 +1,9 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (served by Daphne)."""
+"""ASGI entry point: HTTP through Django, websockets through Channels (served by Daphne).
+
+Websockets are the admin console's live pages (admin_panel/routing.py). They carry the Django
+session (the console's login) and are refused when a browser opens them from another site's page
+(a cookie-carrying cross-site websocket).
+"""
 import os
 
 from django.core.asgi import get_asgi_application
@@ -7,14 +12,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up)
+from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
+from admin_panel.routing import SameOriginWebsocket, websocket_urlpatterns  # noqa: E402
 from omlx_site.body_limit import BodyLimitMiddleware  # noqa: E402
-
-websocket_urlpatterns: list = []
 
 application = ProtocolTypeRouter(
     {
         "http": BodyLimitMiddleware(django_asgi_app),
-        "websocket": URLRouter(websocket_urlpatterns),
+        "websocket": SameOriginWebsocket(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

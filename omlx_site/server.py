@@ -64,6 +64,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
             bound_host, bound_port = server.listening_addresses[0]
             shown = f"[{host}]" if ":" in host else host
             print(f"omlx serving http://{shown}:{bound_port}", flush=True)
+            print(f"admin console: http://{shown}:{bound_port}/admin/", flush=True)
 
         reactor.callWhenRunning(say)
         # SIGTERM / SIGINT drain the running requests first (after Twisted installed its handlers).

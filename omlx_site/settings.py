@@ -15,7 +15,9 @@ OMLX_HOME.mkdir(parents=True, exist_ok=True)
 _values = config.load(OMLX_HOME)
 globals().update({s.env: _values[s.key] for s in config.SETTINGS})
 
-SECRET_KEY = os.environ.get("OMLX_SECRET_KEY", "omlx-local-only-not-secret")
+# Signs the admin console's session cookies and CSRF tokens: OMLX_SECRET_KEY, else a random key
+# made once and kept in $OMLX_HOME/secret_key (0600), so logins survive restarts.
+SECRET_KEY = os.environ.get("OMLX_SECRET_KEY") or config.secret_key(OMLX_HOME)
 DEBUG = os.environ.get("OMLX_DEBUG", "") == "1"
 ALLOWED_HOSTS = ["*"]
 
@@ -48,7 +50,8 @@ TEMPLATES = [
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request",
+                                           "admin_panel.context_processors.console"]},
     }
 ]
 
@@ -94,7 +97,13 @@ else:
         "immediate": False,
     }
 
-STATIC_URL = "static/"
+# The console's login (admin_panel/auth.py): named cookies, so that other local apps on this host
+# (cookies ignore the port) keep theirs.
+SESSION_COOKIE_NAME = "omlx_sessionid"
+CSRF_COOKIE_NAME = "omlx_csrftoken"
+SESSION_COOKIE_SAMESITE = "Lax"
+
+STATIC_URL = "static/"  # served by omlx_site/static_files.py (Daphne serves no files itself)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -1,6 +1,12 @@
-"""Every HTTP route of omlx, in one list (the admin pages join it in later issues)."""
-from django.urls import include, path
+"""Every HTTP route of omlx, in one list."""
+from django.urls import include, path, re_path
+from django.views.generic import RedirectView
+
+from omlx_site import static_files
 
 urlpatterns: list = [
-    path("", include("inference.urls")),  # /v1/...: the OpenAI-compatible API
+    path("", include("inference.urls")),  # /v1/...: the OpenAI- and Anthropic-compatible API
+    path("admin/", include("admin_panel.urls")),  # the web console
+    path("admin", RedirectView.as_view(url="/admin/", permanent=False)),
+    re_path(r"^static/(?P<path>.+)$", static_files.serve),
 ]

@@ -1,0 +1,1 @@
+"""The console's pages, one module each; auth.py has the login."""
