@@ -7,7 +7,7 @@ does). A row is one model fingerprint: one model folder at one dtype and block s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -36,6 +36,7 @@ class CacheRow:
     hot_hit_tokens: int = 0
     cold_hit_tokens: int = 0
     last_used: Optional[float] = None
+    shared_with: List[str] = field(default_factory=list)  # loaded models with the same fingerprint
 
     @property
     def tokens_saved(self) -> int:
@@ -82,7 +83,10 @@ def loaded_caches(pool) -> Dict[str, object]:
 
 
 def rows(pool, root: Optional[Path]) -> List[CacheRow]:
-    found: Dict[str, CacheRow] = {}
+    """One row per loaded model (its own hot tier), then one per fingerprint on disk that no
+    loaded model has. Copies of one model in two folders share a fingerprint, hence the cold
+    tier: their rows show the same cold figures, and ``shared_with`` names the others."""
+    loaded: List[CacheRow] = []
     off: List[CacheRow] = []
     for model_id, engine in loaded_caches(pool).items():
         cache = engine.prefix_cache
@@ -100,25 +104,31 @@ def rows(pool, root: Optional[Path]) -> List[CacheRow]:
             row.cold_files, row.cold_bytes = s.files, s.bytes
             row.cold_writes, row.cold_reads = s.writes, s.reads
             row.cold_errors, row.cold_dropped = s.read_errors + s.write_errors, s.dropped
-        found[row.fingerprint] = row
+        loaded.append(row)
+    for row in loaded:
+        row.shared_with = [r.name for r in loaded if r.fingerprint == row.fingerprint and r is not row]
+    on_disk: List[CacheRow] = []
     if root is not None and Path(root).is_dir():
         names = _names_by_path(pool)
         for u in usage(root):
-            row = found.get(u.fingerprint)
-            if row is None:
+            mine = [r for r in loaded if r.fingerprint == u.fingerprint]
+            if not mine:
                 name = names.get(_resolved(u.model_path)) or (Path(u.model_path).name if u.model_path else None)
-                row = found[u.fingerprint] = CacheRow(name or f"? {u.fingerprint[:12]}", u.fingerprint)
-            row.model_path = u.model_path
-            # The files on disk are the truth; a live tier's own count may lag its writer.
-            row.cold_files, row.cold_bytes, row.cold_rows, row.last_used = u.files, u.bytes, u.rows, u.last_used
-    return sorted(found.values(), key=lambda r: (not r.loaded, r.name)) + off
+                mine = [CacheRow(name or f"? {u.fingerprint[:12]}", u.fingerprint)]
+                on_disk.extend(mine)
+            for row in mine:
+                # The files on disk are the truth; a live tier's own count may lag its writer.
+                row.model_path = u.model_path
+                row.cold_files, row.cold_bytes, row.cold_rows, row.last_used = u.files, u.bytes, u.rows, u.last_used
+    return (sorted(loaded, key=lambda r: r.name) + sorted(on_disk, key=lambda r: r.name) + off)
 
 
 def totals(cache_rows: List[CacheRow], settings) -> Totals:
     root = settings.OMLX_COLD_CACHE_DIR
+    cold = {r.fingerprint: r for r in cache_rows if r.fingerprint}  # a shared cold tier counts once
     return Totals(
         hot_bytes=sum(r.hot_bytes for r in cache_rows), hot_capacity=sum(r.hot_capacity for r in cache_rows),
-        cold_files=sum(r.cold_files for r in cache_rows), cold_bytes=sum(r.cold_bytes for r in cache_rows),
+        cold_files=sum(r.cold_files for r in cold.values()), cold_bytes=sum(r.cold_bytes for r in cold.values()),
         cold_cap=getattr(settings, "OMLX_COLD_CACHE_MAX_BYTES", None),
         cold_ttl=getattr(settings, "OMLX_COLD_CACHE_TTL_SECONDS", None),
         cold_dir=str(root) if root is not None else None,

@@ -108,27 +108,30 @@ def _clear(target: str, messages: List[Message]) -> int:
     else:
         messages.append(("error", f"{target!r} is not a model fingerprint (or 'all')"))
         return 400
-    engines = {}
+    engines: dict = {}  # fingerprint -> the loaded engines with it (copies of a model share it)
     for engine in cache_report.loaded_caches(pool).values():
         fingerprint = getattr(engine.prefix_cache, "fingerprint", None)  # None: caching off
         if fingerprint is not None:
-            engines[fingerprint.hex] = engine
+            engines.setdefault(fingerprint.hex, []).append(engine)
     total = Cleared()
-    for row in chosen:
-        engine = engines.get(row.fingerprint)
-        on_engine = None
-        if engine is not None:
-            def on_engine(fn, engine=engine):
-                return engine.call(lambda e: fn(e.prefix_cache), timeout=60)
+    for fingerprint in dict.fromkeys(r.fingerprint for r in chosen):
         try:
-            total.add(clear_model(root, row.fingerprint, on_engine))
+            for engine in engines.get(fingerprint, [])[1:]:  # their hot tiers; the last one does the disk
+                total.add(clear_model(None, fingerprint, _on(engine)))
+            first = engines.get(fingerprint, [None])[0]
+            total.add(clear_model(root, fingerprint, _on(first) if first is not None else None))
         except Exception as exc:  # noqa: BLE001 - a closed engine, a locked database
-            messages.append(("error", f"Clearing {row.name} failed: {exc}"))
+            messages.append(("error", f"Clearing {fingerprint} failed: {exc}"))
             return 500
-    who = "every model" if target == "all" else chosen[0].name
+    who = "every model" if target == "all" else ", ".join(r.name for r in chosen)
     messages.append(("ok", f"Cleared {who}: {total.hot_blocks} hot blocks ({human_bytes(total.hot_bytes)}) and "
                            f"{total.cold_files} SSD blocks ({human_bytes(total.cold_bytes)})"))
     return 200
+
+
+def _on(engine):
+    """Run ``fn(block_cache)`` on the engine's thread (the hot tier is the engine's)."""
+    return lambda fn: engine.call(lambda e: fn(e.prefix_cache), timeout=60)
 
 
 def _root():
