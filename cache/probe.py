@@ -328,7 +328,14 @@ def suggest(result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[i
     # Per-file cost at most a fifth of a block read: blocks of at least 4x overhead's worth of bytes.
     wanted = 4 * overhead / 1000 * result.read_bytes_per_s / per_token if result.read_bytes_per_s else 0
     better = min(2048, 1 << max(0, int(wanted - 1).bit_length())) if wanted > tokens else tokens
-    if better > tokens:
+    if better > tokens and fast:
+        out.append(Suggestion(
+            "block size", f"keep cache_block_size {tokens}",
+            f"Per-file costs are {overhead / max(overhead + transfer, 1e-9):.0%} of a {tokens}-token "
+            f"block read ({overhead:.2f} of {overhead + transfer:.2f} ms), but the whole read is still "
+            f"{min(speedups.values()):.0f}x faster than recomputing the block, so larger blocks would "
+            "gain little."))
+    elif better > tokens:
         out.append(Suggestion(
             "block size", f"larger blocks: cache_block_size {better}",
             f"Each block read costs {overhead:.2f} ms beyond its {transfer:.2f} ms of transfer at "
