@@ -55,6 +55,11 @@ class ModelJobs:
         with self._lock:
             return any(j.thread.is_alive() for j in self._jobs.values())
 
+    def has_error(self, model_id: str) -> bool:
+        with self._lock:
+            job = self._jobs.get(model_id)
+            return job is not None and not job.thread.is_alive() and job.error is not None
+
     def take_error(self, model_id: str) -> Optional[Job]:
         """The finished job of ``model_id`` if it failed (once: it is forgotten)."""
         with self._lock:

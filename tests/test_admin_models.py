@@ -12,6 +12,11 @@ ACTION = "/admin/models/action/"
 def _load(client, model_id):
     response = post(client, ACTION, {"action": "load", "model": model_id})
     assert response.status_code in (200, 202), response.content
+    if response.status_code == 202:  # still loading: the row says so, and the table polls
+        html = response.content.decode()
+        assert "loading…" in html and 'hx-trigger="every 2s"' in html
+        again = post(client, ACTION, {"action": "load", "model": model_id})
+        assert again.status_code in (200, 409)  # loaded meanwhile, or "a load is running already"
     wait_until(lambda: get_pool().loaded(model_id) is not None)
     # The table stops polling once the job is over and shows the model loaded.
     table = wait_until(lambda: (lambda r: r if b"every 2s" not in r.content else None)(
@@ -27,11 +32,20 @@ def test_the_page_lists_every_folder_with_its_state(console):
         assert f'data-model="{model_id}"' in html
     assert "cannot be served: " in html  # broken: no config.json
     assert html.count("not loaded") >= 2 and "Model memory" in html and "Process memory" in html
+    assert "every 2s" not in html  # nothing is loading: no polling
+
+
+def test_the_poll_keeps_the_table_until_a_state_changes(console):
+    from admin_panel.views.models import _states
+
+    now = _states(get_pool().status()["data"])
+    assert console.get("/admin/models/table/", {"since": now}).status_code == 204
+    get_pool().engine("tiny")  # loaded elsewhere (the API): the next poll brings the new table
+    response = console.get("/admin/models/table/", {"since": now})
+    assert response.status_code == 200 and 'class="badge ok">loaded' in response.content.decode()
 
 
 def test_load_pin_ttl_alias_settings_and_unload(console):
-    assert "loading…" in post(console, ACTION, {"action": "load", "model": "tiny"}).content.decode() \
-        or get_pool().loaded("tiny") is not None
     html = _load(console, "tiny")
     assert 'class="badge ok">loaded' in html
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import List, Optional, Tuple
 
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -34,6 +35,11 @@ def page(request):
 @admin_required
 @require_GET
 def table(request):
+    """The table; for the page's poll (``since`` = the states it shows), 204 while no load,
+    unload or error changed them, so htmx keeps the table (and what is typed in it) as it is."""
+    since = request.GET.get("since")
+    if since is not None and since == _states(get_pool().status()["data"]):
+        return HttpResponse(status=204)
     return render(request, "admin_panel/partials/models_table.html", _context([]))
 
 
@@ -129,6 +135,12 @@ def _job_error(exc: BaseException) -> Optional[tuple]:
     return None
 
 
+def _states(data) -> str:
+    """What the poll watches: each model's state and whether a job of it failed."""
+    return ";".join(f"{r['id']}:{int(r['loaded'])}{int(r['loading'])}{jobs.running(r['id']) or '-'}"
+                    f"{int(jobs.has_error(r['id']))}" for r in sorted(data, key=lambda r: r["id"]))
+
+
 def _known(pool, name: str) -> Optional[str]:
     if name in pool.folders():
         return name
@@ -180,4 +192,5 @@ def _context(messages: List[Message]) -> dict:
             sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS]))
     polling = jobs.any_running() or any(r["loading"] for r in rows)
     return {"rows": rows, "memory": status["memory"], "messages": messages, "polling": polling,
+            "states": _states(status["data"]),
             "kinds": KINDS, "loaded_count": sum(1 for r in rows if r["loaded"])}
