@@ -276,20 +276,22 @@ def suggest(result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[i
         read_ms = result.read_ms(m.block_bytes)
         recompute_ms = m.block_tokens / m.prefill_tokens_per_s * 1000
         speedups[m.name] = recompute_ms / max(read_ms, 1e-6)
+        seen = (f" (its cache's own restores ran at {_mbs(m.cold_read_bytes_per_s)})"
+                if m.cold_read_bytes_per_s > 0 else "")
         if read_ms < recompute_ms:
             out.append(Suggestion(
                 "ssd tier", f"keep the SSD tier for {m.name}",
                 f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) from this "
                 f"disk takes about {read_ms:.1f} ms, recomputing it {recompute_ms:.1f} ms at the measured "
                 f"{m.prefill_tokens_per_s:.0f} prompt tokens/s: restoring is "
-                f"{speedups[m.name]:.1f}x faster."))
+                f"{speedups[m.name]:.1f}x faster{seen}."))
         else:
             out.append(Suggestion(
                 "ssd tier", f"the SSD tier does not pay for {m.name}",
                 f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) takes about "
                 f"{read_ms:.1f} ms but recomputing it only {recompute_ms:.1f} ms at "
-                f"{m.prefill_tokens_per_s:.0f} prompt tokens/s, so the cache recomputes instead of "
-                "reading: use a faster disk or turn the SSD tier off (--paged-ssd-cache-dir off)."))
+                f"{m.prefill_tokens_per_s:.0f} prompt tokens/s{seen}, so the cache recomputes instead "
+                "of reading: use a faster disk or turn the SSD tier off (--paged-ssd-cache-dir off)."))
     if not measured:
         out.append(Suggestion(
             "ssd tier", "send a request to a model, then probe again",

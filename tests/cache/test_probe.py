@@ -107,6 +107,10 @@ def test_suggestions_follow_the_numbers():
     far = by_topic(suggest(small_disk, [_model(500, kv_per_token=256)], ram_bytes=64 * gib))
     assert far["block size"].advice == "keep cache_block_size 256" and "faster than recomputing" in far["block size"].why
 
+    restored = _model(prefill=500)
+    restored.cold_read_bytes_per_s = 750e6
+    assert "its cache's own restores ran at 750 MB/s" in suggest(fast_disk, [restored], ram_bytes=64 * gib)[0].why
+
     unmeasured = by_topic(suggest(fast_disk, [_model(prefill=0)], ram_bytes=64 * gib))
     assert "then probe again" in unmeasured["ssd tier"].advice
     assert all(s.why.endswith(".") for s in suggest(fast_disk, [], ram_bytes=64 * gib))
