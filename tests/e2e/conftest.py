@@ -37,7 +37,9 @@ def admin_server(tmp_path_factory, model_dir):
     server.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop running in the main thread
+# while it is open, and later test modules that call asyncio.run() would fail.
+@pytest.fixture(scope="module")
 def browser():
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
