@@ -2,6 +2,8 @@
 from django.urls import path
 
 from admin_panel.views import auth, benchmark, chat, logs, status
+from admin_panel.views import cache as cache_views
+from admin_panel.views import models as models_views
 
 app_name = "admin_panel"
 
@@ -16,4 +18,11 @@ urlpatterns = [
     path("benchmark/runs/<int:run_id>/", benchmark.run_detail, name="benchmark_run"),
     path("benchmark/runs/<int:run_id>/delete/", benchmark.run_delete, name="benchmark_delete"),
     path("benchmark/compare/", benchmark.compare, name="benchmark_compare"),
+    path("models/", models_views.page, name="models"),
+    path("models/table/", models_views.table, name="models_table"),
+    path("models/action/", models_views.action, name="models_action"),
+    path("cache/", cache_views.page, name="cache"),
+    path("cache/panel/", cache_views.panel, name="cache_panel"),
+    path("cache/action/", cache_views.action, name="cache_action"),
+    path("cache/probe/", cache_views.probe, name="cache_probe"),
 ]

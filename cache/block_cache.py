@@ -201,6 +201,15 @@ class BlockCache(PrefixCache):
         self.cold.flush()
         return len(missing)
 
+    def clear_hot(self) -> Tuple[int, int]:
+        """Drop every hot block no request holds, without writing it down, and wait for the cold
+        tier's queued writes (so a clear of the cold tier that follows finds them on disk).
+        Returns (blocks, bytes) dropped. Run it on the engine thread (Engine.call)."""
+        dropped = self.hot.drop_unreferenced()
+        if self.cold is not None:
+            self.cold.flush()
+        return dropped
+
     def close(self) -> None:
         if self.cold is not None:
             self.cold.close()

@@ -115,6 +115,20 @@ class BlockPool:
         self._evict_until(0)
         return before - len(self._blocks)
 
+    def drop_unreferenced(self) -> Tuple[int, int]:
+        """Forget every block no request holds, without handing it down (the cache is being
+        cleared); returns (blocks, bytes) dropped. Held blocks stay until released."""
+        blocks = nbytes = 0
+        for key in list(self._lru):
+            block = self._blocks[key]
+            if block.ref_count > 0:
+                continue
+            del self._blocks[key]
+            self._forget(block)
+            blocks += 1
+            nbytes += block.nbytes
+        return blocks, nbytes
+
     def remove(self, key: bytes) -> None:
         """Forget a block without handing it down (it turned out to be bad)."""
         block = self._blocks.pop(key, None)

@@ -195,14 +195,17 @@ class ColdTier:
         with self._lock:
             return {k.hex(): (e.block.parent.hex(), e.last_used) for k, e in self._entries.items()}
 
-    def forget(self, key_hexes: List[str]) -> None:
-        """GC removed these blocks' files and rows."""
+    def forget(self, key_hexes: List[str], by_gc: bool = True) -> int:
+        """GC (or a clear from the admin console, ``by_gc`` False) removed these blocks' files
+        and rows; returns how many were indexed."""
         removed = 0
         with self._lock:
             for key_hex in key_hexes:
                 if self._unindex(bytes.fromhex(key_hex)):
                     removed += 1
-        self._stats.gc_removed += removed
+        if by_gc:
+            self._stats.gc_removed += removed
+        return removed
 
     def note_gc_run(self) -> None:
         self._stats.gc_runs += 1

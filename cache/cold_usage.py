@@ -5,8 +5,9 @@ fingerprint directory, the block files on disk and the rows in SQLite, and the m
 wrote them (``model.json``, recorded since names were; older directories have none). ``clear``
 removes blocks in GC's order (cache/gc.py): the file, then its row, so a crash half way leaves
 files without rows (re-indexed at the next start) or rows without files (dropped at the next
-start), never a row that names a file with other contents. A ColdTier of another process that
-still indexes a removed block finds the file missing at load: a miss, never a wrong hit.
+start), never a row that names a file with other contents. A ColdTier of this process (a loaded
+model) is told which blocks went; one of another process that still indexes a removed block finds
+the file missing at load: a miss, never a wrong hit.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from . import cold_rows, durable
+from . import cold_rows, durable, gc
 from .block_file import BLOCK_NAME, FINGERPRINT_DIR, MODEL_INFO, SHARD_DIR, TMP_NAME
 
 
@@ -41,6 +42,7 @@ class ClearResult:
     files: int = 0
     bytes: int = 0
     rows: int = 0
+    forgotten: int = 0  # removed blocks that a live cold tier of this process indexed
 
 
 def usage(root) -> List[ModelUsage]:
@@ -91,9 +93,27 @@ def clear(root, fingerprints: Iterable[str]) -> ClearResult:
             dead = [k for k, r in rows.items() if k in removed or not (root / r.file).exists()]
             cold_rows.delete(dead)
             result.rows += len(dead)
+            removed = sorted(set(removed) | set(dead))
         _tidy(directory)
+        result.forgotten += _tell_live_tiers(root, fp, removed)
         result.fingerprints.append(fp)
     return result
+
+
+def _tell_live_tiers(root: Path, fingerprint: str, removed: List[str]) -> int:
+    """This process's ColdTier of the fingerprint (a loaded model) stops offering the removed
+    blocks at once; a tier in another process finds them missing at load (a miss)."""
+    forgotten = 0
+    if not removed:
+        return 0
+    for tier in gc.live_tiers():
+        try:
+            same_root = Path(tier.root_dir).resolve() == root.resolve()
+        except OSError:
+            continue
+        if same_root and tier.fingerprint_hex == fingerprint:
+            forgotten += tier.forget(removed, by_gc=False)
+    return forgotten
 
 
 def _block_files(directory) -> List[tuple]:

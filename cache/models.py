@@ -38,3 +38,28 @@ class CacheBlock(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tier} block {self.key[:16]} ({self.token_count} tokens, {self.bytes} bytes)"
+
+
+class GCRun(models.Model):
+    """One pass of the cold-tier GC (cache/gc.py), periodic or started by hand from the admin
+    console. Only the newest ``KEEP`` rows are kept (cache/gc_runs.py trims older ones)."""
+
+    TRIGGERS = [("periodic", "periodic"), ("manual", "manual")]
+    KEEP = 500
+
+    started = models.DateTimeField(db_index=True)
+    seconds = models.FloatField()
+    files = models.BigIntegerField()  # block files left
+    bytes = models.BigIntegerField()  # their size
+    expired = models.PositiveIntegerField()  # removed by the TTL
+    evicted = models.PositiveIntegerField()  # removed by the size cap
+    removed_bytes = models.BigIntegerField()
+    stale_rows = models.PositiveIntegerField()  # CacheBlock rows without a file, dropped
+    trigger = models.CharField(max_length=16, choices=TRIGGERS, default="periodic")
+
+    class Meta:
+        ordering = ["-started"]
+
+    def __str__(self) -> str:
+        return (f"GC {self.trigger} at {self.started:%Y-%m-%d %H:%M:%S}: removed "
+                f"{self.expired + self.evicted} blocks, {self.files} left")

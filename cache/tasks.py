@@ -1,24 +1,20 @@
-"""Huey tasks of the cache app: cold-tier GC every few minutes."""
+"""Huey tasks of the cache app: cold-tier GC every few minutes, recorded (cache/gc_runs.py)."""
 from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from huey import crontab
 from huey.contrib.djhuey import db_periodic_task
 
-from .gc import GCResult, collect
+from . import gc_runs
+from .gc import GCResult
 
 logger = logging.getLogger("omlx.cache.gc")
 
 
-def collect_from_settings() -> GCResult:
-    """One GC pass over OMLX_COLD_CACHE_DIR with the cap and TTL from settings."""
-    root = settings.OMLX_COLD_CACHE_DIR
-    if root is None:
-        return GCResult()
-    return collect(root, getattr(settings, "OMLX_COLD_CACHE_MAX_BYTES", None),
-                   getattr(settings, "OMLX_COLD_CACHE_TTL_SECONDS", None))
+def collect_from_settings(trigger: str = "periodic") -> GCResult:
+    """One recorded GC pass over OMLX_COLD_CACHE_DIR with the cap and TTL from settings."""
+    return gc_runs.run(trigger) or GCResult()
 
 
 @db_periodic_task(crontab(minute="*/5"))

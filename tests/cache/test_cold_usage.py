@@ -47,8 +47,8 @@ def test_clear_removes_files_then_rows_stale_ones_too(tiers, tmp_path):
     assert not (root / FP.hex).exists()
     assert row_keys(FP) == set()
     assert [x.fingerprint for x in usage(root)] == [FP2.hex]  # the other model is untouched
-    # The live tier still indexes the removed blocks: a load is a miss, never an error.
-    assert a.load(chain[2].key) is None
+    # The live tier forgot the removed blocks: a load is a miss, never an error.
+    assert not a.contains(chain[2].key) and a.load(chain[2].key) is None
     # And it can write again: the directory comes back, with a row for the new file.
     a2 = tiers(FP, root)
     write_all(a2, make_chain(FP, 1, first_token=100))
