@@ -19,6 +19,7 @@ from admin_panel.auth import admin_required
 from admin_panel.bench import PRESETS, parse_concurrency
 from admin_panel.models import BenchmarkRun
 from admin_panel.tasks import fail_lost_runs
+from admin_panel.views import shows_errors
 
 RUNS_LISTED = 50
 _NUMBER_FIELDS = ("prompt_tokens", "gen_tokens", "repeats")
@@ -133,7 +134,7 @@ def _start(request):
     def refuse(message: str):
         html = render_to_string("admin_panel/partials/benchmark_form.html", _form_context(values, message),
                                 request=request)
-        return HttpResponse(html, status=400)
+        return shows_errors(HttpResponse(html, status=400))
 
     if not model:
         return refuse("Choose a model.")
@@ -155,8 +156,8 @@ def run_detail(request, run_id: int):
     """A run's progress and results into #bench-live (live over the socket while it runs)."""
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     if run is None:
-        return HttpResponse(f'<div id="bench-live"><p class="error">Benchmark #{run_id} does not exist '
-                            '(deleted?).</p></div>', status=404)
+        return shows_errors(HttpResponse(f'<div id="bench-live"><p class="error">Benchmark #{run_id} does '
+                                         'not exist (deleted?).</p></div>', status=404))
     return HttpResponse(_live_html(run, request))
 
 
@@ -174,7 +175,8 @@ def run_delete(request, run_id: int):
         run.delete()
     html = render_to_string("admin_panel/partials/benchmark_runs.html",
                             {"runs": BenchmarkRun.objects.all()[:RUNS_LISTED], "message": message})
-    return HttpResponse(html, status=409 if message and run is not None else (404 if message else 200))
+    status = 409 if message and run is not None else (404 if message else 200)
+    return shows_errors(HttpResponse(html, status=status))
 
 
 @admin_required
@@ -187,8 +189,8 @@ def compare(request):
         ids = []
     runs = list(BenchmarkRun.objects.filter(pk__in=ids, results__isnull=False).order_by("created"))
     if len(runs) < 2:
-        return HttpResponse('<div id="bench-compare" class="card"><p class="error">Select two or more runs '
-                            'that have results to compare them.</p></div>', status=400)
+        return shows_errors(HttpResponse('<div id="bench-compare" class="card"><p class="error">Select two or '
+                                         'more runs that have results to compare them.</p></div>', status=400))
     return HttpResponse(render_to_string("admin_panel/partials/benchmark_compare.html", compare_context(runs)))
 
 

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from admin_panel import cache_report
 from admin_panel.auth import admin_required
+from admin_panel.views import shows_errors
 from admin_panel.probe_job import probe_job
 from admin_panel.templatetags.omlx_units import human_bytes
 from cache import gc_runs
@@ -55,8 +56,7 @@ def action(request):
     template = ("admin_panel/partials/cache_panels.html" if request.headers.get("HX-Request")
                 else "admin_panel/cache.html")
     response = render(request, template, _context(messages), status=status)
-    response["X-Omlx-Fragment"] = "1"
-    return response
+    return shows_errors(response)
 
 
 @admin_required
@@ -76,8 +76,7 @@ def probe(request):
                 message, status = "A probe is running already", 409
     response = render(request, "admin_panel/partials/cache_probe.html",
                       {"probe": probe_job.state(), "message": message}, status=status)
-    response["X-Omlx-Fragment"] = "1"
-    return response
+    return shows_errors(response)
 
 
 def _run_gc(messages: List[Message]) -> int:

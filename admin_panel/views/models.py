@@ -15,6 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from admin_panel.auth import admin_required
+from admin_panel.views import shows_errors
 from admin_panel.model_jobs import jobs
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 from inference.pool.discovery import KINDS
@@ -56,8 +57,7 @@ def action(request):
     template = ("admin_panel/partials/models_table.html" if request.headers.get("HX-Request")
                 else "admin_panel/models.html")
     response = render(request, template, _context(messages), status=status)
-    response["X-Omlx-Fragment"] = "1"
-    return response
+    return shows_errors(response)
 
 
 def _act(form, messages: List[Message]) -> int:
