@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from admin_panel.chat import AnswerStats, parse_form
 from inference.api import handoff
 from inference.api.errors import ApiError
-from inference.api.responder import _start, _stop
+from inference.api.responder import start_generation, stop_generation
 from inference.generation import GenerationJob
 
 from . import AdminConsumer
@@ -63,7 +63,7 @@ class ChatConsumer(AdminConsumer):
     async def disconnect(self, code) -> None:
         self.closed = True
         if self.task is not None and not self.task.done():
-            self.task.cancel()  # the running job is aborted as the task unwinds (_stop)
+            self.task.cancel()  # the running job is aborted as the task unwinds (stop_generation)
             await asyncio.gather(self.task, return_exceptions=True)
 
     async def _send(self, data: dict) -> None:
@@ -101,7 +101,7 @@ class ChatConsumer(AdminConsumer):
         text: List[str] = []
         try:
             try:
-                subscription = await _start(job)
+                subscription = await start_generation(job)
             except ApiError as exc:
                 # not answered: it does not stay in the conversation
                 self.history = [m for m in self.history if m is not asked]
@@ -132,7 +132,7 @@ class ChatConsumer(AdminConsumer):
                     reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
                 done = reason != "error"  # an abort ended the engine's request already
             finally:  # shielded: a cancel (Stop's grace, the socket closing) must not cut the clean-up
-                await asyncio.shield(_stop(job, subscription, done))
+                await asyncio.shield(stop_generation(job, subscription, done))
             self.history.append({"role": "assistant", "content": "".join(text)})
             stats = AnswerStats.build(usage, reason, sent, first, last)
             await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=stats,

@@ -21,7 +21,7 @@ from .anthropic_tokens import count_prompt_tokens
 from .auth import check_api_key
 from . import limits
 from .errors import ApiError
-from .responder import _start, _stop
+from .responder import start_generation, stop_generation
 from .streaming import EventStreamResponse
 
 logger = logging.getLogger("omlx.api")
@@ -37,7 +37,7 @@ async def messages(request, body: MessagesRequest):
     builder = MessageBuilder(job.request_id, body.model, body.stop_sequences or ())
     if body.stream:
         return await _stream(job, builder)
-    subscription = await _start(job)
+    subscription = await start_generation(job)
     done = False
     try:
         while not done:
@@ -49,7 +49,7 @@ async def messages(request, body: MessagesRequest):
             builder.feed(event)
             done = event["finish_reason"] is not None
     finally:
-        await _stop(job, subscription, done)
+        await stop_generation(job, subscription, done)
     return JsonResponse(builder.message())
 
 
@@ -80,7 +80,7 @@ def _job(body, request_id: str, params: dict) -> GenerationJob:
 
 
 async def _stream(job: GenerationJob, builder: MessageBuilder) -> EventStreamResponse:
-    subscription = await _start(job)
+    subscription = await start_generation(job)
     # message_start carries the prompt's token count, as the worker counted it when it took the job
     input_tokens = subscription.accepted["prompt_tokens"][0]
     return EventStreamResponse(_events(job, builder, subscription, input_tokens))
@@ -106,4 +106,4 @@ async def _events(job, builder: MessageBuilder, subscription, input_tokens: int)
                 yield sse(out)
             done = event["finish_reason"] is not None
     finally:
-        await _stop(job, subscription, done)
+        await stop_generation(job, subscription, done)

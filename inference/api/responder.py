@@ -2,6 +2,8 @@
 the worker accepts or refuses it, then stream the events back (SSE) or collect them (JSON).
 
 A client that goes away (Django cancels the view or the streaming iterator) aborts the job.
+``start_generation`` / ``stop_generation`` are the two halves every route uses (OpenAI, Anthropic,
+Responses, the admin console's chat): admission, hand-off, the accepted/refused answer, abort.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ ACCEPT_TIMEOUT_SECONDS = 900.0
 
 
 async def respond(job: GenerationJob, fmt, stream: bool, include_usage: bool = False):
-    subscription = await _start(job)
+    subscription = await start_generation(job)
     if stream:
         return EventStreamResponse(_sse(job, fmt, subscription, include_usage))
     done = False
@@ -36,12 +38,14 @@ async def respond(job: GenerationJob, fmt, stream: bool, include_usage: bool = F
         choices = await _collect(job, subscription)
         done = True
     finally:
-        await _stop(job, subscription, done)
+        await stop_generation(job, subscription, done)
     usages = {c["index"]: c["usage"] for c in choices}
     return JsonResponse(fmt.response(choices, usage_body(usages, job.n)))
 
 
-async def _start(job: GenerationJob) -> Subscription:
+async def start_generation(job: GenerationJob) -> Subscription:
+    """Subscribe to the job's events, hand it off and wait for the worker's answer; raises
+    ApiError when it is refused (its status: 404, 429, 503...)."""
     subscription = Subscription(job.request_id)
     subscription.observer = GenerationObserver(job.model, job.n).observe  # /metrics: TTFT, tokens
     await subscription.__aenter__()
@@ -49,7 +53,7 @@ async def _start(job: GenerationJob) -> Subscription:
         await handoff.submit(job)
         first = await subscription.receive(ACCEPT_TIMEOUT_SECONDS)
     except BaseException:
-        await _stop(job, subscription, done=False)
+        await stop_generation(job, subscription, done=False)
         raise
     if first is None or first["kind"] != "accepted":
         await subscription.__aexit__()
@@ -62,7 +66,8 @@ async def _start(job: GenerationJob) -> Subscription:
     return subscription
 
 
-async def _stop(job: GenerationJob, subscription: Subscription, done: bool) -> None:
+async def stop_generation(job: GenerationJob, subscription: Subscription, done: bool) -> None:
+    """Unsubscribe; a job not ``done`` (the client left, an error) is aborted first."""
     if not done:
         try:
             handoff.abort(job)
@@ -133,7 +138,7 @@ async def _sse(job: GenerationJob, fmt, subscription: Subscription, include_usag
             yield _data(fmt.usage_chunk(usage_body(usages, job.n)))
         yield "data: [DONE]\n\n"
     finally:
-        await _stop(job, subscription, done)
+        await stop_generation(job, subscription, done)
 
 
 def _data(body: dict) -> str:

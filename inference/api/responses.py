@@ -22,7 +22,7 @@ from inference.relay import Subscription
 from .auth import check_api_key
 from .errors import ApiError
 from . import responses_store
-from .responder import _start, _stop
+from .responder import start_generation, stop_generation
 from .responses_format import ResponseBuilder
 from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
 from .responses_schemas import ResponsesRequest
@@ -43,7 +43,7 @@ async def create_response(request, body: ResponsesRequest):
     job, echo = _job(body, context)
     builder = ResponseBuilder(job.request_id, body.model, echo)
     saver = _Saver(body)
-    subscription = await _start(job)
+    subscription = await start_generation(job)
     if body.stream:
         return EventStreamResponse(_sse(job, builder, subscription, saver))
     done = False
@@ -52,7 +52,7 @@ async def create_response(request, body: ResponsesRequest):
             builder.feed(await subscription.receive())
         done = builder.status != "failed"
     finally:
-        await _stop(job, subscription, done)
+        await stop_generation(job, subscription, done)
     if builder.status == "failed":
         raise ApiError(500, builder.error["message"])
     await saver.save(builder)
@@ -162,7 +162,7 @@ async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subsc
                 yield _sse_event(out)
         done = builder.status != "failed"
     finally:
-        await _stop(job, subscription, done)
+        await stop_generation(job, subscription, done)
 
 
 def _sse_event(event: dict) -> str:
