@@ -93,7 +93,7 @@ else:
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}
     }
     HUEY = {
-        "huey_class": "huey.SqliteHuey",
+        "huey_class": "inference.huey_consumer.QueueHuey",  # SqliteHuey without an fsync per commit
         "name": "omlx",
         "filename": str(OMLX_HOME / "huey.sqlite3"),
         "immediate": False,
