@@ -6,7 +6,8 @@ HTTP connection, one request after the other (no concurrency):
 - ``GET /v1/models``: HTTP server + middleware + a ninja view, no generation (the floor);
 - a streamed ``/v1/completions`` of a repeated (cached) prompt with ``max_tokens`` 1: the time to
   the first token (TTFT) of a cached prefix, the figure coding agents feel;
-- the same, not streamed: the whole response;
+- a streamed completion of a new prompt each time (about 500 tokens, uncached; the prefill);
+- the cached one, not streamed: the whole response;
 - a streamed completion of ``--decode-tokens`` tokens: the time per token after the first.
 
 ``--handoff direct`` serves with ``OMLX_API_HANDOFF=direct`` (no Huey queue), as a reference.
@@ -68,6 +69,10 @@ def measure(url: str, model: str, requests: int, decode_tokens: int) -> dict:
         out["cached TTFT, streamed"] = [_stream(client, url + "/v1/completions",
                                                 dict(base, max_tokens=1, stream=True))[0]
                                         for _ in range(requests)]
+        out["uncached TTFT, streamed"] = [
+            _stream(client, url + "/v1/completions",
+                    dict(base, prompt=f"request {i} {time.time()} " + prompt[:1200], max_tokens=1, stream=True))[0]
+            for i in range(requests)]
         times = []
         for _ in range(requests):
             start = time.perf_counter()
