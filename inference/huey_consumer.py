@@ -11,7 +11,9 @@ import logging
 import threading
 from typing import Optional
 
+from huey import SqliteHuey
 from huey.consumer import Consumer, Worker
+from huey.storage import SqliteStorage
 
 logger = logging.getLogger("omlx.huey")
 
@@ -27,6 +29,25 @@ def running() -> bool:
 def notify() -> None:
     """Wake idle workers of this process's embedded consumer (a task was just queued)."""
     _wakeup.set()
+
+
+class _QueueStorage(SqliteStorage):
+    """Huey's SQLite storage in WAL mode with ``synchronous=NORMAL``: a commit no longer waits for
+    an fsync (about 0.5 ms each, three commits per API request: enqueue, dequeue, revoke check);
+    the file stays consistent after a crash, and what a power cut may lose (the last commits) are
+    jobs whose clients are gone with the server anyway."""
+
+    def _create_connection(self):
+        conn = super()._create_connection()
+        if self._fsync is None:
+            conn.execute("pragma synchronous=NORMAL")
+        return conn
+
+
+class QueueHuey(SqliteHuey):
+    """The embedded queue's Huey (settings.HUEY "huey_class")."""
+
+    storage_class = _QueueStorage
 
 
 class _WakeableWorker(Worker):

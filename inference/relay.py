@@ -5,7 +5,10 @@ The worker side (``publish``) runs on whatever thread produces an event (the Hue
 engine thread). The view side (``Subscription``) runs on the server's event loop.
 
 - Channels' in-memory layer (the embedded default) keeps asyncio queues that only the loop reading
-  them may touch, so an event is handed to that loop (recorded per group on subscribe).
+  them may touch, so an event is handed to that loop (recorded per group on subscribe). The events
+  of an API request skip the layer: they go straight to its ``Subscription``'s queue through the
+  loop's ``_Mailbox``, which wakes the loop once for every event published meanwhile (one engine
+  step's events for every stream), where ``group_send`` cost a task and a future per event.
 - Any other layer (Redis) is driven by one ``_Sender`` per process: an event loop thread that sends
   events one after the other, in the order ``publish`` was called, so the tokens of a request keep
   their order and the engine thread never waits for the network. Each event carries the sending
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import weakref
 from typing import Callable, Dict, Optional
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -29,6 +33,7 @@ CONTROL_GROUP = "omlx.control"
 _loops: Dict[str, asyncio.AbstractEventLoop] = {}
 _loops_lock = threading.Lock()
 _listeners: Dict[str, int] = {}  # groups of listen_on_loop -> how many listen
+_subscriptions: Dict[str, "Subscription"] = {}  # in-memory layer: group -> the Subscription reading it
 
 
 def group_name(request_id: str) -> str:
@@ -77,7 +82,10 @@ def _send(group: str, event: dict) -> None:
     if isinstance(layer, InMemoryChannelLayer):
         with _loops_lock:
             loop = _loops.get(group)
-        if loop is not None and not loop.is_closed():
+            subscription = _subscriptions.get(group)
+        if subscription is not None:
+            subscription._mailbox.put(subscription, event)
+        elif loop is not None and not loop.is_closed():
             # run_coroutine_threadsafe keeps the order: each send completes without waiting.
             asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
         return
@@ -189,6 +197,48 @@ def listen_control(handler: Callable[[dict], None]) -> bool:
     return True
 
 
+class _Mailbox:
+    """Events for the subscriptions of one loop, from any thread: the loop is woken when the first
+    event arrives and delivers every event that came in the meantime, in arrival order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = weakref.ref(loop)  # weak: the box is the value of a weak-keyed map of loops
+        self._items: list = []
+        self._lock = threading.Lock()
+
+    def put(self, subscription: "Subscription", event: dict) -> None:
+        with self._lock:
+            wake = not self._items
+            self._items.append((subscription, event))
+        if wake:
+            loop = self._loop()
+            try:
+                if loop is None:
+                    raise RuntimeError("the loop is gone")
+                loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: nobody reads these events any more
+                with self._lock:
+                    self._items.clear()
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for subscription, event in items:
+            if subscription._events is not None:
+                subscription._events.put_nowait(event)
+
+
+_mailboxes: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox]" = weakref.WeakKeyDictionary()
+
+
+def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
+    with _loops_lock:
+        box = _mailboxes.get(loop)
+        if box is None:
+            box = _mailboxes[loop] = _Mailbox(loop)
+        return box
+
+
 class Subscription:
     """``async with Subscription(request_id) as sub: event = await sub.receive(timeout)``.
 
@@ -207,15 +257,23 @@ class Subscription:
         self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
         self._heard_at = 0.0  # loop time of the last event or liveness check
         self.observer: Optional[Callable[[dict], None]] = None  # sees every event (inference.metrics)
+        self._mailbox: Optional[_Mailbox] = None
 
     async def __aenter__(self) -> "Subscription":
+        loop = asyncio.get_running_loop()
+        self._events = asyncio.Queue()
+        self._heard_at = loop.time()
+        if isinstance(self.layer, InMemoryChannelLayer):  # events come through the mailbox
+            self._mailbox = _mailbox(loop)
+            with _loops_lock:
+                _loops[self.group] = loop
+                _subscriptions[self.group] = self
+            return self
         self.channel = await self.layer.new_channel()
         with _loops_lock:
-            _loops[self.group] = asyncio.get_running_loop()
+            _loops[self.group] = loop
         await self.layer.group_add(self.group, self.channel)
-        self._events = asyncio.Queue()
         self._reader = asyncio.ensure_future(self._read())
-        self._heard_at = asyncio.get_running_loop().time()
         return self
 
     async def _read(self) -> None:
@@ -240,6 +298,8 @@ class Subscription:
 
     async def _receive(self, timeout: Optional[float]) -> Optional[dict]:
         if isinstance(self.layer, InMemoryChannelLayer):
+            if not self._events.empty():  # no timer to set up for an event already there
+                return self._events.get_nowait()
             try:
                 return await asyncio.wait_for(self._events.get(), timeout)
             except asyncio.TimeoutError:
@@ -276,6 +336,11 @@ class Subscription:
     async def __aexit__(self, *exc) -> None:
         with _loops_lock:
             _loops.pop(self.group, None)
+            if _subscriptions.get(self.group) is self:
+                del _subscriptions[self.group]
+        if self.channel is None:  # in-memory: nothing joined in the layer
+            _run_exit_callbacks(self.request_id)
+            return
         if self._reader is not None:
             self._reader.cancel()  # the layer's own clean-up of the channel (Redis: unsubscribe)
             try:

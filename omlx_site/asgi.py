@@ -6,10 +6,14 @@ session (the console's login) and are refused when a browser opens them from ano
 """
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omlx_site.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # what get_asgi_application() does, with our handler below
+
+from omlx_site.asgi_handler import PooledThreadASGIHandler  # noqa: E402
+
+django_asgi_app = PooledThreadASGIHandler()  # Django's, with request threads reused
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up)
 from channels.sessions import SessionMiddlewareStack  # noqa: E402

@@ -36,9 +36,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "omlx_site.middleware.request_metrics",  # first: counts the status the client gets (/metrics)
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    # Django's own three, their hooks run on the event loop (omlx_site/middleware.py: no thread hops)
+    "omlx_site.middleware.SecurityMiddleware",
+    "omlx_site.middleware.SessionMiddleware",
+    "omlx_site.middleware.CommonMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "omlx_site.middleware.ApiErrorEnvelopeMiddleware",
 ]
@@ -92,7 +93,7 @@ else:
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}
     }
     HUEY = {
-        "huey_class": "huey.SqliteHuey",
+        "huey_class": "inference.huey_consumer.QueueHuey",  # SqliteHuey without an fsync per commit
         "name": "omlx",
         "filename": str(OMLX_HOME / "huey.sqlite3"),
         "immediate": False,

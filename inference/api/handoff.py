@@ -22,7 +22,14 @@ def _direct() -> bool:
 
 
 async def submit(job: GenerationJob) -> None:
-    await sync_to_async(limits.check_workers, thread_sensitive=False)()
+    # Redis is network I/O: a thread. The embedded queue is a local SQLite file written without an
+    # fsync per commit (inference.huey_consumer.QueueHuey): a few tens of microseconds, less than
+    # the hop to a thread and back, so it is written from the loop.
+    networked = bool(settings.OMLX_REDIS_URL)
+    if networked:
+        await sync_to_async(limits.check_workers, thread_sensitive=False)()
+    else:
+        limits.check_workers()  # no I/O without Redis
     limits.admit(job)
     relay.when_unsubscribed(job.request_id, lambda: limits.release(job))
     if _direct():
@@ -30,7 +37,10 @@ async def submit(job: GenerationJob) -> None:
     else:
         from inference import huey_consumer, tasks
 
-        await sync_to_async(tasks.generate, thread_sensitive=False)(job.to_dict())
+        if networked:
+            await sync_to_async(tasks.generate, thread_sensitive=False)(job.to_dict())
+        else:
+            tasks.generate(job.to_dict())
         huey_consumer.notify()
 
 
