@@ -210,6 +210,10 @@ class BlockCache(PrefixCache):
             self.cold.flush()
         return dropped
 
+    def engine_busy(self, busy: bool) -> None:
+        if self.cold is not None:
+            self.cold.defer_writes(busy)
+
     def close(self) -> None:
         if self.cold is not None:
             self.cold.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import logging
@@ -24,6 +25,9 @@ logger = logging.getLogger("omlx.cache.cold")
 
 _PERSIST_EVERY = 30.0  # seconds between batched last-used updates of the rows
 _STOP, _SYNC = object(), object()
+# The longest a queued block waits for the engine to end a prefill step before it is written anyway
+# (a long prefill must not fill the queue until blocks are dropped).
+_MAX_DEFER = 1.0
 
 
 @dataclass
@@ -82,6 +86,10 @@ class ColdTier:
         self._logged: set = set()
         self._tmp_names = itertools.count()
         self._queue: "queue.Queue" = queue.Queue(max(1, max_queue))
+        self._engine_idle = threading.Event()  # cleared while the engine computes a prefill step
+        self._engine_idle.set()
+        self._hurry_lock = threading.Lock()
+        self._hurry = 0  # flush/close/put(wait=True) in progress: write without waiting
         self._thread: Optional[threading.Thread] = None
         try:
             self._prepare_dir()
@@ -166,24 +174,56 @@ class ColdTier:
         layers = [(mx.contiguous(k), mx.contiguous(v)) for k, v in block.layers]
         mx.eval(layers)
         try:
-            self._queue.put(KVBlock(block.key, block.parent, tuple(block.token_ids), layers,
-                                    block.nbytes), block=wait)
+            item = (KVBlock(block.key, block.parent, tuple(block.token_ids), layers, block.nbytes),
+                    time.monotonic())
+            if wait:
+                with self._hurrying():
+                    self._queue.put(item)
+            else:
+                self._queue.put(item, block=False)
         except queue.Full:
             with self._lock:
                 self._pending.discard(block.key)
             self._stats.dropped += 1
 
+    def defer_writes(self, busy: bool) -> None:
+        """The engine starts (True) or ends (False) a prefill step. While it runs, the writer
+        starts no block younger than ``_MAX_DEFER`` seconds: writing (serialising, fsyncs) takes
+        CPU the prefill needs (docs/benchmarks.md, "Cold-tier writes"). The order and the
+        durability of each write are unchanged; only when it starts moves."""
+        with self._hurry_lock:
+            if busy and not self._hurry:
+                self._engine_idle.clear()
+            else:
+                self._engine_idle.set()
+
+    @contextlib.contextmanager
+    def _hurrying(self):
+        """Someone waits for the writer: it writes without waiting for the engine meanwhile."""
+        with self._hurry_lock:
+            self._hurry += 1
+            self._engine_idle.set()
+        try:
+            yield
+        finally:
+            with self._hurry_lock:
+                self._hurry -= 1
+
     def flush(self) -> None:
         """Wait until every queued block is written and pending row updates are done."""
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_SYNC)
-            self._queue.join()
+            with self._hurrying():
+                self._queue.put(_SYNC)
+                self._queue.join()
 
     def close(self) -> None:
         """Write everything queued, persist last-used times, stop the writer. Idempotent."""
         gc.unregister(self)
         self.enabled = False
         if self._thread is not None and self._thread.is_alive():
+            with self._hurry_lock:
+                self._hurry += 1  # for good
+            self._engine_idle.set()
             self._queue.put(_STOP)
             self._thread.join()
         self._thread = None
@@ -221,8 +261,10 @@ class ColdTier:
                 except queue.Empty:
                     item = None
                 try:
-                    if item is not None and item is not _STOP and item is not _SYNC:
-                        self._write(item)
+                    if isinstance(item, tuple):
+                        block, queued_at = item
+                        self._wait_for_engine(queued_at)
+                        self._write(block)
                     self._drop_dead_rows()
                     due = time.monotonic() - last_persist > _PERSIST_EVERY
                     if item is None or item is _SYNC or due:
@@ -238,6 +280,14 @@ class ColdTier:
         finally:
             self._persist_last_used()
             cold_rows.close_thread_connections()
+
+    def _wait_for_engine(self, queued_at: float) -> None:
+        """Until the engine ends its prefill step, ``_MAX_DEFER`` after the block was queued,
+        or a flush/close asks for the writes now."""
+        while not self._hurry:
+            left = queued_at + _MAX_DEFER - time.monotonic()
+            if left <= 0 or self._engine_idle.wait(min(left, 0.05)):
+                return
 
     def _write(self, block: KVBlock) -> None:
         try:

@@ -51,6 +51,11 @@ class PrefixCache:
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         """How fast the engine computed a prefill chunk (to weigh restoring against it)."""
 
+    def engine_busy(self, busy: bool) -> None:
+        """The engine starts (True) or ends (False) a step that computes prompt tokens: background
+        disk writes wait for the end (up to a bounded delay), so they do not slow the prefill
+        and the first token down."""
+
     def snapshot(self) -> dict:
         """Counters for reporting; empty when caching is off."""
         return {}

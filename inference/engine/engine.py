@@ -215,7 +215,10 @@ class Engine:
             return
         self._ready.set()
         while True:
-            if not self._drain_inbox(block=not self.scheduler.has_work()):
+            idle = not self.scheduler.has_work()
+            if idle:
+                self.prefix_cache.engine_busy(False)
+            if not self._drain_inbox(block=idle):
                 break
             try:
                 self._step()
@@ -277,6 +280,16 @@ class Engine:
 
     def _step(self) -> None:
         out = self.scheduler.schedule()
+        # The cold tier's disk writes wait while prompts are computed (up to a bounded delay):
+        # from a step that prefills until one ends with no prompt left to compute.
+        if out.prefill:
+            self.prefix_cache.engine_busy(True)
+        try:
+            self._run_step(out)
+        finally:
+            self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
+
+    def _run_step(self, out) -> None:
         self.steps += 1
         for request in out.preempted:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit

@@ -270,3 +270,39 @@ def test_reconcile_time_for_5000_blocks(tiers, tmp_path):
     assert_same_kv(second.load(keys[123]), [(mx.zeros((1, 2, 4, 8)), mx.zeros((1, 2, 4, 8)))])
     print(f"\nreconcile 5,000 blocks: {first.stats.reconcile_seconds:.3f} s without rows "
           f"(re-index + insert), {second.stats.reconcile_seconds:.3f} s with rows")
+
+
+def test_writes_wait_while_the_engine_prefills_but_not_for_a_flush(tiers, monkeypatch):
+    import cache.cold_tier as cold_tier
+
+    monkeypatch.setattr(cold_tier, "_MAX_DEFER", 3600.0)  # only the engine or a flush releases writes
+    tier = tiers()
+    waiting = threading.Event()
+
+    class Idle(threading.Event):
+        def wait(self, timeout=None):
+            if not self.is_set():
+                waiting.set()
+            return super().wait(timeout)
+
+    tier._engine_idle = Idle()
+    tier._engine_idle.set()
+    a, b = make_block(FP, (1, 2, 3, 4)), make_block(FP, (5, 6, 7, 8))
+
+    tier.defer_writes(True)  # a prefill step starts
+    tier.put(a)
+    assert waiting.wait(30)  # the writer took the block and waits for the engine
+    assert not tier.contains(a.key) and tier.stats.writes == 0
+    tier.defer_writes(False)  # the step ended
+    for _ in range(3000):
+        if tier.contains(a.key):
+            break
+        threading.Event().wait(0.01)
+    assert tier.contains(a.key) and path_of(tier, a.key).exists()
+
+    tier.defer_writes(True)
+    tier.put(b)
+    tier.flush()  # does not wait for the engine
+    assert tier.contains(b.key) and tier.stats.writes == 2
+    tier.close()
+    assert row_keys() == {a.key.hex(), b.key.hex()}
