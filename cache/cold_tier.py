@@ -25,8 +25,8 @@ logger = logging.getLogger("omlx.cache.cold")
 
 _PERSIST_EVERY = 30.0  # seconds between batched last-used updates of the rows
 _STOP, _SYNC = object(), object()
-# The longest a queued block waits for the engine to end a prefill step before it is written anyway
-# (a long prefill must not fill the queue until blocks are dropped).
+# The longest a queued block waits for the engine to stop computing prompts before it is written
+# anyway (a long prefill must not fill the queue until blocks are dropped).
 _MAX_DEFER = 1.0
 
 
@@ -61,7 +61,8 @@ class ColdTier:
     file's row when it has one (a row is written only after its file is complete, so no file is
     opened), else from the file's header if valid. Afterwards it gains the blocks this instance
     writes and loses those it finds bad and those GC removes. ``put`` never blocks the caller: a
-    writer thread drains a bounded queue and drops blocks when it is full. A write is crash-safe
+    writer thread drains a bounded queue and drops blocks when it is full; it starts no write
+    while the engine computes prompts (``defer_writes``, for at most ``_MAX_DEFER``). A write is crash-safe
     (temp file -> fsync -> rename -> fsync directory -> row; cache/durable.py), so a block file
     exists complete or not at all. ``load`` checks the header and the tensors against the index
     before returning anything and removes what fails, so a wrong row or file is only ever a
@@ -86,7 +87,7 @@ class ColdTier:
         self._logged: set = set()
         self._tmp_names = itertools.count()
         self._queue: "queue.Queue" = queue.Queue(max(1, max_queue))
-        self._engine_idle = threading.Event()  # cleared while the engine computes a prefill step
+        self._engine_idle = threading.Event()  # cleared while the engine computes prompts
         self._engine_idle.set()
         self._hurry_lock = threading.Lock()
         self._hurry = 0  # flush/close/put(wait=True) in progress: write without waiting
@@ -187,10 +188,10 @@ class ColdTier:
             self._stats.dropped += 1
 
     def defer_writes(self, busy: bool) -> None:
-        """The engine starts (True) or ends (False) a prefill step. While it runs, the writer
-        starts no block younger than ``_MAX_DEFER`` seconds: writing (serialising, fsyncs) takes
-        CPU the prefill needs (docs/benchmarks.md, "Cold-tier writes"). The order and the
-        durability of each write are unchanged; only when it starts moves."""
+        """The engine computes prompts (True) or no longer does (False). Meanwhile the writer
+        starts no block queued less than ``_MAX_DEFER`` seconds ago: writing (serialising,
+        fsyncs) takes CPU the prefill needs (docs/benchmarks.md, "SSD tier: what writing through
+        costs"). What a write does, and in which order, is unchanged; only when it starts moves."""
         with self._hurry_lock:
             if busy and not self._hurry:
                 self._engine_idle.clear()
@@ -282,8 +283,8 @@ class ColdTier:
             cold_rows.close_thread_connections()
 
     def _wait_for_engine(self, queued_at: float) -> None:
-        """Until the engine ends its prefill step, ``_MAX_DEFER`` after the block was queued,
-        or a flush/close asks for the writes now."""
+        """Until the engine stops computing prompts, ``_MAX_DEFER`` after the block was queued,
+        or a flush/close/put(wait=True) asks for the writes now."""
         while not self._hurry:
             left = queued_at + _MAX_DEFER - time.monotonic()
             if left <= 0 or self._engine_idle.wait(min(left, 0.05)):
