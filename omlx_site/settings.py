@@ -61,6 +61,11 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("OMLX_DATABASE", str(OMLX_HOME / "omlx.sqlite3")),
+        # Several threads write (views, Huey workers, the cold tier's writer). A transaction that
+        # reads and then writes would fail at once with "database is locked" when another wrote in
+        # between (SQLite cannot wait on a lock upgrade); IMMEDIATE takes the write lock at BEGIN,
+        # where SQLite does wait, up to the timeout (seconds).
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
     }
 }
 
