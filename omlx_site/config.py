@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -296,36 +295,6 @@ BY_KEY = {s.key: s for s in SETTINGS}
 
 def home() -> Path:
     return Path(os.environ.get("OMLX_HOME") or Path.home() / ".omlx").expanduser()
-
-
-def secret_key(omlx_home: Path) -> str:
-    """The key in ``omlx_home/secret_key``, made (random, 0600) when the file is missing; a key
-    that cannot be stored is still used for this process (logins then end with it)."""
-    path = omlx_home / "secret_key"
-    try:
-        key = path.read_text().strip()
-        if len(key) >= 32:
-            return key
-    except OSError:
-        pass
-    key = secrets.token_urlsafe(48)
-    tmp = path.with_name(f".secret_key.{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        try:
-            os.link(tmp, path)  # fails when another process made the file first: use its key
-        except FileExistsError:
-            key = path.read_text().strip() or key
-    except OSError as exc:
-        _warn(f"omlx: cannot keep the session key in {path} ({exc}); admin logins end at restart")
-    finally:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-    return key
 
 
 def settings_file(omlx_home: Optional[Path] = None) -> Path:

@@ -26,37 +26,30 @@ from omlx_site.body_limit import error_body
 _MESSAGES = {404: "Unknown route", 405: "Method not allowed", 500: "Internal error"}
 
 
-class ApiErrorEnvelopeMiddleware:
-    sync_capable = True
-    async_capable = True
+@sync_and_async_middleware
+def api_error_envelope(get_response):
+    """Django's own 404/405 answers (HTML or text) on /v1 paths, replaced by the API's JSON error."""
+    if iscoroutinefunction(get_response):
+        async def middleware(request):
+            return _envelope(request, await get_response(request))
+    else:
+        def middleware(request):
+            return _envelope(request, get_response(request))
+    return middleware
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self.async_mode = iscoroutinefunction(get_response)
-        if self.async_mode:
-            markcoroutinefunction(self)
 
-    def __call__(self, request):
-        if self.async_mode:
-            return self._acall(request)
-        return self._envelope(request, self.get_response(request))
-
-    async def _acall(self, request):
-        return self._envelope(request, await self.get_response(request))
-
-    @staticmethod
-    def _envelope(request, response):
-        if (request.path.startswith("/v1/") and response.status_code >= 400
-                and not response.get("Content-Type", "").startswith("application/json")
-                and not getattr(response, "streaming", False)):
-            status = response.status_code
-            message = f"{_MESSAGES.get(status, 'Error')}: {request.method} {request.path}"
-            replaced = HttpResponse(error_body(request.path, status, message, None), status=status,
-                                    content_type="application/json")
-            if response.has_header("Allow"):
-                replaced["Allow"] = response["Allow"]
-            return replaced
-        return response
+def _envelope(request, response):
+    if (request.path.startswith("/v1/") and response.status_code >= 400
+            and not response.get("Content-Type", "").startswith("application/json")
+            and not getattr(response, "streaming", False)):
+        status = response.status_code
+        message = f"{_MESSAGES.get(status, 'Error')}: {request.method} {request.path}"
+        replaced = HttpResponse(error_body(request.path, status, message, None), status=status,
+                                content_type="application/json")
+        if response.has_header("Allow"):
+            replaced["Allow"] = response["Allow"]
+        return replaced
+    return response
 
 
 @sync_and_async_middleware

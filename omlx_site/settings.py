@@ -5,7 +5,7 @@ Everything omlx keeps on disk lives under OMLX_HOME (default ``~/.omlx``), as up
 import os
 from pathlib import Path
 
-from omlx_site import config
+from omlx_site import config, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 OMLX_HOME = config.home()
@@ -17,7 +17,7 @@ globals().update({s.env: _values[s.key] for s in config.SETTINGS})
 
 # Signs the admin console's session cookies and CSRF tokens: OMLX_SECRET_KEY, else a random key
 # made once and kept in $OMLX_HOME/secret_key (0600), so logins survive restarts.
-SECRET_KEY = os.environ.get("OMLX_SECRET_KEY") or config.secret_key(OMLX_HOME)
+SECRET_KEY = os.environ.get("OMLX_SECRET_KEY") or secret_key.load(OMLX_HOME)
 DEBUG = os.environ.get("OMLX_DEBUG", "") == "1"
 ALLOWED_HOSTS = ["*"]
 
@@ -41,7 +41,7 @@ MIDDLEWARE = [
     "omlx_site.middleware.SessionMiddleware",
     "omlx_site.middleware.CommonMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "omlx_site.middleware.ApiErrorEnvelopeMiddleware",
+    "omlx_site.middleware.api_error_envelope",
 ]
 
 ROOT_URLCONF = "omlx_site.urls"

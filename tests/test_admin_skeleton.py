@@ -178,3 +178,14 @@ def test_nice_ticks_cover_the_range():
         ticks = charts.nice_ticks(low, high)
         assert ticks[0] <= low and ticks[-1] >= high and len(ticks) >= 2
     assert charts.compact(1234) == "1.23k" and charts.compact(0) == "0"
+
+
+def test_secret_key_is_made_once_and_private(tmp_path):
+    from omlx_site import secret_key
+
+    first = secret_key.load(tmp_path)
+    assert len(first) >= 32 and (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert secret_key.load(tmp_path) == first  # a restart keeps the logins
+    (tmp_path / "other").mkdir()
+    assert secret_key.load(tmp_path / "other") != first  # one key per OMLX_HOME
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".secret_key")]
