@@ -10,7 +10,8 @@ import mlx.core as mx
 
 from .block_key import ModelFingerprint, block_key
 from .block_pool import BlockPool, KVBlock
-from .prefix_cache import LayerKV, PrefixCache, PrefixHit
+from .layout import FULL, STATE, CacheLayout, LayerSpec
+from .prefix_cache import KVSnapshot, PrefixCache, PrefixHit
 
 logger = logging.getLogger("omlx.cache")
 
@@ -80,8 +81,10 @@ class BlockCache(PrefixCache):
     wants_kv = True
 
     def __init__(self, fingerprint: ModelFingerprint, hot_capacity_bytes: int, cold=None,
-                 key_fn: Callable[[bytes, Sequence[int]], bytes] = block_key):
+                 key_fn: Callable[[bytes, Sequence[int]], bytes] = block_key,
+                 layout: Optional[CacheLayout] = None):
         self.fingerprint = fingerprint
+        self.layout = layout  # None: full attention on every layer
         self.block_size = fingerprint.block_size
         self.root = fingerprint.root_key()
         self.cold = cold
@@ -96,35 +99,24 @@ class BlockCache(PrefixCache):
         tokens = tuple(token_ids[:max_tokens])
         self.stats.lookups += 1
         self.stats.lookup_tokens += len(tokens)
-        chain: List[Tuple[KVBlock, int, bool]] = []  # (block, tokens used, came from cold)
-        parent, pos = self.root, 0
-        while pos < len(tokens):
-            rest = tokens[pos:]
-            if len(rest) >= self.block_size:
-                wanted = rest[: self.block_size]
-                found = self._find(self.key_fn(parent, wanted), wanted)
-                if found is not None:
-                    chain.append((found[0], self.block_size, found[1]))
-                    parent, pos = found[0].key, pos + self.block_size
-                    continue
-            best = self._best_child(parent, rest)
-            if best is not None:
-                chain.append(best)
-                pos += best[1]
-            break
+        chain = self._walk(tokens, for_lookup=True)
+        while chain:
+            chain = chain[: self._servable(chain)]
+            loaded = self._promote_chain(chain)
+            done = len(loaded) == len(chain)
+            chain = loaded  # when a cold block failed to load, the hit ends before it
+            if done:
+                break
         if not chain:
             return None
         blocks = [b for b, _, _ in chain]
         held = [b for b in blocks if b.key in self.hot]
         self.hot.acquire(held)
         self.hot.touch(blocks)
-        layers = [
-            (mx.concatenate([b.layers[i][0][..., :n, :] for b, n, _ in chain], axis=2),
-             mx.concatenate([b.layers[i][1][..., :n, :] for b, n, _ in chain], axis=2))
-            for i in range(len(blocks[0].layers))
-        ]
+        pos = sum(n for _, n, _ in chain)
         cold_tokens = sum(n for _, n, from_cold in chain if from_cold)
-        hit = PrefixHit(pos, layers, hot_tokens=pos - cold_tokens, cold_tokens=cold_tokens, handle=held)
+        hit = PrefixHit(pos, self._assemble(chain, pos), hot_tokens=pos - cold_tokens,
+                        cold_tokens=cold_tokens, handle=held)
         self.stats.hot_hit_tokens += hit.hot_tokens
         self.stats.cold_hit_tokens += cold_tokens
         return hit
@@ -132,30 +124,19 @@ class BlockCache(PrefixCache):
     def peek(self, token_ids: Sequence[int], max_tokens: int) -> int:
         """The length of the chain ``lookup`` would walk, hot and cold blocks alike (a cold block
         that lookup would recompute instead still counts): no loads, no stats, no LRU touch."""
-        tokens = tuple(token_ids[:max_tokens])
-        parent, pos = self.root, 0
-        while len(tokens) - pos >= self.block_size:
-            wanted = tokens[pos : pos + self.block_size]
-            key = self.key_fn(parent, wanted)
-            block = self.hot.get(key)
-            if block is None and self.cold is not None and self.cold.contains(key):
-                block = self.cold.entry(key)
-            if block is None or block.token_ids != wanted:
-                break
-            parent, pos = key, pos + self.block_size
-        rest = tokens[pos:]
-        children = self.hot.children(parent) + (self.cold.children(parent) if self.cold is not None else [])
-        return pos + max((_common_prefix(b.token_ids, rest) for b in children), default=0)
+        chain = self._walk(tuple(token_ids[:max_tokens]), for_lookup=False)
+        return sum(n for _, n, _ in chain[: self._servable(chain)])
 
     def release(self, hit: PrefixHit) -> None:
         if hit.handle:
             self.hot.release(hit.handle)
             hit.handle = None
 
-    def store(self, token_ids: Sequence[int], layers: List[LayerKV]) -> None:
-        if not layers:
+    def store(self, token_ids: Sequence[int], snapshots: List[KVSnapshot]) -> None:
+        if not snapshots:
             return
-        tokens = tuple(token_ids)
+        tokens = tuple(token_ids[: max(s.end for s in snapshots)])
+        specs = self._specs(len(snapshots[0].layers))
         chain, parent = [], self.root
         new: List[KVBlock] = []
         for start in range(0, len(tokens), self.block_size):
@@ -168,14 +149,17 @@ class BlockCache(PrefixCache):
                 self.stats.collisions += 1
                 break  # never chain new blocks under a key that names other tokens
             if block is None:
-                block = KVBlock(key, parent, part, _copy_slice(layers, start, start + len(part)), 0)
+                layers = _payload(specs, snapshots, start, start + len(part))
+                if layers is None:
+                    break  # the snapshots cannot fill this block, so no later one either
+                block = KVBlock(key, parent, part, layers, 0)
                 new.append(block)
             chain.append(block)
             parent = key
         if new:
-            mx.eval([a for b in new for kv in b.layers for a in kv])
+            mx.eval([a for b in new for layer in b.layers for a in layer])
             for block in new:
-                block.nbytes = sum(k.nbytes + v.nbytes for k, v in block.layers)
+                block.nbytes = payload_bytes(block.layers)
                 # Write-through, so a crash or restart loses nothing (a block that does not fit
                 # in RAM was handed down already).
                 if self.hot.add(block) and self.cold is not None:
@@ -222,45 +206,105 @@ class BlockCache(PrefixCache):
         if self.cold is not None and block.layers is not None:
             self.cold.put(block)
 
-    def _find(self, key: bytes, tokens: Tuple[int, ...]) -> Optional[Tuple[KVBlock, bool]]:
-        block = self.hot.get(key)
-        from_cold = False
-        if block is None and self.cold is not None and self.cold.contains(key):
-            block, from_cold = self.cold.entry(key), True
-        if block is None:
-            return None
-        if block.token_ids != tokens:
-            self.stats.collisions += 1
-            logger.warning("block key collision caught by token verification (key %s)", key.hex()[:16])
-            return None
-        if from_cold:
-            if not self.speeds.restore_is_faster(block.nbytes, block.num_tokens):
-                self.stats.recomputed_instead += 1
-                return None
-            block = self._promote(block)
+    def _walk(self, tokens: Tuple[int, ...], for_lookup: bool) -> List[Tuple[KVBlock, int, bool]]:
+        """The chain of cached blocks that cover a prefix of ``tokens``, as (block or cold
+        entry, tokens used, from cold), verified token by token, nothing loaded. The last element
+        may use only the start of its block: the longest common prefix with any child of the last
+        whole match (a partial tail block, or a block that diverges part-way). ``for_lookup``
+        counts collisions and skips cold blocks that recomputing would beat."""
+        chain: List[Tuple[KVBlock, int, bool]] = []
+        parent, pos = self.root, 0
+        while len(tokens) - pos >= self.block_size:
+            wanted = tokens[pos : pos + self.block_size]
+            key = self.key_fn(parent, wanted)
+            block, from_cold = self.hot.get(key), False
+            if block is None and self.cold is not None and self.cold.contains(key):
+                block, from_cold = self.cold.entry(key), True
             if block is None:
-                return None
-        return block, from_cold
-
-    def _best_child(self, parent: bytes, rest: Tuple[int, ...]) -> Optional[Tuple[KVBlock, int, bool]]:
+                break
+            if block.token_ids != wanted:
+                if for_lookup:
+                    self.stats.collisions += 1
+                    logger.warning("block key collision caught by token verification (key %s)",
+                                   key.hex()[:16])
+                break
+            if from_cold and for_lookup and not self.speeds.restore_is_faster(block.nbytes, block.num_tokens):
+                self.stats.recomputed_instead += 1
+                break
+            chain.append((block, self.block_size, from_cold))
+            parent, pos = key, pos + self.block_size
+        rest = tokens[pos:]
         candidates = [(b, False) for b in self.hot.children(parent)]
         if self.cold is not None:
             candidates += [(b, True) for b in self.cold.children(parent) if b.key not in self.hot]
-        best, best_n, best_cold = None, 0, False
+        best, best_n, best_cold, best_rank = None, 0, False, (0, 0)
         for block, from_cold in candidates:
             n = _common_prefix(block.token_ids, rest)
-            if n > best_n:
-                best, best_n, best_cold = block, n, from_cold
-        if best is None:
-            return None
-        if best_cold:
-            if not self.speeds.restore_is_faster(best.nbytes, best_n):
+            # Longest usable first: a block whose end the hit reaches beats a longer partial
+            # match where the layout cannot end a hit (recurrent layers).
+            rank = (n if self._can_end(block.num_tokens, n) else 0, n)
+            if n and rank > best_rank:
+                best, best_n, best_cold, best_rank = block, n, from_cold, rank
+        if best is not None:
+            if best_cold and for_lookup and not self.speeds.restore_is_faster(best.nbytes, best_n):
                 self.stats.recomputed_instead += 1
-                return None
-            best = self._promote(best)
-            if best is None:
-                return None
-        return best, best_n, best_cold
+            else:
+                chain.append((best, best_n, best_cold))
+        return chain
+
+    def _servable(self, chain: List[Tuple[KVBlock, int, bool]]) -> int:
+        """How many elements of a walked chain a hit can use: it must end where every layer
+        kind can resume (``CacheLayout.hit_can_end``): a partial last element is dropped for
+        recurrent layers, or for sliding windows smaller than its block."""
+        for k in range(len(chain), 0, -1):
+            block, used, _ = chain[k - 1]
+            if self._can_end(block.num_tokens, used):
+                return k
+        return 0
+
+    def _can_end(self, block_tokens: int, used: int) -> bool:
+        return self.layout is None or self.layout.hit_can_end(block_tokens, used)
+
+    def _promote_chain(self, chain):
+        """The chain with its cold blocks read into the hot tier, up to the first that fails."""
+        out = []
+        for block, used, from_cold in chain:
+            if block.layers is None:  # a cold entry not read yet
+                block = self._promote(block)
+                if block is None:
+                    break
+            out.append((block, used, from_cold))
+        return out
+
+    def _assemble(self, chain, end: int) -> list:
+        """Per layer, the caches of a hit of ``end`` tokens from the blocks of a chain."""
+        specs = self._specs(len(chain[0][0].layers))
+        layers = []
+        for i, spec in enumerate(specs):
+            if spec.kind == STATE:
+                layers.append(chain[-1][0].layers[i])
+                continue
+            first = 0 if spec.kind == FULL else max(0, end - spec.window)
+            pieces, pos = [], 0
+            for block, used, _ in chain:
+                stored_from = pos + block.num_tokens - spec.stored_tokens(block.num_tokens)
+                lo, hi = max(pos, first), pos + used
+                if hi > lo:
+                    k, v = block.layers[i]
+                    pieces.append((k[..., lo - stored_from : hi - stored_from, :],
+                                   v[..., lo - stored_from : hi - stored_from, :]))
+                pos += used
+            if len(pieces) == 1:
+                layers.append(pieces[0])
+            else:
+                layers.append((mx.concatenate([k for k, _ in pieces], axis=2),
+                               mx.concatenate([v for _, v in pieces], axis=2)))
+        return layers
+
+    def _specs(self, num_layers: int) -> Tuple[LayerSpec, ...]:
+        if self.layout is None:
+            return (LayerSpec(FULL),) * num_layers
+        return self.layout.layers
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         """The engine reports each prefill chunk, so restores can be weighed against it."""
@@ -282,15 +326,37 @@ class BlockCache(PrefixCache):
             return None
         mx.eval([a for kv in layers for a in kv])
         self.speeds.observe_read(entry.nbytes, time.perf_counter() - start)
-        block = KVBlock(entry.key, entry.parent, entry.token_ids, layers,
-                        sum(k.nbytes + v.nbytes for k, v in layers))
+        block = KVBlock(entry.key, entry.parent, entry.token_ids, layers, payload_bytes(layers))
         self.hot.add(block)
         return block
 
 
-def _copy_slice(layers: List[LayerKV], start: int, end: int) -> List[LayerKV]:
-    # contiguous() copies, so a block never keeps a request's whole KV buffer alive.
-    return [(mx.contiguous(k[..., start:end, :]), mx.contiguous(v[..., start:end, :])) for k, v in layers]
+def _payload(specs, snapshots: List[KVSnapshot], start: int, end: int) -> Optional[list]:
+    """A block's per-layer payload for tokens [start, end), copied out of the first snapshots
+    that hold what each layer keeps; None when some layer's part is in none of them."""
+    layers = []
+    for i, spec in enumerate(specs):
+        if spec.kind == STATE:
+            state = next((s.layers[i] for s in snapshots if s.end == end and s.layers[i] is not None), None)
+            if state is None:
+                return None
+            layers.append(tuple(mx.contiguous(a) for a in state))
+            continue
+        need = end - spec.stored_tokens(end - start)
+        for snap in snapshots:
+            if snap.end >= end and snap.layers[i] is not None and snap.layers[i][2] <= need:
+                k, v, first = snap.layers[i]
+                # contiguous() copies, so a block never keeps a request's whole KV buffer alive.
+                layers.append((mx.contiguous(k[..., need - first : end - first, :]),
+                               mx.contiguous(v[..., need - first : end - first, :])))
+                break
+        else:
+            return None
+    return layers
+
+
+def payload_bytes(layers: list) -> int:
+    return sum(a.nbytes for layer in layers for a in layer)
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

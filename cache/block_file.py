@@ -10,7 +10,10 @@ Layout under the cold-cache root::
 Tensors ``l{i}.k`` and ``l{i}.v`` hold layer i's keys and values, each [1, kv_heads, tokens,
 head_dim]. The header's ``__metadata__`` (strings only) names the format version, the model
 fingerprint, the block's key and parent, its token ids (base64 of little-endian uint32), dtype and
-layer count. A header is valid only if all of that agrees with the file's name and place, the key
+layer count. A model whose layers are not all full attention (cache/layout.py) adds ``kinds``,
+one tag per layer: ``f`` (keys and values of every token), ``s<W>`` (keys and values of the last
+min(tokens, W) tokens) or ``r<N>`` (N state arrays ``l{i}.s0`` ... ``l{i}.s<N-1>``, each
+[1, ...], in their own dtype). Without ``kinds`` every layer is ``f``: the first format, unchanged. A header is valid only if all of that agrees with the file's name and place, the key
 is ``block_key(parent, tokens)``, and the tensors tile the data exactly to the end of the file, so
 a truncated, foreign, misplaced or corrupt file is caught without reading its tensors.
 
@@ -24,9 +27,10 @@ import os
 import re
 import struct
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 from .block_key import FORMAT_VERSION, KEY_BYTES, block_key
+from .layout import FULL, STATE, parse_tags
 
 SUFFIX = ".safetensors"
 TMP_SUFFIX = ".tmp"
@@ -60,6 +64,7 @@ class BlockHeader:
     token_ids: Tuple[int, ...]
     dtype: str  # mlx dtype name, e.g. "float32"
     num_layers: int
+    kinds: Tuple[Tuple[str, int], ...]  # (kind, window or state array count) per layer
     tensor_bytes: int  # sum of the tensors' bytes (what the block takes in RAM)
     file_bytes: int
     mtime: float
@@ -81,9 +86,19 @@ def decode_tokens(text: str) -> Tuple[int, ...]:
     return struct.unpack(f"<{len(raw) // 4}I", raw)
 
 
+def tensor_names(kinds) -> list:
+    """The tensor names of a block file, per layer in order, for (kind, count) pairs."""
+    names = []
+    for i, (kind, count) in enumerate(kinds):
+        names.append([f"l{i}.s{j}" for j in range(count)] if kind == STATE else [f"l{i}.k", f"l{i}.v"])
+    return names
+
+
 def metadata(fingerprint_hex: str, key: bytes, parent: bytes, token_ids, dtype: str,
-             num_layers: int) -> Dict[str, str]:
-    return {
+             num_layers: int, kinds: str = "") -> Dict[str, str]:
+    """The header metadata; ``kinds`` is ``CacheLayout.tags`` (empty for full attention only)."""
+    extra = {"kinds": kinds} if kinds else {}
+    return {**extra,
         "omlx": MAGIC,
         "format": str(FORMAT_VERSION),
         "fingerprint": fingerprint_hex,
@@ -123,12 +138,13 @@ def read_raw_header(path) -> Tuple[dict, int, os.stat_result]:
     return header, st.st_size - 8 - n, st
 
 
-def read_header(path, fingerprint_hex: str, key_hex: str) -> BlockHeader:
+def read_header(path, fingerprint_hex: str, key_hex: str, kinds: Optional[str] = None) -> BlockHeader:
     """Read and check the header of the block file at ``path``, which is expected to hold the
-    block ``key_hex`` of model ``fingerprint_hex``. Raises OSError or InvalidBlockFile."""
+    block ``key_hex`` of model ``fingerprint_hex`` (and, when given, layer kinds ``kinds``).
+    Raises OSError or InvalidBlockFile."""
     header, data_bytes, st = read_raw_header(path)
     try:
-        return check_header(header, data_bytes, st, fingerprint_hex, key_hex)
+        return check_header(header, data_bytes, st, fingerprint_hex, key_hex, kinds)
     except InvalidBlockFile:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as e:  # values of unexpected types
@@ -136,7 +152,7 @@ def read_header(path, fingerprint_hex: str, key_hex: str) -> BlockHeader:
 
 
 def check_header(header: dict, data_bytes: int, st: os.stat_result, fingerprint_hex: str,
-                 key_hex: str) -> BlockHeader:
+                 key_hex: str, expected_kinds: Optional[str] = None) -> BlockHeader:
     meta = header.get("__metadata__")
     if not isinstance(meta, dict):
         raise InvalidBlockFile("no __metadata__")
@@ -162,24 +178,42 @@ def check_header(header: dict, data_bytes: int, st: os.stat_result, fingerprint_
     code = DTYPE_CODES.get(dtype)
     if code is None:
         raise InvalidBlockFile(f"unknown dtype {dtype!r}")
-    names = {f"l{i}.{kv}" for i in range(num_layers) for kv in "kv"}
-    if set(header) - {"__metadata__"} != names:
-        raise InvalidBlockFile("tensor names do not match the layer count")
+    tags = meta.get("kinds", "")
+    if expected_kinds is not None and tags != expected_kinds:
+        raise InvalidBlockFile(f"layer kinds {tags!r}, expected {expected_kinds!r}")
+    kinds = parse_tags(tags) if tags else ((FULL, 0),) * num_layers
+    if kinds is None or len(kinds) != num_layers:
+        raise InvalidBlockFile(f"bad layer kinds {tags!r} for {num_layers} layers")
+    per_layer = tensor_names(kinds)
+    if set(header) - {"__metadata__"} != {name for names in per_layer for name in names}:
+        raise InvalidBlockFile("tensor names do not match the layer kinds")
     spans = []
-    for name in names:
-        info = header[name]
-        try:
-            shape, start, end = info["shape"], *info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise InvalidBlockFile(f"bad tensor entry {name}") from None
-        if info.get("dtype") != code:
-            raise InvalidBlockFile(f"{name} has dtype {info.get('dtype')}, metadata says {dtype}")
-        if (len(shape) != 4 or shape[0] != 1 or shape[2] != len(tokens)
-                or not all(isinstance(d, int) and d > 0 for d in shape)):
-            raise InvalidBlockFile(f"{name} has shape {shape} for {len(tokens)} tokens")
-        if end - start != shape[1] * shape[2] * shape[3] * _ITEMSIZE[code]:
-            raise InvalidBlockFile(f"{name} size does not match its shape")
-        spans.append((start, end))
+    for (kind, count), names in zip(kinds, per_layer):
+        for name in names:
+            info = header[name]
+            try:
+                shape, start, end = info["shape"], *info["data_offsets"]
+            except (KeyError, TypeError, ValueError):
+                raise InvalidBlockFile(f"bad tensor entry {name}") from None
+            if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)
+                    and shape[0] == 1):
+                raise InvalidBlockFile(f"{name} has shape {shape}")
+            item = _ITEMSIZE.get(info.get("dtype"))
+            if kind == STATE:
+                if item is None:
+                    raise InvalidBlockFile(f"{name} has unknown dtype {info.get('dtype')}")
+            else:
+                if info.get("dtype") != code:
+                    raise InvalidBlockFile(f"{name} has dtype {info.get('dtype')}, metadata says {dtype}")
+                stored = len(tokens) if kind == FULL else min(len(tokens), count)
+                if len(shape) != 4 or shape[2] != stored:
+                    raise InvalidBlockFile(f"{name} has shape {shape} for {len(tokens)} tokens")
+            elements = 1
+            for d in shape:
+                elements *= d
+            if end - start != elements * item:
+                raise InvalidBlockFile(f"{name} size does not match its shape")
+            spans.append((start, end))
     spans.sort()
     pos = 0
     for start, end in spans:
@@ -188,4 +222,4 @@ def check_header(header: dict, data_bytes: int, st: os.stat_result, fingerprint_
         pos = end
     if pos != data_bytes:
         raise InvalidBlockFile(f"tensor data is {pos} bytes, the file holds {data_bytes} (truncated?)")
-    return BlockHeader(key, parent, tuple(tokens), dtype, num_layers, pos, st.st_size, st.st_mtime)
+    return BlockHeader(key, parent, tuple(tokens), dtype, num_layers, kinds, pos, st.st_size, st.st_mtime)

@@ -20,6 +20,7 @@ from . import block_file, cold_rows, durable, gc
 from .block_file import BLOCK_NAME, SHARD_DIR, TMP_NAME, BlockHeader, InvalidBlockFile
 from .block_key import ModelFingerprint, block_key
 from .block_pool import KVBlock
+from .layout import FULL, STATE, CacheLayout, parse_tags
 
 logger = logging.getLogger("omlx.cache.cold")
 
@@ -71,9 +72,10 @@ class ColdTier:
     """
 
     def __init__(self, root_dir, fingerprint: ModelFingerprint, max_queue: int = 64,
-                 model_info: Optional[dict] = None):
+                 model_info: Optional[dict] = None, layout: Optional[CacheLayout] = None):
         self.root_dir = Path(root_dir).expanduser()
         self.fingerprint = fingerprint
+        self.kinds = layout.tags if layout is not None else ""  # block files' "kinds" metadata
         self.fingerprint_hex = fingerprint.hex
         self.dir = self.root_dir / self.fingerprint_hex
         self.enabled = False
@@ -136,7 +138,7 @@ class ColdTier:
         key_hex = key.hex()
         path = self.dir / key_hex[:2] / f"{key_hex}{block_file.SUFFIX}"
         try:
-            header = block_file.read_header(path, self.fingerprint_hex, key_hex)
+            header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
             if header.token_ids != e.block.token_ids or header.parent != e.block.parent:
                 raise InvalidBlockFile("file names other tokens than when it was indexed")
             layers = _load_layers(path, header)
@@ -172,7 +174,7 @@ class ColdTier:
             if block.key in self._entries or block.key in self._pending:
                 return
             self._pending.add(block.key)
-        layers = [(mx.contiguous(k), mx.contiguous(v)) for k, v in block.layers]
+        layers = [tuple(mx.contiguous(a) for a in layer) for layer in block.layers]
         mx.eval(layers)
         try:
             item = (KVBlock(block.key, block.parent, tuple(block.token_ids), layers, block.nbytes),
@@ -312,7 +314,7 @@ class ColdTier:
             return
         now = time.time()
         entry = KVBlock(block.key, block.parent, tuple(block.token_ids), None,
-                        sum(k.nbytes + v.nbytes for k, v in block.layers))
+                        sum(a.nbytes for layer in block.layers for a in layer))
         self._db_call("insert", cold_rows.insert, [cold_rows.Row.of(entry, self.fingerprint_hex, size, now)])
         with self._lock:
             self._index(entry, size, now)
@@ -322,12 +324,17 @@ class ColdTier:
         shard = self.dir / key_hex[:2]
         if not shard.is_dir():
             durable.make_dirs(shard, stop=self.root_dir)
+        kinds = parse_tags(self.kinds) if self.kinds else ((FULL, 0),) * len(block.layers)
         arrays = {}
-        for i, (k, v) in enumerate(block.layers):
-            arrays[f"l{i}.k"], arrays[f"l{i}.v"] = k, v
-        dtype = str(block.layers[0][0].dtype).rsplit(".", 1)[-1]
+        for names, layer in zip(block_file.tensor_names(kinds), block.layers):
+            arrays.update(zip(names, layer))
+        # The dtype of the attention tensors (state arrays name their own); a model of state
+        # layers only takes its first array's.
+        first = next((layer[0] for (kind, _), layer in zip(kinds, block.layers) if kind != STATE),
+                     block.layers[0][0])
+        dtype = str(first.dtype).rsplit(".", 1)[-1]
         meta = block_file.metadata(self.fingerprint_hex, block.key, block.parent, block.token_ids,
-                                   dtype, len(block.layers))
+                                   dtype, len(block.layers), self.kinds)
         tmp = shard / f"{key_hex}.{os.getpid()}-{next(self._tmp_names)}{block_file.TMP_SUFFIX}"
         return durable.write_atomically(shard / f"{key_hex}{block_file.SUFFIX}", tmp,
                                         lambda f: mx.save_safetensors(f, arrays, metadata=meta))
@@ -406,7 +413,7 @@ class ColdTier:
                         continue
                     bad_rows.append(key_hex)  # unusable (e.g. older than migration 0002): re-read
                 try:
-                    h = block_file.read_header(f.path, self.fingerprint_hex, key_hex)
+                    h = block_file.read_header(f.path, self.fingerprint_hex, key_hex, self.kinds)
                 except (OSError, InvalidBlockFile) as err:
                     logger.warning("cold tier: removing bad block file %s: %s", f.path, err)
                     bad += durable.remove(f.path)
@@ -475,13 +482,15 @@ def _load_layers(path: Path, header: BlockHeader) -> list:
     if (meta.get("key"), meta.get("tokens")) != expected:
         raise InvalidBlockFile("file changed while it was read")
     layers = []
-    for i in range(header.num_layers):
-        k, v = arrays[f"l{i}.k"], arrays[f"l{i}.v"]
-        for a in (k, v):
-            if a.ndim != 4 or a.shape[0] != 1 or a.shape[2] != n:
-                raise InvalidBlockFile(f"layer {i} has shape {a.shape} for {n} tokens")
-        layers.append((k, v))
-    mx.eval([a for kv in layers for a in kv])  # read now, so I/O errors surface here
+    for i, ((kind, count), names) in enumerate(zip(header.kinds, block_file.tensor_names(header.kinds))):
+        layer = tuple(arrays[name] for name in names)
+        if kind != STATE:
+            stored = n if kind == FULL else min(n, count)
+            for a in layer:
+                if a.ndim != 4 or a.shape[0] != 1 or a.shape[2] != stored:
+                    raise InvalidBlockFile(f"layer {i} has shape {a.shape} for {n} tokens")
+        layers.append(layer)
+    mx.eval([a for layer in layers for a in layer])  # read now, so I/O errors surface here
     return layers
 
 

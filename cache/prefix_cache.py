@@ -1,21 +1,38 @@
 """The seam between the engine and the KV block cache.
 
 The engine asks a PrefixCache for the longest cached prefix of a prompt before prefilling
-it, and hands back the KV of tokens it computed. KV crosses this boundary as plain arrays,
-one (keys, values) pair per layer shaped [1, kv_heads, tokens, head_dim], so this app needs
-nothing from the engine or from mlx-lm's cache classes.
+it, and hands back what it computed. Caches cross this boundary as plain arrays, one tuple per
+layer in the order of ``cache.layout.CacheLayout``: (keys, values) shaped [1, kv_heads, tokens,
+head_dim] for attention layers, the state arrays for recurrent layers. So this app needs nothing
+from the engine or from mlx-lm's cache classes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-LayerKV = Tuple[Any, Any]
+LayerKV = Tuple[Any, ...]
+
+
+@dataclass
+class KVSnapshot:
+    """What the engine holds of one sequence's caches after computing ``token_ids[:end]``.
+
+    ``layers[i]`` is, for an attention layer, ``(keys, values, start)``: the KV of tokens
+    ``[start, end)`` (start 0 for full attention; a sliding window keeps only its last tokens);
+    for a recurrent layer, the tuple of its state arrays at ``end``; None where the engine did
+    not take that layer (a snapshot taken for the recurrent and sliding layers only).
+    """
+
+    end: int
+    layers: List[Any]
 
 
 @dataclass
 class PrefixHit:
-    """KV for ``token_ids[:num_tokens]`` of a looked-up prompt, verified token by token."""
+    """The caches for ``token_ids[:num_tokens]`` of a looked-up prompt, verified token by token:
+    per layer (keys, values) of full attention for all those tokens, of a sliding window for
+    the last min(num_tokens, window) of them, or the recurrent state at ``num_tokens``."""
 
     num_tokens: int
     layers: List[LayerKV]
@@ -42,8 +59,10 @@ class PrefixCache:
         anything (the scheduler asks it to decide whether waiting for a prefill helps)."""
         return 0
 
-    def store(self, token_ids: Sequence[int], layers: List[LayerKV]) -> None:
-        """KV of ``token_ids`` (all of them, from position 0), computed by the engine."""
+    def store(self, token_ids: Sequence[int], snapshots: List[KVSnapshot]) -> None:
+        """Caches of ``token_ids`` computed by the engine, as snapshots taken at one or more
+        positions (each ``end`` <= len(token_ids)). Blocks are made for as much of the
+        sequence as the snapshots can fill."""
 
     def release(self, hit: PrefixHit) -> None:
         """The engine no longer needs the blocks behind ``hit``."""

@@ -19,6 +19,7 @@ from cache.block_key import fingerprint_model_folder
 from cache.prefix_cache import PrefixCache
 from cache.sizes import parse_size, total_ram
 
+from . import cache_io
 from .config import EngineConfig
 from .grammar import compiler_for
 from .model_loader import LoadedModel, load_model
@@ -207,7 +208,8 @@ class Engine:
         try:
             self.loaded = load_model(model_path, self.config.dtype)
             self.prefix_cache = self._make_prefix_cache()
-            self.runner = ModelRunner(self.loaded)
+            block_size = self.config.cache_block_size if self.prefix_cache.wants_kv else None
+            self.runner = ModelRunner(self.loaded, block_size)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
         except BaseException as exc:  # reported to the constructor's caller
             self._load_error = exc
@@ -234,11 +236,13 @@ class Engine:
         loaded, config = self.loaded, self.config
         if not config.prefix_cache:
             return PrefixCache()
-        if loaded.kv_layout is None:
-            logger.warning("%s: its KV cache cannot be split into blocks; prefix caching is off "
-                           "for this model", loaded.path)
+        layout = loaded.cache_layout
+        if layout is None:
+            logger.warning("%s: its cache has a kind of layer that cannot be split into blocks "
+                           "(chunked attention, attention sinks or quantized KV); prefix caching is "
+                           "off for this model", loaded.path)
             return PrefixCache()
-        fingerprint = fingerprint_model_folder(loaded.path, loaded.dtype, loaded.kv_layout,
+        fingerprint = fingerprint_model_folder(loaded.path, loaded.dtype, layout.descriptor,
                                                config.cache_block_size)
         cold = None
         if config.paged_ssd_cache_dir:
@@ -246,9 +250,9 @@ class Engine:
 
             cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint,
                             model_info={"path": str(Path(loaded.path).resolve()), "dtype": loaded.dtype,
-                                        "opened": int(time.time())})
+                                        "opened": int(time.time())}, layout=layout)
         hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
-        return BlockCache(fingerprint, hot_bytes, cold)
+        return BlockCache(fingerprint, hot_bytes, cold, layout=layout)
 
     def _kv_capacity(self) -> int:
         if self.config.max_kv_tokens is not None:
@@ -297,22 +301,24 @@ class Engine:
         for request, reason, error in out.rejected:
             self._finish(request, reason, error)
         for request, hit in out.prefix_hits:
-            self.runner.seed_cache(request, hit.layers)
+            self.runner.seed_cache(request, hit.layers, hit.num_tokens)
             self.prefix_cache.release(hit)
         for request, n in out.prefill:
             start = time.perf_counter()
             done_before = request.num_computed
-            self.runner.prefill(request, n)
+            snapshots = self.runner.prefill(request, n)
             if n:
                 self.prefill_chunks += 1
                 self.prefix_cache.observe_prefill(n, time.perf_counter() - start)
             if request.num_to_prefill == 0:
-                if self.prefix_cache.wants_kv:
-                    self.prefix_cache.store(*self.runner.prompt_kv(request))
+                if self.prefix_cache.wants_kv and request.num_computed:
+                    if not snapshots:  # a full hit: nothing computed, the caches are the hit
+                        snapshots = [cache_io.snapshot(request.cache, request.num_computed)]
+                    self.prefix_cache.store(request.all_token_ids[: request.num_computed], snapshots)
                 self.runner.start_decoding(request)
                 self.scheduler.started_decoding(request)
-            elif self.config.share_inflight_prefixes:
-                self._store_whole_blocks(request, done_before)
+            else:
+                self._store_whole_blocks(request, done_before, snapshots)
         ended = [end for request, token, logprob in self.runner.decode_step()
                  if (end := self._on_token(request, token, logprob)) is not None]
         if ended:
@@ -367,21 +373,24 @@ class Engine:
             event.usage = request.usage()
             request.sink(event)
 
-    def _store_whole_blocks(self, request: Request, done_before: int) -> None:
+    def _store_whole_blocks(self, request: Request, done_before: int, snapshots) -> None:
         """Store the blocks a prefill chunk completed, so that requests sharing this prefix
-        (waiting for it, or arriving now) can start before the whole prompt is done."""
+        (waiting for it, or arriving now) can start before the whole prompt is done. Models
+        with sliding-window or recurrent layers always do: what those layers hold of a block
+        is gone a chunk or two later."""
         size = self.config.cache_block_size
         whole = request.num_computed // size * size
         if not self.prefix_cache.wants_kv or whole <= done_before // size * size:
             return
-        token_ids, layers = self.runner.prompt_kv(request)
-        if layers:
-            self.prefix_cache.store(token_ids[:whole], [(k[..., :whole, :], v[..., :whole, :]) for k, v in layers])
+        if self.config.share_inflight_prefixes or not self.loaded.cache_layout.plain:
+            self.prefix_cache.store(request.all_token_ids[:whole], snapshots)
 
     def _keep_kv(self, request: Request) -> None:
-        """Hand a decoding request's KV to the prefix cache before it is dropped."""
+        """Hand a decoding request's caches to the prefix cache before they are dropped."""
         if self.prefix_cache.wants_kv and request in self.runner.batch.rows:
-            self.prefix_cache.store(*self.runner.batch.extract(request))
+            end = self.runner.batch.extract(request)
+            self.prefix_cache.store(request.all_token_ids[: end.end], request.snapshots + [end])
+        request.snapshots = []
 
     def _fail_all(self, error: str, reason: str = "error") -> None:
         for request in list(self.scheduler.waiting + self.scheduler.running):

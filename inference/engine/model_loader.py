@@ -9,10 +9,13 @@ from typing import Any, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import _get_classes, load_model as mlx_load_model, load_tokenizer
 
+from cache.layout import CacheLayout
 from inference import platform
+
+from . import cache_io
 
 logger = logging.getLogger("omlx.engine")
 
@@ -31,8 +34,14 @@ class LoadedModel:
     dtype: str
     vocab_size: int
     context_length: Optional[int]
-    kv_bytes_per_token: int
-    kv_layout: Optional[str]  # "kv:LAYERSxHEADSxDIM" when the KV splits into blocks, else None
+    kv_bytes_per_token: int  # attention layers (a sliding window counted as if it grew)
+    cache_layout: Optional[CacheLayout]  # per-layer cache kinds; None: cannot be split into blocks
+    state_bytes: int = 0  # recurrent state of one sequence, whatever its length
+
+    @property
+    def kv_layout(self) -> Optional[str]:
+        """The layout's descriptor (part of the model fingerprint), or None."""
+        return self.cache_layout.descriptor if self.cache_layout is not None else None
 
 
 _DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
@@ -70,12 +79,12 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
         mx.eval(model.parameters())
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
 
-    vocab_size, kv_bytes, kv_layout = _probe(model, path)
+    vocab_size, kv_bytes, layout, state = _probe(model, path)
     text_config = config.get("text_config", {})
     context = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
     logger.info("loaded %s (%s, %s, vocab %d, %d KV bytes/token)", path, model_type, dtype_name, vocab_size, kv_bytes)
     return LoadedModel(path, model, tokenizer, config, model_type, dtype_name, vocab_size, context,
-                       kv_bytes, kv_layout)
+                       kv_bytes, layout, state)
 
 
 def _read_config(path: Path) -> dict:
@@ -103,19 +112,15 @@ def _first_float_dtype(model: nn.Module):
 
 
 def _probe(model: nn.Module, path: Path):
-    """Vocab size, KV bytes per token and KV layout, from one forward pass of one token."""
+    """Vocab size, attention KV bytes per token, cache layout and recurrent state bytes per
+    sequence, from one forward pass of one token."""
     cache = make_prompt_cache(model)
-    if not all(hasattr(type(c), "merge") for c in cache):
+    if not cache_io.is_batchable(cache):
         raise ModelLoadError(f"{path}: its KV cache ({type(cache[0]).__name__}) cannot be batched")
     try:
         logits = model(mx.array([[0]]), cache=cache)
         mx.eval(logits, [c.state for c in cache])
     except Exception as exc:
         raise ModelLoadError(f"{path}: a test forward pass failed: {exc}") from exc
-    slots = max((c.keys.shape[2] for c in cache if getattr(c, "keys", None) is not None), default=1)
-    kv_bytes = sum(c.nbytes for c in cache) // slots
-    layout = None
-    if all(type(c) is KVCache for c in cache):
-        k = cache[0].keys
-        layout = f"kv:{len(cache)}x{k.shape[1]}x{k.shape[3]}x{cache[0].values.shape[3]}"
-    return logits.shape[-1], max(1, kv_bytes), layout
+    kv_bytes = cache_io.attention_bytes_per_token(cache)
+    return logits.shape[-1], max(1, kv_bytes), cache_io.layout_of(cache), cache_io.state_bytes(cache)

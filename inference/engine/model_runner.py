@@ -6,8 +6,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
+from cache.prefix_cache import KVSnapshot
+
+from . import cache_io
 from .model_loader import LoadedModel
 from .request import Request, RequestStatus, TokenLogprob
 from .sampler import RowState, Sampler
@@ -25,13 +28,20 @@ class DecodeBatch:
     inputs and returns the tokens of the previous step, which were computed meanwhile. So
     ``inputs[i]`` is row i's next input: its last prompt token when it has just joined,
     otherwise the token sampled for it by the last step (``kinds[i]`` says which).
-    Invariant: row i's KV holds all its tokens but ``inputs[i]``.
+    Invariant: row i's KV holds all its tokens but ``inputs[i]``; ``kv_len[i]`` counts them.
+
+    With ``snapshot_every`` (the block size, for models with sliding-window or recurrent layers)
+    a row that reaches a multiple of it takes a snapshot of those layers into
+    ``request.snapshots``: at the end of the request the windows have moved on and the state
+    is the final one, and the block cache needs both at every block boundary.
     """
 
-    def __init__(self, model, sampler: Sampler):
+    def __init__(self, model, sampler: Sampler, snapshot_every: Optional[int] = None):
         self.model = model
         self.sampler = sampler
+        self.snapshot_every = snapshot_every
         self.rows: List[Request] = []
+        self.kv_len: List[int] = []
         self._states: List[RowState] = []
         self._cache: Optional[list] = None
         self._inputs: Optional[mx.array] = None
@@ -56,6 +66,7 @@ class DecodeBatch:
                 batch_cache.extend(cache)
             self._inputs = mx.concatenate([self._inputs, token])
         self.rows.append(request)
+        self.kv_len.append(request.num_tokens - 1)
         self._states.append(state)
         self._kinds.append(PROMPT)
         self._logprobs.append(None)
@@ -66,22 +77,30 @@ class DecodeBatch:
         if len(keep) == len(self.rows):
             return
         if not keep:
-            self.__init__(self.model, self.sampler)
+            self.__init__(self.model, self.sampler, self.snapshot_every)
             return
         for c in self._cache:
             c.filter(keep)
         self._inputs = self._inputs[mx.array(keep)]
         self.rows = [self.rows[i] for i in keep]
+        self.kv_len = [self.kv_len[i] for i in keep]
         self._states = [self._states[i] for i in keep]
         self._kinds = [self._kinds[i] for i in keep]
         self._logprobs = [self._logprobs[i] for i in keep]
 
-    def extract(self, request: Request) -> Tuple[List[int], list]:
-        """A copy of one row's KV as (token ids, [(keys, values)] per layer)."""
+    def extract(self, request: Request) -> KVSnapshot:
+        """A snapshot of one row's caches (all its tokens but its next input)."""
         i = self.rows.index(request)
-        layers = [(c.keys, c.values) for c in (bc.extract(i) for bc in self._cache)]
-        n = layers[0][0].shape[2]
-        return request.all_token_ids[:n], layers
+        return cache_io.batch_snapshot(self._cache, i, self.kv_len[i])
+
+    def _take_snapshots(self) -> None:
+        every = self.snapshot_every
+        for i, request in enumerate(self.rows):
+            self.kv_len[i] += 1
+            if every and self.kv_len[i] % every == 0:
+                snap = cache_io.batch_snapshot(self._cache, i, self.kv_len[i], full=False)
+                request.snapshots.append(snap)
+                cache_io.materialize([snap])
 
     def step(self) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
         """Queue one decode step; return the (request, token, logprob) now known on the host.
@@ -97,6 +116,7 @@ class DecodeBatch:
         the plain pipeline. A matcher advances by each token exactly when it reaches the host.
         """
         logits = self.model(self._inputs[:, None], cache=self._cache)[:, -1, :]
+        self._take_snapshots()
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
         matchers = [s.matcher for s in self._states]
         structured = any(m is not None for m in matchers)
@@ -148,39 +168,46 @@ def _to_host(lp: Optional[tuple], token: int) -> Optional[TokenLogprob]:
 class ModelRunner:
     """Owns the model's forward passes and every request's KV while it is running."""
 
-    def __init__(self, loaded: LoadedModel):
+    def __init__(self, loaded: LoadedModel, block_size: Optional[int] = None):
+        """``block_size``: the block cache's, when it is on; models with sliding-window or
+        recurrent layers then take snapshots at block boundaries (prefill and decode)."""
         self.loaded = loaded
         self.model = loaded.model
         self.sampler = Sampler(loaded.vocab_size)
-        self.batch = DecodeBatch(self.model, self.sampler)
+        layout = loaded.cache_layout
+        mixed = block_size if layout is not None and not layout.plain else None
+        self.snapshot_every = mixed
+        self.split_at = block_size if layout is not None and layout.has_state else None
+        self.batch = DecodeBatch(self.model, self.sampler, mixed)
 
-    def seed_cache(self, request: Request, layers: list) -> None:
-        """Start a request's KV from a cached prefix ([(keys, values)] per layer)."""
+    def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
+        """Start a request's caches from a cached prefix of ``num_tokens`` tokens (per layer
+        arrays as ``PrefixHit.layers`` gives them)."""
         cache = make_prompt_cache(self.model)
-        for c, (k, v) in zip(cache, layers):
-            c.keys, c.values, c.offset = k, v, k.shape[2]
+        cache_io.seed(cache, layers, num_tokens)
         request.cache = cache
 
-    def prefill(self, request: Request, n: int) -> None:
-        """Run the next n not-yet-computed tokens of the request through the model."""
+    def prefill(self, request: Request, n: int) -> List[KVSnapshot]:
+        """Run the next n not-yet-computed tokens of the request through the model; returns
+        snapshots of its caches where the computation stopped. A model with recurrent layers
+        stops at every multiple of ``block_size`` on the way (their state exists only where a
+        computation stops, and the block cache keeps it at block boundaries)."""
         if request.cache is None:
             request.cache = make_prompt_cache(self.model)
         if n == 0:
-            return
-        start = request.num_computed
-        tokens = mx.array(request.all_token_ids[start : start + n])[None]
-        self.model(tokens, cache=request.cache)  # logits stay unevaluated: only the KV is needed
+            return []
+        start, end = request.num_computed, request.num_computed + n
+        cuts = [end]
+        if self.split_at:
+            cuts = list(range((start // self.split_at + 1) * self.split_at, end, self.split_at)) + [end]
+        snapshots = []
+        for cut in cuts:
+            tokens = mx.array(request.all_token_ids[request.num_computed : cut])[None]
+            self.model(tokens, cache=request.cache)  # logits stay unevaluated: only the caches are needed
+            request.num_computed = cut
+            snapshots.append(cache_io.snapshot(request.cache, cut))
         mx.eval([c.state for c in request.cache])
-        request.num_computed += n
-
-    def prompt_kv(self, request: Request) -> Tuple[List[int], list]:
-        """The KV of a request whose prefill just finished, as (token ids, per-layer arrays)."""
-        layers = []
-        for c in request.cache:
-            if not isinstance(c, KVCache) or c.keys is None:
-                return [], []
-            layers.append((c.keys[..., : c.offset, :], c.values[..., : c.offset, :]))
-        return request.all_token_ids[: request.num_computed], layers
+        return snapshots
 
     def start_decoding(self, request: Request) -> None:
         if request.grammar is not None:  # replayed: after a preemption the output is not empty
@@ -197,6 +224,7 @@ class ModelRunner:
         self.batch.remove(requests)
         for r in requests:
             r.cache = None
+            r.snapshots = []
 
     def decode_step(self):
         if not len(self.batch):
@@ -204,5 +232,5 @@ class ModelRunner:
         return self.batch.step()
 
     def reset(self) -> None:
-        self.batch = DecodeBatch(self.model, self.sampler)
+        self.batch = DecodeBatch(self.model, self.sampler, self.snapshot_every)
         mx.clear_cache()

@@ -114,6 +114,9 @@ class Request:
         self.cached_cold_tokens = 0
         self.num_preemptions = 0
         self.cache: Optional[list] = None
+        # Caches of sliding-window and recurrent layers taken at block boundaries while it
+        # decodes (model_runner.DecodeBatch), for the block cache when it ends.
+        self.snapshots: list = []
         self.grammar = grammar
         self.matcher: Optional["GrammarMatcher"] = None
 

@@ -104,8 +104,9 @@ def test_caching_off(path):
         assert _run(llm, [_ids(20, 1)])[0].usage.cached_tokens == 0
 
 
-def test_a_model_whose_kv_cannot_be_split_runs_without_the_cache(tmp_path, caplog):
-    """A sliding-window layer keeps a rotating KV buffer: no blocks, a log line, right output."""
+def test_a_llama_with_sliding_window_layers_is_cached(tmp_path):
+    """A llama folder whose config gives it sliding-window layers (mlx-lm's RotatingKVCache)
+    is split into blocks like any other: hits, and the same tokens as alone and uncached."""
     import json
 
     from inference.model_factory import build_model
@@ -114,15 +115,16 @@ def test_a_model_whose_kv_cannot_be_split_runs_without_the_cache(tmp_path, caplo
     config = json.loads((model / "config.json").read_text())
     config.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     (model / "config.json").write_text(json.dumps(config))
-    prompts = [_ids(40, 1), _ids(23, 2), _ids(9, 3)]
-    with caplog.at_level("WARNING", logger="omlx.engine"):
-        with LLM(model) as llm:
-            assert not llm.engine.prefix_cache.wants_kv
-            alone = [_run(llm, [p])[0] for p in prompts]
-            together = _run(llm, prompts)
-    assert "cannot be split into blocks" in caplog.text
-    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
-    assert all(r.usage.cached_tokens == 0 for r in alone + together)
+    prompts = [_ids(40, 1), _ids(40, 1)[:33] + _ids(6, 2), _ids(9, 3)]
+    with LLM(model, prefix_cache=False) as off:
+        expected = [r.token_ids for r in _run(off, prompts)]
+    with LLM(model, cache_block_size=BLOCK) as llm:
+        assert llm.engine.loaded.cache_layout.tags == "s16,f"
+        alone = [_run(llm, [p])[0] for p in prompts]
+        together = _run(llm, prompts)
+    assert [r.token_ids for r in alone] == [r.token_ids for r in together] == expected
+    assert alone[1].usage.cached_tokens == 33
+    assert [r.usage.cached_tokens for r in together] == [39, 38, 8]
 
 
 def test_bad_cache_settings(path):

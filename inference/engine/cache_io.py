@@ -1,0 +1,131 @@
+"""Between mlx-lm's layer caches and the block cache's plain arrays (cache/layout.py).
+
+mlx-lm gives every model a list of layer caches, some of them ``CacheList``s of several; omlx
+works on the flattened list of leaves. Three kinds of leaf split into blocks: ``KVCache`` (full
+attention), ``RotatingKVCache`` without kept sink tokens (sliding window) and ``ArraysCache``
+(recurrent state). A model with any other leaf (chunked attention, quantized KV, sinks) runs
+without the prefix cache.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import mlx.core as mx
+from mlx_lm.models.cache import (
+    ArraysCache,
+    BatchKVCache,
+    BatchRotatingKVCache,
+    CacheList,
+    KVCache,
+    RotatingKVCache,
+)
+
+from cache.layout import FULL, SLIDING, STATE, CacheLayout, LayerSpec, mixed_layout, plain_layout
+from cache.prefix_cache import KVSnapshot
+
+
+def leaves(caches) -> list:
+    """The leaf caches of a model's cache list, in order (``CacheList``s flattened)."""
+    out = []
+    for c in caches:
+        if isinstance(c, CacheList):
+            out.extend(leaves(c.caches))
+        else:
+            out.append(c)
+    return out
+
+
+def layout_of(caches) -> Optional[CacheLayout]:
+    """The layout of a model's caches after a forward pass (so that every leaf holds arrays),
+    or None when some leaf cannot be split into blocks."""
+    specs = []
+    for c in leaves(caches):
+        if type(c) is KVCache:
+            specs.append((LayerSpec(FULL), _heads(c)))
+        elif type(c) is RotatingKVCache and c.keep == 0:
+            specs.append((LayerSpec(SLIDING, window=c.max_size), _heads(c)))
+        elif type(c) is ArraysCache and all(a is not None for a in c.cache):
+            shapes = tuple(tuple(a.shape[1:]) for a in c.cache)
+            text = "|".join(f"{str(a.dtype).rsplit('.', 1)[-1]}[{'x'.join(map(str, a.shape[1:]))}]"
+                            for a in c.cache)
+            specs.append((LayerSpec(STATE, shapes=shapes), text))
+        else:
+            return None
+    if all(spec.kind == FULL for spec, _ in specs):
+        first = leaves(caches)[0]
+        return plain_layout(len(specs), first.keys.shape[1], first.keys.shape[3], first.values.shape[3])
+    return mixed_layout(specs)
+
+
+def _heads(c) -> str:
+    return f"{c.keys.shape[1]}x{c.keys.shape[3]}x{c.values.shape[3]}"
+
+
+def snapshot(caches, end: int) -> KVSnapshot:
+    """What a single sequence's caches (not batched) hold after computing ``end`` tokens."""
+    layers = []
+    for c in leaves(caches):
+        if type(c) is KVCache:
+            layers.append((c.keys[..., : c.offset, :], c.values[..., : c.offset, :], 0))
+        elif type(c) is RotatingKVCache:
+            keys, values = c._temporal_order(c.keys), c._temporal_order(c.values)
+            layers.append((keys, values, c.offset - keys.shape[2]))
+        else:
+            layers.append(tuple(c.cache))
+    return KVSnapshot(end, layers)
+
+
+def batch_snapshot(batch_caches, row: int, end: int, full: bool = True) -> KVSnapshot:
+    """What row ``row`` of a decode batch's caches holds after ``end`` tokens; with ``full``
+    False the full-attention layers are left out (None): a snapshot at a block boundary
+    needs only what the end of the sequence will no longer have."""
+    layers = []
+    for bc in leaves(batch_caches):
+        if isinstance(bc, BatchKVCache) and not full:
+            layers.append(None)
+        elif isinstance(bc, ArraysCache):
+            layers.append(tuple(a[row : row + 1] for a in bc.cache))
+        else:  # BatchKVCache, BatchRotatingKVCache: one row, in temporal order, unpadded
+            c = bc.extract(row)
+            first = 0 if isinstance(bc, BatchKVCache) else end - c.keys.shape[2]
+            layers.append((c.keys, c.values, first))
+    return KVSnapshot(end, layers)
+
+
+def seed(caches, layers: List[tuple], end: int) -> None:
+    """Fill a fresh (single sequence) cache list with a prefix hit of ``end`` tokens."""
+    for c, layer in zip(leaves(caches), layers):
+        if type(c) is KVCache:
+            c.keys, c.values = layer
+            c.offset = end
+        elif type(c) is RotatingKVCache:
+            # The hit holds the last min(end, window) tokens in order: the state a prefill of
+            # ``end`` tokens leaves after its next step trims to the window.
+            c.keys, c.values = layer
+            c.offset = end
+            c._idx = c.keys.shape[2]
+        else:
+            c.cache = list(layer)
+
+
+def is_batchable(caches) -> bool:
+    return all(hasattr(type(c), "merge") for c in caches)
+
+
+def state_bytes(caches) -> int:
+    """Bytes of the recurrent states of one sequence (fixed, whatever its length)."""
+    return sum(a.nbytes for c in leaves(caches) if isinstance(c, ArraysCache) for a in c.cache if a is not None)
+
+
+def attention_bytes_per_token(caches) -> int:
+    """Bytes of keys and values per token over the attention layers (of caches that hold some)."""
+    return sum(c.keys.nbytes // c.keys.shape[2] + c.values.nbytes // c.values.shape[2]
+               for c in leaves(caches) if not isinstance(c, ArraysCache) and c.keys is not None)
+
+
+def materialize(snapshots: List[KVSnapshot]) -> None:
+    """Queue the evaluation of snapshot arrays (they are slices of live caches)."""
+    arrays = [a for s in snapshots for layer in s.layers if layer is not None
+              for a in layer if isinstance(a, mx.array)]
+    if arrays:
+        mx.async_eval(arrays)
