@@ -1,5 +1,12 @@
 """Build Hugging Face model folders with random weights, for tests, benchmarks and the demo model.
 
+``build_model`` is the one entry point. llama, mistral, qwen2 and qwen3 (``HAND_WRITTEN``) are
+written here weight by weight and need neither torch nor transformers; the families in
+``TRANSFORMERS_BUILT`` (sliding-window, hybrid linear-attention, Mamba2 and mixture-of-experts
+models) are built with transformers' own classes by ``inference.model_factory_hf`` under the same
+rules for the weights, and need ``pip install 'omlx[test]'``. ``quantize_model`` writes an
+MLX-format 4- or 8-bit copy of a folder with mlx-lm's converter.
+
 A built folder has the format of a checkpoint from the Hub: ``config.json`` with the fields
 transformers uses for the ``model_type``, ``model.safetensors`` (or shards and
 ``model.safetensors.index.json`` past 2 GiB) with Hugging Face weight names,
@@ -27,7 +34,10 @@ import numpy as np
 
 from inference.family_templates import CHAT_TEMPLATES, SPECIAL_TOKENS
 
-ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+HAND_WRITTEN = ("llama", "mistral", "qwen2", "qwen3")  # weights named here; no torch needed
+# Built with transformers' own classes (inference.model_factory_hf; needs omlx[test]).
+TRANSFORMERS_BUILT = ("gemma3_text", "gpt_oss", "nemotron_h", "qwen3_5", "qwen3_moe")
+ARCHITECTURES = HAND_WRITTEN + TRANSFORMERS_BUILT
 
 PRESETS = {
     "tiny": dict(
@@ -88,35 +98,95 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
     """Write a model folder of architecture ``arch`` to ``path`` and return ``path`` as a Path.
 
     ``overrides`` replace config.json fields of the preset (``num_hidden_layers=4``, ``head_dim``,
-    ``tie_word_embeddings``...). An unknown architecture, preset, dtype or field raises ValueError.
-    The tokenizer has ``min(vocab_size, 1024)`` tokens; a larger model vocabulary (as in Qwen) has
+    ``tie_word_embeddings``...; for the transformers-built families, any field of transformers'
+    config class, plus ``sliding_window_pattern`` (gemma3_text) and ``full_attention_interval``
+    (qwen3_5)). An unknown architecture, preset, dtype or field raises ValueError; a family of
+    ``TRANSFORMERS_BUILT`` without torch and transformers installed raises ImportError.
+    ``preset_names(arch)`` lists the presets of ``arch``. The tokenizer has ``min(vocab_size, 1024)`` tokens; a larger model vocabulary (as in Qwen) has
     zero embedding and lm_head rows past it.
     """
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; expected one of {ARCHITECTURES}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}")
     if dtype not in _DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(_DTYPES)}")
+    if arch in TRANSFORMERS_BUILT:
+        from inference import model_factory_hf
+
+        return model_factory_hf.build(path, arch, preset, seed, dtype, overrides)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}")
     config = _config(arch, preset, dtype, overrides)
-    specials = _special_tokens(arch)
-    tokenizer_json = _train_tokenizer(min(config["vocab_size"], _MAX_TOKENIZER_VOCAB), seed, specials)
-    vocab = json.loads(tokenizer_json)["model"]["vocab"]
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-    _write_json(path / "tokenizer_config.json", _tokenizer_config(specials, CHAT_TEMPLATES[arch]))
-    _write_json(path / "special_tokens_map.json", {
-        "additional_special_tokens": list(specials[1:]),
-        "eos_token": _added_token(_EOS), "pad_token": _added_token(_PAD),
-    })
+    vocab = write_tokenizer(path, arch, config["vocab_size"], seed)
     _write_json(path / "config.json", config)
     _write_json(path / "generation_config.json", {
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["bos_token_id"],
     })
-    _write_weights(path, _weights(arch, config, vocab, seed, specials), dtype)
+    _write_weights(path, _weights(arch, config, vocab, seed, _special_tokens(arch)), dtype)
     return path
+
+
+def write_tokenizer(path, family, vocab_size, seed):
+    """Write the tokenizer files with ``family``'s chat template into ``path`` (created if
+    missing) and return the tokenizer's vocabulary ({token: id})."""
+    specials = _special_tokens(family)
+    tokenizer_json = _train_tokenizer(min(vocab_size, _MAX_TOKENIZER_VOCAB), seed, specials)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+    _write_json(path / "tokenizer_config.json", _tokenizer_config(specials, CHAT_TEMPLATES[family]))
+    _write_json(path / "special_tokens_map.json", {
+        "additional_special_tokens": list(specials[1:]),
+        "eos_token": _added_token(_EOS), "pad_token": _added_token(_PAD),
+    })
+    return json.loads(tokenizer_json)["model"]["vocab"]
+
+
+def _emitted(vocab, specials):
+    """Mask over the tokenizer's ids: True for the tokens allowed to win the argmax."""
+    printable = set(map(chr, range(0x21, 0x7F))) | {"Ġ", "Ċ"}  # byte-level space and newline
+    emitted = np.zeros(len(vocab), dtype=bool)
+    for token, i in vocab.items():
+        emitted[i] = token == _EOS or (token not in specials and set(token) <= printable)
+    return emitted
+
+
+def preset_names(arch):
+    """The presets ``build_model`` accepts for ``arch``."""
+    if arch in TRANSFORMERS_BUILT:
+        from inference.model_factory_hf import PRESETS as HF_PRESETS
+
+        return tuple(HF_PRESETS[arch])
+    return tuple(PRESETS)
+
+
+def build_quantized(path, bits, group_size=64, **build_args) -> Path:
+    """``build_model(**build_args)`` into a temporary folder, then ``quantize_model`` into ``path``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source = build_model(Path(tmp) / "model", **build_args)
+        if Path(path).exists() and not any(Path(path).iterdir()):
+            Path(path).rmdir()  # convert refuses an existing folder, even an empty one
+        quantize_model(source, path, bits=bits, group_size=group_size)
+    return Path(path)
+
+
+def quantize_model(src, dst, bits=4, group_size=64, dtype=None) -> Path:
+    """Write an MLX-format quantized copy of the model folder ``src`` to ``dst`` (which must not
+    exist) and return ``dst`` as a Path, as ``mlx_lm.convert --quantize`` does: weights in
+    mlx-lm's naming (after its ``sanitize``), every Linear and Embedding whose input size is a
+    multiple of ``group_size`` packed to ``bits`` bits (uint32, with per-group scales and biases;
+    routers and other layers kept as the model's ``quant_predicate`` says), and config.json's
+    ``quantization`` entry. ``dtype`` is that of the unquantized tensors (default: as stored).
+    Needs mlx-lm only.
+    """
+    from mlx_lm.convert import convert
+
+    if bits not in (2, 3, 4, 5, 6, 8):
+        raise ValueError(f"bits must be 2, 3, 4, 5, 6 or 8, got {bits!r}")
+    convert(str(src), str(dst), quantize=True, q_bits=bits, q_group_size=group_size, dtype=dtype)
+    return Path(dst)
 
 
 def _config(arch, preset, dtype, overrides):
@@ -174,10 +244,7 @@ def _weights(arch, config, vocab, seed, specials):
         rows[: len(vocab)][~rows_used] = 0.0
         return rows
 
-    printable = set(map(chr, range(0x21, 0x7F))) | {"Ġ", "Ċ"}  # byte-level space and newline
-    emitted = np.zeros(len(vocab), dtype=bool)
-    for token, i in vocab.items():
-        emitted[i] = token == _EOS or (token not in specials and set(token) <= printable)
+    emitted = _emitted(vocab, specials)
     tied = config["tie_word_embeddings"]
     yield "model.embed_tokens.weight", vocab_matrix(emitted if tied else np.ones(len(vocab), dtype=bool))
     for i in range(config["num_hidden_layers"]):

@@ -67,13 +67,19 @@ def _main(argv=None) -> int:
         "build-model",
         help="write a model folder with random weights (for tests and benchmarks)",
         description="Write a Hugging Face model folder with random weights and a locally trained "
-        "tokenizer (same as `manage.py build_test_model`).",
+        "tokenizer (same as `manage.py build_test_model`). gemma3_text, gpt_oss, nemotron_h, qwen3_5 "
+        "and qwen3_moe need torch and transformers (pip install 'omlx[test]').",
     )
     build.add_argument("out", help="the folder to write")
-    build.add_argument("--arch", default="qwen2", help="llama, mistral, qwen2 or qwen3")
-    build.add_argument("--preset", default="tiny", help="tiny, small or qwen2.5-0.5b")
+    build.add_argument("--arch", default="qwen2", help="llama, mistral, qwen2, qwen3 (tiny, small, "
+                       "qwen2.5-0.5b), gemma3_text, qwen3_5 (tiny, qwen2.5-0.5b), gpt_oss, nemotron_h, "
+                       "qwen3_moe (tiny)")
+    build.add_argument("--preset", default="tiny", help="tiny, small or qwen2.5-0.5b (see --arch)")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
+    build.add_argument("--quantize", type=int, choices=[4, 8], default=None, metavar="BITS",
+                       help="write an MLX-format folder quantized to 4 or 8 bits (mlx_lm.convert -q) instead")
+    build.add_argument("--group-size", type=int, default=64, help="quantization group size (default 64)")
 
     from omlx_site.commands import add_parsers
 
@@ -95,11 +101,15 @@ def _main(argv=None) -> int:
     if args.command == "worker":
         return _worker(parser, args)
     if args.command == "build-model":
-        from inference.model_factory import build_model
+        from inference.model_factory import build_model, build_quantized
 
+        build_args = dict(arch=args.arch, preset=args.preset, seed=args.seed, dtype=args.dtype)
         try:
-            path = build_model(args.out, arch=args.arch, preset=args.preset, seed=args.seed, dtype=args.dtype)
-        except ValueError as exc:
+            if args.quantize:
+                path = build_quantized(args.out, args.quantize, args.group_size, **build_args)
+            else:
+                path = build_model(args.out, **build_args)
+        except (ValueError, ImportError) as exc:
             parser.error(str(exc))
         print(f"wrote {path}")
         return 0

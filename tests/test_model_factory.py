@@ -12,7 +12,7 @@ from mlx_lm.utils import load
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from inference import model_factory
-from inference.model_factory import ARCHITECTURES, build_model
+from inference.model_factory import HAND_WRITTEN, build_model
 
 NEW_TOKENS = 24
 TEXT = (
@@ -36,7 +36,7 @@ def _mlx_logits(model, ids):
     return np.array(model(mx.array([ids]))[0])
 
 
-@pytest.fixture(scope="module", params=ARCHITECTURES)
+@pytest.fixture(scope="module", params=HAND_WRITTEN)
 def loaded(request, model_dir):
     path = model_dir(arch=request.param)
     mlx_model, tokenizer = load(path)

@@ -4,14 +4,16 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.model_factory import ARCHITECTURES, PRESETS, build_model
+from inference.model_factory import ARCHITECTURES, PRESETS, TRANSFORMERS_BUILT, build_model, build_quantized
 
 
 class Command(BaseCommand):
     help = (
         "Write a model folder in Hugging Face format with random weights and a small byte-level BPE "
-        "tokenizer with a ChatML chat template, loadable by mlx-lm and transformers. For tests, "
-        "benchmarks and demos; the same arguments always write the same files."
+        "tokenizer with the family's chat template, loadable by mlx-lm and transformers (or, with "
+        "--quantize, an MLX-format quantized folder as mlx_lm.convert -q writes). For tests, "
+        "benchmarks and demos; the same arguments always write the same files. "
+        f"{', '.join(TRANSFORMERS_BUILT)} need torch and transformers (pip install 'omlx[test]')."
     )
 
     def add_arguments(self, parser):
@@ -21,7 +23,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--preset", default="tiny", choices=list(PRESETS),
-            help="size: " + "; ".join(f"{name}: {_describe(fields)}" for name, fields in PRESETS.items()),
+            help="size: " + "; ".join(f"{name}: {_describe(fields)}" for name, fields in PRESETS.items())
+            + f" (llama, mistral, qwen2, qwen3; {', '.join(TRANSFORMERS_BUILT)} have tiny, and gemma3_text "
+            "and qwen3_5 also qwen2.5-0.5b: see docs/cli.md)",
         )
         parser.add_argument(
             "--seed", type=int, default=0, help="seed of the weights and the tokenizer (default: 0)"
@@ -35,12 +39,26 @@ class Command(BaseCommand):
             help="override a config.json field; VALUE is parsed as JSON; repeatable "
             "(e.g. --set num_hidden_layers=4 --set tie_word_embeddings=true)",
         )
+        parser.add_argument(
+            "--quantize", type=int, choices=[4, 8], default=None, metavar="BITS",
+            help="write an MLX-format folder quantized to 4 or 8 bits (mlx_lm.convert -q) instead",
+        )
+        parser.add_argument(
+            "--group-size", type=int, default=64, help="quantization group size (default: 64)"
+        )
 
-    def handle(self, out_dir, arch, preset, seed, dtype, overrides, **options):
+    def handle(self, out_dir, arch, preset, seed, dtype, overrides, quantize, group_size, **options):
+        args = dict(arch=arch, preset=preset, seed=seed, dtype=dtype, **_parse(overrides))
         try:
-            path = build_model(out_dir, arch=arch, preset=preset, seed=seed, dtype=dtype, **_parse(overrides))
-        except ValueError as e:
+            if quantize:
+                path = build_quantized(out_dir, quantize, group_size, **args)
+            else:
+                path = build_model(out_dir, **args)
+        except (ValueError, ImportError) as e:
             raise CommandError(str(e)) from e
+        if quantize:  # packed tensors: their element count is not the parameter count
+            self.stdout.write(f"Wrote {arch} model ({preset}, {quantize}-bit, MLX format) to {path.resolve()}")
+            return
         params = _parameter_count(path)
         self.stdout.write(
             f"Wrote {arch} model ({preset}, {params / 1e6:.2f}M parameters, {dtype}) to {path.resolve()}"
