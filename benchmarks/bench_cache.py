@@ -1,15 +1,21 @@
-"""Time to first token with the block cache, side by side in one run.
+"""Time to first token with the block cache, side by side in one run, per model family.
 
-On a Qwen2.5-0.5B-shaped model with random weights (float32), for one long prompt:
+For each family (``--arch``: qwen2 = full attention everywhere, gemma3_text = sliding window + full,
+qwen3_5 = Gated DeltaNet + full) a Qwen2.5-0.5B-shaped model with random weights (float32), and for
+one long prompt:
   cold      nothing cached: the whole prompt is computed
   hot       the same prompt again: its blocks are in RAM
-  cold-hit  after the hot tier was flushed to disk: blocks are read from the SSD tier
-  restart   in a fresh process: the SSD tier found at start-up
+  cold-hit  after the hot tier was flushed to disk and the files' pages dropped from the OS page
+            cache (posix_fadvise DONTNEED): blocks are read from the SSD tier
+  restart   in a fresh process, page cache dropped again: the SSD tier found at start-up
   mlx-lm    bare mlx-lm computing the same prompt (reference for the cold case)
-then a conversation of 8 turns, each appending ~200 new tokens, reporting per turn the prompt
-tokens that came from the cache and those that were computed.
+each as a ratio to cold (median over ``--rounds`` rounds, each with its own prompt); the bytes the
+SSD tier holds per cached token; then a conversation of 8 turns, each appending ~200 new tokens,
+reporting per turn the prompt tokens that came from the cache and those that were computed
+(at most the new tokens plus one block, for every family).
 
-    .venv/bin/python benchmarks/bench_cache.py [--quick] [--json FILE]
+    .venv/bin/python benchmarks/bench_cache.py [--quick] [--arch qwen2 gemma3_text qwen3_5]
+                                               [--rounds 3] [--json FILE]
 """
 from __future__ import annotations
 
@@ -27,7 +33,17 @@ sys.path.insert(0, str(REPO))
 
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
-from benchmarks.bench_engine import model_path  # noqa: E402
+ARCHS = ("qwen2", "gemma3_text", "qwen3_5")
+
+
+def model_path(arch: str, preset: str) -> Path:
+    from inference.model_factory import build_model
+
+    path = REPO / "benchmarks" / "out" / "models" / f"{arch}-{preset}"
+    if not (path / "config.json").exists():
+        print(f"building {arch} {preset} model in {path} ...", flush=True)
+        build_model(path, arch=arch, preset=preset, seed=0)
+    return path
 
 
 def ids(n, seed):
@@ -49,40 +65,39 @@ def ttft(llm, prompt, max_tokens=1):
     return first, last.usage, tokens
 
 
+def drop_page_cache(root: Path) -> int:
+    """Drop the SSD tier's files from the OS page cache, so reads come from the disk."""
+    from cache.probe import drop_cached
+
+    files = [p for p in Path(root).rglob("*.safetensors")]
+    if not all(drop_cached(p) for p in files):
+        print("warning: could not drop the page cache; SSD reads may come from memory", flush=True)
+    return sum(p.stat().st_size for p in files)
+
+
 def restart_child(args):
     """Runs in a fresh process: the prompt again, against the SSD tier left by the parent."""
     from inference.engine import LLM
 
-    with LLM(model_path(args.preset), paged_ssd_cache_dir=args.cache_dir, cache_block_size=args.block) as llm:
-        t, usage, tokens = ttft(llm, ids(args.prompt, 7))
+    with LLM(model_path(args.arch[0], args.preset), paged_ssd_cache_dir=args.cache_dir,
+             cache_block_size=args.block) as llm:
+        t, usage, tokens = ttft(llm, ids(args.prompt, args.seed))
     print(json.dumps({"ttft": t, "cold": usage.cold_cached_tokens, "hot": usage.hot_cached_tokens,
                       "tokens": tokens}))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small model, 1024-token prompt")
-    parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--cache-dir", default=str(REPO / "benchmarks" / "out" / "ssd-cache"))
-    args = parser.parse_args()
-    args.preset = "small" if args.quick else "qwen2.5-0.5b"
-    args.prompt = 1024 if args.quick else 4096
-    args.block = 256
-    if args.child:
-        return restart_child(args)
-
+def one_round(args, arch, path, seed):
+    """cold, hot, cold-hit, restart and mlx-lm times for one prompt; SSD bytes per token."""
     import mlx.core as mx
     from mlx_lm.generate import generate_step
     from mlx_lm.utils import load
 
     from inference.engine import LLM
 
-    path = model_path(args.preset)
-    shutil.rmtree(args.cache_dir, ignore_errors=True)
-    prompt = ids(args.prompt, 7)
+    cache_dir = Path(args.cache_dir) / arch
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    prompt = ids(args.prompt, seed)
     out = {}
-
     model, _ = load(str(path))
     model.set_dtype(mx.float32)
     next(generate_step(mx.array(prompt[:64]), model, max_tokens=1))  # warm-up
@@ -91,47 +106,92 @@ def main():
     out["mlx-lm"] = time.perf_counter() - start
     del model
 
-    with LLM(path, paged_ssd_cache_dir=args.cache_dir, cache_block_size=args.block) as llm:
+    with LLM(path, paged_ssd_cache_dir=str(cache_dir), cache_block_size=args.block) as llm:
         ttft(llm, ids(64, 1))  # warm-up
         out["cold"], _, reference = ttft(llm, prompt)
         out["hot"], usage, tokens = ttft(llm, prompt)
-        assert tokens == reference and usage.hot_cached_tokens == args.prompt - 1, usage
+        expected = len(prompt) - 1  # all but the last prompt token
+        assert tokens == reference and usage.hot_cached_tokens == expected, usage
         llm.engine.call(lambda e: e.prefix_cache.flush_hot())
         llm.engine.call(lambda e: e.prefix_cache.cold.flush())
+        ssd_bytes = drop_page_cache(cache_dir)
         out["cold-hit"], usage, tokens = ttft(llm, prompt)
-        assert tokens == reference and usage.cold_cached_tokens == args.prompt - 1, usage
+        assert tokens == reference and usage.cold_cached_tokens == expected, usage
+        cached_tokens = sum(len(b.token_ids) for b in llm.engine.prefix_cache.hot.blocks())
+    out["ssd-bytes-per-token"] = ssd_bytes / max(1, cached_tokens)
 
-    child = subprocess.run([sys.executable, __file__, "--child", "--cache-dir", args.cache_dir]
-                           + (["--quick"] if args.quick else []),
-                           capture_output=True, text=True, check=True)
+    drop_page_cache(cache_dir)
+    child = subprocess.run([sys.executable, __file__, "--child", "--cache-dir", str(cache_dir),
+                            "--arch", arch, "--seed", str(seed)] + (["--quick"] if args.quick else []),
+                           capture_output=True, text=True)
+    if child.returncode:
+        raise SystemExit(child.stderr)
     restart = json.loads(child.stdout.strip().splitlines()[-1])
-    assert restart["tokens"] == reference and restart["cold"] == args.prompt - 1, restart
+    assert restart["tokens"] == reference and restart["cold"] == expected, restart
     out["restart"] = restart["ttft"]
+    return out
 
-    conversation = []
+
+def conversation(args, path):
+    from inference.engine import LLM
+
+    rows = []
     with LLM(path, cache_block_size=args.block) as llm:
         history = ids(1000, 11)
         for turn in range(8):
-            history = history + ids(200, 100 + turn)
+            new = ids(200, 100 + turn)
+            history = history + new
             t, usage, answer = ttft(llm, history, max_tokens=16)
-            conversation.append({"turn": turn + 1, "prompt": usage.prompt_tokens, "cached": usage.cached_tokens,
-                                 "computed": usage.computed_prompt_tokens, "ttft": t})
+            rows.append({"turn": turn + 1, "prompt": usage.prompt_tokens, "cached": usage.cached_tokens,
+                         "computed": usage.computed_prompt_tokens, "new": len(new), "ttft": t})
             history = history + answer
-    out["conversation"] = conversation
+    return rows
 
-    cold = out["cold"]
-    print(f"model {args.preset}, {args.prompt}-token prompt, block size {args.block}")
-    print("| case | time to first token / cold |")
-    print("|---|---|")
-    for case in ("cold", "hot", "cold-hit", "restart", "mlx-lm"):
-        print(f"| {case} | {out[case] / cold:.4f} |")
-    print("\n| turn | prompt tokens | from cache | computed | TTFT / turn-1 TTFT |")
-    print("|---|---|---|---|---|")
-    for row in conversation:
-        print(f"| {row['turn']} | {row['prompt']} | {row['cached']} | {row['computed']} | "
-              f"{row['ttft'] / conversation[0]['ttft']:.3f} |")
+
+def main():
+    import statistics
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny models, 1024-token prompt")
+    parser.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=7, help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", default=str(REPO / "benchmarks" / "out" / "ssd-cache"))
+    args = parser.parse_args()
+    args.preset = "tiny" if args.quick else "qwen2.5-0.5b"
+    args.prompt = 1024 if args.quick else 4096
+    args.block = 256
+    if args.child:
+        return restart_child(args)
+
+    results = {}
+    for arch in args.arch:
+        path = model_path(arch, args.preset)
+        rounds = [one_round(args, arch, path, 7 + r) for r in range(args.rounds)]
+        ratios = {case: statistics.median(r[case] / r["cold"] for r in rounds)
+                  for case in ("hot", "cold-hit", "restart", "mlx-lm")}
+        results[arch] = {"rounds": rounds, "ratios": ratios,
+                         "ssd_bytes_per_token": rounds[0]["ssd-bytes-per-token"],
+                         "conversation": conversation(args, path)}
+
+    print(f"{args.preset} models, {args.prompt}-token prompt, block size {args.block}, "
+          f"median of {args.rounds} rounds (ratio to that round's cold time to first token)")
+    print("| family | hot / cold | SSD hit / cold | restart / cold | mlx-lm / cold | SSD bytes per token |")
+    print("|---|---|---|---|---|---|")
+    for arch, r in results.items():
+        q = r["ratios"]
+        print(f"| {arch} | {q['hot']:.4f} | {q['cold-hit']:.4f} | {q['restart']:.4f} | {q['mlx-lm']:.3f} | "
+              f"{r['ssd_bytes_per_token']:,.0f} |")
+    print("\n| family | turn | prompt tokens | new | from cache | computed | computed - new |")
+    print("|---|---|---|---|---|---|---|")
+    for arch, r in results.items():
+        for row in r["conversation"]:
+            print(f"| {arch} | {row['turn']} | {row['prompt']} | {row['new']} | {row['cached']} | "
+                  f"{row['computed']} | {row['computed'] - row['new']} |")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

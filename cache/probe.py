@@ -116,7 +116,7 @@ def _measure(root, work, started, block_bytes, files, large_bytes, large_files, 
         write_s.append(_timed_write(path, [payload]))
         budget_bytes -= block_bytes
         small.append(path)
-    dropped = all(_drop_cached(p) for p in small)
+    dropped = all(drop_cached(p) for p in small)
     read_s = [_timed_read(p) for p in small]
 
     # Throughput: size the large files by the speed seen so far, within what is left.
@@ -127,7 +127,7 @@ def _measure(root, work, started, block_bytes, files, large_bytes, large_files, 
     chunks = [payload] * (size // block_bytes)
     large = [work / f"large-{i}.safetensors" for i in range(large_files)]
     write_total = sum(_timed_write(p, chunks) for p in large)
-    dropped = all(_drop_cached(p) for p in large) and dropped
+    dropped = all(drop_cached(p) for p in large) and dropped
     read_total = sum(_timed_read(p) for p in large)
 
     fs = _filesystem(root)
@@ -186,7 +186,7 @@ def _timed_read(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def _drop_cached(path: Path) -> bool:
+def drop_cached(path: Path) -> bool:
     """Ask the OS to forget the file's cached pages (clean after the fsync); False if it cannot."""
     if _FADVISE is None:
         return False
