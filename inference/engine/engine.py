@@ -315,14 +315,24 @@ class Engine:
                     if not snapshots:  # a full hit: nothing computed, the caches are the hit
                         snapshots = [cache_io.snapshot(request.cache, request.num_computed)]
                     self.prefix_cache.store(request.all_token_ids[: request.num_computed], snapshots)
-                self.runner.start_decoding(request)
-                self.scheduler.started_decoding(request)
+                self._first_token(request)
             else:
                 self._store_whole_blocks(request, done_before, snapshots)
         ended = [end for request, token, logprob in self.runner.decode_step()
                  if (end := self._on_token(request, token, logprob)) is not None]
         if ended:
             self._finish_all(ended)
+
+    def _first_token(self, request: Request) -> None:
+        """Sample and publish a request's first token as soon as its prompt is computed, then
+        move it into the decode batch (unless that token already ended it)."""
+        token, logprob, state = self.runner.first_token(request)
+        self.scheduler.started_decoding(request)
+        end = self._on_token(request, token, logprob)
+        if end is None:
+            self.runner.join(request, state)
+        else:
+            self._finish_all([end])
 
     def _on_token(self, request: Request, token: int, logprob):
         """Record a generated token and publish it; returns (request, reason, None, last
@@ -386,9 +396,9 @@ class Engine:
             self.prefix_cache.store(request.all_token_ids[:whole], snapshots)
 
     def _keep_kv(self, request: Request) -> None:
-        """Hand a decoding request's caches to the prefix cache before they are dropped."""
-        if self.prefix_cache.wants_kv and request in self.runner.batch.rows:
-            end = self.runner.batch.extract(request)
+        """Hand a running request's caches to the prefix cache before they are dropped."""
+        end = self.runner.kv_snapshot(request) if self.prefix_cache.wants_kv else None
+        if end is not None:
             self.prefix_cache.store(request.all_token_ids[: end.end], request.snapshots + [end])
         request.snapshots = []
 

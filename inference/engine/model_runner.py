@@ -16,7 +16,6 @@ from .request import Request, RequestStatus, TokenLogprob
 from .sampler import RowState, Sampler
 
 
-PROMPT = "prompt"  # a row's last prompt token: nothing to report
 NEW = "new"  # a generated token the host has not seen yet
 REPORTED = "reported"  # a generated token already reported
 
@@ -26,8 +25,9 @@ class DecodeBatch:
 
     Pipelined like mlx-lm's own generators: a step queues the forward pass for the current
     inputs and returns the tokens of the previous step, which were computed meanwhile. So
-    ``inputs[i]`` is row i's next input: its last prompt token when it has just joined,
-    otherwise the token sampled for it by the last step (``kinds[i]`` says which).
+    ``inputs[i]`` is row i's next input: the token sampled for it by the last step, or its first
+    token when it has just joined (sampled and reported at the end of its prefill:
+    ``ModelRunner.first_token``); ``kinds[i]`` says whether the host has seen it.
     Invariant: row i's KV holds all its tokens but ``inputs[i]``; ``kv_len[i]`` counts them.
 
     With ``snapshot_every`` (the block size, for models with sliding-window or recurrent layers)
@@ -45,7 +45,7 @@ class DecodeBatch:
         self._states: List[RowState] = []
         self._cache: Optional[list] = None
         self._inputs: Optional[mx.array] = None
-        self._kinds: List[str] = []  # what inputs[i] is: PROMPT, NEW or REPORTED
+        self._kinds: List[str] = []  # whether inputs[i] was reported: NEW or REPORTED
         self._logprobs: List[Optional[tuple]] = []
 
     def __len__(self):
@@ -56,6 +56,7 @@ class DecodeBatch:
         return self._cache[0].size() if self._cache else 0
 
     def join(self, request: Request, state: RowState) -> None:
+        """Add a request whose caches hold all its tokens but the last, a reported one."""
         caches = [type(c).merge([c]) for c in request.cache]
         request.cache = None
         token = mx.array([request.all_token_ids[-1]], dtype=mx.uint32)
@@ -68,7 +69,7 @@ class DecodeBatch:
         self.rows.append(request)
         self.kv_len.append(request.num_tokens - 1)
         self._states.append(state)
-        self._kinds.append(PROMPT)
+        self._kinds.append(REPORTED)
         self._logprobs.append(None)
 
     def remove(self, requests: Sequence[Request]) -> None:
@@ -103,11 +104,8 @@ class DecodeBatch:
                 cache_io.materialize([snap])
 
     def step(self) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
-        """Queue one decode step; return the (request, token, logprob) now known on the host.
-
-        Those are the tokens of the previous step, computed while the host handled its
-        results; except that rows which just joined get their first token from this very
-        step (waited for), so joining costs no extra step of time to first token.
+        """Queue one decode step; return the (request, token, logprob) now known on the host:
+        the tokens of the previous step, computed while the host handled its results.
 
         A batch with structured-output rows cannot sample ahead: a row's mask for this step
         depends on its previous token. So the forward pass is queued first, the previous
@@ -127,34 +125,26 @@ class DecodeBatch:
             for i, kind in enumerate(kinds):
                 if kind is NEW and matchers[i] is not None:
                     matchers[i].advance(host[i])
-            masks = self._masks(matchers)
+            masks = grammar_masks(matchers, self.sampler.vocab_size)
         tokens, logprobs = self.sampler.sample(logits, self._states, masks)
         mx.async_eval(tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None])
         self._inputs, self._logprobs = tokens, logprobs
         self._kinds = [NEW] * len(self.rows)
-        results = []
-        if PROMPT in kinds:
-            now = tokens.tolist()
-            for i, kind in enumerate(kinds):
-                if kind is PROMPT:
-                    results.append((self.rows[i], now[i], _to_host(logprobs[i], now[i])))
-                    self._kinds[i] = REPORTED
-                    if matchers[i] is not None:
-                        matchers[i].advance(now[i])
+        if NEW not in kinds:
+            return []
         if host is None:
             host = previous.tolist()
-        for i, kind in enumerate(kinds):
-            if kind is NEW:
-                results.append((self.rows[i], host[i], _to_host(previous_lp[i], host[i])))
-        return results
+        return [(self.rows[i], host[i], _to_host(previous_lp[i], host[i]))
+                for i, kind in enumerate(kinds) if kind is NEW]
 
-    def _masks(self, matchers) -> np.ndarray:
-        """The allowed-token bitmasks of the rows that have a matcher, in row order."""
-        active = [m for m in matchers if m is not None]
-        masks = np.empty((len(active), (self.sampler.vocab_size + 31) // 32), dtype=np.int32)
-        for row, m in zip(masks, active):
-            m.fill_mask(row)
-        return masks
+
+def grammar_masks(matchers, vocab_size: int) -> np.ndarray:
+    """The allowed-token bitmasks of the rows that have a matcher, in row order."""
+    active = [m for m in matchers if m is not None]
+    masks = np.empty((len(active), (vocab_size + 31) // 32), dtype=np.int32)
+    for row, m in zip(masks, active):
+        m.fill_mask(row)
+    return masks
 
 
 def _to_host(lp: Optional[tuple], token: int) -> Optional[TokenLogprob]:
@@ -209,15 +199,41 @@ class ModelRunner:
         mx.eval([c.state for c in request.cache])
         return snapshots
 
-    def start_decoding(self, request: Request) -> None:
+    def first_token(self, request: Request) -> Tuple[int, Optional[TokenLogprob], RowState]:
+        """Sample the next token of a request whose prefill is done (its caches hold all its
+        tokens but the last): one forward pass of that last token, on its own, so the token
+        is on the host now, not after the step's other prefills and decode. Returns the token,
+        its logprob (when asked for) and the row's sampling state for ``join``."""
         if request.grammar is not None:  # replayed: after a preemption the output is not empty
             request.matcher = request.grammar.matcher(request.output_token_ids)
         state = self.sampler.make_row(
             request.params, request.seed, request.prompt_token_ids, request.output_token_ids,
             request.matcher,
         )
-        self.batch.join(request, state)
+        last = mx.array([[request.all_token_ids[-1]]], dtype=mx.uint32)
+        logits = self.model(last, cache=request.cache)[:, -1, :]
+        request.num_computed += 1
+        if self.snapshot_every and request.num_computed % self.snapshot_every == 0:
+            request.snapshots.append(cache_io.snapshot(request.cache, request.num_computed))
+        masks = grammar_masks([request.matcher], self.sampler.vocab_size) if request.matcher else None
+        tokens, logprobs = self.sampler.sample(logits, [state], masks)
+        token = tokens.item()
+        if request.matcher is not None:
+            request.matcher.advance(token)
         request.status = RequestStatus.DECODING
+        return token, _to_host(logprobs[0], token), state
+
+    def join(self, request: Request, state: RowState) -> None:
+        """Move a request that has its first token into the decode batch."""
+        self.batch.join(request, state)
+
+    def kv_snapshot(self, request: Request) -> Optional[KVSnapshot]:
+        """What the caches of a running request hold, wherever they are; None without any."""
+        if request in self.batch.rows:
+            return self.batch.extract(request)
+        if request.cache is not None and request.num_computed:
+            return cache_io.snapshot(request.cache, request.num_computed)
+        return None
 
     def drop(self, requests: Sequence[Request]) -> None:
         """Free the KV of these requests, wherever it is."""
