@@ -263,3 +263,21 @@ def test_selection_rule():
     assert check_tool_parser("glm45") == "glm45" and check_tool_parser(None) is None
     with pytest.raises(ValueError, match="tool_parser"):
         check_tool_parser("glm5")
+
+
+def test_the_setting_and_the_request_choose_the_parser_of_a_job():
+    from inference.generation import GenerationJob, _parser
+
+    tokenizer = Tokenizer(CHAT_TEMPLATES["kimi_k2"])
+    call = REFERENCES["kimi_k2"][0]
+    job = GenerationJob("r", "m", {}, messages=[{"role": "user", "content": "hi"}], tools=TOOLS, tool_choice="auto")
+
+    def output(job, settings):
+        out, _ = parse(_parser(job, tokenizer, "", None, settings, None), [call])
+        return names_and_args(out), out.text
+
+    assert output(job, {}) == (REFERENCES["kimi_k2"][1], "")
+    assert output(job, {"tool_parser": "none"}) == ([], call)  # the setting switches parsing off
+    assert output(job, {"tool_parser": "harmony"}) == ([], call)  # no Harmony header: text
+    assert output(GenerationJob(**dict(job.to_dict(), tool_choice="none")), {}) == ([], call)
+    assert output(GenerationJob(**dict(job.to_dict(), parallel_tool_calls=False)), {})[0] == REFERENCES["kimi_k2"][1][:1]
