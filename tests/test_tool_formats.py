@@ -199,6 +199,11 @@ def test_harmony_channels():
     for parts in splits(final):
         out, _ = parse(HarmonyParser(), parts)
         assert (out.reasoning, out.text, out.tool_calls) == ("Think.", "Checking.It is sunny <b>.", []), parts
+    no_end = ("<|channel|>commentary<|message|>Checking.<|start|>assistant to=functions.get_time<|channel|>"
+              "commentary json<|message|>{\"zone\": \"CET\"}")  # a message may end where the next starts
+    for parts in splits(no_end):
+        out, _ = parse(HarmonyParser(), parts)
+        assert (out.text, names_and_args(out)) == ("Checking.", [("get_time", {"zone": "CET"})]), parts
     out, _ = parse(HarmonyParser(), ["Plain text, no header <|end"])  # the model ignored the format
     assert out.text == "Plain text, no header <|end"
     out, _ = parse(HarmonyParser(), ["<|channel|>analysis<|message|>cut short", ""])
