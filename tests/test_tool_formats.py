@@ -199,18 +199,23 @@ def test_harmony_channels():
     for parts in splits(final):
         out, _ = parse(HarmonyParser(), parts)
         assert (out.reasoning, out.text, out.tool_calls) == ("Think.", "Checking.It is sunny <b>.", []), parts
+    call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}<|call|>"
     no_end = ("<|channel|>commentary<|message|>Checking.<|start|>assistant to=functions.get_time<|channel|>"
               "commentary json<|message|>{\"zone\": \"CET\"}")  # a message may end where the next starts
     for parts in splits(no_end):
         out, _ = parse(HarmonyParser(), parts)
         assert (out.text, names_and_args(out)) == ("Checking.", [("get_time", {"zone": "CET"})]), parts
+    invented = (call + "<|start|>functions.f to=assistant<|channel|>commentary<|message|>{\"t\": 9}<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>Done.")  # <|call|> did not stop generation
+    for parts in splits(invented):
+        out, _ = parse(HarmonyParser(), parts)
+        assert (out.text, names_and_args(out)) == ("Done.", [("f", {"a": 1})]), parts
     out, _ = parse(HarmonyParser(), ["Plain text, no header <|end"])  # the model ignored the format
     assert out.text == "Plain text, no header <|end"
     out, _ = parse(HarmonyParser(), ["<|channel|>analysis<|message|>cut short", ""])
     assert (out.reasoning, out.text) == ("cut short", "")
     out, _ = parse(HarmonyParser(), ["<|channel|>analysis<|message|>A<|end|><|start|>assistant<|chan"])
     assert (out.reasoning, out.text) == ("A", "")  # a header cut short says nothing
-    call = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}<|call|>"
     out, _ = parse(HarmonyParser(parse_tools=False), [call])
     assert out.tool_calls == [] and out.text == call[:-len("<|call|>")]
     out, _ = parse(HarmonyParser(), [call.replace("{\"a\": 1}", "{oops")])

@@ -21,18 +21,20 @@ START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _CHANNEL = re.compile(r"<\|channel\|>\s*(\w+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
+_ROLE = re.compile(r"<\|start\|>\s*([^\s<]+)")
 
 
 @dataclass(frozen=True)
 class Header:
     channel: str  # "analysis", "commentary", "final", or "" when the header names none
     recipient: Optional[str]  # "functions.NAME" for a call
+    role: str  # "assistant" unless the header names another (a tool's result: "functions.NAME")
 
 
 def read_header(text: str) -> Header:
-    channel = _CHANNEL.search(text)
-    recipient = _RECIPIENT.search(text)
-    return Header(channel.group(1) if channel else "", recipient.group(1) if recipient else None)
+    channel, recipient, role = _CHANNEL.search(text), _RECIPIENT.search(text), _ROLE.search(text)
+    return Header(channel.group(1) if channel else "", recipient.group(1) if recipient else None,
+                  role.group(1) if role else "assistant")
 
 
 class HarmonyFormat(ToolFormat):
