@@ -167,8 +167,12 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
                 raise ValueError(f"This model's maximum context length is {limit} tokens (its "
                                  f"context_length setting); the prompt has {longest} tokens")
         params = []
+        stops = (capabilities(tokenizer, model_type, settings.get("tool_parser")).stop_token_ids
+                 if job.messages is not None else ())  # Harmony's <|call|> ends the turn
         for i in range(job.n):
             values = dict(job.params)
+            if stops:
+                values["stop_token_ids"] = tuple(values.get("stop_token_ids") or ()) + stops
             if structured is not None:
                 values["structured"] = structured
             if values.get("seed") is not None:

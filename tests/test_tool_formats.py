@@ -270,6 +270,9 @@ def test_selection_rule():
     assert capabilities(kimi, tool_parser="none") == capabilities(kimi, tool_parser="none")
     assert capabilities(kimi, tool_parser="none").tool_format is None
     assert capabilities(kimi, tool_parser="none").reasoning == THINK
+    gpt_oss = Tokenizer(CHAT_TEMPLATES["harmony"], ["<|end|>", "<|call|>", "<|return|>"])
+    assert capabilities(gpt_oss).stop_token_ids == (1, 2)  # <|call|> ends the turn: the tool answers next
+    assert capabilities(kimi).stop_token_ids == ()
     assert check_tool_parser("glm45") == "glm45" and check_tool_parser(None) is None
     with pytest.raises(ValueError, match="tool_parser"):
         check_tool_parser("glm5")

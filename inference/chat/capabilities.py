@@ -10,11 +10,12 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from .reasoning import REASONING_TOKENS, Markers, detect_reasoning
 from .tool_parsers import FORMATS, ToolFormat, detect_tool_format
 
+HARMONY_STOPS = ("<|call|>", "<|return|>")
 TOOL_PARSER_CHOICES = ("none", *FORMATS)  # values of the tool_parser setting (null: detect)
 
 
@@ -22,6 +23,7 @@ TOOL_PARSER_CHOICES = ("none", *FORMATS)  # values of the tool_parser setting (n
 class ChatCapabilities:
     tool_format: Optional[ToolFormat]
     reasoning: Optional[Markers]
+    stop_token_ids: Tuple[int, ...] = ()  # tokens that end the model's turn besides EOS (Harmony's <|call|>)
 
 
 _found: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -48,9 +50,10 @@ def check_tool_parser(value) -> Optional[str]:
 
 
 def decide(tool_format: Optional[ToolFormat], vocab, template: Optional[str]) -> ChatCapabilities:
-    """The reasoning markers that go with ``tool_format`` (Harmony reads its own)."""
+    """The reasoning markers and stop tokens that go with ``tool_format`` (Harmony reads its own
+    reasoning; its ``<|call|>`` hands the turn to the tool, so generation stops there)."""
     if tool_format is not None and tool_format.name == "harmony":
-        return ChatCapabilities(tool_format, None)
+        return ChatCapabilities(tool_format, None, tuple(vocab[m] for m in HARMONY_STOPS if m in vocab))
     return ChatCapabilities(tool_format, detect_reasoning(vocab, template, tool_format and tool_format.reasoning))
 
 
@@ -60,7 +63,7 @@ def capabilities(tokenizer, model_type: Optional[str] = None, tool_parser: Optio
     template = template_text(getattr(tokenizer, "chat_template", None))
     if found is None:
         vocab = tokenizer.get_vocab()
-        markers = frozenset(m for m in REASONING_TOKENS if m in vocab)  # all a later override needs
+        markers = {m: vocab[m] for m in REASONING_TOKENS + HARMONY_STOPS if m in vocab}  # all an override needs
         found = (markers, decide(detect_tool_format(template, vocab, model_type), vocab, template))
         with _lock:
             _found[tokenizer] = found

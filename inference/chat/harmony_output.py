@@ -7,7 +7,9 @@ output is a sequence of messages (``inference.chat.tool_parsers.harmony``); per 
 - a recipient ``to=functions.NAME`` (any channel): its content is the call's JSON arguments,
   held until the message ends, then one tool call (given back as text, header included, when
   the arguments are not a JSON object or tools are not parsed);
-- otherwise (``final``, a ``commentary`` preamble): its content is answer text.
+- otherwise (``final``, a ``commentary`` preamble): its content is answer text;
+- a message of another role than the assistant (a tool result the model wrote itself, when
+  ``<|call|>`` did not stop generation) is dropped.
 
 Headers and end markers never reach the text: a header is held until ``<|message|>`` comes,
 and content that could be the start of a marker is held until the next delta settles it. Output
@@ -71,8 +73,8 @@ class HarmonyParser:
                     return out
                 self._header, self._buf = self._buf[:i], self._buf[i + len(MESSAGE):]
                 header = read_header(self._header)
-                self._kind = ("call" if header.recipient else "reasoning" if header.channel == "analysis"
-                              else "text")
+                self._kind = ("drop" if header.role != "assistant" else "call" if header.recipient
+                              else "reasoning" if header.channel == "analysis" else "text")
                 self._state = "content"
             else:
                 hits = [(self._buf.find(m), m) for m in _CLOSERS]
@@ -91,6 +93,8 @@ class HarmonyParser:
         return out
 
     def _emit(self, text: str, out: ParsedDelta) -> None:
+        if self._kind == "drop":
+            return
         if self._kind == "reasoning":
             out.reasoning += text
         else:
