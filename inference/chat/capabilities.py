@@ -38,7 +38,8 @@ def template_text(template) -> str:
     if isinstance(template, dict):
         return "\n".join(t for t in template.values() if isinstance(t, str))
     if isinstance(template, list):
-        return "\n".join(t.get("template") for t in template if isinstance(t, dict) and isinstance(t.get("template"), str))
+        return "\n".join(t["template"] for t in template
+                         if isinstance(t, dict) and isinstance(t.get("template"), str))
     return ""
 
 
