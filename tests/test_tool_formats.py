@@ -273,6 +273,8 @@ def test_selection_rule():
     gpt_oss = Tokenizer(CHAT_TEMPLATES["harmony"], ["<|end|>", "<|call|>", "<|return|>"])
     assert capabilities(gpt_oss).stop_token_ids == (1, 2)  # <|call|> ends the turn: the tool answers next
     assert capabilities(kimi).stop_token_ids == ()
+    gemma4 = Tokenizer(CHAT_TEMPLATES["gemma4"], ["<|tool_call>", "<|tool_response>"])
+    assert capabilities(gemma4).stop_token_ids == (1,)  # the tool's response comes next
     assert check_tool_parser("glm45") == "glm45" and check_tool_parser(None) is None
     with pytest.raises(ValueError, match="tool_parser"):
         check_tool_parser("glm5")

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 from .reasoning import REASONING_TOKENS, Markers, detect_reasoning
 from .tool_parsers import FORMATS, ToolFormat, detect_tool_format
 
-HARMONY_STOPS = ("<|call|>", "<|return|>")
+_STOPS = tuple(dict.fromkeys(m for f in FORMATS.values() for m in f.stops))  # every format's
 TOOL_PARSER_CHOICES = ("none", *FORMATS)  # values of the tool_parser setting (null: detect)
 
 
@@ -23,7 +23,7 @@ TOOL_PARSER_CHOICES = ("none", *FORMATS)  # values of the tool_parser setting (n
 class ChatCapabilities:
     tool_format: Optional[ToolFormat]
     reasoning: Optional[Markers]
-    stop_token_ids: Tuple[int, ...] = ()  # tokens that end the model's turn besides EOS (Harmony's <|call|>)
+    stop_token_ids: Tuple[int, ...] = ()  # ids of the format's ``stops`` (they end the model's turn)
 
 
 _found: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -52,10 +52,12 @@ def check_tool_parser(value) -> Optional[str]:
 
 def decide(tool_format: Optional[ToolFormat], vocab, template: Optional[str]) -> ChatCapabilities:
     """The reasoning markers and stop tokens that go with ``tool_format`` (Harmony reads its own
-    reasoning; its ``<|call|>`` hands the turn to the tool, so generation stops there)."""
+    reasoning). Stop tokens are the format's ``stops`` that are single tokens of the vocabulary."""
+    stops = tuple(vocab[m] for m in tool_format.stops if m in vocab) if tool_format is not None else ()
     if tool_format is not None and tool_format.name == "harmony":
-        return ChatCapabilities(tool_format, None, tuple(vocab[m] for m in HARMONY_STOPS if m in vocab))
-    return ChatCapabilities(tool_format, detect_reasoning(vocab, template, tool_format and tool_format.reasoning))
+        return ChatCapabilities(tool_format, None, stops)
+    return ChatCapabilities(tool_format, detect_reasoning(vocab, template, tool_format and tool_format.reasoning),
+                            stops)
 
 
 def capabilities(tokenizer, model_type: Optional[str] = None, tool_parser: Optional[str] = None) -> ChatCapabilities:
@@ -64,7 +66,7 @@ def capabilities(tokenizer, model_type: Optional[str] = None, tool_parser: Optio
     template = template_text(getattr(tokenizer, "chat_template", None))
     if found is None:
         vocab = tokenizer.get_vocab()
-        markers = {m: vocab[m] for m in REASONING_TOKENS + HARMONY_STOPS if m in vocab}  # all an override needs
+        markers = {m: vocab[m] for m in REASONING_TOKENS + _STOPS if m in vocab}  # all an override needs
         found = (markers, decide(detect_tool_format(template, vocab, model_type), vocab, template))
         with _lock:
             _found[tokenizer] = found

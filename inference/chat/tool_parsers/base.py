@@ -4,7 +4,9 @@ turning argument text into typed values by the tool's JSON Schema.
 A format names the markers that open a call in the output (``starts``), the marker that closes
 it (``end``; ``None`` when a call runs to the end of the output), whether an answer that
 begins with a bare JSON object is a call (``json_answer``, Llama 3), and the reasoning markers
-its family writes when the model's files do not show them (``reasoning``).
+its family writes when the model's files do not show them (``reasoning``), and the tokens after
+which the tools answer, where generation must stop (``stops``; a model's config may not list
+them among its EOS tokens).
 ``parse(body, schemas)`` reads the calls between the markers and raises ValueError when the
 body is not a well-formed call; ``schemas`` maps each offered tool's name to its parameters
 schema, for formats whose argument values are text (XML, GLM).
@@ -98,6 +100,7 @@ class ToolFormat:
     end: Optional[str] = None
     json_answer: bool = False
     reasoning: Optional[Tuple[str, str]] = None
+    stops: Tuple[str, ...] = ()  # tokens that hand the turn to the tools: generation stops there
 
     def parse(self, body: str, schemas: Optional[Schemas] = None) -> List[ToolCall]:
         raise NotImplementedError

@@ -142,7 +142,8 @@ class _Reader:
 
 class Gemma4Format(ToolFormat):
     def __init__(self):
-        super().__init__("gemma4", ("<|tool_call>",), "<tool_call|>", reasoning=("<|channel>thought\n", "<channel|>"))
+        super().__init__("gemma4", ("<|tool_call>",), "<tool_call|>", reasoning=("<|channel>thought\n", "<channel|>"),
+                         stops=("<|tool_response>",))
 
     def parse(self, body: str, schemas: Optional[Schemas] = None) -> List[ToolCall]:
         reader, calls = _Reader(body), []

@@ -39,7 +39,7 @@ def read_header(text: str) -> Header:
 
 class HarmonyFormat(ToolFormat):
     def __init__(self):
-        super().__init__("harmony", (START, CHANNEL), None)
+        super().__init__("harmony", (START, CHANNEL), None, stops=("<|call|>", "<|return|>"))
 
     def parse(self, body: str, schemas: Optional[Schemas] = None) -> List[ToolCall]:
         """``body``: a call message, its header then ``<|message|>`` then the JSON arguments."""
