@@ -35,6 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from inference import relay
 from inference.chat.capabilities import capabilities
+from inference.chat.harmony_output import HarmonyParser
 from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser
 from inference.chat.reasoning import prompt_opens_reasoning
 from inference.chat.structured import check_tool_choice, check_tools, forces_call, tool_choice_structured
@@ -123,7 +124,10 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
         logger.exception("loading %s failed", job.model)
         return refuse(500, f"The model '{job.model}' cannot be loaded: {exc}")
     try:
-        _run(job, engine, pool.settings(job.model), publish, refuse, pool.resolve(job.model) or job.model)
+        model_id = pool.resolve(job.model) or job.model
+        folder = pool.folders().get(model_id)
+        model_type = folder.config.get("model_type") if folder is not None else None
+        _run(job, engine, pool.settings(job.model), publish, refuse, model_id, model_type)
     finally:
         lease.__exit__(None, None, None)
 
@@ -139,7 +143,8 @@ def with_model_settings(job: GenerationJob, settings: dict) -> GenerationJob:
     return replace(job, params=params, chat_template_kwargs=kwargs)
 
 
-def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, model_id: str) -> None:
+def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, model_id: str,
+         model_type: Optional[str] = None) -> None:
     from inference.engine import SamplingParams
 
     job = with_model_settings(job, settings)
@@ -162,8 +167,12 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
                 raise ValueError(f"This model's maximum context length is {limit} tokens (its "
                                  f"context_length setting); the prompt has {longest} tokens")
         params = []
+        stops = (capabilities(tokenizer, model_type, settings.get("tool_parser")).stop_token_ids
+                 if job.messages is not None else ())  # Harmony's <|call|> ends the turn
         for i in range(job.n):
             values = dict(job.params)
+            if stops:
+                values["stop_token_ids"] = tuple(values.get("stop_token_ids") or ()) + stops
             if structured is not None:
                 values["structured"] = structured
             if values.get("seed") is not None:
@@ -187,7 +196,8 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
     publish(job.request_id, {"kind": "accepted", "prompt_tokens": [len(p) for p in ids], "model": model_id})
     for prompt_ids in ids:
         for choice_params in params:
-            parser = _parser(job, tokenizer, prompt_text, structured) if job.messages is not None else None
+            parser = (_parser(job, tokenizer, prompt_text, structured, settings, model_type)
+                      if job.messages is not None else None)
             sink = _sink(job.request_id, index, tokenizer, publish, parser, job.model)
             try:
                 engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}", callback=sink)
@@ -237,16 +247,22 @@ def _render_chat(tokenizer, job: GenerationJob, constrained: bool) -> str:
     return render_prompt(tokenizer, job.messages, tools, kwargs)
 
 
-def _parser(job: GenerationJob, tokenizer, prompt_text: str, structured: Optional[dict]):
+def _parser(job: GenerationJob, tokenizer, prompt_text: str, structured: Optional[dict], settings: dict,
+            model_type: Optional[str]):
+    """The parser of one choice's output, by the model's format (``inference.chat.capabilities``)."""
     if forces_call(job.tool_choice):
         return ToolChoiceParser()
-    found = capabilities(tokenizer)
+    found = capabilities(tokenizer, model_type, settings.get("tool_parser"))
     if structured is not None:  # JSON by grammar: nothing to parse
         return OutputParser()
     parse_tools = bool(job.tools) and job.tool_choice != "none"
+    max_calls = None if job.parallel_tool_calls else 1
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in job.tools or []}
+    if found.tool_format is not None and found.tool_format.name == "harmony":  # channels even without tools
+        return HarmonyParser(parse_tools, max_calls, schemas)
     return OutputParser(found.tool_format if parse_tools else None, found.reasoning,
                         in_reasoning=prompt_opens_reasoning(prompt_text, found.reasoning),
-                        max_calls=None if job.parallel_tool_calls else 1)
+                        max_calls=max_calls, schemas=schemas)
 
 
 def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None, model=None):

@@ -29,7 +29,7 @@ class ModelSettings(models.Model):
     """Per-model settings, keyed by the model's id (its folder, e.g. "org/name"). Every field is
     optional: None (or an empty dict) means "the server's default". Read by the model pool
     (alias, pin, TTL, kind) and by the worker for each request (sampling defaults, context
-    limit, chat template kwargs), so a change applies to the next request without a restart.
+    limit, chat template kwargs, tool parser), so a change applies to the next request without a restart.
     """
 
     KINDS = [("llm", "llm"), ("embedding", "embedding"), ("reranker", "reranker")]
@@ -50,6 +50,9 @@ class ModelSettings(models.Model):
     presence_penalty = models.FloatField(null=True, blank=True)
     frequency_penalty = models.FloatField(null=True, blank=True)
     chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
+    # The tool-call format to parse (a name of inference.chat.tool_parsers.FORMATS, or "none");
+    # None: detected from the chat template, config and vocabulary.
+    tool_parser = models.CharField(max_length=32, null=True, blank=True)
     updated = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

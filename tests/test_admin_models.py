@@ -80,6 +80,21 @@ def test_load_pin_ttl_alias_settings_and_unload(console):
     ).content.decode()
 
 
+def test_the_tool_parser_is_shown_and_can_be_set(console):
+    html = console.get("/admin/models/").content.decode()
+    row = html[html.index('data-model="other"'):]
+    assert "tools: llama3_json<" in row[:3000]  # detected from the llama template, no model loaded
+    row = html[html.index('data-model="tiny"'):]
+    assert "tools: hermes<" in row[:3000] and '<option value="">detected (hermes)</option>' in row
+    response = post(console, ACTION, {"action": "settings", "model": "tiny", "tool_parser": "harmony"})
+    assert response.status_code == 200 and get_pool().settings("tiny")["tool_parser"] == "harmony"
+    row = response.content.decode()
+    row = row[row.index('data-model="tiny"'):]
+    assert "tools: harmony (set)<" in row and '<option value="harmony" selected>' in row
+    post(console, ACTION, {"action": "settings", "model": "tiny", "tool_parser": ""})
+    assert get_pool().settings("tiny")["tool_parser"] is None
+
+
 @pytest.mark.parametrize("form, message", [
     ({"action": "ttl", "ttl_seconds": "soon"}, "ttl_seconds: &#x27;soon&#x27; is not a number"),
     ({"action": "ttl", "ttl_seconds": "-5"}, "ttl_seconds: must be a number of seconds &gt; 0"),
@@ -87,6 +102,7 @@ def test_load_pin_ttl_alias_settings_and_unload(console):
     ({"action": "settings", "top_k": "1.5"}, "top_k: &#x27;1.5&#x27; is not an integer"),
     ({"action": "settings", "chat_template_kwargs": "{nope"}, "chat_template_kwargs: not valid JSON"),
     ({"action": "settings", "model_type": "vision"}, "model_type: must be one of"),
+    ({"action": "settings", "tool_parser": "glm5"}, "tool_parser: must be one of"),
     ({"action": "alias", "alias": "tiny2"}, "is the id of another model"),
     ({"action": "fly"}, "unknown action"),
 ])

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from admin_panel.auth import admin_required
 from admin_panel.views import shows_errors
 from admin_panel.model_jobs import jobs
+from inference.chat.capabilities import TOOL_PARSER_CHOICES, folder_tool_format
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 from inference.pool.discovery import KINDS
 from inference.pool.model_settings import SAMPLING_FIELDS
@@ -166,6 +167,8 @@ def _settings_from_form(form) -> dict:
             changes[name] = _number(form.get(name, ""), name, integer=name in INT_FIELDS)
     if "model_type" in form:
         changes["model_type"] = form.get("model_type") or None
+    if "tool_parser" in form:
+        changes["tool_parser"] = form.get("tool_parser") or None
     if "chat_template_kwargs" in form:
         text = form.get("chat_template_kwargs", "").strip()
         try:
@@ -178,6 +181,7 @@ def _settings_from_form(form) -> dict:
 def _context(messages: List[Message]) -> dict:
     pool = get_pool()
     status = pool.status()
+    folders = pool.folders()
     rows = []
     for row in sorted(status["data"], key=lambda r: r["id"]):
         model_id = row["id"]
@@ -186,11 +190,15 @@ def _context(messages: List[Message]) -> dict:
             messages.append(("error", failed.error))
         values = pool.settings(model_id)
         estimate = row["memory_estimate"] or {}
+        folder = folders.get(model_id)
+        detected = (folder_tool_format(folder.path, folder.config.get("model_type")) if folder is not None
+                    else None)
         rows.append(dict(
             row, job=jobs.running(model_id), estimate_total=estimate.get("total_bytes"),
+            tool_parser_detected=detected or "none", tool_parser=values.get("tool_parser") or detected or "none",
             settings=values, kwargs_json=json.dumps(values.get("chat_template_kwargs") or {}),
             sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS]))
     polling = jobs.any_running() or any(r["loading"] for r in rows)
     return {"rows": rows, "memory": status["memory"], "messages": messages, "polling": polling,
-            "states": _states(status["data"]),
+            "states": _states(status["data"]), "tool_parsers": TOOL_PARSER_CHOICES,
             "kinds": KINDS, "loaded_count": sum(1 for r in rows if r["loaded"])}

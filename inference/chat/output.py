@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from .reasoning import Markers
-from .tool_parsers import ToolCall, ToolFormat, new_tool_call
+from .tool_parsers import Schemas, ToolCall, ToolFormat, new_tool_call
 
 
 @dataclass
@@ -49,12 +49,14 @@ class OutputParser:
 
     ``tool_format`` None: no tool calls are parsed. ``reasoning`` None: no reasoning is parsed;
     ``in_reasoning``: the prompt opened a reasoning block. ``max_calls``: later calls are dropped
-    (``parallel_tool_calls: false``).
+    (``parallel_tool_calls: false``). ``schemas``: the offered tools' parameter schemas, which
+    type the arguments of formats that write them as text.
     """
 
     def __init__(self, tool_format: Optional[ToolFormat] = None, reasoning: Optional[Markers] = None,
-                 in_reasoning: bool = False, max_calls: Optional[int] = None):
+                 in_reasoning: bool = False, max_calls: Optional[int] = None, schemas: Optional[Schemas] = None):
         self._format = tool_format
+        self._schemas = schemas
         self._reasoning = reasoning
         self._max_calls = max_calls
         self._state = "reasoning" if (reasoning and in_reasoning) else "text"
@@ -165,7 +167,7 @@ class OutputParser:
 
     def _close_call(self, body: str, out: ParsedDelta, closed: bool) -> None:
         try:
-            calls = self._format.parse(body)
+            calls = self._format.parse(body, self._schemas)
         except ValueError:
             raw = self._marker + body + (self._format.end if closed and self._format.end else "")
             self._space = self._call_space + self._space

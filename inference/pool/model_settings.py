@@ -14,7 +14,7 @@ from .discovery import KINDS
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
                    "presence_penalty", "frequency_penalty")
 FIELDS = ("alias", "pinned", "ttl_seconds", "context_length", "model_type", *SAMPLING_FIELDS,
-          "chat_template_kwargs")
+          "chat_template_kwargs", "tool_parser")
 
 
 def defaults() -> dict:
@@ -52,6 +52,7 @@ def save(model_id: str, changes: dict, known_ids) -> dict:
 
 
 def _check(model_id: str, values: dict, known_ids) -> None:
+    from inference.chat.capabilities import check_tool_parser
     from inference.chat.template import check_template_kwargs
     from inference.engine import SamplingParams
     from inference.models import ModelSettings
@@ -83,3 +84,4 @@ def _check(model_id: str, values: dict, known_ids) -> None:
     SamplingParams(**sampling)  # ValueError "name=value: why"
     kwargs = values["chat_template_kwargs"]
     values["chat_template_kwargs"] = check_template_kwargs(kwargs if kwargs is not None else {}) or {}
+    values["tool_parser"] = check_tool_parser(values["tool_parser"])
