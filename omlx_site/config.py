@@ -168,6 +168,13 @@ def _redis_url(value):
         raise ValueError(f"{value}: must start with redis://, rediss:// or unix://")
 
 
+def _hf_hub_cache():
+    """huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE).expanduser()
+
+
 def _one_of(*choices):
     def check(value):
         if value not in choices:
@@ -225,6 +232,10 @@ SETTINGS: tuple[Setting, ...] = (
             "folders of model folders, searched at depth 1 (DIR/name) and 2 (DIR/org/name); repeat the "
             "flag for several (the first with an id wins); the variable separates them with os.pathsep",
             flag="--model-dir", commands=BOTH, shown_default="$OMLX_HOME/models"),
+    Setting("hf_cache", "OMLX_HF_CACHE", FOLDER_OR_OFF, lambda home: _hf_hub_cache(),
+            "the Hugging Face cache, whose models (ORG/NAME at the snapshot of refs/main) are served "
+            "after the model folders'; 'off': not searched", flag="--hf-cache", commands=BOTH,
+            shown_default="$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub"),
     Setting("max_model_memory", "OMLX_MAX_MODEL_MEMORY", MEMORY_LIMIT, "80%",
             "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
             "32GB, 80% of RAM, or 'disabled'", flag="--max-model-memory", commands=BOTH,
