@@ -259,6 +259,13 @@ class ModelPool:
                         "loaded_at": time.time() - (time.monotonic() - s.loaded_at)}
                     for i, s in self._slots.items()}
 
+    def states(self) -> Dict[str, str]:
+        """Every servable model id -> "loaded", "loading" or "unloaded" (in this process)."""
+        folders = self.folders()
+        with self._lock:
+            return {i: "loaded" if i in self._slots else "loading" if i in self._reserved else "unloaded"
+                    for i, f in folders.items() if f.servable}
+
     def used_bytes(self) -> int:
         with self._lock:
             return self._used()
