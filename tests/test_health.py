@@ -1,6 +1,7 @@
 """GET /health on a real `omlx serve`: 200 with each model's state, without the API key and
 without anything secret; 503 while a SIGTERM's grace period runs (a stream kept going meanwhile).
-The 503 while pinned models load is in tests/test_model_pool_live.py."""
+In-process: 503 "starting" for as long as the pinned models load (a live server whose pinned model
+loads after it listens is in tests/test_model_pool_live.py), 503 "unavailable" with no worker."""
 import json
 import shutil
 import signal
@@ -68,3 +69,35 @@ def test_health_is_503_while_shutting_down(tmp_path, models, monkeypatch):
     # The stream the shutdown waited for ran to its end meanwhile.
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+
+
+def test_starting_lasts_until_the_pinned_models_are_loaded(tmp_path, model_dir):
+    from django.test import Client
+
+    from inference.api import limits
+    from inference.pool import ModelPool, model_settings
+    from omlx_site.server import _load_pinned
+
+    shutil.copytree(model_dir("qwen2", "tiny"), tmp_path / "models" / "tiny")
+    seen = []
+
+    class ObservedPool(ModelPool):  # the real pool; notes what /health would say as loading starts
+        def load_pinned(self):
+            seen.append((limits.starting(), Client().get("/health").json()["status"]))
+            return super().load_pinned()
+
+    pinned = {"tiny": {**model_settings.defaults(), "pinned": True}}
+    pool = ObservedPool([tmp_path / "models"], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": None},
+                        read_settings=lambda: pinned)
+    limits.begin_start()  # what `omlx serve` does before it listens
+    try:
+        _load_pinned(pool)
+        assert seen == [(True, "starting")]
+        assert not limits.starting() and pool.states() == {"tiny": "loaded"}
+        # No Huey consumer runs in this test process: no worker can take a request.
+        after = Client().get("/health")
+        assert after.status_code == 503
+        assert (after.json()["status"], after.json()["detail"]) == ("unavailable", "No worker is running in this server")
+    finally:
+        limits.end_start()
+        pool.close()

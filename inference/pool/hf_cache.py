@@ -7,8 +7,9 @@ The cache's layout, as huggingface_hub writes it:
     <cache>/models--ORG--NAME/snapshots/<commit>/...    the files (symlinks into blobs/)
     <cache>/models--ORG--NAME/trees/<commit>.json       the file list of the commit (from 2.x)
 
-A model's id is ``ORG/NAME`` (what `omlx pull ORG/NAME` would name it) and its folder is the
-snapshot ``refs/main`` points to. A snapshot that lacks a weights file its file list names (a
+A model's id is ``ORG/NAME`` (what `omlx pull ORG/NAME` would name it; ``NAME`` for the few
+repos without an organisation, ``models--gpt2``) and its folder is the snapshot ``refs/main``
+points to. A snapshot that lacks a weights file its file list names (a
 download still running or interrupted) is listed with the reason and not served. Dataset and space
 repos (``datasets--``, ``spaces--``) are not models and are skipped.
 """
@@ -55,7 +56,7 @@ def _repos(cache_dir: Optional[Path]) -> List[Path]:
         return []
     try:
         return sorted(p for p in Path(cache_dir).expanduser().iterdir()
-                      if p.is_dir() and p.name.startswith(PREFIX) and p.name.count("--") >= 2)
+                      if p.is_dir() and p.name.startswith(PREFIX) and len(p.name) > len(PREFIX))
     except OSError:
         return []
 
