@@ -9,9 +9,9 @@ token (``HF_TOKEN``, ``--token`` or ``hf auth login``'s), offline mode (``HF_HUB
 hub's errors (``RepositoryNotFoundError``, ``GatedRepoError``, ``RevisionNotFoundError``, ...).
 
 omlx keeps what huggingface_hub's own snapshot downloads do not give: a download that survives a
-killed process, and a folder that appears only when it is complete. (huggingface_hub 1.x/2.x writes
-each file to a temporary name of its own process and deletes it when that process fails, so a
-killed pull would start every unfinished file over.) On disk:
+killed process, and a folder that appears only when it is complete. (huggingface_hub 2.4's
+snapshot_download writes each file to a temporary name of its own process and deletes it when that
+process fails, so a killed pull would start every unfinished file over.) On disk:
 
     <model_dir>/.omlx-pull/<org>/<name>/           staging: depth 3, so discovery never sees it
         .omlx-pull.json                            repo and commit being pulled
