@@ -1,16 +1,17 @@
-"""Downloading a model folder from the Hugging Face hub (`omlx pull`): resumable and atomic.
+"""Downloading a model folder from the Hugging Face hub (`omlx pull`) with huggingface_hub:
+resumable, verified and atomic.
 
-The hub protocol, as the hub and its mirrors speak it:
+huggingface_hub speaks the hub's protocol: the file list (``HfApi.model_info`` with the files'
+sizes and hashes), each file's metadata (``get_hf_file_metadata``: a HEAD of its resolve URL,
+which for LFS files redirects to a CDN), the download itself (``http_get``: retries of dropped
+connections that resume with ``Range``), the endpoint (``HF_ENDPOINT`` or ``--hf-endpoint``), the
+token (``HF_TOKEN``, ``--token`` or ``hf auth login``'s), offline mode (``HF_HUB_OFFLINE``) and the
+hub's errors (``RepositoryNotFoundError``, ``GatedRepoError``, ``RevisionNotFoundError``, ...).
 
-- ``GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true`` -> JSON with ``sha`` (the
-  commit) and ``siblings``: ``rfilename``, ``size``, ``blobId`` (git blob sha1) and, for LFS
-  files, ``lfs.sha256``.
-- ``GET {endpoint}/{repo}/resolve/{commit}/{path}`` -> the file, often through a redirect to a
-  CDN; ``Range: bytes=N-`` asks for the rest of a partial file (206).
-- Errors: 401 / 403 / 404 with an ``X-Error-Code`` header (RepoNotFound, GatedRepo,
-  RevisionNotFound, EntryNotFound) and an ``X-Error-Message``.
-
-On disk, how a pull stays resumable and never shows a half model:
+omlx keeps what huggingface_hub's own snapshot downloads do not give: a download that survives a
+killed process, and a folder that appears only when it is complete. (huggingface_hub 2.4's
+snapshot_download writes each file to a temporary name of its own process and deletes it when that
+process fails, so a killed pull would start every unfinished file over.) On disk:
 
     <model_dir>/.omlx-pull/<org>/<name>/           staging: depth 3, so discovery never sees it
         .omlx-pull.json                            repo and commit being pulled
@@ -18,38 +19,31 @@ On disk, how a pull stays resumable and never shows a half model:
         <path>                                     a file downloaded and verified
     <model_dir>/<org>/<name>/                      the finished folder, made by one rename
 
-Every file is checked against its size and its hash (sha256 for LFS files, the git blob sha1 for
-the others) before it loses its ``.incomplete`` suffix; the staging folder is renamed into place
-only when every file is there, so a folder at ``<org>/<name>`` is always complete. An
-interrupted pull (a dropped connection is retried at once; a killed process on the next run)
-continues where it stopped. A pull of another commit into the same staging folder starts over.
+Every file is checked against the hub's size and hash (sha256 for LFS files, the git blob sha1
+for the others) before it loses its ``.incomplete`` suffix; the staging folder is renamed into
+place only when every file is there, so a folder at ``<org>/<name>`` is always complete. A dropped
+connection is resumed at once by huggingface_hub; a killed process, or a pull that gave up, is
+resumed by the next run. huggingface_hub writes in chunks of 10 MiB, so an interruption costs at
+most the chunk in flight. A pull of another commit into the same staging folder starts over.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
-from urllib.parse import quote
-
-import httpx
+from urllib.parse import urlsplit
 
 from cache.durable import fsync_dir
 
-logger = logging.getLogger("omlx.hub")
-
-DEFAULT_ENDPOINT = "https://huggingface.co"
 STAGING_DIR = ".omlx-pull"
 MANIFEST = ".omlx-pull.json"
 PARTIAL_SUFFIX = ".incomplete"
-RETRIES = 5  # attempts per file after a dropped connection or a 5xx, each resuming the last
 _CHUNK = 1 << 20
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -98,158 +92,229 @@ def check_repo_id(repo: str) -> str:
     return repo
 
 
+def hub_endpoint(endpoint: Optional[str] = None) -> str:
+    """``endpoint``, else $HF_ENDPOINT (as huggingface_hub reads it), else https://huggingface.co."""
+    from huggingface_hub import constants
+
+    url = (endpoint or constants.ENDPOINT).rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"hub endpoint {url!r} must start with http:// or https://")
+    return url
+
+
 def pull(repo: str, model_dir, revision: str = "main", endpoint: Optional[str] = None,
          token: Optional[str] = None, progress: Optional[Progress] = None,
          all_files: bool = False) -> Path:
     """Download ``repo`` at ``revision`` into ``model_dir/ORG/NAME`` and return that path.
 
-    HubError for the hub's refusals and unreachable endpoints; ValueError for a bad repo id;
-    FileExistsError when the destination exists already.
+    HubError for the hub's refusals, unreachable endpoints and offline mode; ValueError for a bad
+    repo id or endpoint; FileExistsError when the destination exists already.
     """
     check_repo_id(repo)
+    endpoint = hub_endpoint(endpoint)
     progress = progress or Progress()
     model_dir = Path(model_dir).expanduser()
     final = model_dir / repo
     if final.exists():
         raise FileExistsError(f"{final} already exists (remove it to pull {repo} again)")
-    with HubClient(endpoint, token) as client:
-        snapshot = client.snapshot(repo, revision)
-        if not all_files:
-            snapshot = _without_other_weights(snapshot)
-        staging = model_dir / STAGING_DIR / repo
-        staging.mkdir(parents=True, exist_ok=True)
-        lock = staging.with_name(staging.name + ".lock")
-        with _locked(lock, staging):
-            _prepare_staging(staging, snapshot)
-            progress.start(snapshot, sum(_downloaded(staging, f) for f in snapshot.files))
-            for file in snapshot.files:
-                client.download(repo, snapshot.commit, file, staging, progress)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            if final.exists():
-                raise FileExistsError(f"{final} appeared while pulling (another pull finished first?)")
-            fsync_dir(staging)
-            os.rename(staging, final)
-            fsync_dir(final.parent)
-            lock.unlink(missing_ok=True)
-        _remove_empty_parents(staging.parent, stop=model_dir)
+    with _hub_errors(endpoint, repo, revision, token):
+        snapshot = _snapshot(repo, revision, endpoint, token)
+    if not all_files:
+        snapshot = _without_other_weights(snapshot)
+    staging = model_dir / STAGING_DIR / repo
+    staging.mkdir(parents=True, exist_ok=True)
+    lock = staging.with_name(staging.name + ".lock")
+    with _locked(lock, staging):
+        _prepare_staging(staging, snapshot)
+        progress.start(snapshot, sum(_downloaded(staging, f) for f in snapshot.files))
+        for file in snapshot.files:
+            with _hub_errors(endpoint, repo, snapshot.commit, token, file.path):
+                _download(repo, snapshot.commit, file, staging, endpoint, token, progress)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            raise FileExistsError(f"{final} appeared while pulling (another pull finished first?)")
+        fsync_dir(staging)
+        os.rename(staging, final)
+        fsync_dir(final.parent)
+        lock.unlink(missing_ok=True)
+    _remove_empty_parents(staging.parent, stop=model_dir)
     progress.finish(final)
     return final
 
 
-class HubClient:
-    """The two calls of the hub protocol that a pull needs (see the module docstring)."""
+def _snapshot(repo: str, revision: str, endpoint: str, token: Optional[str]) -> Snapshot:
+    from huggingface_hub import HfApi
 
-    def __init__(self, endpoint: Optional[str] = None, token: Optional[str] = None,
-                 timeout: float = 30.0):
-        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-        if not self.endpoint.startswith(("http://", "https://")):
-            raise ValueError(f"hub endpoint {self.endpoint!r} must start with http:// or https://")
-        self.token = token
-        headers = {"User-Agent": "omlx-pull/1"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        # httpx drops Authorization when a redirect leaves the endpoint's host (a CDN).
-        self.client = httpx.Client(headers=headers, follow_redirects=True,
-                                   timeout=httpx.Timeout(timeout, connect=10.0))
+    info = HfApi(endpoint=endpoint, token=token, library_name="omlx").model_info(
+        repo, revision=revision, files_metadata=True)
+    try:
+        files = [_hub_file(s) for s in info.siblings or []]
+    except (ValueError, TypeError) as exc:
+        raise HubError(f"{endpoint} listed an unusable file in {repo} ({exc})") from None
+    if not files:
+        raise HubError(f"{repo} has no files at revision {revision}")
+    return Snapshot(repo, info.sha or revision, sorted(files, key=lambda f: f.path))
+
+
+def _download(repo: str, commit: str, file: HubFile, staging: Path, endpoint: str,
+              token: Optional[str], progress: Progress) -> None:
+    """Make ``staging/file.path`` the verified file, resuming ``<path>.incomplete``."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    dest = staging / file.path
+    if dest.is_file() and (file.size is None or dest.stat().st_size == file.size):
+        return  # verified by an earlier run before it got its name
+    part = dest.with_name(dest.name + PARTIAL_SUFFIX)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    have = _size(part)
+    if file.size is not None and have > file.size:  # not this file: start over
+        part.unlink()
+        have = 0
+    progress.file_start(file, have)
+    url = hf_hub_url(repo, file.path, revision=commit, endpoint=endpoint)
+    meta = get_hf_file_metadata(url, token=token, library_name="omlx")
+    headers = build_hf_headers(token=token, library_name="omlx")
+    if _origin(meta.location) != _origin(url):  # a CDN's signed URL: the token stays with the hub
+        headers.pop("authorization", None)
+    expected = file.size if file.size is not None else meta.size
+    with _AppendFile(part) as f:
+        try:
+            http_get(meta.location, f, resume_size=have, headers=headers, expected_size=expected,
+                     displayed_filename=file.path, tqdm_class=_progress_bar(progress, have))
+        except OSError as exc:
+            if "Consistency check failed" not in str(exc):
+                raise
+            # Fewer or more bytes than listed: checked (and the file dropped) below.
+    _verify(part, file, progress)
+    os.replace(part, dest)
+    progress.file_done(file)
+
+
+class _AppendFile:
+    """The ``.incomplete`` file as http_get writes it: every chunk goes to the OS at once (a
+    killed process keeps what it received), and a rewind (a server that ignored Range) truncates."""
+
+    def __init__(self, path: Path):
+        self.raw = open(path, "ab", buffering=0)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.client.close()
+        os.fsync(self.raw.fileno())
+        self.raw.close()
 
-    def snapshot(self, repo: str, revision: str) -> Snapshot:
-        url = f"{self.endpoint}/api/models/{repo}/revision/{quote(revision, safe='')}"
-        response = self._request("GET", url, params={"blobs": "true"}, repo=repo, revision=revision)
-        try:
-            info = response.json()
-            siblings = info["siblings"]
-            files = [_hub_file(s) for s in siblings]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise HubError(f"{url} did not answer with a model's file list ({exc})") from None
-        if not files:
-            raise HubError(f"{repo} has no files at revision {revision}")
-        commit = info.get("sha") if isinstance(info.get("sha"), str) else revision
-        return Snapshot(repo, commit, sorted(files, key=lambda f: f.path))
+    def write(self, data) -> int:
+        view = memoryview(data)
+        while view:  # a raw write may take part of a chunk
+            view = view[self.raw.write(view):]
+        return len(data)
 
-    def download(self, repo: str, commit: str, file: HubFile, staging: Path, progress: Progress) -> None:
-        """Make ``staging/file.path`` the verified file, resuming ``<path>.incomplete``."""
-        dest = staging / file.path
-        if dest.is_file() and (file.size is None or dest.stat().st_size == file.size):
-            return  # verified by an earlier run before it got its name
-        part = dest.with_name(dest.name + PARTIAL_SUFFIX)
-        part.parent.mkdir(parents=True, exist_ok=True)
-        url = f"{self.endpoint}/{repo}/resolve/{quote(commit, safe='')}/{quote(file.path)}"
-        progress.file_start(file, _size(part))
-        for attempt in range(1, RETRIES + 1):
-            try:
-                self._fetch(url, part, file, progress, repo, commit)
-                break
-            except (httpx.TransportError, _Retry) as exc:
-                if attempt == RETRIES:
-                    raise HubError(f"downloading {file.path} failed {RETRIES} times; run the same "
-                                   f"command again to resume ({_describe(exc)})") from None
-                logger.info("%s: %s; resuming (attempt %d)", file.path, _describe(exc), attempt + 1)
-                time.sleep(0.5 * attempt)
-        _verify(part, file, progress)
-        os.replace(part, dest)
-        progress.file_done(file)
+    def tell(self) -> int:
+        return self.raw.tell()
 
-    def _fetch(self, url: str, part: Path, file: HubFile, progress: Progress, repo: str,
-               commit: str) -> None:
-        have = _size(part)
-        if file.size is not None and have > file.size:
-            progress.rewind(have)
-            part.unlink()
-            have = 0
-        if file.size is not None and have == file.size:
-            part.touch()  # an empty file has nothing to download
-            return
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        with self.client.stream("GET", url, headers=headers) as response:
-            if response.status_code == 416:  # nothing left past `have`: trust the checks below
-                return
-            if response.status_code >= 500:
-                raise _Retry(f"HTTP {response.status_code}")
-            if response.status_code >= 400:
-                response.read()
-                raise _http_error(response, self.endpoint, repo, commit, self.token, file.path)
-            if response.status_code == 206:
-                start = _range_start(response.headers.get("content-range"))
-                if start != have:
-                    raise _Retry(f"asked for bytes from {have}, got a range from {start}")
-                mode = "ab"
-            else:  # 200: the server ignored the range; start over
-                if have:
-                    progress.rewind(have)
-                mode = "wb"
-            # Unbuffered, chunks as they arrive: what was received is on disk when the
-            # connection or the process dies, and the next attempt asks for the rest.
-            with open(part, mode, buffering=0) as f:
-                for chunk in response.iter_bytes():
-                    view = memoryview(chunk)
-                    while view:  # a raw write may take part of a chunk
-                        view = view[f.write(view):]
-                    progress.advance(len(chunk))
-                os.fsync(f.fileno())
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
 
-    def _request(self, method: str, url: str, repo: str, revision: str, **kwargs) -> httpx.Response:
-        try:
-            response = self.client.request(method, url, **kwargs)
-        except httpx.TransportError as exc:
-            raise HubError(f"cannot reach the hub at {self.endpoint} ({_describe(exc)}); "
-                           "check the network, or use a mirror with --hf-endpoint / HF_ENDPOINT") from None
-        if response.status_code >= 400:
-            raise _http_error(response, self.endpoint, repo, revision, self.token)
-        return response
+    def truncate(self, size: Optional[int] = None) -> int:
+        return self.raw.truncate(size)
 
 
-class _Retry(Exception):
-    """A transient failure of one download attempt."""
+def _progress_bar(progress: Progress, resumed: int):
+    """A tqdm stand-in for http_get that reports to ``progress``: a negative update is a rewind."""
+
+    class Bar:
+        def __init__(self, *args, initial: int = 0, **kwargs):
+            if initial < resumed:  # the server ignored Range: the partial bytes were dropped
+                progress.rewind(resumed - initial)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def update(self, n=1):
+            if n and n > 0:
+                progress.advance(int(n))
+            elif n:
+                progress.rewind(int(-n))
+
+        def close(self):
+            return None
+
+    return Bar
 
 
-def _hub_file(sibling: dict) -> HubFile:
-    path = sibling["rfilename"]
+class _hub_errors:
+    """Turns huggingface_hub's and the network's exceptions into a HubError that says what to do."""
+
+    def __init__(self, endpoint: str, repo: str, revision: str, token: Optional[str],
+                 path: Optional[str] = None):
+        self.endpoint, self.repo, self.revision, self.token, self.path = endpoint, repo, revision, token, path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or isinstance(exc, (HubError, KeyboardInterrupt)):
+            return False
+        message = self.message(exc)
+        if message is None:
+            return False
+        raise HubError(message) from None
+
+    def message(self, exc: BaseException) -> Optional[str]:
+        import httpx2
+        from huggingface_hub import errors
+        from huggingface_hub.utils import OfflineModeIsEnabled
+
+        repo, page = self.repo, f"{self.endpoint}/{self.repo}"
+        detail = _detail(exc)
+        if isinstance(exc, OfflineModeIsEnabled):
+            return ("HF_HUB_OFFLINE is set: omlx pull needs the hub (models already in the Hugging "
+                    "Face cache are served without pulling, see --hf-cache)")
+        if isinstance(exc, errors.GatedRepoError):
+            if self.token:
+                return f"{repo} is gated and this token has no access to it: accept its terms at {page}{detail}"
+            return f"{repo} is gated: accept its terms at {page}, then pass a token with --token or HF_TOKEN{detail}"
+        if isinstance(exc, errors.RevisionNotFoundError):
+            return f"revision {self.revision!r} does not exist in {repo}{detail}"
+        if isinstance(exc, errors.RemoteEntryNotFoundError):
+            return f"{self.path or 'a file'} is listed in {repo} but cannot be downloaded{detail}"
+        if isinstance(exc, errors.RepositoryNotFoundError):
+            hint = "" if self.token else " (a private repository needs a token: --token or HF_TOKEN)"
+            return f"repository {repo} not found{hint}{detail}"
+        if isinstance(exc, errors.HfHubHTTPError):
+            status = exc.response.status_code if exc.response is not None else None
+            if status in (401, 403):
+                if self.token:
+                    return f"the hub refused the token for {repo}{detail}"
+                return f"{repo} needs authentication: pass a token with --token or HF_TOKEN{detail}"
+            return f"the hub answered HTTP {status} for {repo}{detail}"
+        if isinstance(exc, httpx2.TransportError) and self.path is not None:
+            return (f"downloading {self.path} failed after huggingface_hub's retries; run the same "
+                    f"command again to resume ({_describe(exc)})")
+        if isinstance(exc, httpx2.TransportError):
+            return (f"cannot reach the hub at {self.endpoint} ({_describe(exc)}); check the network, "
+                    "or use a mirror with --hf-endpoint / HF_ENDPOINT")
+        if isinstance(exc, errors.FileMetadataError):
+            return f"{self.endpoint} does not answer as a Hugging Face hub ({exc})"
+        return None
+
+
+def _detail(exc) -> str:
+    response = getattr(exc, "response", None)
+    if response is None:
+        return ""
+    message = response.headers.get("x-error-message", "")
+    return f" (HTTP {response.status_code}: {message})" if message else f" (HTTP {response.status_code})"
+
+
+def _hub_file(sibling) -> HubFile:
+    path = sibling.rfilename
     if not isinstance(path, str):
         raise TypeError("rfilename is not a string")
     parts = path.split("/")
@@ -257,10 +322,10 @@ def _hub_file(sibling: dict) -> HubFile:
             or any(p in ("", ".", "..") for p in parts) or parts[0] == STAGING_DIR
             or path.endswith(PARTIAL_SUFFIX) or path == MANIFEST):
         raise ValueError(f"unsafe file name {path!r}")
-    lfs = sibling.get("lfs") or {}
-    size = lfs.get("size", sibling.get("size"))
-    return HubFile(path, int(size) if size is not None else None, lfs.get("sha256") or None,
-                   None if lfs else sibling.get("blobId"))
+    lfs = sibling.lfs
+    size = lfs.size if lfs else sibling.size
+    return HubFile(path, int(size) if size is not None else None, lfs.sha256 if lfs else None,
+                   None if lfs else sibling.blob_id)
 
 
 def _without_other_weights(snapshot: Snapshot) -> Snapshot:
@@ -268,41 +333,6 @@ def _without_other_weights(snapshot: Snapshot) -> Snapshot:
         return snapshot
     kept = [f for f in snapshot.files if not _OTHER_WEIGHTS.search(f.path)]
     return Snapshot(snapshot.repo, snapshot.commit, kept)
-
-
-def _http_error(response: httpx.Response, endpoint: str, repo: str, revision: str,
-                token: Optional[str], path: Optional[str] = None) -> HubError:
-    code = response.headers.get("x-error-code", "")
-    message = response.headers.get("x-error-message", "") or _body_error(response)
-    status = response.status_code
-    detail = f" (HTTP {status}: {message})" if message else f" (HTTP {status})"
-    page = f"{endpoint}/{repo}"
-    if code == "GatedRepo":
-        if token:
-            return HubError(f"{repo} is gated and this token has no access to it: accept its terms "
-                            f"at {page}{detail}")
-        return HubError(f"{repo} is gated: accept its terms at {page}, then pass a token with "
-                        f"--token or HF_TOKEN{detail}")
-    if code == "RevisionNotFound":
-        return HubError(f"revision {revision!r} does not exist in {repo}{detail}")
-    if code == "EntryNotFound" or (status == 404 and path is not None and code != "RepoNotFound"):
-        return HubError(f"{path or 'a file'} is listed in {repo} but cannot be downloaded{detail}")
-    if code == "RepoNotFound" or status == 404:
-        hint = "" if token else " (a private repository needs a token: --token or HF_TOKEN)"
-        return HubError(f"repository {repo} not found{hint}{detail}")
-    if status in (401, 403):
-        if token:
-            return HubError(f"the hub refused the token for {repo}{detail}")
-        return HubError(f"{repo} needs authentication: pass a token with --token or HF_TOKEN{detail}")
-    return HubError(f"the hub answered HTTP {status} for {response.request.url}{detail}")
-
-
-def _body_error(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:200].strip()
-    return str(body.get("error", "")) if isinstance(body, dict) else ""
 
 
 def _verify(part: Path, file: HubFile, progress: Progress) -> None:
@@ -367,16 +397,16 @@ class _locked:
         os.close(self.fd)
 
 
+def _origin(url: str):
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _range_start(content_range: Optional[str]) -> Optional[int]:
-    m = re.match(r"bytes (\d+)-", content_range or "")
-    return int(m.group(1)) if m else None
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,7 +10,8 @@ Precedence: a flag on the command line, then the environment variable, then sett
 default. `omlx serve` writes the flags it was given to settings.json (mode 0600: it may hold the API
 key), so the next start without them keeps them. A settings.json that is not a JSON object is moved
 aside (settings.json.corrupt-<time>) with a warning; a key with a bad value is ignored with a
-warning; unknown keys are kept in the file and warned about.
+warning; unknown keys are kept in the file and warned about. Upstream oMLX's nested settings.json
+(same path) is converted on first read (omlx_site/upstream_settings.py).
 
 Adding a setting: append a `Setting` row to `SETTINGS` (key = the flag's name with underscores;
 ``commands`` = the commands that get the flag, none for a variable/file-only setting), then
@@ -28,101 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from omlx_site import upstream_settings
+from omlx_site.setting_kinds import (  # noqa: F401  (config.BOOLEAN etc. are used elsewhere)
+    BOOLEAN, BYTES, FOLDER_OR_OFF, FOLDERS, INTEGER, MEMORY_LIMIT, NUMBER, SIZE, TEXT, Kind)
+
 logger = logging.getLogger("omlx.settings")
-
-
-@dataclass(frozen=True)
-class Kind:
-    """How values of one kind are read: ``parse`` takes the text of a flag or environment variable,
-    or a JSON value from settings.json, and returns the value (ValueError when it is wrong);
-    ``text`` writes a value back as an environment variable; ``json`` as a settings.json value."""
-
-    name: str
-    parse: Callable[[Any], Any]
-    metavar: str = "VALUE"
-    text: Callable[[Any], str] = str
-    json: Callable[[Any], Any] = lambda value: value
-
-
-def _integer(raw):
-    if isinstance(raw, str):
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise ValueError(f"{raw!r} is not an integer") from None
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw
-    raise ValueError(f"{raw!r} is not an integer")
-
-
-def _number(raw):
-    if isinstance(raw, str):
-        try:
-            return float(raw.strip())
-        except ValueError:
-            raise ValueError(f"{raw!r} is not a number") from None
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return float(raw)
-    raise ValueError(f"{raw!r} is not a number")
-
-
-def _text(raw):
-    if not isinstance(raw, str):
-        raise ValueError(f"{raw!r} is not a string")
-    return raw
-
-
-def _boolean(raw):
-    if isinstance(raw, bool):
-        return raw
-    text = raw.strip().lower() if isinstance(raw, str) else None
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{raw!r} is not true or false")
-
-
-def _bytes(raw):
-    from cache.sizes import parse_size
-
-    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
-        raise ValueError(f"{raw!r} is not a size")
-    return parse_size(raw.strip() if isinstance(raw, str) else raw, "size")
-
-
-def _size_text(raw):
-    """A size kept as written ("10%" is a share of the RAM of the machine that runs the model)."""
-    _bytes(raw)
-    return raw.strip() if isinstance(raw, str) else raw
-
-
-def _paths(raw):
-    if isinstance(raw, str):
-        parts = raw.split(os.pathsep)
-    elif isinstance(raw, list) and all(isinstance(p, str) for p in raw):
-        parts = raw
-    else:
-        raise ValueError(f"{raw!r} is not a list of folders")
-    return [Path(p).expanduser().resolve() for p in parts if p]
-
-
-def _folder_or_off(raw):
-    text = _text(raw).strip()
-    return None if text.lower() in ("off", "none") else Path(text).expanduser()
-
-
-INTEGER = Kind("integer", _integer, "N")
-NUMBER = Kind("number", _number, "N")
-TEXT = Kind("text", _text, "TEXT")
-BOOLEAN = Kind("boolean (true/false)", _boolean, "BOOL", text=lambda v: "true" if v else "false")
-BYTES = Kind("size (bytes, 512MB, 4GiB)", _bytes, "SIZE")
-SIZE = Kind("size (bytes, 4GiB or % of RAM)", _size_text, "SIZE")
-MEMORY_LIMIT = Kind("memory limit (size, % of RAM or disabled)", _text, "LIMIT")
-FOLDERS = Kind("folders", _paths, "DIR", text=lambda v: os.pathsep.join(map(str, v)),
-               json=lambda v: [str(p) for p in v])
-FOLDER_OR_OFF = Kind("folder or off", _folder_or_off, "DIR", text=lambda v: "off" if v is None else str(v),
-                     json=lambda v: "off" if v is None else str(v))
 
 
 def _at_least(low):
@@ -166,6 +77,13 @@ def _request_size(value):
 def _redis_url(value):
     if not value.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(f"{value}: must start with redis://, rediss:// or unix://")
+
+
+def _hf_hub_cache():
+    """huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE).expanduser()
 
 
 def _one_of(*choices):
@@ -225,6 +143,10 @@ SETTINGS: tuple[Setting, ...] = (
             "folders of model folders, searched at depth 1 (DIR/name) and 2 (DIR/org/name); repeat the "
             "flag for several (the first with an id wins); the variable separates them with os.pathsep",
             flag="--model-dir", commands=BOTH, shown_default="$OMLX_HOME/models"),
+    Setting("hf_cache", "OMLX_HF_CACHE", FOLDER_OR_OFF, lambda home: _hf_hub_cache(),
+            "the Hugging Face cache, whose models (ORG/NAME at the snapshot of refs/main) are served "
+            "after the model folders'; 'off': not searched", flag="--hf-cache", commands=BOTH,
+            shown_default="$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub"),
     Setting("max_model_memory", "OMLX_MAX_MODEL_MEMORY", MEMORY_LIMIT, "80%",
             "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
             "32GB, 80% of RAM, or 'disabled'", flag="--max-model-memory", commands=BOTH,
@@ -328,6 +250,8 @@ def read_file(path: Path, warn: Callable[[str], None] = _warn) -> dict:
     else:
         reason = "not a JSON object"
     if isinstance(data, dict):
+        if upstream_settings.is_upstream(data):  # upstream oMLX's nested file at the same path
+            return upstream_settings.adopt(path, data, warn, _write)
         return data
     aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
     try:
@@ -404,6 +328,11 @@ def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
             stored.pop(key, None)
         else:
             stored[key] = BY_KEY[key].kind.json(value)
+    _write(path, stored)
+    return path
+
+
+def _write(path: Path, stored: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -411,7 +340,6 @@ def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
         json.dump(stored, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
-    return path
 
 
 def export(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> None:

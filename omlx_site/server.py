@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 from omlx_site import json_log
 
@@ -41,9 +42,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     registry = get_registry()
     models = registry.models()
     logger.info("models in %s: %s", os.pathsep.join(map(str, registry.model_dirs)), ", ".join(models))
-    if settings.OMLX_HUEY_WORKERS > 0 or settings.OMLX_API_HANDOFF == "direct":  # inference runs here
-        for model_id in registry.load_pinned():
-            logger.info("pinned model %s loaded", model_id)
+    # Pinned models load once the server listens; until then GET /health answers 503 "starting".
+    load_pinned = settings.OMLX_HUEY_WORKERS > 0 or settings.OMLX_API_HANDOFF == "direct"  # inference runs here
+    if load_pinned:
+        limits.begin_start()
 
     consumer = None
     if settings.OMLX_API_HANDOFF == "huey" and settings.OMLX_HUEY_WORKERS > 0:
@@ -74,6 +76,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
             print(f"admin console: http://{shown}:{bound_port}/admin/", flush=True)
 
         reactor.callWhenRunning(say)
+        if load_pinned:
+            reactor.callWhenRunning(lambda: threading.Thread(target=_load_pinned, args=(registry,),
+                                                             name="omlx-pinned", daemon=True).start())
         # SIGTERM / SIGINT drain the running requests first (after Twisted installed its handlers).
         reactor.callWhenRunning(GracefulShutdown(reactor, server, settings.OMLX_SHUTDOWN_GRACE_SECONDS).install)
         # New requests get a 503 from the moment the shutdown starts.
@@ -99,3 +104,14 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         print(f"omlx: cannot listen on {host}:{port}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _load_pinned(registry) -> None:
+    from inference.api import limits
+
+    try:
+        for model_id in registry.load_pinned():
+            logger.info("pinned model %s loaded", model_id)
+    finally:
+        limits.end_start()
+    logger.info("ready (GET /health answers 200)")

@@ -1,7 +1,13 @@
 """Shared fixtures: test model folders built once per session."""
+import os
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
 
 import pytest
+
+# The machine's Hugging Face cache stays out of the tests (and of the servers they start): a test
+# that wants one passes --hf-cache DIR.
+os.environ["OMLX_HF_CACHE"] = "off"
 
 from inference.model_factory import build_model
 

@@ -1,6 +1,7 @@
 """`omlx pull` against a local HTTP server standing in for the Hugging Face hub (tests/hub_server.py),
-run as the real command line in a subprocess."""
+run as the real command line in a subprocess (huggingface_hub does the HTTP)."""
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,11 +15,18 @@ from tests.hub_server import HubServer
 
 REPO = "test-org/tiny-chat"
 COMMIT = "a" * 40
+# huggingface_hub writes a download in chunks of this size (constants.DOWNLOAD_CHUNK_SIZE): what
+# an interruption keeps on disk is a whole number of them.
+CHUNK = 10 * 1024 * 1024
+BIG = "weights-extra.safetensors"  # an LFS file of a few chunks, last in the pull's order
+BIG_SIZE = 2 * CHUNK + 12345
 
 
 def omlx(tmp_path, *args, env=None, **kwargs):
-    full_env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), **(env or {}))
-    for name in ("HF_ENDPOINT", "HF_TOKEN", "OMLX_MODEL_DIR"):
+    # HF_HOME in the test's folder: no token or cache of the machine's user is used.
+    full_env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf-home"),
+                    **(env or {}))
+    for name in ("HF_ENDPOINT", "HF_TOKEN", "OMLX_MODEL_DIR", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
         if name not in (env or {}):
             full_env.pop(name, None)
     return subprocess.run([sys.executable, "-m", "omlx_site.cli", *args], env=full_env,
@@ -31,6 +39,21 @@ def hub(model_dir):
     server.add_repo(REPO, model_dir("qwen2", "tiny"), commit=COMMIT)
     yield server
     server.close()
+
+
+@pytest.fixture
+def big(hub):
+    """The repo with a file of a few download chunks added."""
+    hub.repos[REPO].files[BIG] = random.Random(0).randbytes(BIG_SIZE)
+    return hub.repos[REPO]
+
+
+def assert_pulled(got: Path, repo):
+    """``got`` holds exactly the repo's files, byte for byte."""
+    on_disk = sorted(p.relative_to(got).as_posix() for p in got.rglob("*") if p.is_file())
+    assert [p for p in on_disk if p != ".omlx-pull.json"] == sorted(repo.files)
+    for name, data in repo.files.items():
+        assert (got / name).read_bytes() == data, name
 
 
 def assert_same_folder(got: Path, want: Path, extra=()):
@@ -73,46 +96,47 @@ def test_hf_endpoint_from_environment_and_default_model_dir(tmp_path, hub, model
     assert out.returncode == 0, out.stderr
 
 
-def test_dropped_connection_resumes_with_range(tmp_path, hub, model_dir):
-    size = (model_dir("qwen2", "tiny") / "model.safetensors").stat().st_size
-    cut = size // 3
-    hub.drop_after["model.safetensors"] = cut
+def test_dropped_connection_resumes_with_range(tmp_path, hub, big):
+    hub.drop_after[BIG] = CHUNK + 5000
     models = tmp_path / "models"
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 0, out.stderr
-    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"))
-    sent = hub.sent_for("/cdn/test-org/tiny-chat/model.safetensors")
-    assert [(s.status, s.range) for s in sent] == [(200, None), (206, f"bytes={cut}-")]
-    assert sum(s.body_bytes for s in sent) == size  # nothing downloaded twice
+    assert_pulled(models / REPO, big)
+    sent = hub.sent_for(f"/cdn/test-org/tiny-chat/{BIG}")
+    assert [(s.status, s.range) for s in sent] == [(200, None), (206, f"bytes={CHUNK}-")]
+    # Only the part of a chunk that was in flight came twice.
+    assert sum(s.body_bytes for s in sent) == BIG_SIZE + 5000
 
 
-def test_a_connection_that_keeps_dropping_fails_clearly_and_resumes_later(tmp_path, hub, model_dir):
-    size = (model_dir("qwen2", "tiny") / "model.safetensors").stat().st_size
-    hub.drop_always.add("model.safetensors")
+def test_a_connection_that_keeps_dropping_fails_clearly_and_resumes_later(tmp_path, hub, big):
+    hub.drop_after[BIG] = CHUNK + 5000  # a chunk arrives, then every attempt dies at once
+    hub.drop_always.add(BIG)
     models = tmp_path / "models"
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 1
-    assert "downloading model.safetensors failed 5 times; run the same command again to resume" in out.stderr
-    partial = models / ".omlx-pull" / REPO / "model.safetensors.incomplete"
-    assert partial.stat().st_size == 5 * 1000  # each attempt kept its bytes
+    assert f"downloading {BIG} failed after huggingface_hub's retries; run the same command again " \
+        "to resume" in out.stderr
+    assert "Traceback" not in out.stderr
+    partial = models / ".omlx-pull" / REPO / (BIG + ".incomplete")
+    assert partial.stat().st_size == CHUNK  # what arrived is kept
+    assert not (models / REPO).exists()
     hub.drop_always.clear()
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 0, out.stderr
-    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"))
-    last = hub.sent_for("/cdn/test-org/tiny-chat/model.safetensors")[-1]
-    assert (last.range, last.body_bytes) == ("bytes=5000-", size - 5000)
+    assert_pulled(models / REPO, big)
+    last = hub.sent_for(f"/cdn/test-org/tiny-chat/{BIG}")[-1]
+    assert (last.range, last.body_bytes) == (f"bytes={CHUNK}-", BIG_SIZE - CHUNK)
 
 
-def test_a_server_that_ignores_range_makes_the_file_start_over(tmp_path, hub, model_dir):
-    size = (model_dir("qwen2", "tiny") / "model.safetensors").stat().st_size
-    hub.drop_after["model.safetensors"] = size // 4
-    hub.ignore_range.add("model.safetensors")
+def test_a_server_that_ignores_range_makes_the_file_start_over(tmp_path, hub, big):
+    hub.drop_after[BIG] = CHUNK + 5000
+    hub.ignore_range.add(BIG)
     models = tmp_path / "models"
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 0, out.stderr
-    assert_same_folder(models / REPO, model_dir("qwen2", "tiny"))
-    sent = hub.sent_for("/cdn/test-org/tiny-chat/model.safetensors")
-    assert [(s.status, s.range) for s in sent] == [(200, None), (200, f"bytes={size // 4}-")]
+    assert_pulled(models / REPO, big)
+    sent = hub.sent_for(f"/cdn/test-org/tiny-chat/{BIG}")
+    assert [(s.status, s.range) for s in sent] == [(200, None), (200, f"bytes={CHUNK}-")]
 
 
 def test_progress_bar_on_a_terminal():
@@ -137,19 +161,16 @@ def test_progress_bar_on_a_terminal():
     assert text.endswith("2 files, 4.1 KB: complete\n")
 
 
-def test_killed_pull_resumes_on_the_next_run(tmp_path, hub, model_dir):
-    source = model_dir("qwen2", "tiny")
-    size = (source / "model.safetensors").stat().st_size
-    cut = size // 2
-    hub.stall_after["model.safetensors"] = cut
+def test_killed_pull_resumes_on_the_next_run(tmp_path, hub, big):
+    hub.stall_after[BIG] = CHUNK + 5000
     models = tmp_path / "models"
-    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
+    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf-home"))
     proc = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "pull", REPO, "--model-dir",
                              str(models), "--hf-endpoint", hub.url], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    partial = models / ".omlx-pull" / REPO / "model.safetensors.incomplete"
+    partial = models / ".omlx-pull" / REPO / (BIG + ".incomplete")
     deadline = time.monotonic() + 120
-    while not (partial.exists() and partial.stat().st_size == cut):
+    while not (partial.exists() and partial.stat().st_size == CHUNK):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the pull never reached the stall"
         time.sleep(0.05)
@@ -164,12 +185,12 @@ def test_killed_pull_resumes_on_the_next_run(tmp_path, hub, model_dir):
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 0, out.stderr
     assert "already here" in out.stderr
-    assert_same_folder(models / REPO, source)
+    assert_pulled(models / REPO, big)
     rerun = hub.log[before:]
-    weights = [s for s in rerun if s.path.endswith("model.safetensors") and s.path.startswith("/cdn/")]
-    assert [(s.status, s.range, s.body_bytes) for s in weights] == [(206, f"bytes={cut}-", size - cut)]
+    weights = [s for s in rerun if s.path.endswith(BIG) and s.path.startswith("/cdn/")]
+    assert [(s.status, s.range, s.body_bytes) for s in weights] == [(206, f"bytes={CHUNK}-", BIG_SIZE - CHUNK)]
     # Files finished before the kill were not fetched again.
-    assert not [s for s in rerun if s.path.endswith(("/config.json", "/generation_config.json"))]
+    assert not [s for s in rerun if s.path.endswith(("/config.json", "/model.safetensors"))]
 
 
 def test_errors_are_clear(tmp_path, hub, model_dir):
@@ -200,6 +221,10 @@ def test_errors_are_clear(tmp_path, hub, model_dir):
 
     out = omlx(tmp_path, "pull", REPO, "--model-dir", models, "--hf-endpoint", "http://127.0.0.1:9")
     assert out.returncode == 1 and "cannot reach the hub at http://127.0.0.1:9" in out.stderr
+
+    out = omlx(tmp_path, "pull", REPO, "--model-dir", models, "--hf-endpoint", hub.url,
+               env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 1 and "HF_HUB_OFFLINE is set" in out.stderr
 
     out = omlx(tmp_path, "pull", "not-a-repo-id", "--model-dir", models, "--hf-endpoint", hub.url)
     assert out.returncode == 2 and "ORG/NAME" in out.stderr

@@ -3,6 +3,7 @@ larger than the whole limit (507), the status, load / unload and settings routes
 settings changes applied without a restart."""
 import json
 import shutil
+import time
 
 import httpx
 import openai
@@ -109,6 +110,11 @@ def test_pinned_model_loads_at_start_and_settings_survive_a_restart(tmp_path, mo
         proc.stop()
     proc = ServerProcess(args, home)
     try:
+        # Pinned models load once the server listens; GET /health is 503 "starting" until then.
+        while (health := httpx.get(proc.url + "/health")).status_code == 503:
+            assert health.json()["status"] == "starting"
+            time.sleep(0.05)
+        assert health.json()["models"] == {"tiny": "loaded"}
         row = httpx.get(proc.url + "/v1/models/status").json()["data"][0]
         assert (row["loaded"], row["pinned"], row["alias"]) == (True, True, "mine")  # before any request
         assert httpx.post(proc.url + "/v1/models/tiny/unload").status_code == 409  # pinned

@@ -46,3 +46,13 @@ def test_worker_needs_redis(tmp_path):
                          text=True, timeout=120)
     assert out.returncode == 2
     assert "--redis-url" in out.stderr
+
+
+def test_version_is_the_package_metadata(tmp_path):
+    from importlib.metadata import version
+
+    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
+    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "--version"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"omlx {version('omlx')}\n", "")
+    assert not (tmp_path / "home").exists()  # nothing set up, nothing written

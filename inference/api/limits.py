@@ -19,6 +19,7 @@ _in_flight: Dict[str, int] = {}
 _jobs: Dict[str, object] = {}  # request id -> job admitted and not released (a stopping server aborts them)
 _lock = threading.Lock()
 _shutting_down = threading.Event()
+_starting = threading.Event()  # set while `omlx serve` loads its pinned models (GET /health: 503)
 
 
 def capacity() -> int:
@@ -68,6 +69,19 @@ def jobs_in_flight() -> list:
     """The jobs admitted and not released yet, in every model."""
     with _lock:
         return list(_jobs.values())
+
+
+def begin_start() -> None:
+    """The server listens but is not ready yet (GET /health answers 503 "starting")."""
+    _starting.set()
+
+
+def end_start() -> None:
+    _starting.clear()
+
+
+def starting() -> bool:
+    return _starting.is_set()
 
 
 def start_shutdown() -> None:

@@ -16,8 +16,8 @@ _pool_lock = threading.Lock()
 
 
 def get_pool() -> ModelPool:
-    """The process's pool, built from settings (OMLX_MODEL_DIRS, OMLX_MAX_MODEL_MEMORY,
-    OMLX_MAX_PROCESS_MEMORY and the engine settings)."""
+    """The process's pool, built from settings (OMLX_MODEL_DIRS, OMLX_HF_CACHE,
+    OMLX_MAX_MODEL_MEMORY, OMLX_MAX_PROCESS_MEMORY and the engine settings)."""
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -37,6 +37,7 @@ def get_pool() -> ModelPool:
                 max_model_memory=parse_limit(settings.OMLX_MAX_MODEL_MEMORY, "max_model_memory"),
                 max_process_memory=parse_limit(settings.OMLX_MAX_PROCESS_MEMORY, "max_process_memory",
                                                auto=auto_process_limit()),
+                hf_cache_dir=getattr(settings, "OMLX_HF_CACHE", None),
             )
         return _pool
 

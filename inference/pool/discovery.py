@@ -14,6 +14,9 @@ Rules (docs/models.md says the same for users):
   its architectures are encoder ``...Model`` classes (``BertModel``); ``reranker`` when an
   architecture ends in ``ForSequenceClassification``; else ``llm``. Embedding and reranker
   folders are listed as not yet served. A per-model ``model_type`` setting overrides the kind.
+- The Hugging Face cache (``hf_cache``, see ``hf_cache``) comes after every model directory: its
+  models are ``ORG/NAME`` at the snapshot of ``refs/main``; a model directory's folder of the same
+  id shadows it.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
+
+from . import hf_cache
 
 logger = logging.getLogger("omlx.models")
 
@@ -49,23 +54,29 @@ class ModelFolder:
         return self.reason is None
 
 
-def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None) -> Dict[str, ModelFolder]:
-    """Every model folder in ``dirs``, servable or not, by id (sorted)."""
+def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None,
+             hf_cache_dir: Optional[Path] = None) -> Dict[str, ModelFolder]:
+    """Every model folder in ``dirs`` and then the Hugging Face cache, servable or not, by id
+    (sorted)."""
     kind_overrides = kind_overrides or {}
     found: Dict[str, ModelFolder] = {}
-    for root in dirs:
-        for model_id, path in _candidates(Path(root).expanduser()):
-            if model_id in found:
-                folder = ModelFolder(model_id, path, None, f"shadowed by {found[model_id].path} (same id)")
-                found[f"{model_id}@{path}"] = folder
-                continue
-            found[model_id] = inspect(model_id, path, kind_overrides.get(model_id))
+    candidates = [(i, p, None) for root in dirs for i, p in _candidates(Path(root).expanduser())]
+    candidates += list(hf_cache.snapshots(hf_cache_dir))
+    for model_id, path, reason in candidates:
+        if model_id in found:
+            folder = ModelFolder(model_id, path, None, f"shadowed by {found[model_id].path} (same id)")
+            found[f"{model_id}@{path}"] = folder
+            continue
+        found[model_id] = inspect(model_id, path, kind_overrides.get(model_id))
+        if reason is not None:
+            found[model_id].reason = reason
     return dict(sorted(found.items()))
 
 
-def signature(dirs: Iterable[Path]) -> Tuple:
-    """Changes when a model folder appears, disappears or changes (folder mtimes, depth <= 2)."""
-    parts = []
+def signature(dirs: Iterable[Path], hf_cache_dir: Optional[Path] = None) -> Tuple:
+    """Changes when a model folder appears, disappears or changes (folder mtimes, depth <= 2),
+    or a model of the Hugging Face cache does."""
+    parts = [hf_cache.signature(hf_cache_dir)]
     for root in dirs:
         root = Path(root).expanduser()
         parts.append((str(root), _mtime(root)))

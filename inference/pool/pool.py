@@ -81,10 +81,11 @@ class ModelPool:
 
     def __init__(self, model_dirs, engine_settings: Optional[dict] = None,
                  max_model_memory: Optional[int] = None, max_process_memory: Optional[int] = None,
-                 read_settings=model_settings.read_all):
+                 read_settings=model_settings.read_all, hf_cache_dir: Optional[Path] = None):
         if isinstance(model_dirs, (str, Path)):
             model_dirs = [model_dirs]
         self.model_dirs: List[Path] = [Path(d).expanduser() for d in model_dirs]
+        self.hf_cache_dir = Path(hf_cache_dir).expanduser() if hf_cache_dir is not None else None
         self.engine_settings = dict(engine_settings or {})
         self.max_model_memory = max_model_memory
         self.max_process_memory = max_process_memory
@@ -110,7 +111,7 @@ class ModelPool:
     def folders(self) -> Dict[str, ModelFolder]:
         """Every folder found, servable or not, by id; rescanned when a directory changed."""
         self._refresh_settings()
-        sig = (signature(self.model_dirs), self._kind_overrides())
+        sig = (signature(self.model_dirs, self.hf_cache_dir), self._kind_overrides())
         with self._lock:
             if sig != self._signature:
                 self._scan(sig)
@@ -119,7 +120,7 @@ class ModelPool:
     def rescan(self) -> Dict[str, ModelFolder]:
         self._refresh_settings(force=True)
         with self._lock:
-            self._scan((signature(self.model_dirs), self._kind_overrides()))
+            self._scan((signature(self.model_dirs, self.hf_cache_dir), self._kind_overrides()))
             return dict(self._folders)
 
     def models(self) -> Dict[str, Path]:
@@ -257,6 +258,13 @@ class ModelPool:
             return {i: {"engine": s.engine, "memory_bytes": s.estimate.total_bytes,
                         "loaded_at": time.time() - (time.monotonic() - s.loaded_at)}
                     for i, s in self._slots.items()}
+
+    def states(self) -> Dict[str, str]:
+        """Every servable model id -> "loaded", "loading" or "unloaded" (in this process)."""
+        folders = self.folders()
+        with self._lock:
+            return {i: "loaded" if i in self._slots else "loading" if i in self._reserved else "unloaded"
+                    for i, f in folders.items() if f.servable}
 
     def used_bytes(self) -> int:
         with self._lock:
@@ -448,7 +456,7 @@ class ModelPool:
         logger.info("unloaded %s", model_id)
 
     def _scan(self, sig) -> None:
-        folders = discover(self.model_dirs, self._kind_overrides())
+        folders = discover(self.model_dirs, self._kind_overrides(), self.hf_cache_dir)
         if not any(f.servable for f in folders.values()):
             from inference.demo_model import DEMO_MODEL_NAME, demo_model_path
 

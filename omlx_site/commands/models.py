@@ -16,7 +16,8 @@ def add_parser(subparsers) -> None:
         "models",
         help="list the models: name, type, size, loaded / pinned / TTL",
         description="List the model folders found in the model folder(s), with their type and "
-        "size on disk. When an `omlx serve` answers at --url, its view is shown: which models "
+        "size on disk, then the models of the Hugging Face cache ($OMLX_HF_CACHE, default "
+        "huggingface_hub's). When an `omlx serve` answers at --url, its view is shown: which models "
         "are loaded, pinned, and their idle TTL. When none answers, the folders on disk are "
         "listed and the loaded state is unknown.",
     )
@@ -28,7 +29,7 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def discover(model_dirs: List[Path]) -> List[dict]:
+def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> List[dict]:
     """Model folders on disk as rows: id, path, type, size_bytes, servable, reason.
 
     Uses the model pool's discovery (depth 1 and 2, kinds, reasons) where it exists, else the
@@ -41,7 +42,7 @@ def discover(model_dirs: List[Path]) -> List[dict]:
     if discover_folders is not None:
         return [{"id": f.id, "path": str(f.path), "type": f.kind, "size_bytes": f.size_bytes,
                  "servable": f.servable, "reason": f.reason}
-                for f in discover_folders(model_dirs).values()]
+                for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()]
     from inference.model_registry import discover_models
 
     rows = []
@@ -52,6 +53,13 @@ def discover(model_dirs: List[Path]) -> List[dict]:
             rows.append({"id": model_id, "path": str(path), "type": "llm",
                          "size_bytes": folder_size(path), "servable": True, "reason": None})
     return rows
+
+
+def _hf_cache_dir() -> Optional[Path]:
+    """The Hugging Face cache `omlx serve` would search ($OMLX_HF_CACHE, settings.json, default)."""
+    from omlx_site import config
+
+    return config.load()["hf_cache"]
 
 
 def folder_size(path: Path) -> int:
@@ -68,7 +76,9 @@ def folder_size(path: Path) -> int:
 def run(args) -> int:
     model_dirs = [Path(d).expanduser() for d in (args.model_dir or [default_model_dir()])]
     server = Server(args.url, args.api_key)
-    report = {"server": None, "source": "disk", "model_dirs": [str(d) for d in model_dirs], "note": None}
+    hf_cache_dir = _hf_cache_dir()
+    report = {"server": None, "source": "disk", "model_dirs": [str(d) for d in model_dirs],
+              "hf_cache": str(hf_cache_dir) if hf_cache_dir else None, "note": None}
     rows: Optional[List[dict]] = None
     served: List[str] = []
     status = server.get("/v1/models/status")
@@ -88,7 +98,7 @@ def run(args) -> int:
                               "loaded state")
             served = [m.get("id") for m in listed.data.get("data", []) if isinstance(m, dict)]
     if rows is None:
-        rows = [dict(r, loaded=None, pinned=None, ttl_seconds=None, served=None) for r in discover(model_dirs)]
+        rows = [dict(r, loaded=None, pinned=None, ttl_seconds=None, served=None) for r in discover(model_dirs, hf_cache_dir)]
         if report["source"] == "disk+server":
             for r in rows:
                 r["served"] = r["id"] in served
@@ -127,7 +137,8 @@ def _print_table(rows: List[dict], report: dict) -> None:
     if report["source"] == "server":
         print(f"models of the server at {report['server']}")
     else:
-        print(f"models in {', '.join(report['model_dirs'])}")
+        print(f"models in {', '.join(report['model_dirs'])}"
+              + (f" and the Hugging Face cache {report['hf_cache']}" if report["hf_cache"] else ""))
     if report["note"]:
         print(f"({report['note']})")
     if not rows:

@@ -1,4 +1,5 @@
-"""`omlx pull ORG/NAME`: download a model folder from the Hugging Face hub (inference/hub.py)."""
+"""`omlx pull ORG/NAME`: download a model folder from the Hugging Face hub with huggingface_hub
+(inference/hub.py)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +16,9 @@ def add_parser(subparsers) -> None:
         "MODEL_DIR/ORG/NAME, where `omlx serve` finds it. Files are checked against the hub's "
         "sizes and hashes; an interrupted pull continues where it stopped when run again, and "
         "the folder appears only once it is complete. When the repository has safetensors "
-        "weights, other weight formats (.bin, .pth, .gguf, ...) are skipped.",
+        "weights, other weight formats (.bin, .pth, .gguf, ...) are skipped. The downloads go "
+        "through huggingface_hub: HF_ENDPOINT, HF_TOKEN (or the token of `hf auth login`) and "
+        "HF_HUB_OFFLINE apply.",
     )
     p.add_argument("repo", metavar="ORG/NAME", help="the model's id on the hub")
     p.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
@@ -24,7 +27,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--hf-endpoint", default=None,
                    help="the hub or a mirror of it (default $HF_ENDPOINT, else https://huggingface.co)")
     p.add_argument("--token", default=None,
-                   help="access token for gated or private models (default $HF_TOKEN)")
+                   help="access token for gated or private models (default $HF_TOKEN, else the "
+                   "token saved by `hf auth login`)")
     p.add_argument("--all-files", action="store_true",
                    help="download every file of the repository, other weight formats included")
     p.set_defaults(run=run)
