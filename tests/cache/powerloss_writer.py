@@ -85,11 +85,9 @@ def main(root):
     from cache import cold_rows
 
     cold_rows.ensure_django()  # migrates the database on the mount once, before any cut
-    # The last commit is durable only once a later one syncs the directory (SQLite deletes the
-    # journal to commit and leaves that unsynced); this one makes the migrations durable.
-    with connections["default"].cursor() as cursor:
-        cursor.execute("PRAGMA user_version = 1")
-    connections.close_all()  # no file of the mount stays open here: the children open their own
+    # No file of the mount stays open here (the children open their own); closing the last
+    # connection checkpoints the WAL into the database file and syncs it: the tables are durable.
+    connections.close_all()
     say(ready=True)
     for line in sys.stdin:
         arg = line.strip()

@@ -161,13 +161,22 @@ def test_power_cut_at_every_step_leaves_whole_blocks_rows_that_name_them_and_an_
     assert reports[-1]["verified"] > 0
 
 
+def _random_round(rng):
+    """A cut at a random point of a kind the writer reaches (WAL mode never unlinks a journal,
+    and a sync under /home needs a checkpoint, ~240 blocks, so those are kept few)."""
+    mode = rng.choice(["none", "meta", "random"])
+    if rng.random() < 0.15:
+        return ("any", rng.randint(1, 60), "/", mode, "early")
+    if rng.random() < 0.06:
+        return (rng.choice(["fsync", "write"]), rng.randint(1, 3), "/home", mode)
+    return (rng.choice(["create", "write", "fsync", "rename", "fsyncdir", "any"]), rng.randint(1, 12),
+            "/cold", mode)
+
+
 @pytest.mark.slow
 def test_power_cuts_at_random_points(tmp_path):
     rng = random.Random(7)
-    kinds = ["create", "write", "fsync", "rename", "fsyncdir", "unlink", "any"]
-    rounds = [(rng.choice(kinds), rng.randint(1, 12), rng.choice(["/", "/cold", "/home"]),
-               rng.choice(["none", "meta", "random"]), *(["early"] if rng.random() < 0.2 else []))
-              for _ in range(120)]
+    rounds = [_random_round(rng) for _ in range(60)]
     violations, reports, lost = _power_cut_rounds(tmp_path, rounds, seed=2)
     assert violations == [], f"{len(violations)} violations:\n" + "\n".join(violations[:30])
     assert all(r["db"] and r["rows_match"] and r["wrong"] == 0 and r["missing"] == 0 for r in reports)
