@@ -116,12 +116,15 @@ class PowerLossFS(fuse.Operations):
         self.armed = [kind, n, prefix]
 
     def cut(self, mode: str, seed: int) -> dict:
-        """Keep only what survives; returns counts of what was lost (for the test's report)."""
+        """Keep only what survives; returns what was lost (for the test's report): directory entries
+        that differ from what the disk has, and files whose bytes do."""
         rng = random.Random(seed)
         nodes = self._all_nodes()
         for node in nodes:  # what reached the disk by itself
             if node.is_dir:
-                keep = len(node.log) if mode == "meta" else rng.randint(0, len(node.log)) if mode == "random" else 0
+                keep = len(node.log) if mode == "meta" else 0
+                if mode == "random":
+                    keep = rng.randint(0, len(node.log))
                 for changes in node.log[:keep]:
                     for name, child in changes:
                         if child is None:
@@ -131,13 +134,12 @@ class PowerLossFS(fuse.Operations):
             elif node.data != node.disk and mode != "none":
                 how = "zeros" if mode == "meta" else rng.choice(("none", "zeros", "torn", "all"))
                 node.disk = _written_back(bytes(node.data), node.disk, how, rng)
-        lost = {"names": 0, "files": 0, "bytes": 0}
+        lost = {"names": 0, "files": 0}
         for node in nodes:
             if node.is_dir:
                 lost["names"] += len(set(node.entries.items()) ^ set(node.disk_entries.items()))
             elif node.data != node.disk:
                 lost["files"] += 1
-                lost["bytes"] += abs(len(node.data) - len(node.disk)) or len(node.data)
         for node in self._durable_nodes():
             if node.is_dir:
                 node.entries, node.log = dict(node.disk_entries), []

@@ -22,7 +22,6 @@ from safetensors.numpy import load as load_safetensors
 
 from cache import block_file
 from cache.block_file import BLOCK_NAME, SHARD_DIR, InvalidBlockFile
-from cache.models import CacheBlock
 
 REPO = Path(__file__).resolve().parents[2]
 FS_SCRIPT = REPO / "tests" / "powerloss_fs.py"
@@ -36,6 +35,15 @@ def fuse_unavailable() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse: this kernel or container offers no FUSE"
     return None
+
+
+def die_with_parent() -> None:
+    """In a child process (``preexec_fn``, or after a fork): if its parent dies, so does it, so
+    no writer outlives its test and keeps a mount busy."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class PowerLossMount:
@@ -112,12 +120,14 @@ def surviving_state(cold_root: Path, database: Path, fingerprint_hex: str, kv_fo
     """(violations, blocks, rows) of the state a power cut left, checked before any restart.
 
     A block file (``<key>.safetensors``) must be whole: a valid header for its place, tensors that
-    parse, and, given ``kv_for``, equal to ``kv_for(key, tokens)``. The database must pass SQLite's integrity check, and every
-    row of the model must name a block file that is there. Temp files are allowed (start-up
+    parse, and, given ``kv_for``, equal to ``kv_for(key, tokens)``. The database must pass
+    SQLite's integrity check, and every row of the model must name a block file that is there. Temp files are allowed (start-up
     removes them). The tests only write, so a row without its file can only come from a block
     whose file was not durable before its row (a GC, which removes the file first, could leave one
     legitimately).
     """
+    from cache.models import CacheBlock  # (the table's name; needs Django set up, as under pytest)
+
     violations, blocks = [], set()
     model_dir = cold_root / fingerprint_hex
     for shard in sorted(model_dir.iterdir()) if model_dir.is_dir() else []:

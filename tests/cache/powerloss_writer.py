@@ -69,16 +69,10 @@ def round_(root, seed):
         tier.flush()
 
 
-def _die_with_parent():
-    """If the test (or the fork server) dies, so does this process: no writer outlives its test."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def main(root):
-    _die_with_parent()
+    from tests.cache.powerloss import die_with_parent
+
+    die_with_parent()
     import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
     from django.db import connections
 
@@ -94,7 +88,7 @@ def main(root):
         pid = os.fork()
         if pid == 0:
             try:
-                _die_with_parent()
+                die_with_parent()
                 round_(root, None if arg == "verify" else int(arg))
             except BaseException:
                 traceback.print_exc()

@@ -176,7 +176,7 @@ def _random_round(rng):
 @pytest.mark.slow
 def test_power_cuts_at_random_points(tmp_path):
     rng = random.Random(7)
-    rounds = [_random_round(rng) for _ in range(60)]
+    rounds = [_random_round(rng) for _ in range(100)]
     violations, reports, lost = _power_cut_rounds(tmp_path, rounds, seed=2)
     assert violations == [], f"{len(violations)} violations:\n" + "\n".join(violations[:30])
     assert all(r["db"] and r["rows_match"] and r["wrong"] == 0 and r["missing"] == 0 for r in reports)

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from tests.cache.powerloss import REPO, PowerLossMount, fuse_unavailable, surviving_state
+from tests.cache.powerloss import (REPO, PowerLossMount, die_with_parent, fuse_unavailable,
+                                  surviving_state)
 
 pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=fuse_unavailable() or "")
 
@@ -51,7 +52,7 @@ def _engine(model, mount, tmp_path, mode):
     env.pop("DJANGO_SETTINGS_MODULE", None)
     return subprocess.Popen([sys.executable, "-c", SCRIPT, str(model), str(mount / "ssd"), mode], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=open(tmp_path / f"{mode}.log", "w"),
-                            text=True)
+                            text=True, preexec_fn=die_with_parent)
 
 
 def _fingerprint_dir(ssd):
@@ -89,7 +90,10 @@ def test_engine_after_a_power_cut_answers_as_without_the_cache(model_dir, tmp_pa
         assert blocks, "no block survived: the cut came too early to test a restart"
 
         check = _engine(model, mount, tmp_path, "check")
-        out, _ = check.communicate(timeout=600)
+        try:
+            out, _ = check.communicate(timeout=600)
+        finally:
+            check.kill()  # a hang must not keep the mount busy
         assert check.returncode == 0, (tmp_path / "check.log").read_text()[-3000:]
         result = json.loads(out.strip().splitlines()[-1])
     cached, plain = result["cached"], result["plain"]
