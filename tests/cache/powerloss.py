@@ -37,6 +37,17 @@ def fuse_unavailable() -> str | None:
     return None
 
 
+def make_durable_dirs(mount: Path, *names) -> None:
+    """Make the directories the processes use, durably (as an installed system has them)."""
+    for name in names:
+        (mount / name).mkdir()
+    fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def die_with_parent() -> None:
     """In a child process (``preexec_fn``, or after a fork): if its parent dies, so does it, so
     no writer outlives its test and keeps a mount busy."""

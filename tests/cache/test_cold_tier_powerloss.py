@@ -1,6 +1,7 @@
 """The cold tier across power cuts: on a file system that keeps only what was fsynced
-(tests/powerloss_fs.py), a cut at any point leaves whole blocks or none, rows that name them, an
-intact database, and a restarted engine answers as one without the cache.
+(tests/powerloss_fs.py), a cut at any point leaves whole blocks or none, rows that name them and
+an intact database, and a process restarted on that loads every block it indexes with the KV
+that was written.
 
 A SIGKILL cannot test this (test_cold_tier_crash.py): the page cache outlives a killed process, so
 a missing fsync or a write straight to the final name goes unseen. Here the writer process is
@@ -22,7 +23,8 @@ import pytest
 
 from cache.block_key import ModelFingerprint
 from tests.cache import powerloss_writer
-from tests.cache.powerloss import REPO, PowerLossMount, fuse_unavailable, surviving_state
+from tests.cache.powerloss import (REPO, PowerLossMount, fuse_unavailable, make_durable_dirs,
+                                  surviving_state)
 
 pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=fuse_unavailable() or "")
 
@@ -42,17 +44,6 @@ ROUNDS = [
     ("any", 3, "/", "random", "early"), ("any", 40, "/", "meta", "early"), ("unlink", 1, "/", "none", "early"),
     ("fsync", 2, "/home", "none"), ("write", 3, "/home/omlx.sqlite3", "random"), ("fsync", 3, "/home", "meta"),
 ]
-
-
-def _durable_dirs(mount: Path, *names) -> None:
-    """Make the directories the processes use, durably (as an installed system would have them)."""
-    for name in names:
-        (mount / name).mkdir()
-    fd = os.open(mount, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _env(mount: Path, tmp_path: Path) -> dict:
@@ -117,7 +108,7 @@ def _power_cut_rounds(tmp_path, rounds, seed):
     """Run the rounds; returns (violations, reports, lost) for the caller's assertions."""
     with PowerLossMount(tmp_path) as fs:
         mount = fs.path
-        _durable_dirs(mount, "home", "cold")
+        make_durable_dirs(mount, "home", "cold")
         writer = _Writer(mount / "cold", _env(mount, tmp_path), tmp_path / "writer.log")
         try:
             violations, lost, survived = [], [], []
