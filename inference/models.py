@@ -49,6 +49,7 @@ class ModelSettings(models.Model):
     repetition_penalty = models.FloatField(null=True, blank=True)
     presence_penalty = models.FloatField(null=True, blank=True)
     frequency_penalty = models.FloatField(null=True, blank=True)
+    priority = models.IntegerField(null=True, blank=True)  # lower is scheduled first
     chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
     # The tool-call format to parse (a name of inference.chat.tool_parsers.FORMATS, or "none");
     # None: detected from the chat template, config and vocabulary.

@@ -158,6 +158,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_concurrent_requests", "OMLX_MAX_CONCURRENT_REQUESTS", INTEGER, 16,
             "requests prefilling or decoding at once, per model", flag="--max-concurrent-requests",
             commands=BOTH, check=_engine("max_concurrent_requests")),
+    Setting("max_batch_wait_ms", "OMLX_MAX_BATCH_WAIT_MS", NUMBER, 0,
+            "how long a new request may be held so that it joins a batch with others, per model "
+            "(milliseconds; admitted earlier when the waiting requests fill every free slot; 0 "
+            "admits at once)", flag="--max-batch-wait-ms", commands=BOTH,
+            check=_engine("max_batch_wait_ms")),
     Setting("hot_cache_max_size", "OMLX_HOT_CACHE_MAX_SIZE", SIZE, "10%",
             "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
             flag="--hot-cache-max-size", commands=BOTH, check=_engine("hot_cache_max_size")),

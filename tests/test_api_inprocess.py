@@ -103,12 +103,31 @@ def test_sse_framing(api):
     ({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
     ({"model": "tiny", "messages": []}, "messages"),
     ({"model": "tiny", "messages": CHAT, "seed": "x"}, "seed"),
+    ({"model": "tiny", "messages": CHAT, "priority": 5000}, "priority"),
+    ({"model": "tiny", "messages": CHAT, "priority": "high"}, "priority"),
 ])
 def test_bad_chat_parameters_are_400(api, body, param):
     status, response = request("POST", "/v1/chat/completions", body)
     assert status == 400, response
     assert response["error"]["param"] == param
     assert response["error"]["type"] == "invalid_request_error"
+
+
+def test_priority_is_accepted_on_every_route(api):
+    """The field reaches the engine (a background priority still completes) on each API."""
+    for path, body in (
+        ("/v1/chat/completions", {"model": "tiny", "messages": CHAT, "max_tokens": 2, "priority": 7}),
+        ("/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "priority": -3}),
+        ("/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 2, "priority": 9,
+                           "store": False}),
+        ("/v1/messages", {"model": "tiny", "max_tokens": 2, "priority": 1,
+                          "messages": [{"role": "user", "content": "hi"}]}),
+    ):
+        status, response = request("POST", path, body)
+        assert status == 200, (path, response)
+    status, response = request("POST", "/v1/messages", {"model": "tiny", "max_tokens": 2, "priority": 1.5,
+                                                        "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 400, response
 
 
 @pytest.mark.parametrize("body, status, fragment", [

@@ -243,5 +243,5 @@ def sampling_values(body) -> dict:
     return checked_params({
         "max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
         "top_k": body.top_k, "stop": stop, "include_stop_str_in_output": stop is not None,
-        "ignore_eos": body.ignore_eos, "structured": output_format(body),
+        "ignore_eos": body.ignore_eos, "structured": output_format(body), "priority": body.priority,
     }, names=_FIELD_NAMES, max_stop=None)

@@ -36,6 +36,7 @@ class MessagesRequest(_Prompt):
     temperature: Optional[float] = None
     top_p: Optional[float] = None
     top_k: Optional[int] = None
+    priority: Optional[int] = None  # omlx's (vLLM's field): lower is scheduled first
     stop_sequences: Optional[List[str]] = None
     stream: bool = False
     ignore_eos: bool = False  # an omlx extension, as on the OpenAI routes

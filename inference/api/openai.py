@@ -106,4 +106,4 @@ def _params(body, max_tokens, logprobs, structured=None) -> dict:
         "top_k": body.top_k, "min_p": body.min_p, "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "repetition_penalty": body.repetition_penalty,
         "seed": body.seed, "stop": body.stop, "logprobs": logprobs, "ignore_eos": body.ignore_eos,
-        "structured": structured})
+        "structured": structured, "priority": body.priority})

@@ -140,6 +140,7 @@ def _params(body: ResponsesRequest, structured) -> dict:
         "max_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
         "top_k": body.top_k, "min_p": body.min_p, "repetition_penalty": body.repetition_penalty,
         "seed": body.seed, "stop": body.stop, "ignore_eos": body.ignore_eos, "structured": structured,
+        "priority": body.priority,
     }, names={"max_tokens": "max_output_tokens", "structured": "text.format"})
 
 

@@ -34,6 +34,7 @@ class ResponsesRequest(Schema):
     user: Optional[str] = None
     # vLLM's extensions, as on the chat route (the SDK sends them with extra_body)
     top_k: Optional[int] = None
+    priority: Optional[int] = None  # vLLM's: lower is scheduled first (docs/engine.md)
     min_p: Optional[float] = None
     repetition_penalty: Optional[float] = None
     seed: Optional[int] = None

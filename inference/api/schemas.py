@@ -80,6 +80,7 @@ class _Sampling(Schema):
     presence_penalty: Optional[float] = None
     frequency_penalty: Optional[float] = None
     repetition_penalty: Optional[float] = None
+    priority: Optional[int] = None  # vLLM's: lower is scheduled first (docs/engine.md)
     n: int = Field(1, ge=1, le=MAX_N)
     stop: Union[str, List[str], None] = None
     seed: Optional[int] = None

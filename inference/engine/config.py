@@ -32,6 +32,8 @@ class EngineConfig:
     hot_cache_max_size: bytes of KV blocks kept in RAM: an int, "4GiB", or "10%" of RAM.
     paged_ssd_cache_dir: directory of the cold tier (blocks on disk, kept across restarts);
         None keeps blocks in RAM only.
+    max_batch_wait_ms: how long a new request may be held so that it joins a batch with others
+        (admitted earlier when the waiting requests fill every free slot); 0 admits at once.
     """
 
     max_concurrent_requests: int = 16
@@ -45,6 +47,7 @@ class EngineConfig:
     share_inflight_prefixes: bool = True
     hot_cache_max_size: Union[int, str] = "10%"
     paged_ssd_cache_dir: Optional[str] = None
+    max_batch_wait_ms: float = 0.0
 
     DTYPES = ("float32", "bfloat16", "float16")
 
@@ -70,5 +73,8 @@ class EngineConfig:
                 f"kv_cache_memory_fraction={self.kv_cache_memory_fraction!r}: must be in (0, 0.9]"
             )
         parse_size(self.hot_cache_max_size, "hot_cache_max_size")
+        wait = self.max_batch_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60_000:
+            raise ValueError(f"max_batch_wait_ms={wait!r}: must be a number of milliseconds in [0, 60000]")
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")

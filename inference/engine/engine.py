@@ -220,7 +220,10 @@ class Engine:
             idle = not self.scheduler.has_work()
             if idle:
                 self.prefix_cache.engine_busy(False)
-            if not self._drain_inbox(block=idle):
+            # Requests held by batch wait and nothing running: sleep until the first is due
+            # or something arrives, instead of spinning.
+            held = None if idle or self.scheduler.running else self.scheduler.next_release()
+            if not self._drain_inbox(block=idle, timeout=held):
                 break
             try:
                 self._step()
@@ -260,13 +263,16 @@ class Engine:
         budget = int(total_ram() * self.config.kv_cache_memory_fraction)
         return max(1024, budget // self.loaded.kv_bytes_per_token)
 
-    def _drain_inbox(self, block: bool) -> bool:
+    def _drain_inbox(self, block: bool, timeout: Optional[float] = None) -> bool:
         while True:
             try:
-                kind, item = self._inbox.get(block=block)
+                if timeout:
+                    kind, item = self._inbox.get(timeout=timeout)
+                else:
+                    kind, item = self._inbox.get(block=block)
             except queue.Empty:
                 return True
-            block = False
+            block, timeout = False, None
             if kind == "close":
                 return False
             if kind == "add":

@@ -104,6 +104,8 @@ class Request:
         self.sink = sink
         self.seed = seed
         self.arrival = next(_arrivals)
+        self.queued_at: Optional[float] = None  # scheduler clock and step when first queued
+        self.queued_step = 0
         self.stop_token_ids = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos and grammar is None else eos_token_ids
         )  # a grammar allows EOS only where the output may end

@@ -20,6 +20,8 @@ class SamplingParams:
     ``structured`` constrains the output to JSON while it is sampled: ``{"type": "json_object"}``
     (any JSON object) or ``{"type": "json_schema", "schema": {...}}`` (a JSON Schema); the
     output then ends ("stop") when the JSON is complete. See docs/engine.md.
+    ``priority`` says how urgently the request is scheduled, not how it samples: lower is more
+    urgent (as in vLLM); 0 is the default, interactive work; background work uses larger values.
     """
 
     max_tokens: int = 256
@@ -37,6 +39,7 @@ class SamplingParams:
     logprobs: Optional[int] = None
     include_stop_str_in_output: bool = False
     structured: Optional[dict] = None
+    priority: int = 0
 
     MAX_LOGPROBS = 20
 
@@ -93,6 +96,8 @@ class SamplingParams:
             bad("logprobs", f"must be None or an integer in [0, {self.MAX_LOGPROBS}]")
         if not isinstance(self.ignore_eos, bool):
             bad("ignore_eos", "must be true or false")
+        if not _is_int(self.priority) or not -1000 <= self.priority <= 1000:
+            bad("priority", "must be an integer in [-1000, 1000] (lower is more urgent)")
         check_structured(self.structured)
 
 

@@ -2,9 +2,9 @@
 KV capacity."""
 from __future__ import annotations
 
-import bisect
+import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from cache.prefix_cache import PrefixCache
 
@@ -34,25 +34,41 @@ class Scheduler:
 
     Each step: every decoding request takes one token of the step's budget; prefilling
     requests then take chunks of what is left, oldest first, so a long prompt is spread over
-    several steps and never stalls running streams; waiting requests are admitted, in
-    arrival order, while there is room in ``max_concurrent_requests`` and in the KV capacity.
+    several steps and never stalls running streams; waiting requests are admitted, most urgent
+    first, while there is room in ``max_concurrent_requests`` and in the KV capacity.
+
+    Priorities (``SamplingParams.priority``, lower is more urgent, as vLLM's): waiting requests
+    are ordered by (effective priority, arrival). A request's effective priority improves by one
+    for every ``PRIORITY_AGING_STEPS`` steps it has waited, so a background request waiting
+    behind a stream of interactive ones is admitted after a bounded number of steps: nothing
+    starves. Preemption takes the least urgent running request, the newest among equals.
+
+    Batch wait (``max_batch_wait_ms``): a new request may be held up to that long so that it
+    joins a batch with others; it is admitted earlier as soon as the waiting requests would fill
+    every free slot. 0 admits at once.
     A waiting request whose prompt shares a whole block or more (beyond what the prefix cache
     holds) with an older request that is prefilling is passed over until that prefill has
     stored its KV, then admitted as a cache hit: a prefix is computed once, not once per
     request (``share_inflight_prefixes``). Requests behind it are admitted meanwhile.
 
     KV capacity is counted in token slots the way the decode batch stores them: n running
-    requests take n x (longest of them + 1). When the running requests outgrow it, the newest
-    is preempted (its KV dropped, its tokens kept) and goes back to the waiting queue, where
-    arrival order puts it ahead of newer requests: the oldest request always progresses, so
-    nothing deadlocks or starves. A request that cannot fit even alone is rejected.
+    requests take n x (longest of them + 1). When the running requests outgrow it, the least
+    urgent, newest one is preempted (its KV dropped, its tokens kept) and goes back to the
+    waiting queue, where its arrival puts it ahead of newer requests of its priority: the most
+    urgent, oldest request always progresses, so nothing deadlocks. A request that cannot fit
+    even alone is rejected.
     """
 
-    def __init__(self, config: EngineConfig, kv_capacity: int, prefix_cache: PrefixCache):
+    PRIORITY_AGING_STEPS = 64
+
+    def __init__(self, config: EngineConfig, kv_capacity: int, prefix_cache: PrefixCache,
+                 clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.kv_capacity = kv_capacity
         self.prefix_cache = prefix_cache
-        self.waiting: List[Request] = []  # sorted by arrival
+        self.clock = clock  # seconds; tests step it by hand
+        self.steps = 0
+        self.waiting: List[Request] = []  # most urgent first (see _order)
         self.prefilling: List[Request] = []  # admission order
         self.decoding: List[Request] = []  # decode batch order
         self.num_preemptions = 0
@@ -62,7 +78,27 @@ class Scheduler:
     def add(self, request: Request) -> None:
         request.status = RequestStatus.WAITING
         request.num_computed = 0
-        bisect.insort(self.waiting, request, key=lambda r: r.arrival)
+        if request.queued_at is None:
+            request.queued_at, request.queued_step = self.clock(), self.steps
+        self.waiting.append(request)
+
+    def _order(self) -> None:
+        aging = self.PRIORITY_AGING_STEPS
+        self.waiting.sort(key=lambda r: (r.params.priority - (self.steps - r.queued_step) // aging, r.arrival))
+
+    def _held(self, request: Request, batch_full: bool) -> bool:
+        """Whether batch wait still holds this request back (see the class docstring)."""
+        wait = self.config.max_batch_wait_ms / 1000
+        if not wait or batch_full:
+            return False
+        return self.clock() - request.queued_at < wait
+
+    def next_release(self) -> Optional[float]:
+        """Seconds until batch wait releases the first held request; None when none is held."""
+        wait = self.config.max_batch_wait_ms / 1000
+        if not wait or not self.waiting:
+            return None
+        return max(0.0, min(r.queued_at for r in self.waiting) + wait - self.clock())
 
     def started_decoding(self, request: Request) -> None:
         self.prefilling.remove(request)
@@ -101,7 +137,9 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
+        self.steps += 1
         self._preempt_until_fits(out)
+        self._order()
 
         budget = self.config.step_token_budget - len(self.decoding)
         out.num_decoding = len(self.decoding)
@@ -113,8 +151,13 @@ class Scheduler:
             budget -= n
 
         i = 0
+        # The waiting requests fill every free slot: batch wait holds none of them back.
+        batch_full = len(self.waiting) >= self.config.max_concurrent_requests - len(self.running)
         while i < len(self.waiting) and len(self.running) < self.config.max_concurrent_requests:
             r = self.waiting[i]
+            if self._held(r, batch_full):
+                i += 1
+                continue
             if not self.fits_alone(r):
                 self.waiting.pop(i)
                 r.status = RequestStatus.FINISHED
@@ -177,7 +220,7 @@ class Scheduler:
                 out.rejected.append((running[0], "length", None))
                 self.finish(running[0])
                 return
-            victim = max(running, key=lambda r: r.arrival)
+            victim = max(running, key=lambda r: (r.params.priority, r.arrival))
             (self.decoding if victim in self.decoding else self.prefilling).remove(victim)
             victim.num_preemptions += 1
             self.num_preemptions += 1

@@ -12,7 +12,7 @@ from typing import Dict
 from .discovery import KINDS
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
-                   "presence_penalty", "frequency_penalty")
+                   "presence_penalty", "frequency_penalty", "priority")
 FIELDS = ("alias", "pinned", "ttl_seconds", "context_length", "model_type", *SAMPLING_FIELDS,
           "chat_template_kwargs", "tool_parser")
 

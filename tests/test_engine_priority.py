@@ -1,0 +1,193 @@
+"""Scheduling on the real engine: priorities, aging (nothing starves), preemption of the least
+urgent request, batch wait with a stepping clock, and the first token sent when the prompt is
+done. Counts of steps and the order of events, never wall-clock times."""
+import threading
+
+import numpy as np
+import pytest
+
+from inference.engine import LLM, SamplingParams
+
+GREEDY = dict(temperature=0, ignore_eos=True)
+
+
+def _ids(n, seed):
+    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
+
+
+@pytest.fixture(scope="module")
+def path(model_dir):
+    return model_dir(arch="qwen2", preset="tiny")
+
+
+class Recorder:
+    """Submits requests to an engine and records (request id, event kind) in arrival order."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.events = []
+        self.done = {}
+        self._lock = threading.Lock()
+
+    def submit(self, name, prompt, **params):
+        finished = threading.Event()
+        self.done[name] = finished
+
+        def on_event(event):
+            with self._lock:
+                if event.token_ids and not any(n == name and k == "first" for n, k in self.events):
+                    self.events.append((name, "first"))
+                if event.finished:
+                    self.events.append((name, "end"))
+                    finished.set()
+
+        self.engine.submit(prompt, SamplingParams(**{**GREEDY, **params}), request_id=name, callback=on_event)
+
+    def wait(self, timeout=120):
+        for name, finished in self.done.items():
+            assert finished.wait(timeout), f"{name} did not finish"
+
+    def order(self, kind):
+        return [n for n, k in self.events if k == kind]
+
+
+def _hold(engine):
+    """Block the engine thread until the returned event is set, so that everything submitted
+    meanwhile reaches the scheduler in one go."""
+    release, held = threading.Event(), threading.Event()
+
+    def block(e):
+        held.set()
+        release.wait(30)
+
+    threading.Thread(target=engine.call, args=(block,), daemon=True).start()
+    assert held.wait(30)
+    return release
+
+
+def test_more_urgent_requests_are_admitted_first(path):
+    with LLM(path, max_concurrent_requests=1) as llm:
+        rec = Recorder(llm.engine)
+        release = _hold(llm.engine)
+        for i, priority in enumerate([5, 0, 9, -2, 0]):
+            rec.submit(f"r{i}", _ids(12, i), max_tokens=3, priority=priority)
+        release.set()
+        rec.wait()
+    # Lower first; arrival order among equals.
+    assert rec.order("first") == ["r3", "r1", "r4", "r0", "r2"]
+
+
+def test_aging_lets_a_background_request_through(path):
+    """A background request while interactive ones keep arriving (a new one each time one
+    ends): with aging it is admitted after a bounded number of steps, between them; the
+    control without aging shows what the test would see on starvation (it runs last)."""
+    orders = {}
+    for aging in (2, 10**9):
+        with LLM(path, max_concurrent_requests=1) as llm:
+            llm.engine.call(lambda e: setattr(e.scheduler, "PRIORITY_AGING_STEPS", aging))
+            finished = threading.Event()
+            order, count = [], [0]
+
+            def submit_chat():
+                i = count[0]
+                count[0] += 1
+                llm.engine.submit(_ids(10, i), SamplingParams(max_tokens=2, priority=0, **GREEDY),
+                                  request_id=f"chat{i}", callback=on_event(f"chat{i}"))
+
+            def on_event(name):
+                def handle(event):
+                    if event.finished:
+                        order.append(name)
+                        if name.startswith("chat") and count[0] < 16:
+                            submit_chat()
+                        if len(order) == 17:
+                            finished.set()
+                return handle
+
+            release = _hold(llm.engine)
+            llm.engine.submit(_ids(10, 99), SamplingParams(max_tokens=2, priority=10, **GREEDY),
+                              request_id="background", callback=on_event("background"))
+            submit_chat()
+            release.set()
+            assert finished.wait(120)
+            orders[aging] = order
+    assert orders[10**9][-1] == "background"  # no aging: after every interactive request
+    position = orders[2].index("background")
+    assert position < 16  # aged: admitted while interactive requests still arrive
+
+
+def test_preemption_takes_the_least_urgent_request(path):
+    prompts = [_ids(40, 1), _ids(40, 2), _ids(40, 3)]
+    with LLM(path, prefix_cache=False) as off:
+        expected = [r.token_ids for r in off.generate(prompts, SamplingParams(max_tokens=20, **GREEDY))]
+    with LLM(path, max_kv_tokens=140, max_concurrent_requests=3, prefix_cache=False) as llm:
+        rec = Recorder(llm.engine)
+        outputs = {}
+        release = _hold(llm.engine)
+        for name, prompt, priority in zip(("urgent", "background", "normal"), prompts, (0, 7, 3)):
+            rec.submit(name, prompt, max_tokens=20, priority=priority)
+            llm.engine  # noqa: B018
+        release.set()
+        rec.wait()
+        preempted = llm.engine.scheduler.num_preemptions
+        results = llm.generate(prompts, SamplingParams(max_tokens=20, **GREEDY))
+        outputs = [r.token_ids for r in results]
+    assert preempted > 0
+    assert rec.order("end")[-1] == "background"  # preempted first, finished last
+    assert outputs == expected
+
+
+def test_batch_wait_holds_new_requests_until_due_or_a_batch_is_full(path):
+    with LLM(path, max_concurrent_requests=3, max_batch_wait_ms=500) as llm:
+        now = [1000.0]
+        llm.engine.call(lambda e: setattr(e.scheduler, "clock", lambda: now[0]))
+        rec = Recorder(llm.engine)
+        rec.submit("a", _ids(10, 1), max_tokens=2)
+        # However long real time runs, the stepping clock has not moved: "a" is held.
+        assert not rec.done["a"].wait(1.0)
+        assert llm.engine.call(lambda e: [r.request_id for r in e.scheduler.waiting]) == ["a"]
+        now[0] += 0.5  # its wait is over
+        rec.wait()
+        assert rec.order("end") == ["a"]
+
+        # Three waiting requests fill the three free slots: admitted at once, together.
+        release = _hold(llm.engine)
+        for name in ("b", "c", "d"):
+            rec.submit(name, _ids(10, ord(name)), max_tokens=2)
+        release.set()
+        rec.wait()
+        assert set(rec.order("end")) == {"a", "b", "c", "d"}
+
+
+def test_first_token_is_sent_when_its_prompt_is_done(path):
+    """Two prompts admitted in one step: the first one's first token is published before the
+    second one's prefill runs (events reach the callback on the engine thread, in order)."""
+    timeline = []
+    with LLM(path, max_concurrent_requests=2, prefix_cache=False) as llm:
+        def spy(e):
+            prefill = e.runner.prefill
+
+            def recording(request, n):
+                timeline.append(("prefill", request.request_id))
+                return prefill(request, n)
+
+            e.runner.prefill = recording
+
+        llm.engine.call(spy)
+        done = {name: threading.Event() for name in ("one", "two")}
+
+        def callback(name):
+            def on_event(event):
+                if event.token_ids and ("first", name) not in timeline:
+                    timeline.append(("first", name))
+                if event.finished:
+                    done[name].set()
+            return on_event
+
+        release = _hold(llm.engine)
+        for i, name in enumerate(("one", "two")):
+            llm.engine.submit(_ids(30, i), SamplingParams(max_tokens=3, **GREEDY), request_id=name,
+                              callback=callback(name))
+        release.set()
+        assert all(d.wait(60) for d in done.values())
+    assert timeline == [("prefill", "one"), ("first", "one"), ("prefill", "two"), ("first", "two")]
