@@ -42,6 +42,12 @@ _TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_
 _HALF_B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
                vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=True)
 
+# gpt-oss's YaRN RoPE, except truncate=True: its checkpoints say False (transformers then keeps the
+# correction range fractional) but mlx-lm 0.32 always rounds it, so the two disagree by up to
+# 0.7 in the logits from the second position on; with True they compute the same thing.
+_GPT_OSS_ROPE = dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
+                     original_max_position_embeddings=4096, truncate=True)
+
 PRESETS = {
     "gemma3_text": {
         # Sliding window of 16 tokens, shorter than test prompts; layers 1 and 3 attend to all.
@@ -62,7 +68,7 @@ PRESETS = {
     "gpt_oss": {
         # Alternating sliding (16 tokens) and full layers, 4 experts, 2 active.
         "tiny": dict(_TINY, num_hidden_layers=4, intermediate_size=48, sliding_window=16,
-                     num_local_experts=4, num_experts_per_tok=2),
+                     num_local_experts=4, num_experts_per_tok=2, rope_parameters=_GPT_OSS_ROPE),
     },
     "nemotron_h": {
         # Mamba2, MLP, attention, MLP, Mamba2, MLP ("M-*-M-").

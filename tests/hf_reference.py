@@ -11,8 +11,13 @@ def hf_next(model, out, token):
     return model(torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
 
 
-def hf_greedy(path, prompts, n):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+def hf_greedy(path, prompts, n, load=None):
+    """Greedy continuations of ``prompts`` (n tokens each), one prompt at a time; ``load(path)``
+    builds the model (default: ``AutoModelForCausalLM.from_pretrained`` in float32)."""
+    if load is not None:
+        model = load(path)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     outputs = []
     with torch.no_grad():
