@@ -16,6 +16,7 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.utils import load as mlx_lm_load
 
 from inference.engine import LLM, SamplingParams
 from inference.engine.model_loader import load_model
@@ -106,8 +107,9 @@ def quantized(model_dir, tmp_path_factory):
 
 
 def _mlx_lm_greedy(path, prompts):
-    """mlx-lm's own generate_step, one prompt at a time, on the model as the engine loads it."""
-    model = load_model(path).model
+    """mlx-lm's own load and generate_step, one prompt at a time (the folders are float32, the
+    dtype the engine runs in on CPUs)."""
+    model, _ = mlx_lm_load(path)
     outputs = []
     for prompt in prompts:
         steps = generate_step(mx.array(prompt), model, max_tokens=NEW_TOKENS, sampler=lambda x: mx.argmax(x, -1))
