@@ -220,6 +220,7 @@ def _redraw(arch, config, state, vocab, seed, specials):
     d = config.hidden_size
     embed_std = mf._LOGIT_STD / np.sqrt(d)
     emitted = mf._emitted(vocab, specials)
+    tied = config.get_text_config().tie_word_embeddings
 
     def normal(shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
@@ -234,12 +235,16 @@ def _redraw(arch, config, state, vocab, seed, specials):
         shape, init = tuple(tensor.shape), tensor.float().numpy()
         leaf = ".".join(name.split(".")[-2:])  # "o_proj.weight", "experts.down_proj", "mixer.A_log"
         if name.endswith(("embed_tokens.weight", "embeddings.weight")):
+            if tied:  # also the output head: the logits' scale, and only emitted tokens can win
+                yield name, vocab_matrix(emitted, embed_std)
+                continue
             # Gemma multiplies the embeddings by sqrt(hidden_size): the residual stream gets the
             # same scale as in the other families.
             scale = 1 / np.sqrt(d) if arch == "gemma3_text" else 1.0
             yield name, vocab_matrix(np.ones(len(vocab), dtype=bool), embed_std * scale)
         elif name == "lm_head.weight":
-            yield name, vocab_matrix(emitted, embed_std)
+            if not tied:  # tied: the same tensor as the embedding, drawn above
+                yield name, vocab_matrix(emitted, embed_std)
         elif len(shape) == 1 and "norm" in name:
             scale = 1.0 + normal(shape, 0.1)
             if name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")) \
