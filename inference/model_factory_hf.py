@@ -337,7 +337,8 @@ def _gpt_oss_fused(tensors):
         elif proj == "gate_proj":
             up = tensors[f"{prefix}.up_proj.{kind}"]
             if kind == "weight":  # [experts, intermediate, hidden] each -> [experts, hidden, 2 x intermediate]
-                fused[prefix + ".gate_up_proj"] = torch.stack([tensor, up], dim=2).flatten(1, 2).transpose(1, 2).contiguous()
+                interleaved = torch.stack([tensor, up], dim=2).flatten(1, 2)
+                fused[prefix + ".gate_up_proj"] = interleaved.transpose(1, 2).contiguous()
             else:
                 fused[prefix + ".gate_up_proj_bias"] = torch.stack([tensor, up], dim=-1).flatten(-2)
     return fused

@@ -71,7 +71,8 @@ def test_folders_have_the_layout_of_the_family_checkpoints(model_dir):
     qwen35 = json.loads((model_dir(arch="qwen3_5") / "config.json").read_text())
     assert qwen35["model_type"] == "qwen3_5" and qwen35["text_config"]["model_type"] == "qwen3_5_text"
     assert qwen35["text_config"]["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
-    assert all(n.startswith(("model.language_model.", "lm_head.")) for n in _safetensors_names(model_dir(arch="qwen3_5")))
+    names = _safetensors_names(model_dir(arch="qwen3_5"))
+    assert all(n.startswith(("model.language_model.", "lm_head.")) for n in names)
 
     gemma = json.loads((model_dir(arch="gemma3_text") / "config.json").read_text())
     assert gemma["sliding_window"] == 16 and gemma["sliding_window_pattern"] == 2
