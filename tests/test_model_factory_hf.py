@@ -136,3 +136,16 @@ def test_management_command_writes_a_quantized_folder(tmp_path):
     assert "4-bit" in out.getvalue()
     model, _ = load(tmp_path / "q")
     assert model(mx.array([[5, 6, 7]])).shape == (1, 3, 1024)
+
+
+def test_omlx_build_model_accepts_the_new_families(tmp_path):
+    def omlx(*args):
+        return subprocess.run([sys.executable, "-m", "omlx_site.cli", "build-model", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+
+    assert "gemma3_text" in omlx("--help").stdout
+    out = omlx(str(tmp_path / "g"), "--arch", "gpt_oss", "--quantize", "8", "--group-size", "32")
+    assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["quantization"]["bits"] == 8
+    bad = omlx(str(tmp_path / "b"), "--arch", "nemotron_h", "--preset", "small")
+    assert bad.returncode == 2 and "unknown preset 'small' for nemotron_h" in bad.stderr
