@@ -2,8 +2,7 @@
 families built with transformers' classes (inference.model_factory_hf): sliding-window attention
 (gemma3_text, gpt_oss), Gated DeltaNet hybrid (qwen3_5), Mamba2 hybrid (nemotron_h) and mixtures
 of experts (qwen3_moe, gpt_oss), for a batch of prompts of which two are longer than the
-16-token sliding window, with and without chunked prefill. The prefix cache is off: these tests
-are about the model families, tests/cache/ about reusing their state.
+16-token sliding window, with and without chunked prefill, and run twice with the prefix cache on.
 
 Quantized folders (4 and 8 bits, mlx_lm.convert's format): the engine equals mlx-lm's own
 generate_step one prompt at a time, and the model pool's memory estimate counts the weights as
@@ -18,6 +17,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load as mlx_lm_load
 
+from cache.prefix_cache import PrefixCache
 from inference.engine import LLM, SamplingParams
 from inference.engine.model_loader import load_model
 from inference.model_factory import TRANSFORMERS_BUILT, quantize_model
@@ -34,6 +34,9 @@ MODES = {
     # 3-token prefill chunks interleaved with running decodes: a sliding window and a recurrent
     # state must carry over from one chunk to the next.
     "chunked": dict(prefix_cache=False, step_token_budget=4, prefill_chunk_size=3, max_concurrent_requests=4),
+    # The default settings, prompts run twice: the second run starts from what the block cache
+    # kept of the first (where it can hold the family's state; otherwise it computes again).
+    "cached": dict(cache_block_size=4),
 }
 
 # What mlx-lm's make_prompt_cache builds for each tiny preset, one entry per layer that has a cache.
@@ -59,11 +62,19 @@ def _prompts(path):
     return [rng.integers(10, vocab, size=n).tolist() for n in PROMPT_LENGTHS]
 
 
-def _engine_greedy(path, prompts, **settings):
+def _engine_greedy(path, prompts, runs=1, **settings):
+    """The engine's greedy tokens for ``prompts``, batched; with runs=2 the batch is submitted
+    again to the same engine and must give the same tokens."""
+    outputs = []
     with LLM(path, **settings) as llm:
-        results = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))
-        assert all(r.finish_reason == "length" for r in results), [r.error for r in results]
-        return [r.token_ids for r in results], llm.engine
+        for _ in range(runs):
+            results = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))
+            assert all(r.finish_reason == "length" for r in results), [r.error for r in results]
+            outputs.append([r.token_ids for r in results])
+        if runs > 1 and type(llm.engine.prefix_cache) is not PrefixCache:  # caching is on for this model
+            assert sum(r.usage.cached_tokens for r in results) > 0
+    assert all(out == outputs[0] for out in outputs)
+    return outputs[0], llm.engine
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +96,7 @@ def reference(model_dir):
 @pytest.mark.parametrize("arch", TRANSFORMERS_BUILT)
 def test_greedy_matches_transformers(reference, arch, mode):
     path, prompts, expected = reference(arch)
-    got, engine = _engine_greedy(path, prompts, **MODES[mode])
+    got, engine = _engine_greedy(path, prompts, runs=2 if mode == "cached" else 1, **MODES[mode])
     assert got == expected
     if mode == "chunked":
         assert engine.prefill_chunks >= sum((n - 1 + 2) // 3 for n in PROMPT_LENGTHS)
