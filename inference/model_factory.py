@@ -102,8 +102,9 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
     config class, plus ``sliding_window_pattern`` (gemma3_text) and ``full_attention_interval``
     (qwen3_5)). An unknown architecture, preset, dtype or field raises ValueError; a family of
     ``TRANSFORMERS_BUILT`` without torch and transformers installed raises ImportError.
-    ``preset_names(arch)`` lists the presets of ``arch``. The tokenizer has ``min(vocab_size, 1024)`` tokens; a larger model vocabulary (as in Qwen) has
-    zero embedding and lm_head rows past it.
+    ``preset_names(arch)`` lists the presets of ``arch``. The tokenizer has
+    ``min(vocab_size, 1024)`` tokens; a larger model vocabulary (as in Qwen) has zero embedding
+    and lm_head rows past it.
     """
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; expected one of {ARCHITECTURES}")

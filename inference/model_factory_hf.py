@@ -42,6 +42,12 @@ _TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_
 _HALF_B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
                vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=True)
 
+# gpt-oss's YaRN RoPE, except truncate=True: its checkpoints say False (transformers then keeps the
+# correction range fractional) but mlx-lm 0.32 always rounds it, so the two disagree by up to
+# 0.7 in the logits from the second position on; with True they compute the same thing.
+_GPT_OSS_ROPE = dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
+                     original_max_position_embeddings=4096, truncate=True)
+
 PRESETS = {
     "gemma3_text": {
         # Sliding window of 16 tokens, shorter than test prompts; layers 1 and 3 attend to all.
@@ -62,7 +68,7 @@ PRESETS = {
     "gpt_oss": {
         # Alternating sliding (16 tokens) and full layers, 4 experts, 2 active.
         "tiny": dict(_TINY, num_hidden_layers=4, intermediate_size=48, sliding_window=16,
-                     num_local_experts=4, num_experts_per_tok=2),
+                     num_local_experts=4, num_experts_per_tok=2, rope_parameters=_GPT_OSS_ROPE),
     },
     "nemotron_h": {
         # Mamba2, MLP, attention, MLP, Mamba2, MLP ("M-*-M-").
@@ -214,6 +220,7 @@ def _redraw(arch, config, state, vocab, seed, specials):
     d = config.hidden_size
     embed_std = mf._LOGIT_STD / np.sqrt(d)
     emitted = mf._emitted(vocab, specials)
+    tied = config.get_text_config().tie_word_embeddings
 
     def normal(shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
@@ -228,12 +235,16 @@ def _redraw(arch, config, state, vocab, seed, specials):
         shape, init = tuple(tensor.shape), tensor.float().numpy()
         leaf = ".".join(name.split(".")[-2:])  # "o_proj.weight", "experts.down_proj", "mixer.A_log"
         if name.endswith(("embed_tokens.weight", "embeddings.weight")):
+            if tied:  # also the output head: the logits' scale, and only emitted tokens can win
+                yield name, vocab_matrix(emitted, embed_std)
+                continue
             # Gemma multiplies the embeddings by sqrt(hidden_size): the residual stream gets the
             # same scale as in the other families.
             scale = 1 / np.sqrt(d) if arch == "gemma3_text" else 1.0
             yield name, vocab_matrix(np.ones(len(vocab), dtype=bool), embed_std * scale)
         elif name == "lm_head.weight":
-            yield name, vocab_matrix(emitted, embed_std)
+            if not tied:  # tied: the same tensor as the embedding, drawn above
+                yield name, vocab_matrix(emitted, embed_std)
         elif len(shape) == 1 and "norm" in name:
             scale = 1.0 + normal(shape, 0.1)
             if name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")) \
@@ -326,7 +337,8 @@ def _gpt_oss_fused(tensors):
         elif proj == "gate_proj":
             up = tensors[f"{prefix}.up_proj.{kind}"]
             if kind == "weight":  # [experts, intermediate, hidden] each -> [experts, hidden, 2 x intermediate]
-                fused[prefix + ".gate_up_proj"] = torch.stack([tensor, up], dim=2).flatten(1, 2).transpose(1, 2).contiguous()
+                interleaved = torch.stack([tensor, up], dim=2).flatten(1, 2)
+                fused[prefix + ".gate_up_proj"] = interleaved.transpose(1, 2).contiguous()
             else:
                 fused[prefix + ".gate_up_proj_bias"] = torch.stack([tensor, up], dim=-1).flatten(-2)
     return fused

@@ -11,14 +11,25 @@ def hf_next(model, out, token):
     return model(torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
 
 
-def hf_greedy(path, prompts, n):
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+def hf_greedy(path, prompts, n, load=None, stepwise=False):
+    """Greedy continuations of ``prompts`` (n tokens each), one prompt at a time; ``load(path)``
+    builds the model (default: ``AutoModelForCausalLM.from_pretrained`` in float32).
+    ``stepwise`` feeds the prompt one token at a time (the model's recurrent path) instead of
+    in one forward pass."""
+    if load is not None:
+        model = load(path)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     outputs = []
     with torch.no_grad():
         for prompt in prompts:
-            ids = torch.tensor([prompt])
-            out = model(ids, use_cache=True)
+            if stepwise:
+                out = model(torch.tensor([prompt[:1]]), use_cache=True)
+                for token in prompt[1:]:
+                    out = hf_next(model, out, token)
+            else:
+                out = model(torch.tensor([prompt]), use_cache=True)
             generated = []
             for _ in range(n):
                 token = int(out.logits[0, -1].argmax())
