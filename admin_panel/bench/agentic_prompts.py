@@ -103,7 +103,7 @@ class PromptBook:
     def __init__(self, sizes: PromptSizes, run_nonce: str):
         self.sizes = sizes
         self.nonce = run_nonce
-        tools_json = json.dumps(TOOLS[:sizes.tools], indent=1) if sizes.tools else ""
+        tools_json = json.dumps(TOOLS[:sizes.tools]) if sizes.tools else ""
         parts = [f"[session {run_nonce}] {' '.join(INSTRUCTION.split()[:sizes.instruction_words])}".strip()]
         if tools_json:
             parts.append("# Tools\n" + tools_json)
@@ -122,7 +122,7 @@ class PromptBook:
 
         empty = measure("")
         instruction = measure(INSTRUCTION) - empty
-        all_tools = json.dumps(TOOLS, indent=1)
+        all_tools = json.dumps(TOOLS)
         tools_all = measure(INSTRUCTION + "\n\n# Tools\n" + all_tools) - empty - instruction
         per_word = max(0.1, (measure("", _words(_CALIBRATION_WORDS)) - empty) / _CALIBRATION_WORDS)
         sizes = PromptSizes(template_tokens=empty, instruction_tokens=instruction, tokens_per_word=per_word)
@@ -133,7 +133,7 @@ class PromptBook:
         budget = system_tokens - empty - round(instruction * sizes.instruction_words / words)
         per_char = max(0.0, tools_all) / len(all_tools)
         for n in range(len(TOOLS), 0, -1):
-            estimate = round(per_char * (len(json.dumps(TOOLS[:n], indent=1)) + len("\n\n# Tools\n")))
+            estimate = round(per_char * (len(json.dumps(TOOLS[:n])) + len("\n\n# Tools\n")))
             if estimate <= _TOOLS_SHARE * budget:
                 sizes.tools, sizes.tools_tokens = n, estimate
                 break
