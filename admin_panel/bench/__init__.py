@@ -1,10 +1,12 @@
 """The benchmark of issue 6, without Django: targets (``targets``: this process's engines or
-model pool, or any OpenAI-compatible URL), scenarios and results (``runner``), percentiles
+model pool, or any OpenAI-compatible URL), scenarios and results (``runner``; the agentic
+load of issue 12: ``agentic``, its prompts ``agentic_prompts``), percentiles
 (``stats``) and the PNG plot of `omlx bench` (``plot``). The admin page runs it as a Huey task
 (``admin_panel.tasks``); `omlx bench` runs it in the terminal (omlx_site/commands/bench.py).
 docs/cli.md and docs/admin.md describe the scenarios for users."""
+from .agentic import AGENTIC_PRESETS, AgenticSettings, plan_bursts, run_agentic
 from .runner import PRESETS, RESULTS_VERSION, BenchSettings, parse_concurrency, run_benchmark
 from .targets import EngineTarget, OpenAITarget, PoolTarget, StreamResult, Target, TargetError
 
-__all__ = ["PRESETS", "RESULTS_VERSION", "BenchSettings", "EngineTarget", "OpenAITarget", "PoolTarget",
+__all__ = ["AGENTIC_PRESETS", "AgenticSettings", "plan_bursts", "run_agentic", "PRESETS", "RESULTS_VERSION", "BenchSettings", "EngineTarget", "OpenAITarget", "PoolTarget",
            "StreamResult", "Target", "TargetError", "parse_concurrency", "run_benchmark"]

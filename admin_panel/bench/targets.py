@@ -2,7 +2,10 @@
 
 ``Target.generate(prompts, max_tokens, ignore_eos)`` starts every prompt at once (that is the
 concurrency) and returns one ``StreamResult`` per prompt when all have ended: when each token
-arrived, and the server's own token counts.
+arrived, and the server's own token counts. ``Target.chat(conversations, ...)`` does the same
+for lists of chat messages (the agentic scenario), keeping each answer's text;
+``Target.count_chat_tokens(messages)`` is the prompt size of a conversation as the target counts
+it (rendered locally, or one request with max_tokens 1).
 
 - ``EngineTarget``: an ``inference.engine.Engine`` of this process, fed through ``submit``
   with a callback (timestamps taken on the engine thread as each token is published).
@@ -33,6 +36,10 @@ class StreamResult:
 
     ``token_times`` holds the arrival time of every piece of output (one per token for the
     engine, one per non-empty text chunk for a server); the first is the first token's.
+    ``cached_known`` is False when the target did not report cached tokens (``cached_tokens``
+    is then 0); ``hot_cached_tokens`` / ``cold_cached_tokens`` are None unless the target says
+    which tier they came from (the engine does). ``text`` and ``tool_calls`` are the answer as
+    returned (chat requests; tool calls in OpenAI's form, only where a server parsed some).
     """
 
     sent_at: float
@@ -40,6 +47,11 @@ class StreamResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cached_known: bool = False
+    hot_cached_tokens: Optional[int] = None
+    cold_cached_tokens: Optional[int] = None
+    text: str = ""
+    tool_calls: List[dict] = field(default_factory=list)
     error: Optional[str] = None
 
     @property
@@ -70,6 +82,15 @@ class Target:
         raise NotImplementedError
 
     def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+        raise NotImplementedError
+
+    def chat(self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+        """Every conversation (OpenAI chat messages) sent at once, as ``generate``."""
+        raise NotImplementedError
+
+    def count_chat_tokens(self, messages: List[dict]) -> int:
+        """The prompt tokens of ``messages`` with the generation prompt; TargetError if the
+        target cannot say."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -116,6 +137,36 @@ class EngineTarget(Target):
                 "path": str(self.engine.loaded.path) if self.engine.loaded else None}
 
     def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+        return self._run(prompts, max_tokens, ignore_eos)
+
+    def chat(self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+        prompts, errors = [], []
+        for messages in conversations:
+            try:
+                prompts.append(self._chat_ids(messages))
+                errors.append(None)
+            except Exception as exc:  # whatever the template raises for input it rejects
+                prompts.append(None)
+                errors.append(f"the chat template failed: {exc}")
+        results = self._run([p for p in prompts if p is not None], max_tokens, ignore_eos)
+        out = iter(results)
+        return [next(out) if error is None else StreamResult(time.perf_counter(), error=error) for error in errors]
+
+    def count_chat_tokens(self, messages: List[dict]) -> int:
+        try:
+            return len(self._chat_ids(messages))
+        except Exception as exc:
+            raise TargetError(f"the chat template failed: {exc}") from None
+
+    def _chat_ids(self, messages: List[dict]) -> List[int]:
+        """The token ids `omlx serve` would prefill for these messages (inference.generation's
+        chat_prompt: the model's template, encoded without added special tokens)."""
+        from inference.chat.template import render_prompt
+
+        tokenizer = self.engine.tokenizer
+        return list(tokenizer.encode(render_prompt(tokenizer, messages), add_special_tokens=False))
+
+    def _run(self, prompts: list, max_tokens: int, ignore_eos: bool) -> List[StreamResult]:
         from inference.engine import SamplingParams
 
         params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
@@ -148,6 +199,7 @@ class EngineTarget(Target):
             now = time.perf_counter()
             if event.token_ids:
                 result.token_times.extend([now] * len(event.token_ids))
+            result.text += event.text
             if event.finish_reason is None:
                 return
             if event.finish_reason in ("abort", "error"):
@@ -156,6 +208,9 @@ class EngineTarget(Target):
                 result.prompt_tokens = event.usage.prompt_tokens
                 result.completion_tokens = event.usage.completion_tokens
                 result.cached_tokens = event.usage.cached_tokens
+                result.cached_known = True
+                result.hot_cached_tokens = event.usage.hot_cached_tokens
+                result.cold_cached_tokens = event.usage.cold_cached_tokens
             ended.set()
 
         return on_event
@@ -200,7 +255,9 @@ class OpenAITarget(Target):
     ``usage.prompt_tokens_details.cached_tokens`` where the server reports it) and temperature 0.
     ``ignore_eos`` is sent as an extra body field: servers that know it (omlx, vLLM) generate
     exactly ``max_tokens``; others ignore it and may stop early, and the decode speed counts the
-    tokens they did generate (``completion_tokens``).
+    tokens they did generate (``completion_tokens``). ``extra_body`` is merged into every
+    request (e.g. mlx-lm's ``logit_bias`` against the end-of-sequence tokens, which has the
+    effect of ignore_eos there). ``chat`` sends whole conversations to ``/chat/completions``.
     """
 
     kind = "url"
@@ -208,7 +265,7 @@ class OpenAITarget(Target):
     ENDPOINTS = ("completions", "chat")
 
     def __init__(self, url: str, model: str, api_key: Optional[str] = None, timeout: float = 600.0,
-                 endpoint: str = "completions"):
+                 endpoint: str = "completions", extra_body: Optional[dict] = None):
         import httpx
 
         if endpoint not in self.ENDPOINTS:
@@ -216,6 +273,7 @@ class OpenAITarget(Target):
         self.url = api_base(url)
         self.model = model
         self.endpoint = endpoint
+        self.extra_body = dict(extra_body or {})
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0),
                                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
@@ -236,29 +294,59 @@ class OpenAITarget(Target):
                               f"{': ' + _message(response) if _message(response) else ''})")
 
     def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
-        results = [StreamResult(0.0) for _ in prompts]
-        threads = [threading.Thread(target=self._one, args=(prompt, max_tokens, ignore_eos, result),
-                                    name="omlx-bench-request", daemon=True)
-                   for prompt, result in zip(prompts, results)]
+        if self.endpoint == "chat":
+            return self._all([self._body([{"role": "user", "content": p}], None, max_tokens, ignore_eos)
+                              for p in prompts])
+        return self._all([self._body(None, prompt, max_tokens, ignore_eos) for prompt in prompts])
+
+    def chat(self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+        return self._all([self._body(messages, None, max_tokens, ignore_eos) for messages in conversations])
+
+    def count_chat_tokens(self, messages: List[dict]) -> int:
+        import httpx
+
+        body = dict(self._body(messages, None, 1, False), stream=False)
+        body.pop("stream_options")
+        try:
+            response = self.client.post(self.url + "/chat/completions", json=body, headers=self.headers)
+        except httpx.HTTPError as exc:
+            raise TargetError(f"{type(exc).__name__}: {exc}") from None
+        if response.status_code != 200:
+            raise TargetError(f"HTTP {response.status_code}: {_message(response) or response.reason_phrase}")
+        try:
+            tokens = response.json()["usage"]["prompt_tokens"]
+        except (ValueError, KeyError, TypeError):
+            tokens = None
+        if not isinstance(tokens, int) or tokens <= 0:
+            raise TargetError(f"the server at {self.url} reports no usage.prompt_tokens")
+        return tokens
+
+    def _body(self, messages: Optional[List[dict]], prompt: Optional[str], max_tokens: int, ignore_eos: bool) -> dict:
+        body = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        if messages is not None:
+            body["messages"] = messages
+        else:
+            body["prompt"] = prompt
+        if ignore_eos:
+            body["ignore_eos"] = True
+        body.update(self.extra_body)
+        return body
+
+    def _all(self, bodies: List[dict]) -> List[StreamResult]:
+        results = [StreamResult(0.0) for _ in bodies]
+        threads = [threading.Thread(target=self._one, args=(body, result), name="omlx-bench-request", daemon=True)
+                   for body, result in zip(bodies, results)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         return results
 
-    def _one(self, prompt: str, max_tokens: int, ignore_eos: bool, result: StreamResult) -> None:
+    def _one(self, body: dict, result: StreamResult) -> None:
         import httpx
 
-        body = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0,
-                "stream": True, "stream_options": {"include_usage": True}}
-        if self.endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
-            path = "/chat/completions"
-        else:
-            body["prompt"] = prompt
-            path = "/completions"
-        if ignore_eos:
-            body["ignore_eos"] = True
+        path = "/chat/completions" if "messages" in body else "/completions"
         result.sent_at = time.perf_counter()
         try:
             with self.client.stream("POST", self.url + path, json=body, headers=self.headers) as response:
@@ -292,18 +380,41 @@ class OpenAITarget(Target):
             return
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
-            if choice.get("text") or delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+            text = choice.get("text") or delta.get("content")
+            calls = delta.get("tool_calls")
+            if text or calls or delta.get("reasoning_content") or delta.get("reasoning"):
                 result.token_times.append(now)
-                break
+            if text:
+                result.text += text
+            for call in calls or []:
+                _merge_call(result.tool_calls, call)
+            break
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             result.prompt_tokens = usage.get("prompt_tokens") or 0
             result.completion_tokens = usage.get("completion_tokens") or 0
-            details = usage.get("prompt_tokens_details") or {}
-            result.cached_tokens = details.get("cached_tokens") or 0
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                result.cached_tokens = details["cached_tokens"]
+                result.cached_known = True
 
     def close(self) -> None:
         self.client.close()
+
+
+def _merge_call(calls: List[dict], delta: dict) -> None:
+    """Add a streamed tool call delta to ``calls`` (OpenAI's form: the first delta of a call
+    has its id and name, the next ones more of its arguments, matched by ``index``)."""
+    if not isinstance(delta, dict):
+        return
+    index = delta.get("index", len(calls))
+    while len(calls) <= index:
+        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    call = calls[index]
+    call["id"] = delta.get("id") or call["id"]
+    function = delta.get("function") or {}
+    call["function"]["name"] += function.get("name") or ""
+    call["function"]["arguments"] += function.get("arguments") or ""
 
 
 def _message(response) -> str:

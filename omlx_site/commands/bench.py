@@ -21,37 +21,50 @@ prompt tokens/s per request and aggregate), decode (short unique prompts, --gen-
 tokens/s per stream and aggregate), cold vs cached (one unique prompt of
 --cache-prompt-tokens sent once, then --cached-repeats times again). Prints a summary table;
 --output writes every figure as JSON, --plot a PNG. Exit code 1 when the target cannot be
-benchmarked (nothing answers, the key is refused, the model is unknown)."""
+benchmarked (nothing answers, the key is refused, the model is unknown).
+--scenario agentic runs the load of a coding agent instead: --conversations x --turns
+streamed chat completions sharing a --system-tokens system prompt with tool definitions, each
+conversation's history growing by the previous answer, --burst requests at a time (the next
+burst when all have answered), --gen-tokens per turn; it reports TTFT p50/p95/p99, inter-token
+latency, output tokens/s and prompt tokens computed vs reused (cached)."""
 
 
 def add_parser(subparsers) -> None:
     from admin_panel.bench import PRESETS
+
+    from . import bench_agentic
 
     p = subparsers.add_parser("bench", help="benchmark the local engine or any OpenAI-compatible server",
                               description=DESCRIPTION)
     p.add_argument("target", nargs="?", metavar="MODEL",
                    help="a model folder, or a model id in --model-dir (local engine); with --url, "
                    "the model name (same as --model)")
+    p.add_argument("--scenario", choices=("default", "agentic"), default="default",
+                   help="default: prefill, decode, cold vs cached; agentic: multi-turn conversations "
+                   "sharing a system prompt, in bursts (see below)")
     p.add_argument("--url", help="an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 "
                    "(/v1 is added to a URL without a path)")
     p.add_argument("--model", dest="model_name", help="the model name to send to --url")
     p.add_argument("--api-key", help="the API key of --url (default $OMLX_API_KEY)")
-    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
+    p.add_argument("--endpoint", choices=("completions", "chat"), default=None,
                    help="with --url: stream /v1/completions (default) or /v1/chat/completions (the prompt "
                    "as one user message, for servers without text completions)")
     p.add_argument("--model-dir", action="append", default=None,
                    help="where to look a model id up (default: `omlx serve`'s --model-dir)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="default",
                    help="starting sizes: small (concurrency 1,2, 64-token prompts, 8 tokens) or default "
-                   "(concurrency 1,2,4,8, 256-token prompts, 32 tokens); the flags below override them")
+                   "(concurrency 1,2,4,8, 256-token prompts, 32 tokens); with --scenario agentic: small (3 "
+                   "conversations x 2 turns) or default (12 x 3); the flags below override them")
     p.add_argument("--concurrency", help="concurrency levels, e.g. 1,2,4,8")
     p.add_argument("--prompt-tokens", type=int, help="prompt length of the prefill scenario")
-    p.add_argument("--gen-tokens", type=int, help="tokens generated per stream in the decode scenario")
+    p.add_argument("--gen-tokens", type=int, help="tokens generated per stream in the decode scenario "
+                   "(agentic: per turn, default 32)")
     p.add_argument("--repeats", type=int, help="rounds per concurrency level")
     p.add_argument("--cache-prompt-tokens", type=int, help="prompt length of the cold vs cached scenario")
     p.add_argument("--cached-repeats", type=int, help="how many times the cached prompt is sent again")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="let streams stop at end-of-sequence (default: ask for exactly --gen-tokens)")
+    bench_agentic.add_arguments(p)
     p.add_argument("--output", help="write the results (settings, target, date, every figure) as JSON here")
     p.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
     p.set_defaults(run=run)
@@ -79,14 +92,18 @@ def settings_from_args(args):
 
 
 def run(args) -> int:
-    from admin_panel.bench import TargetError, run_benchmark
+    from admin_panel.bench import TargetError, run_agentic, run_benchmark
 
+    from . import bench_agentic
     from .progress import StepProgress
 
+    agentic = args.scenario == "agentic"
     try:
-        settings = settings_from_args(args)
+        bench_agentic.check_flags(args, agentic)
+        settings = bench_agentic.settings_from_args(args) if agentic else settings_from_args(args)
     except ValueError as exc:
         return _fail(str(exc))
+    scenario = run_agentic if agentic else run_benchmark
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -99,7 +116,7 @@ def run(args) -> int:
     bar = StepProgress()
     try:
         with target:
-            results = run_benchmark(target, settings, lambda done, total, message, _: bar.update(done, total, message))
+            results = scenario(target, settings, lambda done, total, message, _: bar.update(done, total, message))
     except TargetError as exc:
         bar.close()
         return _fail(f"{target.describe()['model']}: {exc}")
@@ -108,7 +125,10 @@ def run(args) -> int:
         print("omlx bench: interrupted", file=sys.stderr)
         return 130
     bar.close()
-    print_summary(results)
+    if agentic:
+        bench_agentic.print_summary(results, _table)
+    else:
+        print_summary(results)
     if args.output:
         try:
             Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
@@ -137,14 +157,14 @@ def _target(args):
         if args.model_name and args.target and args.model_name != args.target:
             raise TargetError(f"two model names: {args.target!r} and --model {args.model_name!r}")
         target = OpenAITarget(args.url, model, args.api_key or os.environ.get("OMLX_API_KEY"),
-                              endpoint=args.endpoint)
+                              endpoint=args.endpoint or "completions")
         try:
             target.check()
         except TargetError:
             target.close()
             raise
         return target
-    if args.model_name or args.api_key or args.endpoint != "completions":
+    if args.model_name or args.api_key or args.endpoint is not None:
         raise TargetError("--model, --api-key and --endpoint go with --url; for the local engine give MODEL")
     if not args.target:
         raise TargetError("give a MODEL (a folder or a model id) or --url URL --model NAME")

@@ -1,0 +1,138 @@
+"""The agentic load (`omlx bench --scenario agentic`) against `omlx serve` and against mlx-lm's
+own server, side by side in one run.
+
+Both servers serve the same model folder at the same time (started as in bench_servers.py: same
+OpenBLAS preloaded; mlx-lm's model name is ``default_model``). The same scenario
+(admin_panel.bench.agentic over the OpenAI URL target: streamed /v1/chat/completions with the
+tool definitions as text in the system prompt, so both see identical prompts) runs against each,
+alternating which goes first, ``--rounds`` times (at least 3); every run has its own session
+nonce, so no run reuses the cache of an earlier one. Each figure is printed as the median over
+rounds of each server, and as the median of the per-round ratios omlx / mlx-lm (TTFT and ITL: below
+1 is omlx faster; output tokens/s: above 1 is omlx faster).
+
+Same output length on both: omlx gets ``ignore_eos``; mlx-lm's server does not know it, so it
+gets ``logit_bias`` -1e4 on the model's end-of-sequence tokens instead (it applies logit_bias),
+and the completion tokens of each side are printed to show they match.
+
+    .venv/bin/python benchmarks/bench_agentic.py [--quick] [--model-preset tiny|small|qwen2.5-0.5b]
+        [--model FOLDER] [--rounds 3] [--conversations N --turns T --system-tokens S ...] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import inference  # noqa: E402,F401  (fast BLAS before mlx)
+
+from admin_panel.bench import AGENTIC_PRESETS, AgenticSettings, OpenAITarget, run_agentic  # noqa: E402
+from benchmarks.bench_servers import start_servers  # noqa: E402
+
+# --quick: a few seconds per run on the tiny model, enough to see every figure move
+QUICK = AgenticSettings(conversations=4, turns=3, system_tokens=256, context_tokens=32, new_tokens=32,
+                        gen_tokens=16, burst=2)
+SIZE_FLAGS = ("conversations", "turns", "system_tokens", "context_tokens", "new_tokens", "gen_tokens", "burst")
+
+
+def eos_ids(folder: Path) -> list:
+    """The model's end-of-sequence token ids, as mlx-lm's server stops on them."""
+    from mlx_lm.utils import load_tokenizer
+
+    config = json.loads((folder / "config.json").read_text())
+    ids = config.get("eos_token_id")
+    ids = set(ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else [])
+    ids |= set(load_tokenizer(folder).eos_token_ids)
+    return sorted(ids)
+
+
+def figures(results: dict) -> dict:
+    """The compared figures of one run: name -> (value, unit)."""
+    s = results["summary"]
+    return {"TTFT p50": (s["ttft_s"]["p50"], "ms"), "TTFT p95": (s["ttft_s"]["p95"], "ms"),
+            "TTFT p99": (s["ttft_s"]["p99"], "ms"), "ITL p50": (s["itl_s"]["p50"], "ms"),
+            "ITL p95": (s["itl_s"]["p95"], "ms"), "output tok/s": (s["output_tokens_per_s"], "tok/s")}
+
+
+def _show(value, unit) -> str:
+    return f"{value * 1000:.1f} ms" if unit == "ms" else f"{value:.2f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (4 x 3 turns, 256-token system prompt, "
+                        "16 tokens per turn, 2 at a time) and the tiny model unless --model-preset/--model")
+    parser.add_argument("--model-preset", help="model_factory preset of the model (tiny, small, qwen2.5-0.5b; "
+                        "default small, tiny with --quick)")
+    parser.add_argument("--model", help="a model folder instead of a built one")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (at least 3)")
+    for name in SIZE_FLAGS:
+        parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
+    parser.add_argument("--json", help="also write every run's results here")
+    args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds: at least 3")
+    settings = QUICK if args.quick else AGENTIC_PRESETS["default"]
+    settings = replace(settings, **{n: getattr(args, n) for n in SIZE_FLAGS if getattr(args, n) is not None})
+    model_preset = args.model_preset or ("tiny" if args.quick else "small")
+    with tempfile.TemporaryDirectory(prefix="omlx-bench-agentic-") as tmp:
+        work = Path(tmp)
+        if args.model:
+            folder = Path(args.model).resolve()
+        else:
+            from inference.model_factory import build_model
+
+            folder = build_model(work / "built", preset=model_preset)
+        bias = {str(i): -1e4 for i in eos_ids(folder)}
+        servers = start_servers(folder, work)
+        runs = {name: [] for name in servers}
+        try:
+            for r in range(args.rounds):
+                order = list(servers) if r % 2 == 0 else list(reversed(servers))
+                for name in order:
+                    _, url, model = servers[name]
+                    extra = {"logit_bias": bias} if name == "mlx-lm" and settings.ignore_eos else None
+                    with OpenAITarget(url + "/v1", model, extra_body=extra) as target:
+                        runs[name].append(run_agentic(target, settings))
+                    print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+        finally:
+            for process, _, _ in servers.values():
+                process.terminate()
+            for process, _, _ in servers.values():
+                process.wait(60)
+    s = settings
+    print(f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
+          f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
+          f"{s.burst} at a time; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} rounds, "
+          f"medians; ratio = omlx / mlx-lm (median of per-round ratios)")
+    print("| figure | omlx | mlx-lm server | omlx / mlx-lm |\n|---|---:|---:|---:|")
+    for name in figures(runs["omlx"][0]):
+        ours, theirs, ratios = [], [], []
+        for a, b in zip(runs["omlx"], runs["mlx-lm"]):
+            (x, unit), (y, _) = figures(a)[name], figures(b)[name]
+            if x and y:
+                ours.append(x)
+                theirs.append(y)
+                ratios.append(x / y)
+        if ratios:
+            print(f"| {name} | {_show(statistics.median(ours), unit)} | {_show(statistics.median(theirs), unit)} | "
+                  f"{statistics.median(ratios):.2f}x |")
+    for name in servers:
+        totals = [run["summary"] for run in runs[name]]
+        cached = [t["cached_tokens"] for t in totals]
+        print(f"{name}: output tokens per round {[t['output_tokens'] for t in totals]}, prompt tokens "
+              f"{[t['prompt_tokens'] for t in totals]}, cached {['n/a' if c is None else c for c in cached]}, "
+              f"errors {sum(t['errors'] for t in totals)} {runs[name][-1]['errors']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
