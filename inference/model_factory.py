@@ -44,6 +44,14 @@ PRESETS = {
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=128, vocab_size=1024, max_position_embeddings=4096,
     ),
+    # The tiny model without the separation trick in its output layer: logits spread about 1
+    # unit, rows of equal norm, so the top two are often close and a lossy KV cache (rounded,
+    # shifted) changes tokens. For tests that must notice such a cache; not for comparisons
+    # with another implementation.
+    "tiny-close": dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=128, vocab_size=1024, max_position_embeddings=4096,
+    ),
     "small": dict(
         hidden_size=256, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
         intermediate_size=768, vocab_size=1024, max_position_embeddings=8192,
@@ -124,7 +132,8 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["bos_token_id"],
     })
-    _write_weights(path, _weights(arch, config, vocab, seed, _special_tokens(arch)), dtype)
+    close = _CLOSE_LOGIT_STD.get(preset)
+    _write_weights(path, _weights(arch, config, vocab, seed, _special_tokens(arch), close), dtype)
     return path
 
 
@@ -215,7 +224,10 @@ def _config(arch, preset, dtype, overrides):
     return dict(sorted(config.items()))
 
 
-def _weights(arch, config, vocab, seed, specials):
+_CLOSE_LOGIT_STD = {"tiny-close": 1.0}
+
+
+def _weights(arch, config, vocab, seed, specials, close_logit_std=None):
     """Yield (name, float32 array) pairs in Hugging Face order and naming.
 
     Inputs of the q/k/v/gate/up projections are RMS-normalised, so unit-variance weights over
@@ -229,6 +241,8 @@ def _weights(arch, config, vocab, seed, specials):
     q_dim, kv_dim = config["num_attention_heads"] * head_dim, config["num_key_value_heads"] * head_dim
     qkv_bias = arch == "qwen2" or config.get("attention_bias", False)
     embed_std = _LOGIT_STD / np.sqrt(d)
+    if close_logit_std is not None and config["tie_word_embeddings"]:
+        raise ValueError("a close-logits preset needs untied embeddings")
 
     def normal(shape, std):
         array = rng.standard_normal(shape, dtype=np.float32)
@@ -271,7 +285,12 @@ def _weights(arch, config, vocab, seed, specials):
             yield layer + "mlp.up_proj.bias", normal(inter, 0.1)
             yield layer + "mlp.down_proj.bias", normal(d, 0.1 * embed_std)
     yield "model.norm.weight", norm(d) * rng.choice(np.float32([-1, 1]), d)
-    if not tied:
+    if not tied and close_logit_std is not None:
+        rows = np.zeros((config["vocab_size"], d), dtype=np.float32)
+        rows[: len(vocab)] = normal((len(vocab), d), close_logit_std / np.sqrt(d))
+        rows[: len(vocab)][~emitted] = 0.0
+        yield "lm_head.weight", rows
+    elif not tied:
         yield "lm_head.weight", vocab_matrix(emitted)
 
 

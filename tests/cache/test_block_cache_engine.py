@@ -13,9 +13,11 @@ def _ids(n, seed):
     return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
-@pytest.fixture(scope="module")
-def path(model_dir):
-    return model_dir(arch="qwen2", preset="tiny")
+@pytest.fixture(scope="module", params=["tiny", "tiny-close"])
+def path(model_dir, request):
+    """The tiny model, and its variant whose top logits are close (so a lossy cache, e.g. KV
+    rounded to bfloat16, changes tokens rather than hiding behind wide margins)."""
+    return model_dir(arch="qwen2", preset=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +45,23 @@ def test_shared_prefixes_hit_and_match(path, uncached):
         again = _run(llm, prompts)
         assert [r.token_ids for r in again] == expected
         assert all(r.usage.computed_prompt_tokens == 1 for r in again)  # only the last token
+
+
+def test_cached_logprobs_equal_computed_ones(path, uncached):
+    """A cache that is lossy in any way (KV rounded to a smaller dtype on the way in, a shifted
+    position) moves the logits: the log-probabilities of every generated token must equal the
+    uncached run's to float32 rounding, not merely give the same argmax."""
+    prompts = [_ids(45, 1) + _ids(k, 10 + k) for k in (3, 9)]
+    params = SamplingParams(max_tokens=12, logprobs=0, **GREEDY)
+    expected = uncached.generate(prompts, params)
+    with LLM(path, cache_block_size=BLOCK) as llm:
+        llm.generate(prompts[:1], params)
+        got = llm.generate(prompts, params)
+    for r, e in zip(got, expected):
+        assert r.usage.cached_tokens >= 45
+        assert r.token_ids == e.token_ids
+        diffs = [abs(a.logprob - b.logprob) for a, b in zip(r.logprobs, e.logprobs)]
+        assert max(diffs) < 1e-4, diffs
 
 
 def test_divergence_inside_a_block_reuses_the_common_part(path):
