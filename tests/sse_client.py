@@ -66,9 +66,11 @@ def stream_once(client, url, prompt, include_usage, max_tokens=MAX_TOKENS):
 
 def stream_then_leave(client, url, prompt, after_chunks, max_tokens):
     """Start a long streamed completion and close the connection after ``after_chunks`` chunks,
-    each checked as it came (the server must abort the request and free its KV)."""
+    each checked as it came (the server must abort the request and free its KV). Returns the
+    completion's id."""
     body = chat_body(prompt, max_tokens, ignore_eos=True)
     seen = 0
+    ids = set()
     with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
         assert response.status_code == 200, response.read()
         lines = response.iter_lines()
@@ -78,8 +80,10 @@ def stream_then_leave(client, url, prompt, after_chunks, max_tokens):
             assert line.startswith("data: ") and line != "data: [DONE]", line
             chunk = json.loads(line[6:])
             assert "error" not in chunk, chunk
+            ids.add(chunk["id"])
             seen += 1
             if seen >= after_chunks:
                 break
     # Leaving the block closes the connection mid-stream.
-    return seen
+    assert len(ids) == 1, ids
+    return ids.pop()

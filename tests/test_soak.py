@@ -11,10 +11,12 @@ Each client loops, picking at random (seeded) what to do next:
 A client that leaves on purpose is not an error; anything else that goes wrong is (a status other
 than 200, a malformed stream, a refused connection, a traceback in the server's log).
 
-Afterwards, within IDLE_WAIT seconds, the server must report no request and no KV in use
-(`in_use` of GET /v1/cache/status, `active_requests` of GET /v1/models/status, the running,
-waiting and in-flight gauges of /metrics): requests left behind would keep generating up to
-LONG_TOKENS tokens, far longer. The server's resident memory (VmRSS) is sampled throughout; after
+Every stream left on purpose must have been aborted by the server (its log says "<id>-0 ended:
+abort"), not run to its end: a request left running frees its KV by itself once it has its
+LONG_TOKENS tokens, so only this check catches that leak. Afterwards, within IDLE_WAIT seconds,
+the server must report no request and no KV in use (`in_use` of GET /v1/cache/status,
+`active_requests` of GET /v1/models/status, the running, waiting and in-flight gauges of
+/metrics): KV that is never freed shows there. The server's resident memory (VmRSS) is sampled throughout; after
 the warm-up it must stay flat (growth reported, bounded by RSS_GROWTH_LIMIT).
 
 The default run is small (SOAK_CLIENTS clients for SOAK_SECONDS); the `slow` one is 64 clients for
@@ -113,6 +115,7 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
     lock = threading.Lock()
     counts = {name: 0 for name, _ in ACTIONS}
     errors = []
+    left = []  # ids of the streams left on purpose
     rss = []
     started = time.monotonic()
     deadline = started + seconds
@@ -133,7 +136,7 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
                         text, _, _ = stream_once(client, url, prompt, include_usage=rng.random() < 0.5)
                         assert text == expected[prompt], (prompt, text, expected[prompt])
                     elif action == "disconnect":
-                        stream_then_leave(client, url, prompt, rng.randint(1, 6), LONG_TOKENS)
+                        left.append(stream_then_leave(client, url, prompt, rng.randint(1, 6), LONG_TOKENS))
                     elif action == "abort":
                         abort_on_socket(url, prompt, rng.choice((0.0, 0.05, 0.3)))
                     else:
@@ -160,6 +163,10 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
             if text != expected[prompt]:
                 errors.append(f"after the soak: {prompt!r} -> {text!r}, before {expected[prompt]!r}")
     tracebacks = [line for line in server.output if "Traceback" in line or " ERROR " in line]
+    # Each stream left on purpose was aborted (generation.py logs "<id>-0 ended: abort"), not run
+    # to its end: a leak that lasts LONG_TOKENS tokens and then frees itself is caught here.
+    log = "".join(server.output)
+    not_aborted = [i for i in left if f"{i}-0 ended: abort" not in log]
 
     warm_up = max(20.0, 0.25 * elapsed)
     steady = [b for t, b in rss if t >= warm_up]
@@ -168,6 +175,7 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
     return {
         "clients": clients, "seconds": round(elapsed, 1), "seed": seed, **counts,
         "errors": len(errors), "first_errors": errors[:5], "server_errors": tracebacks[:5],
+        "left_not_aborted": len(not_aborted), "first_not_aborted": not_aborted[:3],
         "idle_after_s": idle_after, "still_held": busy, "held_at_end": held,
         "rss_samples": len(rss), "rss_warm_mib": round(first / 2 ** 20, 1) if first else None,
         "rss_end_mib": round(last / 2 ** 20, 1) if last else None,
@@ -183,6 +191,7 @@ def check(report: dict) -> None:
             json.dump(report, f, indent=1)
     assert report["errors"] == 0, report["first_errors"]
     assert not report["server_errors"], report["server_errors"]
+    assert report["left_not_aborted"] == 0, report["first_not_aborted"]
     assert not report["still_held"], f"not freed {IDLE_WAIT} s after the last client: {report['still_held']}"
     for action, _ in ACTIONS:  # every kind of client ran
         assert report[action] >= 1, (action, report)
