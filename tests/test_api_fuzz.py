@@ -319,3 +319,17 @@ def test_nesting_limit_names_the_limit_and_64_levels_are_served(fuzz_server):
     assert over.json()["error"]["message"] == f"The request body nests objects and arrays more than {MAX_DEPTH} levels deep"
     over = send(fuzz_server.url, "POST", MESSAGES, spliced(MESSAGES, "metadata", nested(MAX_DEPTH).encode()))
     assert over.status_code == 400 and "levels deep" in over.json()["error"]["message"]
+
+
+def test_lone_surrogates_are_a_400_that_says_so(fuzz_server):
+    """JSON can escape a lone UTF-16 surrogate; no tokenizer encodes it: refused when parsed, on
+    every route (it was a 400 from the tokenizer that blamed the chat template, or a 200 for a
+    stop string)."""
+    for method, path, body in (("POST", COMPLETIONS, raw(COMPLETIONS, prompt="\udfff")),
+                               ("POST", CHAT, raw(CHAT, stop=["\ud800"])),
+                               ("POST", MESSAGES, raw(MESSAGES, system="\udc00")),
+                               ("POST", RESPONSES, json.dumps({"\ud800": 1, **BASE[RESPONSES]}).encode()),
+                               ("PATCH", "/v1/models/tiny/settings", json.dumps({"alias": "\ud800"}).encode())):
+        response = send(fuzz_server.url, method, path, body)
+        assert response.status_code == 400, (path, response.text[:300])
+        assert "lone surrogate" in response.json()["error"]["message"], response.text[:300]

@@ -168,6 +168,8 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
     log = "".join(server.output)
     not_aborted = [i for i in left if f"{i}-0 ended: abort" not in log]
 
+    hot_bytes = sum(row["hot"]["bytes"] for row in httpx.get(url + "/v1/cache/status", timeout=30).json()["data"]
+                    if row.get("hot"))
     warm_up = max(20.0, 0.25 * elapsed)
     steady = [b for t, b in rss if t >= warm_up]
     first = statistics.median(steady[:5]) if steady else None
@@ -181,6 +183,10 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
         "rss_end_mib": round(last / 2 ** 20, 1) if last else None,
         "rss_growth_mib": round((last - first) / 2 ** 20, 1) if steady else None,
         "rss_max_mib": round(max(b for _, b in rss) / 2 ** 20, 1) if rss else None,
+        # RSS (MiB) at each tenth of the run: a plateau is warm-up, a steady climb a leak.
+        "rss_curve_mib": [round(rss[min(len(rss) - 1, i * len(rss) // 10)][1] / 2 ** 20) for i in range(11)]
+        if rss else [],
+        "hot_tier_mib": round(hot_bytes / 2 ** 20, 1),
     }
 
 

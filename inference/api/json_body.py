@@ -6,6 +6,10 @@ Jinja's ``tojson`` in chat templates, the JSON-schema compiler of structured out
 would hit Python's recursion limit and turn bad input into a 500 (found by tests/test_api_fuzz.py).
 So a body deeper than ``MAX_DEPTH`` is refused as a 400 when it is parsed, before anything
 reads it. The walk is iterative: the check itself cannot overflow.
+
+The same walk refuses strings that are not Unicode text: JSON escapes can spell a lone UTF-16
+surrogate (``"\\ud800"``), which Python keeps in a ``str`` but no tokenizer can encode; the 400
+then names the problem instead of failing somewhere downstream (a template, the tokenizer).
 """
 from __future__ import annotations
 
@@ -22,24 +26,47 @@ class BodyTooDeep(ValueError):
     """The body nests objects and arrays deeper than ``MAX_DEPTH``."""
 
 
+class BodyNotText(ValueError):
+    """A string of the body (a value or a key) holds a lone surrogate."""
+
+
 def parse(raw: bytes):
     """The JSON value of ``raw``; ValueError when it is not JSON (``UnicodeDecodeError`` is one),
-    ``BodyTooDeep`` when it nests too deeply."""
+    ``BodyTooDeep`` when it nests too deeply, ``BodyNotText`` for a lone surrogate."""
     value = json.loads(raw)
-    check_depth(value)
+    check(value)
     return value
 
 
-def check_depth(value, limit: int = MAX_DEPTH) -> None:
+def check(value, limit: int = MAX_DEPTH) -> None:
+    _check_text(value)
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
+        if isinstance(item, dict):
+            for key in item:
+                _check_text(key)
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
             continue
         if depth > limit:
             raise BodyTooDeep(f"The request body nests objects and arrays more than {limit} levels deep")
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+            elif isinstance(child, str):
+                _check_text(child)
+
+
+def _check_text(value) -> None:
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BodyNotText(f"The request body has a string with a lone surrogate "
+                              f"({exc.object[exc.start]!a}): text must be valid Unicode") from None
 
 
 class JsonBodyParser(Parser):
@@ -52,6 +79,6 @@ class JsonBodyParser(Parser):
 
 def error_message(exc: Exception) -> str:
     """The client's message for a body ninja could not parse."""
-    if isinstance(exc.__cause__, BodyTooDeep):
+    if isinstance(exc.__cause__, (BodyTooDeep, BodyNotText)):
         return str(exc.__cause__)
     return "The request body is not valid JSON"

@@ -84,7 +84,7 @@ def patch_settings(request, model_id: str):
     model_id = _known(pool, model_id)
     try:
         changes = json_body.parse(request.body or b"{}")
-    except json_body.BodyTooDeep as exc:
+    except (json_body.BodyTooDeep, json_body.BodyNotText) as exc:
         raise ApiError(400, str(exc)) from None
     except ValueError:  # UnicodeDecodeError is one
         raise ApiError(400, "The request body is not valid JSON") from None
