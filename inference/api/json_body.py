@@ -18,7 +18,7 @@ import json
 from ninja.parser import Parser
 
 # Objects and arrays inside one another, the body's own object counting as 1. A chat request with
-# a tool whose parameters schema nests 50 levels is about 57: far beyond what clients send.
+# a tool whose parameters schema nests 50 levels is 56: far beyond what clients send.
 MAX_DEPTH = 64
 
 
@@ -70,7 +70,7 @@ def _check_text(value) -> None:
 
 
 class JsonBodyParser(Parser):
-    """django-ninja's body parser with the depth bound. ninja wraps whatever it raises in an
+    """django-ninja's body parser with these checks. ninja wraps whatever it raises in an
     ``HttpError(400)`` whose ``__cause__`` is the original error (see ``error_message``)."""
 
     def parse_body(self, request):
