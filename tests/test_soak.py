@@ -87,6 +87,13 @@ def hot_tier_bytes(url: str) -> int:
     return sum(row["hot"]["bytes"] for row in rows if row.get("hot"))
 
 
+def mlx_memory(url: str) -> tuple:
+    """(active, cache) bytes of MLX in the server, from /metrics."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    found = dict(re.findall(r"^omlx_mlx_(active|cache)_memory_bytes (\S+)$", text, re.M))
+    return float(found.get("active", 0)), float(found.get("cache", 0))
+
+
 def in_use(url: str) -> dict:
     """What the server reports as still held (all values 0 when it is idle)."""
     held = {}
@@ -128,7 +135,8 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
 
     def sample_rss():
         while not stop_sampling.wait(2.0):
-            rss.append((time.monotonic() - started, rss_bytes(server.process.pid), hot_tier_bytes(url)))
+            rss.append((time.monotonic() - started, rss_bytes(server.process.pid), hot_tier_bytes(url),
+                        *mlx_memory(url)))
 
     def client_loop(k):
         rng = random.Random(seed * 1000 + k)
@@ -174,7 +182,7 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
     not_aborted = [i for i in left if f"{i}-0 ended: abort" not in log]
 
     warm_up = max(20.0, 0.25 * elapsed)
-    steady = [(b, hot) for t, b, hot in rss if t >= warm_up]
+    steady = [(b, hot) for t, b, hot, _, _ in rss if t >= warm_up]
     first = statistics.median(b for b, _ in steady[:5]) if steady else None
     last = statistics.median(b for b, _ in steady[-5:]) if steady else None
     hot_growth = steady[-1][1] - steady[0][1] if steady else 0
@@ -188,11 +196,16 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
         "rss_growth_mib": round((last - first) / 2 ** 20, 1) if steady else None,
         "hot_tier_growth_mib": round(hot_growth / 2 ** 20, 1),
         "rss_growth_beyond_hot_mib": round((last - first - hot_growth) / 2 ** 20, 1) if steady else None,
-        "rss_max_mib": round(max(b for _, b, _ in rss) / 2 ** 20, 1) if rss else None,
+        "rss_max_mib": round(max(sample[1] for sample in rss) / 2 ** 20, 1) if rss else None,
         # RSS (MiB) at each tenth of the run: a plateau is warm-up, a steady climb a leak.
         "rss_curve_mib": [round(rss[min(len(rss) - 1, i * len(rss) // 10)][1] / 2 ** 20) for i in range(11)]
         if rss else [],
         "hot_tier_mib": round(rss[-1][2] / 2 ** 20, 1) if rss else None,
+        # MLX's arrays alive and its buffer cache (freed arrays kept to reuse), same tenths.
+        "mlx_active_curve_mib": [round(rss[min(len(rss) - 1, i * len(rss) // 10)][3] / 2 ** 20) for i in range(11)]
+        if rss else [],
+        "mlx_cache_curve_mib": [round(rss[min(len(rss) - 1, i * len(rss) // 10)][4] / 2 ** 20) for i in range(11)]
+        if rss else [],
     }
 
 
