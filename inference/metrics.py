@@ -333,6 +333,12 @@ class _EngineCollector:
         rss = process_rss()
         if rss is not None:
             yield GaugeMetricFamily("omlx_process_memory_bytes", "Resident memory of this process", value=rss)
+        import mlx.core as mx  # the server process has it loaded already (it serves models)
+
+        yield GaugeMetricFamily("omlx_mlx_active_memory_bytes", "Memory of MLX arrays alive in this process",
+                                value=mx.get_active_memory())
+        yield GaugeMetricFamily("omlx_mlx_cache_memory_bytes", "Memory MLX keeps from freed arrays "
+                                "for reuse", value=mx.get_cache_memory())
         if pool.max_process_memory is not None:
             yield GaugeMetricFamily("omlx_process_memory_limit_bytes", "--max-process-memory",
                                     value=pool.max_process_memory)

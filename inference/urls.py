@@ -5,12 +5,13 @@ from ninja import NinjaAPI
 from inference.api import anthropic_errors, errors
 from inference.api.anthropic import router as anthropic_router
 from inference.api.cache_status import router as cache_status_router
+from inference.api.json_body import JsonBodyParser
 from inference.api.models import router as models_router
 from inference.api.openai import router as openai_router
 from inference.api.responses import router as responses_router
 
 api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/v1/docs",
-                openapi_url="/v1/openapi.json")
+                openapi_url="/v1/openapi.json", parser=JsonBodyParser())
 api.add_router("/v1/", openai_router)
 api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
@@ -19,7 +20,8 @@ errors.install(api)
 
 # The Anthropic routes (/v1/messages...) answer errors in Anthropic's envelope: an API of their own.
 anthropic_api = NinjaAPI(title="omlx (Anthropic Messages)", version="1", urls_namespace="omlx-anthropic",
-                         docs_url=None, openapi_url="/v1/anthropic/openapi.json")
+                         docs_url=None, openapi_url="/v1/anthropic/openapi.json",
+                         parser=JsonBodyParser())
 anthropic_api.add_router("/v1/", anthropic_router)
 anthropic_errors.install(anthropic_api)
 

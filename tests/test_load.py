@@ -17,55 +17,13 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess
+from tests.sse_client import stream_once
 
 pytestmark = pytest.mark.slow
 
 CLIENTS = int(os.environ.get("OMLX_LOAD_CLIENTS", "32"))
 SECONDS = float(os.environ.get("OMLX_LOAD_SECONDS", "60"))
 PROMPTS = [f"Client question number {i}: tell me about caching." for i in range(8)]
-MAX_TOKENS = 24
-
-
-def stream_once(client, url, prompt, include_usage):
-    """One streamed chat completion, checked chunk by chunk. Returns (text, ttft, usage)."""
-    body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": MAX_TOKENS, "stream": True}
-    if include_usage:
-        body["stream_options"] = {"include_usage": True}
-    start = time.perf_counter()
-    ttft = None
-    chunks, done = [], False
-    with client.stream("POST", url + "/v1/chat/completions", json=body) as response:
-        assert response.status_code == 200, response.read()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        for line in response.iter_lines():
-            if not line or line.startswith(":"):
-                continue
-            assert line.startswith("data: "), line
-            assert not done, "data after [DONE]"
-            payload = line[6:]
-            if payload == "[DONE]":
-                done = True
-                continue
-            chunk = json.loads(payload)
-            assert "error" not in chunk, chunk
-            if ttft is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                ttft = time.perf_counter() - start
-            chunks.append(chunk)
-    assert done, "no [DONE]"
-    assert chunks and chunks[0]["choices"][0]["delta"].get("role") == "assistant"
-    assert len({c["id"] for c in chunks}) == 1
-    choice_chunks = [c for c in chunks if c["choices"]]
-    assert all(c["choices"][0]["finish_reason"] is None for c in choice_chunks[:-1])
-    assert choice_chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
-    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in choice_chunks)
-    usage = None
-    if include_usage:
-        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] >= 1
-        usage = chunks[-1]["usage"]
-    else:
-        assert all(c.get("usage") is None for c in chunks)
-    return text, ttft, usage
 
 
 def run_load(url):

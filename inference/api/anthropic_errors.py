@@ -10,6 +10,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from . import json_body
 from .errors import ApiError
 
 logger = logging.getLogger("omlx.api")
@@ -60,7 +61,7 @@ def install(api) -> None:
     def http_error(request, exc):
         message = str(exc)
         if message.startswith("Cannot parse request body"):
-            message = "The request body is not valid JSON"
+            message = json_body.error_message(exc)
         return error_response(exc.status_code, message)
 
     @api.exception_handler(Exception)

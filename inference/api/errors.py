@@ -17,6 +17,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from . import json_body
+
 logger = logging.getLogger("omlx.api")
 
 _TYPES = {401: "authentication_error", 404: "invalid_request_error", 413: "invalid_request_error",
@@ -79,7 +81,7 @@ def install(api) -> None:
     def http_error(request, exc):
         message = str(exc)
         if message.startswith("Cannot parse request body"):
-            message = "The request body is not valid JSON"
+            message = json_body.error_message(exc)
         return ApiError(exc.status_code, message).response()
 
     @api.exception_handler(RequestDataTooBig)

@@ -12,7 +12,6 @@ Ids may contain a slash (org/name); an alias works wherever an id does.
 """
 from __future__ import annotations
 
-import json
 
 from asgiref.sync import sync_to_async
 from ninja import Router
@@ -20,6 +19,7 @@ from ninja import Router
 from inference.engine import ModelLoadError
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 
+from . import json_body
 from .auth import check_api_key
 from .errors import ApiError
 
@@ -83,8 +83,10 @@ def patch_settings(request, model_id: str):
     pool = get_pool()
     model_id = _known(pool, model_id)
     try:
-        changes = json.loads(request.body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+        changes = json_body.parse(request.body or b"{}")
+    except (json_body.BodyTooDeep, json_body.BodyNotText) as exc:
+        raise ApiError(400, str(exc)) from None
+    except ValueError:  # UnicodeDecodeError is one
         raise ApiError(400, "The request body is not valid JSON") from None
     try:
         saved = pool.update_settings(model_id, changes)
