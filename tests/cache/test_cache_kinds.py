@@ -1,4 +1,5 @@
-"""The block cache on models whose layers are not all full attention: sliding windows (gemma3_text,
+"""The block cache on models whose layers are not all full attention (and, for comparison, on a
+plain one, qwen2): sliding windows (gemma3_text,
 gpt_oss), Gated DeltaNet (qwen3_5) and Mamba2 (nemotron_h) recurrent layers, MoE (gpt_oss) and a
 4-bit quantized folder. Greedy output with the cache on equals the output with it off in every
 situation a hit can arise, and restored caches are bit-identical to what the engine stored."""
@@ -15,7 +16,7 @@ from inference.engine import LLM, SamplingParams
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 BLOCK = 8
-FAMILIES = ["gemma3_text", "gpt_oss", "qwen3_5", "nemotron_h", "qwen3_5-4bit"]
+FAMILIES = ["qwen2", "gemma3_text", "gpt_oss", "qwen3_5", "nemotron_h", "qwen3_5-4bit"]
 
 
 def _ids(n, seed):
