@@ -72,6 +72,12 @@ class BlockCache(PrefixCache):
     too: that reuses the partial last block of an earlier prompt, or the start of a block that
     diverges part-way, so a conversation that grows by a turn recomputes only the new tokens.
 
+    What a block holds per layer follows the model's ``CacheLayout`` (cache/layout.py): every
+    token's KV for full attention, the last tokens of a sliding window, the recurrent state at
+    the block's end. A walked chain is cut back to where every kind can resume
+    (``CacheLayout.hit_can_end``); a store makes a block only where the engine's snapshots hold
+    all of it, and no later block after one it cannot make.
+
     Blocks are immutable; a lookup copies their KV into the request's own cache, and a store
     copies slices of a request's KV into new blocks, so a shared block is never written. New
     blocks are written through to the cold tier (in the background), so the cold tier holds

@@ -30,7 +30,7 @@ def run_choice(model_dir, arch, output, step=3, **job_fields):
     prompt = render_prompt(tokenizer, USER, TOOLS)
     events = []
     sink = _sink(job.request_id, 0, tokenizer, lambda _, event: events.append(event),
-                 _parser(job, tokenizer, prompt, None))
+                 _parser(job, tokenizer, prompt, None, {}, arch))
     pieces = [output[i:i + step] for i in range(0, len(output), step)]
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
