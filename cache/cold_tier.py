@@ -328,8 +328,7 @@ class ColdTier:
         arrays = {}
         for names, layer in zip(block_file.tensor_names(kinds), block.layers):
             arrays.update(zip(names, layer))
-        # The dtype of the attention tensors (state arrays name their own); a model of state
-        # layers only takes its first array's.
+        # The attention tensors' dtype (state arrays carry their own), else the first array's.
         first = next((layer[0] for (kind, _), layer in zip(kinds, block.layers) if kind != STATE),
                      block.layers[0][0])
         dtype = str(first.dtype).rsplit(".", 1)[-1]

@@ -122,11 +122,9 @@ def test_preemption_takes_the_least_urgent_request(path):
         expected = [r.token_ids for r in off.generate(prompts, SamplingParams(max_tokens=20, **GREEDY))]
     with LLM(path, max_kv_tokens=140, max_concurrent_requests=3, prefix_cache=False) as llm:
         rec = Recorder(llm.engine)
-        outputs = {}
         release = _hold(llm.engine)
         for name, prompt, priority in zip(("urgent", "background", "normal"), prompts, (0, 7, 3)):
             rec.submit(name, prompt, max_tokens=20, priority=priority)
-            llm.engine  # noqa: B018
         release.set()
         rec.wait()
         preempted = llm.engine.scheduler.num_preemptions
