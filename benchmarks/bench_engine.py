@@ -4,17 +4,23 @@ Measures, on a Qwen2.5-0.5B-shaped model with random weights (float32 on disk):
   - prefill tokens/s of a 512-token prompt (time to first token);
   - decode tokens/s of 1 stream;
   - aggregate decode tokens/s of 4, 16 and 32 concurrent streams;
+  - a burst of 32 short prompts (16 to 47 tokens) arriving at once: seconds to the last of
+    their first tokens;
 for omlx's engine, mlx-lm's generate_step (1 stream) and mlx-lm's BatchGenerator (batches),
-all in one process on omlx's default Linux CPU path (OpenBLAS, float32); then prefill again in a
-second process on stock mlx-cpu (the wheel's reference BLAS) for the Linux speed-up. Each round
-measures the two engines back to back (which goes first alternates); a ratio is the median of the
+all in one process on omlx's default Linux CPU path (OpenBLAS, float32). Each round measures the
+two engines back to back (which goes first alternates); a ratio is omlx / mlx-lm of one round
+(for the burst: omlx's seconds / mlx-lm's, lower is better), the figure is the median of the
 per-round ratios, so the slow drifts of a shared machine hit both sides of a pair alike.
+
+With --speedup N: the Linux speed-up, N rounds of prefill of the same 256-token prompt by mlx-lm
+on stock mlx-cpu (the wheel's reference BLAS, in a child process, as a user gets it) and by omlx
+on its default path (OpenBLAS, this process), the two interleaved; ratio per round, median.
 
 Aggregate decode is measured the same way for both engines: per-token timestamps, counted over
 the window in which every stream is decoding (after the last first token, before the first last
 token), so prefill never enters the decode figure.
 
-    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--json FILE]
+    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--speedup N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -159,6 +165,13 @@ def measure_decode(engine, streams, n_prompt, max_tokens, seed):
     return steady_rate(stamps)
 
 
+def measure_burst(engine, n, seed):
+    """Seconds from submitting n short prompts at once to the last of their first tokens."""
+    prompts = [prompt_ids(16 + (7 * i) % 32, seed + i) for i in range(n)]
+    start, stamps = engine.run(prompts, 2)
+    return max(ts[0] for ts in stamps) - start
+
+
 def main_default(args):
     """Each round measures both engines back to back (which goes first alternates), and the
     figure reported for a measurement is the median over rounds of omlx / mlx-lm: slow drifts
@@ -182,10 +195,14 @@ def main_default(args):
                 rate = measure_decode(engine, b, args.decode_prompt, args.decode_tokens, seed=1000 * b + r)
                 rates.setdefault((f"decode@{b}", name), []).append(rate)
                 print(f"  round {r}: {name:7s} decode x{b:<2d}: {rate:8.2f} tok/s", flush=True)
+        for name, engine in order:
+            seconds = measure_burst(engine, args.burst, seed=5000 + 100 * r)
+            rates.setdefault(("burst", name), []).append(seconds)
+            print(f"  round {r}: {name:7s} burst of {args.burst}: last first token after {seconds:6.2f} s", flush=True)
     for engine in engines.values():
         engine.close()
     results = {}
-    for measurement in ["prefill"] + [f"decode@{b}" for b in streams]:
+    for measurement in ["prefill"] + [f"decode@{b}" for b in streams] + ["burst"]:
         ours, theirs = rates[(measurement, "omlx")], rates[(measurement, "mlx-lm")]
         results[measurement] = {
             "omlx": statistics.median(ours), "mlx-lm": statistics.median(theirs),
@@ -196,17 +213,40 @@ def main_default(args):
 
 
 def main_stock(args):
-    """Runs in a child process with OMLX_BLAS=reference: stock mlx-cpu prefill speed."""
-    path = model_path(args.preset)
-    best = {}
-    engines = {cls.name: cls(path, 1) for cls in (Omlx, MlxLm)}
-    for engine in engines.values():
-        measure_prefill(engine, 8, seed=1)
-    for r in range(args.rounds):
-        for name, engine in engines.items():
-            rate = measure_prefill(engine, args.stock_prompt, seed=100 + r)
-            best[name] = max(best.get(name, 0), rate)
-    print(json.dumps(best))
+    """Runs in a child process with OMLX_BLAS=reference: mlx-lm's prefill on stock mlx-cpu."""
+    engine = MlxLm(model_path(args.preset), 1)
+    measure_prefill(engine, 8, seed=1)
+    print(json.dumps({"mlx-lm": measure_prefill(engine, args.speedup_prompt, seed=args.seed)}))
+
+
+def main_speedup(args):
+    """The Linux speed-up: the same prompt length on both sides, the two interleaved (which goes
+    first alternates), a ratio per round, the median."""
+    engine = Omlx(model_path(args.preset), 1)
+    measure_prefill(engine, 8, seed=1)
+    ratios, ours, stock = [], [], []
+
+    def stock_rate(seed):
+        child = subprocess.run(
+            [sys.executable, __file__, "--stock", "--seed", str(seed)] + (["--quick"] if args.quick else []),
+            env={**os.environ, "OMLX_BLAS": "reference"}, capture_output=True, text=True, check=True,
+        )
+        return json.loads(child.stdout.strip().splitlines()[-1])["mlx-lm"]
+
+    for r in range(args.speedup):
+        seed = 300 + r
+        if r % 2:
+            theirs, mine = stock_rate(seed), measure_prefill(engine, args.speedup_prompt, seed)
+        else:
+            mine, theirs = measure_prefill(engine, args.speedup_prompt, seed), stock_rate(seed)
+        ours.append(mine)
+        stock.append(theirs)
+        ratios.append(mine / theirs)
+        print(f"  speed-up round {r}: omlx default path {mine:8.1f} tok/s, stock mlx-cpu mlx-lm "
+              f"{theirs:8.2f} tok/s: {mine / theirs:.1f}x", flush=True)
+    engine.close()
+    return {"omlx": statistics.median(ours), "stock mlx-lm": statistics.median(stock),
+            "ratio": statistics.median(ratios), "rounds": ratios}
 
 
 def main():
@@ -214,12 +254,16 @@ def main():
     parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--speedup", type=int, default=0, metavar="N",
+                        help="also measure the Linux speed-up over stock mlx-cpu, N interleaved rounds")
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.preset = "small" if args.quick else "qwen2.5-0.5b"
     args.prompt = 512
-    args.stock_prompt = 64 if not args.quick else 128
+    args.speedup_prompt = 256
     args.streams = [4, 16, 32]
+    args.burst = 32
     args.decode_prompt = 32
     args.decode_tokens = 16 if args.quick else 32
     if args.stock:
@@ -229,14 +273,6 @@ def main():
 
     print(f"platform: {platform.describe()}; model preset {args.preset}", flush=True)
     results = main_default(args)
-    print("stock mlx-cpu (reference BLAS) prefill ...", flush=True)
-    child = subprocess.run(
-        [sys.executable, __file__, "--stock", "--rounds", "1"] + (["--quick"] if args.quick else []),
-        env={**os.environ, "OMLX_BLAS": "reference"}, capture_output=True, text=True, check=True,
-    )
-    stock = json.loads(child.stdout.strip().splitlines()[-1])
-    results["stock_prefill"] = stock
-
     p = results["prefill"]
     lines = [
         f"| measurement (median of {args.rounds} rounds) | omlx | mlx-lm | omlx / mlx-lm |",
@@ -248,15 +284,25 @@ def main():
         d = results[f"decode@{b}"]
         lines.append(f"| decode, {b} stream{'s' if b > 1 else ''} (tok/s, mlx-lm {ref}) | "
                      f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |")
-    lines += [
-        "",
-        "| prefill on this CPU | tok/s | x stock mlx-cpu (mlx-lm) |",
-        "|---|---|---|",
-        f"| stock mlx-cpu, mlx-lm ({args.stock_prompt}-token prompt) | {stock['mlx-lm']:.2f} | 1.0 |",
-        f"| stock mlx-cpu, omlx ({args.stock_prompt}-token prompt) | {stock['omlx']:.2f} | {stock['omlx'] / stock['mlx-lm']:.2f} |",
-        f"| omlx default path ({args.prompt}-token prompt) | {p['omlx']:.1f} | {p['omlx'] / stock['mlx-lm']:.1f} |",
-    ]
+    b = results["burst"]
+    lines.append(f"| burst of {args.burst} prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
+                 f"{b['omlx']:.2f} | {b['mlx-lm']:.2f} | {b['ratio']:.3f} |")
+    if args.speedup:
+        print("Linux speed-up over stock mlx-cpu ...", flush=True)
+        results["speedup"] = sp = main_speedup(args)
+        lines += [
+            "",
+            f"| prefill, {args.speedup_prompt}-token prompt (median of {args.speedup} interleaved rounds) | tok/s |",
+            "|---|---|",
+            f"| mlx-lm on stock mlx-cpu (reference BLAS) | {sp['stock mlx-lm']:.2f} |",
+            f"| omlx default path (OpenBLAS, float32) | {sp['omlx']:.1f} |",
+            f"| speed-up (median of per-round ratios) | {sp['ratio']:.1f}x |",
+        ]
     print("\n".join(lines))
+    for key, value in results.items():
+        if "rounds" in value and isinstance(value["rounds"], dict):
+            print(f"  {key}: per-round ratios " + " ".join(
+                f"{o / t:.3f}" for o, t in zip(value["rounds"]["omlx"], value["rounds"]["mlx-lm"])))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -158,18 +158,24 @@ def test_batch_wait_holds_new_requests_until_due_or_a_batch_is_full(path):
 
 
 def test_first_token_is_sent_when_its_prompt_is_done(path):
-    """Two prompts admitted in one step: the first one's first token is published before the
-    second one's prefill runs (events reach the callback on the engine thread, in order)."""
+    """Two prompts admitted in one step share one prefill forward pass; the short one is done
+    after it and its first token is published at once, before the long one's second chunk and
+    before any decode step runs (events reach the callback on the engine thread, in order)."""
     timeline = []
-    with LLM(path, max_concurrent_requests=2, prefix_cache=False) as llm:
+    with LLM(path, max_concurrent_requests=2, prefix_cache=False, prefill_chunk_size=16) as llm:
         def spy(e):
-            prefill = e.runner.prefill
+            prefill, decode = e.runner.prefill, e.runner.decode_step
 
-            def recording(request, n):
-                timeline.append(("prefill", request.request_id))
-                return prefill(request, n)
+            def recording(chunks):
+                timeline.append(("prefill", tuple((r.request_id, n) for r, n in chunks)))
+                return prefill(chunks)
 
-            e.runner.prefill = recording
+            def decoding():
+                if e.runner.batch.rows:
+                    timeline.append(("decode",))
+                return decode()
+
+            e.runner.prefill, e.runner.decode_step = recording, decoding
 
         llm.engine.call(spy)
         done = {name: threading.Event() for name in ("one", "two")}
@@ -183,9 +189,11 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
             return on_event
 
         release = _hold(llm.engine)
-        for i, name in enumerate(("one", "two")):
-            llm.engine.submit(_ids(30, i), SamplingParams(max_tokens=3, **GREEDY), request_id=name,
+        for name, size in (("one", 10), ("two", 30)):
+            llm.engine.submit(_ids(size, size), SamplingParams(max_tokens=3, **GREEDY), request_id=name,
                               callback=callback(name))
         release.set()
         assert all(d.wait(60) for d in done.values())
-    assert timeline == [("prefill", "one"), ("first", "one"), ("prefill", "two"), ("first", "two")]
+    assert timeline[:4] == [("prefill", (("one", 10), ("two", 16))), ("first", "one"), ("decode",),
+                            ("prefill", (("two", 14),))]
+    assert timeline[4] == ("first", "two")

@@ -94,7 +94,8 @@ class Engine:
         self._load_error: Optional[BaseException] = None
         self.loaded: Optional[LoadedModel] = None
         self.steps = 0  # counters for tests, benchmarks and (later) the admin panel
-        self.prefill_chunks = 0
+        self.prefill_chunks = 0  # prompt chunks computed
+        self.prefill_forwards = 0  # forward passes that computed them (several chunks share one)
         self._active = 0  # requests submitted and not yet finished (any thread reads it)
         self._active_lock = threading.Lock()
         self._last_activity = time.monotonic()  # last submit or finish
@@ -309,36 +310,41 @@ class Engine:
         for request, hit in out.prefix_hits:
             self.runner.seed_cache(request, hit.layers, hit.num_tokens)
             self.prefix_cache.release(hit)
-        for request, n in out.prefill:
+        if out.prefill:
             start = time.perf_counter()
-            done_before = request.num_computed
-            snapshots = self.runner.prefill(request, n)
-            if n:
-                self.prefill_chunks += 1
-                self.prefix_cache.observe_prefill(n, time.perf_counter() - start)
-            if request.num_to_prefill == 0:
-                if self.prefix_cache.wants_kv and request.num_computed:
-                    if not snapshots:  # a full hit: nothing computed, the caches are the hit
-                        snapshots = [cache_io.snapshot(request.cache, request.num_computed)]
-                    self.prefix_cache.store(request.all_token_ids[: request.num_computed], snapshots)
-                self._first_token(request)
-            else:
-                self._store_whole_blocks(request, done_before, snapshots)
+            done_before = {request: request.num_computed for request, _ in out.prefill}
+            snapshots, done = self.runner.prefill(out.prefill)
+            self.prefill_chunks += len(out.prefill)
+            together = self.runner.prefill_together and len(out.prefill) > 1
+            self.prefill_forwards += 1 if together else len(out.prefill)
+            self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), time.perf_counter() - start)
+            for request, _ in out.prefill:
+                if request.num_to_prefill == 0:
+                    if self.prefix_cache.wants_kv:
+                        self._store_prompt(request, snapshots[request])
+                else:
+                    self._store_whole_blocks(request, done_before[request], snapshots[request])
+            if done:
+                self._first_tokens(done)
         ended = [end for request, token, logprob in self.runner.decode_step()
                  if (end := self._on_token(request, token, logprob)) is not None]
         if ended:
             self._finish_all(ended)
 
-    def _first_token(self, request: Request) -> None:
-        """Sample and publish a request's first token as soon as its prompt is computed, then
-        move it into the decode batch (unless that token already ended it)."""
-        token, logprob, state = self.runner.first_token(request)
-        self.scheduler.started_decoding(request)
-        end = self._on_token(request, token, logprob)
-        if end is None:
-            self.runner.join(request, state)
-        else:
-            self._finish_all([end])
+    def _first_tokens(self, done) -> None:
+        """Sample and publish the first token of every request whose prompt this step's
+        prefill finished, from the logits of its last prompt token, then move each into the
+        decode batch (unless that token already ended it)."""
+        ended = []
+        for request, token, logprob, state in self.runner.first_tokens(done):
+            self.scheduler.started_decoding(request)
+            end = self._on_token(request, token, logprob)
+            if end is None:
+                self.runner.join(request, state)
+            else:
+                ended.append(end)
+        if ended:
+            self._finish_all(ended)
 
     def _on_token(self, request: Request, token: int, logprob):
         """Record a generated token and publish it; returns (request, reason, None, last
@@ -388,6 +394,15 @@ class Engine:
             event.error = error
             event.usage = request.usage()
             request.sink(event)
+
+    def _store_prompt(self, request: Request, snapshots) -> None:
+        """Store a computed prompt. A recurrent model's prefill also took the state one token
+        before the end (``ModelRunner._prefill_one``): stored as its own tail block, so that the
+        same prompt again computes only its last token."""
+        end = request.num_computed
+        if any(s.end == end - 1 for s in snapshots):
+            self.prefix_cache.store(request.all_token_ids[: end - 1], [s for s in snapshots if s.end < end])
+        self.prefix_cache.store(request.all_token_ids[:end], snapshots)
 
     def _store_whole_blocks(self, request: Request, done_before: int, snapshots) -> None:
         """Store the blocks a prefill chunk completed, so that requests sharing this prefix

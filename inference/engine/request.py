@@ -77,8 +77,10 @@ class Request:
 
     Invariant: the KV of ``all_token_ids[:num_computed]`` is in ``cache`` while prefilling;
     a decoding request has the KV of all but its last token in the decode batch, and that
-    last token is its next input. Preemption drops the KV and keeps the tokens, so
-    recomputing it is a prefill of ``all_token_ids[:-1]`` like any new request.
+    last token is its next input. A prefill computes every token, the last one too: the
+    next token is sampled from the logits of the last (``ModelRunner.first_tokens``).
+    Preemption drops the KV and keeps the tokens, so recomputing it is a prefill of
+    ``all_token_ids`` like any new request.
 
     A request with structured output carries its compiled ``grammar`` (shared, immutable) and,
     while it decodes, a ``matcher``: the grammar advanced by every output token that reached
@@ -132,8 +134,8 @@ class Request:
 
     @property
     def num_to_prefill(self) -> int:
-        """Tokens still to run through the model before this request can decode."""
-        return self.num_tokens - 1 - self.num_computed
+        """Tokens still to run through the model before this request's next token is sampled."""
+        return self.num_tokens - self.num_computed
 
     def usage(self) -> Usage:
         return Usage(len(self.prompt_token_ids), len(self.output_token_ids),

@@ -22,8 +22,8 @@ class SchedulerOutput:
     rejected: List[Tuple[Request, str, Optional[str]]] = field(default_factory=list)
     # Newly admitted requests with a cached prefix to load before their first chunk.
     prefix_hits: List[Tuple[Request, object]] = field(default_factory=list)
-    # (request, n): run the next n prompt tokens of the request; n may be 0 when nothing is
-    # left to compute (a one-token prompt or a full prefix hit): it then just starts decoding.
+    # (request, n): run the next n (>= 1) tokens of the request, all in one forward pass where
+    # the model allows; a request whose last token this computes samples its next token.
     prefill: List[Tuple[Request, int]] = field(default_factory=list)
     # Rows of the decode batch this step (each generates one token).
     num_decoding: int = 0
@@ -169,7 +169,7 @@ class Scheduler:
                 continue
             if self.kv_demand(self.running + [r]) > self.kv_capacity:
                 break
-            if budget <= 0 and r.num_to_prefill > 0:
+            if budget <= 0:
                 break
             self.waiting.pop(i)
             self.prefilling.append(r)

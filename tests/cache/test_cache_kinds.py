@@ -224,9 +224,9 @@ def test_restored_caches_are_bit_identical(family, family_dir, tmp_path):
         cold = llm.engine.call(look)
     assert hot[1] == hot[0] and cold[1] == 0  # all hot, then all from the SSD tier
     for end, _, layers in (hot, cold):
-        # The whole prompt; with recurrent layers, to the end of the prompt's own tail block
-        # (its state was taken where the prefill stopped, before the prompt's last token).
-        assert end == (43 if layout.has_state else 44)
+        # The whole prompt, recurrent layers too: the prefill computes the prompt's last token
+        # (the first output token is sampled from its logits) and takes the state there.
+        assert end == 44
         for i, spec in enumerate(layout.layers):
             expected = _expected_layer(recorded, spec, i, end)
             assert len(layers[i]) == len(expected)
