@@ -50,6 +50,9 @@ class ModelSettings(models.Model):
     presence_penalty = models.FloatField(null=True, blank=True)
     frequency_penalty = models.FloatField(null=True, blank=True)
     priority = models.IntegerField(null=True, blank=True)  # lower is scheduled first
+    # Scheduling of this model's engine (EngineConfig.LIVE), over the server-wide settings.
+    max_batch_wait_ms = models.FloatField(null=True, blank=True)
+    max_step_ms = models.FloatField(null=True, blank=True)
     chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
     # The tool-call format to parse (a name of inference.chat.tool_parsers.FORMATS, or "none");
     # None: detected from the chat template, config and vocabulary.

@@ -163,6 +163,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(milliseconds; admitted earlier when the waiting requests fill every free slot; 0 "
             "admits at once)", flag="--max-batch-wait-ms", commands=BOTH,
             check=_engine("max_batch_wait_ms")),
+    Setting("max_step_ms", "OMLX_MAX_STEP_MS", NUMBER, 0,
+            "while requests decode, a step computes only the prompt tokens that keep it near this "
+            "many milliseconds (from the speeds measured while serving), so streams keep a steady "
+            "inter-token latency during long prefills; per model; 0 targets 4 decode steps",
+            flag="--max-step-ms", commands=BOTH, check=_engine("max_step_ms")),
     Setting("hot_cache_max_size", "OMLX_HOT_CACHE_MAX_SIZE", SIZE, "10%",
             "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
             flag="--hot-cache-max-size", commands=BOTH, check=_engine("hot_cache_max_size")),

@@ -202,6 +202,32 @@ def test_settings_apply_without_restart(pool_dirs, monkeypatch):
         pool.close()
 
 
+def test_scheduling_settings_per_model_apply_at_load_and_live(pool_dirs):
+    """A model's max_batch_wait_ms / max_step_ms go over the server's when it loads, a loaded
+    engine takes a change at once, a reset goes back to the server's value, bad values are
+    refused before anything is saved."""
+    pool, _ = make_pool(pool_dirs)
+    try:
+        pool.update_settings("a", {"max_batch_wait_ms": 250, "max_step_ms": 80})
+        engine = pool.engine("a")
+        assert (engine.config.max_batch_wait_ms, engine.config.max_step_ms) == (250, 80)
+        assert pool.engine("org/b").config.max_batch_wait_ms == 0  # the server's
+        pool.update_settings("a", {"max_step_ms": 15})
+        engine.call(lambda e: None)  # the change was queued before this call: applied now
+        assert (engine.config.max_batch_wait_ms, engine.config.max_step_ms) == (250, 15)
+        assert engine.scheduler.config is engine.config
+        pool.update_settings("a", {"max_batch_wait_ms": None, "max_step_ms": None})
+        engine.call(lambda e: None)
+        assert (engine.config.max_batch_wait_ms, engine.config.max_step_ms) == (0, 0)
+        for bad in ({"max_step_ms": -5}, {"max_batch_wait_ms": 10**9}, {"max_step_ms": "fast"},
+                    {"max_batch_wait_ms": True}):
+            with pytest.raises(ValueError, match=next(iter(bad))):
+                pool.update_settings("a", bad)
+        assert pool.settings("a")["max_step_ms"] is None
+    finally:
+        pool.close()
+
+
 def test_concurrent_first_requests_load_once(pool_dirs):
     pool, _ = make_pool(pool_dirs)
     got, errors = [], []

@@ -20,7 +20,7 @@ from admin_panel.model_jobs import jobs
 from inference.chat.capabilities import TOOL_PARSER_CHOICES, folder_tool_format
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 from inference.pool.discovery import KINDS
-from inference.pool.model_settings import SAMPLING_FIELDS
+from inference.pool.model_settings import ENGINE_FIELDS, SAMPLING_FIELDS
 
 Message = Tuple[str, str]  # ("ok" | "error", text)
 
@@ -162,7 +162,7 @@ def _number(text: str, name: str, integer: bool):
 
 def _settings_from_form(form) -> dict:
     changes = {}
-    for name in (*SAMPLING_FIELDS, "context_length"):
+    for name in (*SAMPLING_FIELDS, *ENGINE_FIELDS, "context_length"):
         if name in form:
             changes[name] = _number(form.get(name, ""), name, integer=name in INT_FIELDS)
     if "model_type" in form:
@@ -197,7 +197,8 @@ def _context(messages: List[Message]) -> dict:
             row, job=jobs.running(model_id), estimate_total=estimate.get("total_bytes"),
             tool_parser_detected=detected or "none", tool_parser=values.get("tool_parser") or detected or "none",
             settings=values, kwargs_json=json.dumps(values.get("chat_template_kwargs") or {}),
-            sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS]))
+            sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS],
+            scheduling=[(name, values.get(name)) for name in ENGINE_FIELDS]))
     polling = jobs.any_running() or any(r["loading"] for r in rows)
     return {"rows": rows, "memory": status["memory"], "messages": messages, "polling": polling,
             "states": _states(status["data"]), "tool_parsers": TOOL_PARSER_CHOICES,

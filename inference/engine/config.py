@@ -34,6 +34,12 @@ class EngineConfig:
         None keeps blocks in RAM only.
     max_batch_wait_ms: how long a new request may be held so that it joins a batch with others
         (admitted earlier when the waiting requests fill every free slot); 0 admits at once.
+    max_step_ms: while requests decode, a step computes only as many prompt tokens as keep it
+        near this many milliseconds, from the measured speeds (``step_costs.StepCosts``), so
+        running streams keep a steady inter-token latency while long prompts are prefilled; 0
+        (the default) targets 4 decode steps. Lower: steadier streams, slower first tokens.
+
+    ``LIVE`` names the settings an engine takes while running (``Engine.tune``).
     """
 
     max_concurrent_requests: int = 16
@@ -48,7 +54,9 @@ class EngineConfig:
     hot_cache_max_size: Union[int, str] = "10%"
     paged_ssd_cache_dir: Optional[str] = None
     max_batch_wait_ms: float = 0.0
+    max_step_ms: float = 0.0
 
+    LIVE = ("max_batch_wait_ms", "max_step_ms")
     DTYPES = ("float32", "bfloat16", "float16")
 
     def __post_init__(self):
@@ -76,5 +84,8 @@ class EngineConfig:
         wait = self.max_batch_wait_ms
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 60_000:
             raise ValueError(f"max_batch_wait_ms={wait!r}: must be a number of milliseconds in [0, 60000]")
+        step = self.max_step_ms
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step <= 600_000:
+            raise ValueError(f"max_step_ms={step!r}: must be a number of milliseconds in [0, 600000]")
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")

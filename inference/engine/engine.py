@@ -2,6 +2,7 @@
 requests that stream their tokens back."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -160,6 +161,24 @@ class Engine:
         it first lets a caller refuse a request before accepting it."""
         return compiler_for(self.loaded.tokenizer, self.loaded.vocab_size).compile(structured)
 
+    def tune(self, wait: bool = True, **changes) -> EngineConfig:
+        """Change settings of ``EngineConfig.LIVE`` while the engine runs (a model's settings);
+        they apply from the next step. ValueError (nothing changed) for another setting or a
+        bad value. ``wait=False`` returns without waiting for the engine thread."""
+        other = sorted(set(changes) - set(EngineConfig.LIVE))
+        if other:
+            raise ValueError(f"{other[0]}: not a setting an engine takes while running")
+        config = dataclasses.replace(self.config, **changes)  # checks the values
+
+        def apply(engine):
+            engine.config = engine.scheduler.config = config
+            return config
+
+        if wait:
+            return self.call(apply)
+        self._inbox.put(("call", (apply, queue.SimpleQueue())))
+        return config
+
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
@@ -295,10 +314,13 @@ class Engine:
         # from a step that prefills until one ends with no prompt left to compute.
         if out.prefill:
             self.prefix_cache.engine_busy(True)
+        start = time.perf_counter()
         try:
             self._run_step(out)
         finally:
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
+        self.scheduler.costs.observe(out.num_decoding, sum(n for _, n in out.prefill),
+                                     time.perf_counter() - start)
 
     def _run_step(self, out) -> None:
         self.steps += 1

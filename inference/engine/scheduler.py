@@ -10,6 +10,7 @@ from cache.prefix_cache import PrefixCache
 
 from .config import EngineConfig
 from .request import Request, RequestStatus
+from .step_costs import StepCosts
 
 
 @dataclass
@@ -33,9 +34,16 @@ class Scheduler:
     """Continuous batching.
 
     Each step: every decoding request takes one token of the step's budget; prefilling
-    requests then take chunks of what is left, oldest first, so a long prompt is spread over
-    several steps and never stalls running streams; waiting requests are admitted, most urgent
-    first, while there is room in ``max_concurrent_requests`` and in the KV capacity.
+    requests then take chunks of what is left, most urgent first (the order of the waiting
+    queue, below), so a long prompt is spread over several steps and never stalls running
+    streams; waiting requests are admitted, most urgent first, while there is room in
+    ``max_concurrent_requests`` and in the KV capacity.
+
+    Bounded step time: while requests decode, the prompt tokens of a step are also capped so
+    that the step takes about ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode steps),
+    from the speeds measured while serving (``costs``); at least
+    ``StepCosts.MIN_PREFILL_TOKENS`` a step, so every prefill progresses. Without decoding
+    requests a step takes the whole token budget.
 
     Priorities (``SamplingParams.priority``, lower is more urgent, as vLLM's): waiting requests
     are ordered by (effective priority, arrival). A request's effective priority improves by one
@@ -72,6 +80,7 @@ class Scheduler:
         self.prefilling: List[Request] = []  # admission order
         self.decoding: List[Request] = []  # decode batch order
         self.num_preemptions = 0
+        self.costs = StepCosts()  # the engine reports every step (observe)
 
     # -- bookkeeping called by the engine ----------------------------------------------------
 
@@ -82,9 +91,13 @@ class Scheduler:
             request.queued_at, request.queued_step = self.clock(), self.steps
         self.waiting.append(request)
 
+    def _urgency(self, r: Request) -> tuple:
+        """(effective priority, arrival): the priority improves by one per
+        ``PRIORITY_AGING_STEPS`` steps since the request was first queued."""
+        return r.params.priority - (self.steps - r.queued_step) // self.PRIORITY_AGING_STEPS, r.arrival
+
     def _order(self) -> None:
-        aging = self.PRIORITY_AGING_STEPS
-        self.waiting.sort(key=lambda r: (r.params.priority - (self.steps - r.queued_step) // aging, r.arrival))
+        self.waiting.sort(key=self._urgency)
 
     def _held(self, request: Request, batch_full: bool) -> bool:
         """Whether batch wait still holds this request back (see the class docstring)."""
@@ -142,8 +155,12 @@ class Scheduler:
         self._order()
 
         budget = self.config.step_token_budget - len(self.decoding)
+        if self.decoding:
+            allowance = self.costs.prefill_allowance(self.config.max_step_ms)
+            if allowance is not None:
+                budget = min(budget, allowance)
         out.num_decoding = len(self.decoding)
-        for r in self.prefilling:
+        for r in sorted(self.prefilling, key=self._urgency):
             if budget <= 0:
                 break
             n = min(r.num_to_prefill, self.config.prefill_chunk_size, budget)
@@ -193,9 +210,10 @@ class Scheduler:
         reuse all but their last token). Admitting this request now would compute that part
         twice. Short prompts that share only a chat template's opening never wait.
 
-        Only older requests that are prefilling count, and they always progress (the oldest
-        prefill is served first), so a request waits at most until they are done; if one is
-        preempted or aborted it no longer counts and this one goes on by itself.
+        Only older requests that are prefilling count, and they progress (prefills are served
+        most urgent first, and aging makes every prefill the most urgent within a bounded
+        number of steps), so a request waits at most until they are done; if one is preempted
+        or aborted it no longer counts and this one goes on by itself.
         """
         if not (self.config.share_inflight_prefixes and self.prefix_cache.wants_kv):
             return False

@@ -33,6 +33,7 @@ def get_pool() -> ModelPool:
                 dirs,
                 {"max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS,
                  "max_batch_wait_ms": settings.OMLX_MAX_BATCH_WAIT_MS,
+                 "max_step_ms": settings.OMLX_MAX_STEP_MS,
                  "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
                  "paged_ssd_cache_dir": str(cold) if cold is not None else None},
                 max_model_memory=parse_limit(settings.OMLX_MAX_MODEL_MEMORY, "max_model_memory"),

@@ -13,8 +13,16 @@ from .discovery import KINDS
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
                    "presence_penalty", "frequency_penalty", "priority")
+# The model's engine settings over the server-wide ones; a loaded engine takes a change at once
+# (``Engine.tune``).
+ENGINE_FIELDS = ("max_batch_wait_ms", "max_step_ms")
 FIELDS = ("alias", "pinned", "ttl_seconds", "context_length", "model_type", *SAMPLING_FIELDS,
-          "chat_template_kwargs", "tool_parser")
+          *ENGINE_FIELDS, "chat_template_kwargs", "tool_parser")
+
+
+def engine_overrides(values: dict) -> dict:
+    """The engine settings a model's settings set (the others follow the server's)."""
+    return {name: values[name] for name in ENGINE_FIELDS if values.get(name) is not None}
 
 
 def defaults() -> dict:
@@ -55,6 +63,7 @@ def _check(model_id: str, values: dict, known_ids) -> None:
     from inference.chat.capabilities import check_tool_parser
     from inference.chat.template import check_template_kwargs
     from inference.engine import SamplingParams
+    from inference.engine.config import EngineConfig
     from inference.models import ModelSettings
 
     alias = values["alias"]
@@ -82,6 +91,12 @@ def _check(model_id: str, values: dict, known_ids) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{name}: must be a number, or null")
     SamplingParams(**sampling)  # ValueError "name=value: why"
+    for name in ENGINE_FIELDS:
+        value = values[name]
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name}: must be a number of milliseconds, or null for the server's")
+            EngineConfig(**{name: value})  # ValueError "name=value: why"
     kwargs = values["chat_template_kwargs"]
     values["chat_template_kwargs"] = check_template_kwargs(kwargs if kwargs is not None else {}) or {}
     values["tool_parser"] = check_tool_parser(values["tool_parser"])

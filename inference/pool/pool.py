@@ -350,7 +350,8 @@ class ModelPool:
                 logger.info("loading %s from %s (estimate %s)", model_id, path, format_bytes(need.total_bytes))
                 started = time.monotonic()
                 try:
-                    engine = Engine(path, **self.engine_settings)
+                    overrides = model_settings.engine_overrides(self.settings(model_id))
+                    engine = Engine(path, **{**self.engine_settings, **overrides})
                 except BaseException:
                     metrics.model_load_failed(model_id)
                     raise
@@ -491,8 +492,20 @@ class ModelPool:
             logger.debug("model settings not read: %s", exc)
             return
         with self._lock:
-            self._settings = values
+            before, self._settings = self._settings, values
             self._settings_at = time.monotonic()
+            loaded = {model_id: slot.engine for model_id, slot in self._slots.items()}
+        from inference.engine.config import EngineConfig
+
+        for model_id, engine in loaded.items():  # a model's scheduling settings apply at once
+            wanted = model_settings.engine_overrides(values.get(model_id) or {})
+            if wanted != model_settings.engine_overrides(before.get(model_id) or {}):
+                live = {name: self.engine_settings.get(name, getattr(EngineConfig, name))
+                        for name in EngineConfig.LIVE}
+                try:
+                    engine.tune(wait=False, **{**live, **wanted})
+                except (RuntimeError, ValueError) as exc:  # closed meanwhile; checked on save
+                    logger.warning("%s: scheduling settings not applied: %s", model_id, exc)
 
 
 def _weights_bytes(engine) -> int:

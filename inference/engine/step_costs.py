@@ -1,0 +1,60 @@
+"""What a step costs on this model and machine, learned while serving; the scheduler uses it to
+keep steps near a target time while requests are decoding (``max_step_ms``).
+
+A step's wall time is modelled as ``decode + prefill_tokens / prefill_rate``: ``decode`` is what a
+step of the current decode batch costs with no prefill (the engine's steps without prefill
+measure it directly), ``prefill_rate`` the prompt tokens per second a step adds on top (measured
+from steps with prefill, less the decode estimate). Both are exponential moving averages, so
+they follow the batch size, the prompt lengths and the machine's load. The decode batch is
+pipelined (a step returns the previous step's tokens), so a single step's split between the two
+is blurred; over several steps the averages are what the time bound needs.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class StepCosts:
+    ALPHA = 0.25  # weight of the newest observation
+    # The time bound without a setting: a step may take this many times a pure decode step, so
+    # running streams slow down at most about that much while prompts are prefilled.
+    AUTO_STRETCH = 4.0
+    # Prompt tokens a step always grants while streams decode, however tight the bound: every
+    # prefill progresses.
+    MIN_PREFILL_TOKENS = 32
+
+    def __init__(self):
+        self.decode_seconds: Optional[float] = None  # one step of the decode batch alone
+        self.decode_rows = 0  # the batch size that estimate was last measured at
+        self.prefill_rate: Optional[float] = None  # prompt tokens per second within a step
+
+    def _mix(self, old: Optional[float], new: float) -> float:
+        return new if old is None else (1 - self.ALPHA) * old + self.ALPHA * new
+
+    def observe(self, decode_rows: int, prefill_tokens: int, seconds: float) -> None:
+        """One engine step: the rows it decoded, the prompt tokens it computed, its wall time."""
+        if seconds <= 0:
+            return
+        if prefill_tokens == 0:
+            if decode_rows:
+                self.decode_seconds = self._mix(self.decode_seconds, seconds)
+                self.decode_rows = decode_rows
+            return
+        decode = self.decode_seconds if decode_rows and self.decode_seconds else 0.0
+        spent = seconds - decode
+        if spent > 0:
+            self.prefill_rate = self._mix(self.prefill_rate, prefill_tokens / spent)
+
+    def prefill_allowance(self, max_step_ms: float) -> Optional[int]:
+        """Prompt tokens one step may compute next to the running decode batch so that the step
+        takes about the target time: ``max_step_ms`` if > 0, else ``AUTO_STRETCH`` decode steps.
+        None (no bound) until both speeds have been measured."""
+        if self.decode_seconds is None or self.prefill_rate is None:
+            return None
+        target = max_step_ms / 1000 if max_step_ms > 0 else self.AUTO_STRETCH * self.decode_seconds
+        tokens = int((target - self.decode_seconds) * self.prefill_rate)
+        return max(self.MIN_PREFILL_TOKENS, tokens)
+
+    def snapshot(self) -> dict:
+        return {"decode_step_seconds": self.decode_seconds, "decode_rows": self.decode_rows,
+                "prefill_tokens_per_second": self.prefill_rate}

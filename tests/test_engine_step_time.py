@@ -1,0 +1,137 @@
+"""Bounded step time: while streams decode, a step computes only the prompt tokens that keep it
+near ``max_step_ms`` (from speeds measured while serving), at least
+``StepCosts.MIN_PREFILL_TOKENS``; urgent prefills take the step's budget first; the setting
+changes while the engine runs. Counts of tokens per step, never wall-clock assertions."""
+import threading
+
+import numpy as np
+import pytest
+
+from inference.engine import LLM, SamplingParams
+from inference.engine.step_costs import StepCosts
+
+GREEDY = dict(temperature=0, ignore_eos=True)
+MIN = StepCosts.MIN_PREFILL_TOKENS
+
+
+def _ids(n, seed):
+    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
+
+
+@pytest.fixture(scope="module")
+def path(model_dir):
+    return model_dir(arch="qwen2", preset="tiny")
+
+
+def test_costs_model_a_step_as_decode_plus_prefill():
+    costs = StepCosts()
+    assert costs.prefill_allowance(200) is None  # nothing measured: no bound
+    costs.observe(0, 1000, 0.5)  # a prefill alone: 2,000 tokens/s
+    costs.observe(4, 0, 0.1)  # a decode step of 4 rows
+    assert costs.prefill_rate == 2000 and costs.decode_seconds == 0.1
+    costs.observe(4, 300, 0.25)  # with decode rows: 300 tokens in 0.15 s on top of the decode
+    assert costs.prefill_rate == pytest.approx(0.75 * 2000 + 0.25 * 2000)
+    assert costs.prefill_allowance(200) == 200  # (0.2 - 0.1) s x 2,000 tokens/s
+    assert costs.prefill_allowance(0) == 600  # auto: 4 decode steps = 0.4 s
+    assert costs.prefill_allowance(50) == MIN  # tighter than a decode step: still progresses
+    costs.observe(4, 0, 0.3)
+    assert costs.decode_seconds == pytest.approx(0.75 * 0.1 + 0.25 * 0.3)
+
+
+class Chunks:
+    """Records the (request id, tokens) of every prefill chunk, step by step."""
+
+    def __init__(self, engine, on_chunk=None):
+        self.steps = []
+        self.on_chunk = on_chunk
+        engine.call(self._install)
+
+    def _install(self, engine):
+        prefill = engine.runner.prefill
+
+        def recording(chunks):
+            self.steps.append([(r.request_id, n) for r, n in chunks])
+            if self.on_chunk:
+                self.on_chunk(engine, self.steps)
+            return prefill(chunks)
+
+        engine.runner.prefill = recording
+
+    def of(self, name):
+        return [n for step in self.steps for rid, n in step if rid == name]
+
+
+def _long_prompt_while_streams_decode(llm):
+    """Two streams decode; once both have several tokens, a 300-token prompt arrives. Returns the
+    chunk recorder and the streams' events."""
+    engine = llm.engine
+    chunks = Chunks(engine)
+    tokens = {"a": threading.Event(), "b": threading.Event()}
+    seen = {"a": 0, "b": 0}
+    done = threading.Event()
+
+    def stream(name):
+        def on_event(event):
+            seen[name] += len(event.token_ids)
+            if seen[name] >= 4:
+                tokens[name].set()
+        return on_event
+
+    for name in ("a", "b"):
+        engine.submit(_ids(20, ord(name)), SamplingParams(max_tokens=400, **GREEDY), request_id=name,
+                      callback=stream(name))
+    assert all(t.wait(60) for t in tokens.values())
+    engine.submit(_ids(300, 9), SamplingParams(max_tokens=2, **GREEDY), request_id="long",
+                  callback=lambda e: e.finished and done.set())
+    assert done.wait(120)
+    still = llm.engine.call(lambda e: [r.request_id for r in e.scheduler.decoding])
+    for name in ("a", "b"):
+        engine.abort(name)
+    return chunks, still
+
+
+def test_a_tight_target_spreads_a_long_prompt_over_small_chunks(path):
+    with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
+        chunks, still = _long_prompt_while_streams_decode(llm)
+        costs = llm.engine.call(lambda e: e.scheduler.costs.snapshot())
+    assert set(still) == {"a", "b"}  # the streams decoded all along
+    assert chunks.of("long") == [MIN] * 9 + [300 - 9 * MIN]
+    assert costs["decode_step_seconds"] > 0 and costs["prefill_tokens_per_second"] > 0
+
+
+def test_a_loose_target_prefills_in_one_chunk_and_tune_changes_it_live(path):
+    with LLM(path, prefix_cache=False, max_step_ms=600_000) as llm:
+        chunks, _ = _long_prompt_while_streams_decode(llm)
+        assert chunks.of("long") == [300]
+        config = llm.engine.tune(max_step_ms=0.001)
+        assert config.max_step_ms == 0.001 and llm.engine.config.max_step_ms == 0.001
+        with pytest.raises(ValueError, match="prefill_chunk_size"):
+            llm.engine.tune(prefill_chunk_size=8)
+        with pytest.raises(ValueError, match="max_step_ms"):
+            llm.engine.tune(max_step_ms=-1)
+        chunks, _ = _long_prompt_while_streams_decode(llm)
+        assert chunks.of("long") == [MIN] * 9 + [300 - 9 * MIN]
+
+
+def test_urgent_prefills_take_the_step_budget_first(path):
+    """A background prompt is prefilling when an interactive one arrives: from the step after
+    its admission on, the interactive prompt's chunks come first and take the budget."""
+    def submit_interactive(engine, steps):
+        if len(steps) == 1:  # the background prompt's first chunk: it is now prefilling
+            engine.submit(_ids(100, 2), SamplingParams(max_tokens=1, priority=0, **GREEDY),
+                          request_id="interactive", callback=lambda e: e.finished and done.set())
+
+    done = threading.Event()
+    with LLM(path, prefix_cache=False, max_concurrent_requests=2, step_token_budget=20,
+             prefill_chunk_size=16) as llm:
+        chunks = Chunks(llm.engine, submit_interactive)
+        background = llm.engine.submit(_ids(100, 1), SamplingParams(max_tokens=1, priority=10, **GREEDY),
+                                       request_id="background")
+        assert done.wait(60)
+        list(background)
+    both = [step for step in chunks.steps if len(step) == 2]
+    # Admitted next to the background prompt's chunk with what the budget had left...
+    assert both[0] == [("background", 16), ("interactive", 4)]
+    # ...then first, with whole chunks, until it is done.
+    assert both[1:] and all(step == [("interactive", 16), ("background", 4)] for step in both[1:])
+    assert chunks.of("interactive") == [4] + [16] * 6
