@@ -60,6 +60,35 @@ def figures(results: dict) -> dict:
             "ITL p95": (s["itl_s"]["p95"], "ms"), "output tok/s": (s["output_tokens_per_s"], "tok/s")}
 
 
+PHASES = ("queue", "restore", "prefill", "prefill_wait", "decode")
+
+
+def phase_totals(url: str) -> dict:
+    """omlx's /metrics: (phase, "sum" | "count") -> value of omlx_request_phase_seconds, all models."""
+    import re
+    import urllib.request
+
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    totals = {}
+    for line in text.splitlines():
+        match = re.match(r"omlx_request_phase_seconds_(sum|count)\{(.*)\} (\S+)$", line)
+        if match:
+            phase = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))["phase"]
+            key = (phase, match.group(1))
+            totals[key] = totals.get(key, 0.0) + float(match.group(3))
+    return totals
+
+
+def phase_means(before: dict, after: dict) -> dict:
+    """Mean seconds per request in each engine phase between two /metrics readings."""
+    out = {}
+    for phase in PHASES:
+        count = after.get((phase, "count"), 0) - before.get((phase, "count"), 0)
+        total = after.get((phase, "sum"), 0) - before.get((phase, "sum"), 0)
+        out[phase] = total / count if count else None
+    return out
+
+
 def _show(value, unit) -> str:
     return f"{value * 1000:.1f} ms" if unit == "ms" else f"{value:.2f}"
 
@@ -98,8 +127,11 @@ def main() -> int:
                 for name in order:
                     _, url, model = servers[name]
                     extra = {"logit_bias": bias} if name == "mlx-lm" and settings.ignore_eos else None
+                    before = phase_totals(url) if name == "omlx" else None
                     with OpenAITarget(url + "/v1", model, extra_body=extra) as target:
                         runs[name].append(run_agentic(target, settings))
+                    if before is not None:  # the warm-up request of the run counts too
+                        runs[name][-1]["summary"]["phases_s"] = phase_means(before, phase_totals(url))
                     print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
         finally:
             for process, _, _ in servers.values():
@@ -123,6 +155,13 @@ def main() -> int:
         if ratios:
             print(f"| {name} | {_show(statistics.median(ours), unit)} | {_show(statistics.median(theirs), unit)} | "
                   f"{statistics.median(ratios):.2f}x |")
+    print("\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
+          "omlx_request_phase_seconds, over each run; median over rounds):")
+    print("| " + " | ".join(PHASES) + " | TTFT mean (client) |\n|" + "---:|" * (len(PHASES) + 1))
+    phases = [run["summary"]["phases_s"] for run in runs["omlx"]]
+    means = [statistics.median(p[ph] for p in phases if p[ph] is not None) for ph in PHASES]
+    ttft = statistics.median(run["summary"]["ttft_s"]["mean"] for run in runs["omlx"])
+    print("| " + " | ".join(f"{m:.3f}" for m in means) + f" | {ttft:.3f} |")
     for name in servers:
         totals = [run["summary"] for run in runs[name]]
         cached = [t["cached_tokens"] for t in totals]

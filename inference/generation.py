@@ -223,9 +223,12 @@ def usage_dict(usage) -> dict:
     if usage is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
                 "hot_cached_tokens": 0, "cold_cached_tokens": 0}
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "cached_tokens": usage.cached_tokens, "hot_cached_tokens": usage.hot_cached_tokens,
-            "cold_cached_tokens": usage.cold_cached_tokens}
+    values = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+              "cached_tokens": usage.cached_tokens, "hot_cached_tokens": usage.hot_cached_tokens,
+              "cold_cached_tokens": usage.cold_cached_tokens}
+    if usage.timings is not None:  # for /metrics (omlx_request_phase_seconds), not the API bodies
+        values["timings"] = usage.timings
+    return values
 
 
 def chat_prompt(tokenizer, job: GenerationJob) -> Tuple[List[int], str]:

@@ -55,6 +55,12 @@ ITL = Histogram(
     "omlx_inter_token_latency_seconds",
     "Time between generated tokens of a choice, per token", ["model"], buckets=LATENCY_BUCKETS,
     registry=REGISTRY)
+REQUEST_PHASE = Histogram(
+    "omlx_request_phase_seconds",
+    "Where a finished generation's time went in the engine, by phase: queue (waiting for admission), "
+    "restore (cached KV loaded), prefill (its forward passes), prefill_wait (admitted, before its first "
+    "token, while the engine ran other work), decode (first token to the end)", ["model", "phase"],
+    buckets=LATENCY_BUCKETS, registry=REGISTRY)
 MODEL_LOADS = Counter("omlx_model_loads", "Models loaded by the pool", ["model"], registry=REGISTRY)
 MODEL_LOAD_FAILURES = Counter("omlx_model_load_failures", "Model loads that failed", ["model"],
                               registry=REGISTRY)
@@ -115,6 +121,8 @@ class GenerationObserver:
             if index % self.n == 0:  # each prompt once, as the API's usage counts it
                 PROMPT_TOKENS.labels(self.model).inc(usage.get("prompt_tokens") or 0)
                 CACHED_PROMPT_TOKENS.labels(self.model).inc(usage.get("cached_tokens") or 0)
+            for phase, seconds in (usage.get("timings") or {}).items():
+                REQUEST_PHASE.labels(self.model, phase).observe(seconds)
 
 
 def recent_ttfts(since: float) -> List[float]:

@@ -125,6 +125,15 @@ def test_in_process(model_dir):
     # the engine tells the tiers apart: without an SSD tier every cached token came from RAM
     assert total["hot_cached_tokens"] == total["cached_tokens"] and total["cold_cached_tokens"] == 0
     assert [d for d, _ in steps] == list(range(THREE_TURNS.total_steps() + 1))
+    # ...and says where each request's time went; the phases before the first token add up to
+    # the engine's share of the TTFT the client measured (the client's also has the hand-off)
+    phases = total["phases_s"]
+    assert set(phases) == {"queue", "restore", "prefill", "prefill_wait", "decode"}
+    assert phases["prefill"] > 0 and phases["decode"] > 0 and phases["restore"] > 0  # turns 2, 3 hit
+    for row in results["requests"]:
+        t = row["timings"]
+        assert min(t.values()) >= 0
+        assert t["queue"] + t["restore"] + t["prefill"] + t["prefill_wait"] <= row["ttft_s"] + 1e-3
 
 
 def test_url_omlx_serve(omlx_server, model_dir):
@@ -135,6 +144,7 @@ def test_url_omlx_serve(omlx_server, model_dir):
     assert results["target"]["url"] == omlx_server.url + "/v1"
     # over HTTP omlx reports cached tokens, not which tier they came from
     assert results["summary"]["hot_cached_tokens"] is None and results["requests"][0]["hot_cached_tokens"] is None
+    assert results["summary"]["phases_s"] is None  # nor the engine's phases
 
 
 def test_url_errors(omlx_server):

@@ -63,12 +63,18 @@ class Chunks:
 
 def _long_prompt_while_streams_decode(llm):
     """Two streams decode; once both have several tokens, a 300-token prompt arrives. Returns the
-    chunk recorder and the streams' events."""
+    chunk recorder, the requests still decoding when the long one ended, and its last event."""
     engine = llm.engine
     chunks = Chunks(engine)
     tokens = {"a": threading.Event(), "b": threading.Event()}
     seen = {"a": 0, "b": 0}
     done = threading.Event()
+    final = {}
+
+    def long_done(event):
+        if event.finished:
+            final["event"] = event
+            done.set()
 
     def stream(name):
         def on_event(event):
@@ -81,18 +87,17 @@ def _long_prompt_while_streams_decode(llm):
         engine.submit(_ids(20, ord(name)), SamplingParams(max_tokens=400, **GREEDY), request_id=name,
                       callback=stream(name))
     assert all(t.wait(60) for t in tokens.values())
-    engine.submit(_ids(300, 9), SamplingParams(max_tokens=2, **GREEDY), request_id="long",
-                  callback=lambda e: e.finished and done.set())
+    engine.submit(_ids(300, 9), SamplingParams(max_tokens=2, **GREEDY), request_id="long", callback=long_done)
     assert done.wait(120)
     still = llm.engine.call(lambda e: [r.request_id for r in e.scheduler.decoding])
     for name in ("a", "b"):
         engine.abort(name)
-    return chunks, still
+    return chunks, still, final["event"]
 
 
 def test_a_tight_target_spreads_a_long_prompt_over_small_chunks(path):
     with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
-        chunks, still = _long_prompt_while_streams_decode(llm)
+        chunks, still, _ = _long_prompt_while_streams_decode(llm)
         costs = llm.engine.call(lambda e: e.scheduler.costs.snapshot())
     assert set(still) == {"a", "b"}  # the streams decoded all along
     assert chunks.of("long") == [MIN] * 9 + [300 - 9 * MIN]
@@ -101,7 +106,7 @@ def test_a_tight_target_spreads_a_long_prompt_over_small_chunks(path):
 
 def test_a_loose_target_prefills_in_one_chunk_and_tune_changes_it_live(path):
     with LLM(path, prefix_cache=False, max_step_ms=600_000) as llm:
-        chunks, _ = _long_prompt_while_streams_decode(llm)
+        chunks, _, _ = _long_prompt_while_streams_decode(llm)
         assert chunks.of("long") == [300]
         config = llm.engine.tune(max_step_ms=0.001)
         assert config.max_step_ms == 0.001 and llm.engine.config.max_step_ms == 0.001
@@ -109,7 +114,7 @@ def test_a_loose_target_prefills_in_one_chunk_and_tune_changes_it_live(path):
             llm.engine.tune(prefill_chunk_size=8)
         with pytest.raises(ValueError, match="max_step_ms"):
             llm.engine.tune(max_step_ms=-1)
-        chunks, _ = _long_prompt_while_streams_decode(llm)
+        chunks, _, _ = _long_prompt_while_streams_decode(llm)
         assert chunks.of("long") == [MIN] * 9 + [300 - 9 * MIN]
 
 
@@ -135,3 +140,18 @@ def test_urgent_prefills_take_the_step_budget_first(path):
     # ...then first, with whole chunks, until it is done.
     assert both[1:] and all(step == [("interactive", 16), ("background", 4)] for step in both[1:])
     assert chunks.of("interactive") == [4] + [16] * 6
+
+
+def test_timings_say_where_a_requests_time_went(path):
+    """Two prompts submitted together to an engine that runs one request at a time: the second
+    one's queue time covers the whole first request; a prompt prefilled in small chunks between
+    decode steps waited for them (prefill_wait > 0)."""
+    with LLM(path, prefix_cache=False, max_concurrent_requests=1) as llm:
+        first, second = llm.generate([_ids(40, 1), _ids(40, 2)], SamplingParams(max_tokens=5, **GREEDY))
+    a, b = first.usage.timings, second.usage.timings
+    assert set(a) == {"queue", "restore", "prefill", "prefill_wait", "decode"}
+    assert a["prefill"] > 0 and a["decode"] > 0 and a["restore"] == 0
+    assert b["queue"] >= a["prefill"] + a["prefill_wait"] + a["decode"]
+    with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
+        _, _, long = _long_prompt_while_streams_decode(llm)
+    assert long.usage.timings["prefill_wait"] > 0

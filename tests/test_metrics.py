@@ -94,6 +94,10 @@ def test_requests_tokens_and_latencies(server, client):
     assert delta("omlx_inter_token_latency_seconds_count", model="tiny") == 9
     assert after.value("omlx_time_to_first_token_seconds_bucket", model="tiny", le="+Inf") == \
         after.value("omlx_time_to_first_token_seconds_count", model="tiny")
+    for phase in ("queue", "restore", "prefill", "prefill_wait", "decode"):  # one per finished choice
+        assert delta("omlx_request_phase_seconds_count", model="tiny", phase=phase) == 2
+    assert delta("omlx_request_phase_seconds_sum", model="tiny", phase="prefill") > 0
+    assert delta("omlx_request_phase_seconds_sum", model="tiny", phase="decode") > 0
     assert after.value("omlx_model_loads_total", model="tiny") >= 1
     assert after.value("omlx_models_loaded") == 1
     assert after.value("omlx_model_memory_bytes", model="tiny") > 0

@@ -19,7 +19,9 @@ What is reported (``run_agentic`` returns plain data, ``AGENTIC_RESULTS_VERSION`
   tokens / the run's wall time (first request sent to last token); prompt tokens in all, cached
   (reused) tokens as the target reported them (None when it reported none: "n/a"), computed =
   prompt - cached; hot / cold cached tokens where the target tells the tiers apart (the local
-  engine).
+  engine); ``phases_s``, where the local engine says it: the mean seconds per request spent
+  queued, restoring cached KV, in prefill forward passes, admitted but waiting for other work
+  (other prompts' chunks, decode steps) before the first token, and decoding.
 - ``turns``: per turn, prompt and cached tokens, the growth of the prompt over the previous turn
   of the same conversation, TTFT.
 - ``requests``: per request, where its time went (sent at, TTFT, decode time) and its tokens.
@@ -136,7 +138,7 @@ def _request_row(conversation: int, turn: int, burst: int, result: StreamResult,
             "computed_tokens": result.prompt_tokens - result.cached_tokens if result.cached_known else None,
             "hot_cached_tokens": result.hot_cached_tokens, "cold_cached_tokens": result.cold_cached_tokens,
             "prompt_growth": result.prompt_tokens - previous_prompt if ok and previous_prompt else None,
-            "error": result.error}
+            "timings": result.timings, "error": result.error}
 
 
 def _total(rows: List[dict], key: str) -> Optional[int]:
@@ -158,7 +160,17 @@ def _summary(rows: List[dict], gaps: List[float], span: Optional[float], setting
             "prompt_tokens": prompt, "cached_tokens": cached,
             "computed_tokens": prompt - cached if cached is not None else None,
             "reused_share": cached / prompt if cached is not None and prompt else None,
-            "hot_cached_tokens": _total(ok, "hot_cached_tokens"), "cold_cached_tokens": _total(ok, "cold_cached_tokens")}
+            "hot_cached_tokens": _total(ok, "hot_cached_tokens"), "cold_cached_tokens": _total(ok, "cold_cached_tokens"),
+            "phases_s": _phases(ok)}
+
+
+def _phases(rows: List[dict]) -> Optional[dict]:
+    """Mean seconds per request in each phase of the engine (``Request.timings``); None when the
+    target did not say (a server other than the in-process engine)."""
+    timed = [r["timings"] for r in rows if r.get("timings")]
+    if not timed or len(timed) < len(rows):
+        return None
+    return {phase: sum(t[phase] for t in timed) / len(timed) for phase in timed[0]}
 
 
 def _turn_rows(rows: List[dict], turns: int) -> List[dict]:

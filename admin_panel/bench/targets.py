@@ -38,7 +38,8 @@ class StreamResult:
     engine, one per non-empty text chunk for a server); the first is the first token's.
     ``cached_known`` is False when the target did not report cached tokens (``cached_tokens``
     is then 0); ``hot_cached_tokens`` / ``cold_cached_tokens`` are None unless the target says
-    which tier they came from (the engine does). ``text`` and ``tool_calls`` are the answer as
+    which tier they came from (the engine does), and ``timings`` unless it says where the
+    request's time went (the engine does: queue, restore, prefill, prefill_wait, decode). ``text`` and ``tool_calls`` are the answer as
     returned (chat requests; tool calls in OpenAI's form, only where a server parsed some).
     """
 
@@ -53,6 +54,7 @@ class StreamResult:
     text: str = ""
     tool_calls: List[dict] = field(default_factory=list)
     error: Optional[str] = None
+    timings: Optional[dict] = None  # the engine's phases of the request (``Request.timings``)
 
     @property
     def ttft(self) -> Optional[float]:
@@ -211,6 +213,7 @@ class EngineTarget(Target):
                 result.cached_known = True
                 result.hot_cached_tokens = event.usage.hot_cached_tokens
                 result.cold_cached_tokens = event.usage.cold_cached_tokens
+                result.timings = event.usage.timings
             ended.set()
 
         return on_event

@@ -330,16 +330,21 @@ class Engine:
         for request, reason, error in out.rejected:
             self._finish(request, reason, error)
         for request, hit in out.prefix_hits:
+            start = time.perf_counter()
             self.runner.seed_cache(request, hit.layers, hit.num_tokens)
             self.prefix_cache.release(hit)
+            request.restore_seconds += time.perf_counter() - start
         if out.prefill:
             start = time.perf_counter()
             done_before = {request: request.num_computed for request, _ in out.prefill}
             snapshots, done = self.runner.prefill(out.prefill)
+            seconds = time.perf_counter() - start
+            for request, _ in out.prefill:
+                request.prefill_seconds += seconds
             self.prefill_chunks += len(out.prefill)
             together = self.runner.prefill_together and len(out.prefill) > 1
             self.prefill_forwards += 1 if together else len(out.prefill)
-            self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), time.perf_counter() - start)
+            self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), seconds)
             for request, _ in out.prefill:
                 if request.num_to_prefill == 0:
                     if self.prefix_cache.wants_kv:
@@ -358,7 +363,11 @@ class Engine:
         prefill finished, from the logits of its last prompt token, then move each into the
         decode batch (unless that token already ended it)."""
         ended = []
-        for request, token, logprob, state in self.runner.first_tokens(done):
+        sampled = self.runner.first_tokens(done)
+        now = time.perf_counter()
+        for request, token, logprob, state in sampled:
+            if request.first_token_at is None:
+                request.first_token_at = now
             self.scheduler.started_decoding(request)
             end = self._on_token(request, token, logprob)
             if end is None:
@@ -414,7 +423,7 @@ class Engine:
                 event.text += request.text_stream.flush()
             event.finish_reason = reason
             event.error = error
-            event.usage = request.usage()
+            event.usage = request.usage(time.perf_counter())
             request.sink(event)
 
     def _store_prompt(self, request: Request, snapshots) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
@@ -30,6 +31,8 @@ class Usage:
     completion_tokens: int
     hot_cached_tokens: int = 0  # KV from the hot tier (RAM)
     cold_cached_tokens: int = 0  # KV from the cold tier (SSD)
+    # Where the request's time went, in seconds (``Request.timings``); None before it finished.
+    timings: Optional[dict] = None
 
     @property
     def cached_tokens(self) -> int:
@@ -123,6 +126,12 @@ class Request:
         self.snapshots: list = []
         self.grammar = grammar
         self.matcher: Optional["GrammarMatcher"] = None
+        # Where its time goes (seconds, ``time.perf_counter``): see ``timings``.
+        self.created = time.perf_counter()
+        self.admitted_at: Optional[float] = None  # first admission
+        self.first_token_at: Optional[float] = None
+        self.restore_seconds = 0.0  # loading cached prefixes into its caches
+        self.prefill_seconds = 0.0  # prefill forward passes it took part in (shared ones whole)
 
     @property
     def all_token_ids(self) -> List[int]:
@@ -137,9 +146,25 @@ class Request:
         """Tokens still to run through the model before this request's next token is sampled."""
         return self.num_tokens - self.num_computed
 
-    def usage(self) -> Usage:
+    def timings(self, now: float) -> dict:
+        """Seconds from submission to ``now``, by phase: ``queue`` (waiting for admission,
+        batch wait included), ``restore`` (cached KV into its caches), ``prefill`` (forward
+        passes over its prompt, a batched one counted whole), ``prefill_wait`` (admitted, before
+        its first token, while the engine ran other work: other prompts' chunks, decode steps,
+        a recomputation after preemption), ``decode`` (first token to ``now``). They add up to
+        the total; TTFT = queue + restore + prefill + prefill_wait."""
+        admitted = self.admitted_at if self.admitted_at is not None else now
+        first = self.first_token_at if self.first_token_at is not None else now
+        queue = admitted - self.created
+        wait = max(0.0, first - admitted - self.restore_seconds - self.prefill_seconds)
+        return {"queue": queue, "restore": self.restore_seconds, "prefill": self.prefill_seconds,
+                "prefill_wait": wait, "decode": now - first}
+
+    def usage(self, now: Optional[float] = None) -> Usage:
+        """Token counts; with ``now`` (when it finishes) also the timings."""
         return Usage(len(self.prompt_token_ids), len(self.output_token_ids),
-                     self.cached_hot_tokens, self.cached_cold_tokens)
+                     self.cached_hot_tokens, self.cached_cold_tokens,
+                     self.timings(now) if now is not None else None)
 
     def __repr__(self):
         return f"Request({self.request_id}, {self.status.value}, {self.num_tokens} tokens)"

@@ -190,6 +190,8 @@ class Scheduler:
                 break
             self.waiting.pop(i)
             self.prefilling.append(r)
+            if r.admitted_at is None:
+                r.admitted_at = time.perf_counter()
             r.status = RequestStatus.PREFILLING
             hit = self.prefix_cache.lookup(r.all_token_ids, max_tokens=r.num_tokens - 1)
             if hit is not None and hit.num_tokens > 0:
