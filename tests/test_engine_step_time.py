@@ -119,8 +119,8 @@ def test_a_loose_target_prefills_in_one_chunk_and_tune_changes_it_live(path):
 
 
 def test_urgent_prefills_take_the_step_budget_first(path):
-    """A background prompt is prefilling when an interactive one arrives: from the step after
-    its admission on, the interactive prompt's chunks come first and take the budget."""
+    """A background prompt is prefilling when an interactive one arrives: the interactive one
+    takes every step's budget until its prompt is done, then the background one goes on."""
     def submit_interactive(engine, steps):
         if len(steps) == 1:  # the background prompt's first chunk: it is now prefilling
             engine.submit(_ids(100, 2), SamplingParams(max_tokens=1, priority=0, **GREEDY),
@@ -134,24 +134,9 @@ def test_urgent_prefills_take_the_step_budget_first(path):
                                        request_id="background")
         assert done.wait(60)
         list(background)
-    both = [step for step in chunks.steps if len(step) == 2]
-    # Admitted next to the background prompt's chunk with what the budget had left...
-    assert both[0] == [("background", 16), ("interactive", 4)]
-    # ...then first, with whole chunks, until it is done.
-    assert both[1:] and all(step == [("interactive", 16), ("background", 4)] for step in both[1:])
-    assert chunks.of("interactive") == [4] + [16] * 6
-
-
-def test_timings_say_where_a_requests_time_went(path):
-    """Two prompts submitted together to an engine that runs one request at a time: the second
-    one's queue time covers the whole first request; a prompt prefilled in small chunks between
-    decode steps waited for them (prefill_wait > 0)."""
-    with LLM(path, prefix_cache=False, max_concurrent_requests=1) as llm:
-        first, second = llm.generate([_ids(40, 1), _ids(40, 2)], SamplingParams(max_tokens=5, **GREEDY))
-    a, b = first.usage.timings, second.usage.timings
-    assert set(a) == {"queue", "restore", "prefill", "prefill_wait", "decode"}
-    assert a["prefill"] > 0 and a["decode"] > 0 and a["restore"] == 0
-    assert b["queue"] >= a["prefill"] + a["prefill_wait"] + a["decode"]
-    with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
-        _, _, long = _long_prompt_while_streams_decode(llm)
-    assert long.usage.timings["prefill_wait"] > 0
+    # Admitted the step after the background prompt's first chunk, it takes the budget, and the
+    # less urgent background prompt waits until it is done.
+    assert chunks.steps[0] == [("background", 16)]
+    assert chunks.steps[1:8] == [[("interactive", 16)]] * 6 + [[("interactive", 4)]]
+    assert chunks.steps[8] == [("background", 16)]
+    assert chunks.of("background") == [16] * 6 + [4]

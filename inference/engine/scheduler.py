@@ -33,11 +33,13 @@ class SchedulerOutput:
 class Scheduler:
     """Continuous batching.
 
-    Each step: every decoding request takes one token of the step's budget; prefilling
-    requests then take chunks of what is left, most urgent first (the order of the waiting
-    queue, below), so a long prompt is spread over several steps and never stalls running
-    streams; waiting requests are admitted, most urgent first, while there is room in
-    ``max_concurrent_requests`` and in the KV capacity.
+    Each step: every decoding request takes one token of the step's budget; waiting requests
+    are admitted, most urgent first, while there is room in ``max_concurrent_requests`` and in
+    the KV capacity; prefilling requests then take chunks of what is left, most urgent first
+    (the order of the waiting queue, below), so a long prompt is spread over several steps and
+    never stalls running streams. Only the most urgent level prefills in a step: while an
+    interactive prompt is prefilled, background prompts wait, so its first token does not pay
+    for their chunks (their aging bounds the wait).
 
     Bounded step time: while requests decode, the prompt tokens of a step are also capped so
     that the step takes about ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode steps),
@@ -160,13 +162,24 @@ class Scheduler:
             if allowance is not None:
                 budget = min(budget, allowance)
         out.num_decoding = len(self.decoding)
+        if budget > 0:
+            self._admit(out)
+        # The budget goes to the prefills most urgent first; while a more urgent prompt is being
+        # prefilled, less urgent ones wait (their aging bounds how long: nothing starves).
+        top = None
         for r in sorted(self.prefilling, key=self._urgency):
-            if budget <= 0:
+            level = self._urgency(r)[0]
+            if budget <= 0 or (top is not None and level > top):
                 break
+            top = level
             n = min(r.num_to_prefill, self.config.prefill_chunk_size, budget)
             out.prefill.append((r, n))
             budget -= n
+        return out
 
+    def _admit(self, out: SchedulerOutput) -> None:
+        """Move waiting requests into ``prefilling``, most urgent first, while there is room;
+        look each up in the prefix cache."""
         i = 0
         # The waiting requests fill every free slot: batch wait holds none of them back.
         batch_full = len(self.waiting) >= self.config.max_concurrent_requests - len(self.running)
@@ -186,8 +199,6 @@ class Scheduler:
                 continue
             if self.kv_demand(self.running + [r]) > self.kv_capacity:
                 break
-            if budget <= 0:
-                break
             self.waiting.pop(i)
             self.prefilling.append(r)
             if r.admitted_at is None:
@@ -200,10 +211,6 @@ class Scheduler:
                 if r.num_preemptions == 0:
                     r.cached_hot_tokens = min(hit.hot_tokens, len(r.prompt_token_ids))
                     r.cached_cold_tokens = min(hit.cold_tokens, len(r.prompt_token_ids) - r.cached_hot_tokens)
-            n = min(r.num_to_prefill, self.config.prefill_chunk_size, max(budget, 0))
-            out.prefill.append((r, n))
-            budget -= n
-        return out
 
     def waits_for_shared_prefill(self, request: Request) -> bool:
         """Whether an older request now prefilling shares at least one whole block of this
