@@ -51,8 +51,7 @@ def restart_view(request):
         return _answer(request, [("error", "This server was not started by `omlx serve`, so it cannot "
                                            "restart itself; restart it where it was started.")], 409)
     restart.request()
-    response = render(request, "admin_panel/partials/settings_restarting.html", {})
-    return response
+    return render(request, "admin_panel/partials/settings_restarting.html", {})
 
 
 def _save(request, form, messages: List[Message]) -> None:
@@ -102,7 +101,7 @@ def _flags() -> dict:
 
 
 def _text(setting, value) -> str:
-    if value is None:
+    if value is None and setting.kind is not config.FOLDER_OR_OFF:  # a folder's None is "off"
         return ""
     return setting.kind.text(value)
 

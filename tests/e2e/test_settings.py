@@ -78,6 +78,7 @@ def test_every_setting_with_its_source_saved_and_refused(page, admin_server, sho
     assert API_KEY not in page.content()
     expect(_row(page, "model_dir").locator(".locked")).to_contain_text("given as --model-dir")
     expect(_row(page, "hf_cache").locator(".source")).to_have_text("environment")  # tests/conftest.py
+    expect(_row(page, "hf_cache").locator(".current")).to_have_text("off")
     expect(_row(page, "max_queued_requests").locator(".source")).to_have_text("default")
     shot(page, "settings-initial")
 
