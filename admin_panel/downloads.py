@@ -198,7 +198,7 @@ class Downloads:
             try:
                 event = json.loads(line)
             except ValueError:
-                continue  # the closing "ORG/NAME is in PATH" line
+                continue  # not an event (a library's stray print)
             if isinstance(event, dict):
                 self._apply(download, event)
         code = process.wait()

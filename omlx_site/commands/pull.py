@@ -63,5 +63,6 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("\nomlx pull: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
-    print(f"{args.repo} is in {path}")
+    if args.progress == "text":  # (json: the finish event names the folder)
+        print(f"{args.repo} is in {path}")
     return 0
