@@ -7,6 +7,7 @@ from django.urls import path
 
 from admin_panel.consumers.benchmark import BenchmarkConsumer
 from admin_panel.consumers.chat import ChatConsumer
+from admin_panel.consumers.downloads import DownloadsConsumer
 from admin_panel.consumers.logs import LogsConsumer
 from admin_panel.consumers.status import StatusConsumer
 
@@ -14,6 +15,7 @@ websocket_urlpatterns: list = [
     path("ws/admin/status/", StatusConsumer.as_asgi()),
     path("ws/admin/chat/", ChatConsumer.as_asgi()),
     path("ws/admin/logs/", LogsConsumer.as_asgi()),
+    path("ws/admin/downloads/", DownloadsConsumer.as_asgi()),
     path("ws/admin/benchmark/<int:run_id>/", BenchmarkConsumer.as_asgi()),
 ]
 

@@ -1,9 +1,10 @@
 """/admin/...: the console's pages and their htmx actions."""
 from django.urls import path
 
-from admin_panel.views import auth, benchmark, chat, logs, status
+from admin_panel.views import auth, benchmark, chat, downloads, logs, status
 from admin_panel.views import cache as cache_views
 from admin_panel.views import models as models_views
+from admin_panel.views import settings as settings_views
 
 app_name = "admin_panel"
 
@@ -25,4 +26,9 @@ urlpatterns = [
     path("cache/panel/", cache_views.panel, name="cache_panel"),
     path("cache/action/", cache_views.action, name="cache_action"),
     path("cache/probe/", cache_views.probe, name="cache_probe"),
+    path("settings/", settings_views.page, name="settings"),
+    path("settings/save/", settings_views.save, name="settings_save"),
+    path("settings/restart/", settings_views.restart_view, name="settings_restart"),
+    path("downloads/", downloads.page, name="downloads"),
+    path("downloads/action/", downloads.action, name="downloads_action"),
 ]

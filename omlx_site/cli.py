@@ -191,17 +191,24 @@ def _serve(parser, args) -> int:
     from omlx_site.server import serve
 
     given, values = _settings(parser, args, "serve")
-    if values["workers"] == 0 and not values["redis_url"] and values["api_handoff"] == "huey":
-        parser.error("--workers 0 needs --redis-url (without Redis only the server's own workers "
-                     "can run requests)")
+    try:
+        config.check_together(values)
+    except ValueError as exc:
+        parser.error(str(exc))
     if given:
         path = config.save(given)
         for verb, keys in (("saved", [k for k, v in given.items() if v is not None]),
                            ("removed", [k for k, v in given.items() if v is None])):
             if keys:
                 print(f"omlx: {verb} {', '.join(config.BY_KEY[k].flag for k in keys)} in {path}", file=sys.stderr)
+    config.remember_launch(given, os.environ)  # the console tells flags from variables
     config.export(given)  # omlx_site.settings (and `manage.py run_huey` children) read the environment
-    return serve(values["host"], values["port"])
+    code = serve(values["host"], values["port"])
+    from omlx_site import restart
+
+    if restart.requested():  # the console's Restart button: the same command line starts again
+        restart.reexec()
+    return code
 
 
 def _worker(parser, args) -> int:

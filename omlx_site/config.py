@@ -109,6 +109,10 @@ class Setting:
     shown_default: Optional[str] = None
     metavar: Optional[str] = None
     secret: bool = False
+    # When a change made while the server runs (the console's Settings page) takes effect: "now"
+    # (read at use time: omlx_site/live_settings.py applies it), "next load" (models loaded after
+    # the change get it) or "restart".
+    applies: str = "restart"
 
     def parse(self, raw):
         value = self.kind.parse(raw)
@@ -128,7 +132,7 @@ class Setting:
         """Plain data about the setting (for the admin panel and the docs)."""
         return {"key": self.key, "env": self.env, "flag": self.flag, "type": self.kind.name,
                 "default": self.default_text(), "help": self.help, "commands": list(self.commands),
-                "secret": self.secret}
+                "secret": self.secret, "applies": self.applies}
 
 
 SERVE, BOTH = ("serve",), ("serve", "worker")
@@ -142,47 +146,49 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model_dir", "OMLX_MODEL_DIR", FOLDERS, lambda home: [home / "models"],
             "folders of model folders, searched at depth 1 (DIR/name) and 2 (DIR/org/name); repeat the "
             "flag for several (the first with an id wins); the variable separates them with os.pathsep",
-            flag="--model-dir", commands=BOTH, shown_default="$OMLX_HOME/models"),
+            flag="--model-dir", commands=BOTH, shown_default="$OMLX_HOME/models", applies="now"),
     Setting("hf_cache", "OMLX_HF_CACHE", FOLDER_OR_OFF, lambda home: _hf_hub_cache(),
             "the Hugging Face cache, whose models (ORG/NAME at the snapshot of refs/main) are served "
             "after the model folders'; 'off': not searched", flag="--hf-cache", commands=BOTH,
-            shown_default="$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub"),
+            shown_default="$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub",
+            applies="now"),
     Setting("max_model_memory", "OMLX_MAX_MODEL_MEMORY", MEMORY_LIMIT, "80%",
             "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
             "32GB, 80% of RAM, or 'disabled'", flag="--max-model-memory", commands=BOTH,
-            check=_memory_limit(auto=False)),
+            check=_memory_limit(auto=False), applies="now"),
     Setting("max_process_memory", "OMLX_MAX_PROCESS_MEMORY", MEMORY_LIMIT, "auto",
             "limit on the whole process when loading a model: a size, a percentage of RAM, 'auto' "
             "(RAM minus 8 GiB, at least half of RAM) or 'disabled'", flag="--max-process-memory",
-            commands=BOTH, check=_memory_limit(auto=True)),
+            commands=BOTH, check=_memory_limit(auto=True), applies="now"),
     Setting("max_concurrent_requests", "OMLX_MAX_CONCURRENT_REQUESTS", INTEGER, 16,
             "requests prefilling or decoding at once, per model", flag="--max-concurrent-requests",
-            commands=BOTH, check=_engine("max_concurrent_requests")),
+            commands=BOTH, check=_engine("max_concurrent_requests"), applies="next load"),
     Setting("max_batch_wait_ms", "OMLX_MAX_BATCH_WAIT_MS", NUMBER, 0,
             "how long a new request may be held so that it joins a batch with others, per model "
             "(milliseconds; admitted earlier when the waiting requests fill every free slot; 0 "
             "admits at once)", flag="--max-batch-wait-ms", commands=BOTH,
-            check=_engine("max_batch_wait_ms")),
+            check=_engine("max_batch_wait_ms"), applies="next load"),
     Setting("max_step_ms", "OMLX_MAX_STEP_MS", NUMBER, 0,
             "while requests decode, a step computes only the prompt tokens that keep it near this "
             "many milliseconds (from the speeds measured while serving), so streams keep a steady "
             "inter-token latency during long prefills; per model; 0 targets 4 decode steps",
-            flag="--max-step-ms", commands=BOTH, check=_engine("max_step_ms")),
+            flag="--max-step-ms", commands=BOTH, check=_engine("max_step_ms"), applies="next load"),
     Setting("hot_cache_max_size", "OMLX_HOT_CACHE_MAX_SIZE", SIZE, "10%",
             "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
-            flag="--hot-cache-max-size", commands=BOTH, check=_engine("hot_cache_max_size")),
+            flag="--hot-cache-max-size", commands=BOTH, check=_engine("hot_cache_max_size"),
+            applies="next load"),
     Setting("paged_ssd_cache_dir", "OMLX_COLD_CACHE_DIR", FOLDER_OR_OFF, lambda home: home / "cache",
             "folder of the SSD tier of the KV cache, kept across restarts; 'off' keeps blocks in RAM "
             "only", flag="--paged-ssd-cache-dir", commands=BOTH, shown_default="$OMLX_HOME/cache"),
     Setting("paged_ssd_cache_max_size", "OMLX_COLD_CACHE_MAX_BYTES", BYTES, None,
             "cap on the SSD tier, all models together, e.g. 50GB (unset: no cap)",
-            flag="--paged-ssd-cache-max-size", commands=BOTH),
+            flag="--paged-ssd-cache-max-size", commands=BOTH, applies="now"),
     Setting("paged_ssd_cache_ttl", "OMLX_COLD_CACHE_TTL_SECONDS", NUMBER, None,
             "remove SSD blocks nobody used for this many seconds (unset: never)",
-            flag="--paged-ssd-cache-ttl", commands=BOTH, check=_positive, metavar="SECONDS"),
+            flag="--paged-ssd-cache-ttl", commands=BOTH, check=_positive, metavar="SECONDS", applies="now"),
     Setting("api_key", "OMLX_API_KEY", TEXT, None,
             "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route and /metrics",
-            flag="--api-key", metavar="KEY", secret=True),
+            flag="--api-key", metavar="KEY", secret=True, applies="now"),
     Setting("redis_url", "OMLX_REDIS_URL", TEXT, None,
             "Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 (unset: SQLite "
             "queue, in-process channel layer)", flag="--redis-url", commands=BOTH, check=_redis_url,
@@ -192,18 +198,18 @@ SETTINGS: tuple[Setting, ...] = (
             "requests", flag="--workers", check=_at_least(0), shown_default="2; with Redis 0"),
     Setting("max_request_size", "OMLX_MAX_REQUEST_BYTES", BYTES, 32 * 2**20,
             "largest request body (bytes, 64KiB, 32MiB); larger ones get a 413",
-            flag="--max-request-size", check=_request_size, shown_default="32MiB"),
+            flag="--max-request-size", check=_request_size, shown_default="32MiB", applies="now"),
     Setting("max_queued_requests", "OMLX_MAX_QUEUED_REQUESTS", INTEGER, 256,
             "requests per model that may wait beyond --max-concurrent-requests; more get a 429",
-            flag="--max-queued-requests", check=_at_least(0)),
+            flag="--max-queued-requests", check=_at_least(0), applies="now"),
     Setting("retry_after_seconds", "OMLX_RETRY_AFTER_SECONDS", INTEGER, 1, "the Retry-After of a 429",
-            check=_at_least(0)),
+            check=_at_least(0), applies="now"),
     Setting("worker_heartbeat_seconds", "OMLX_WORKER_HEARTBEAT_SECONDS", NUMBER, 15.0,
             "Redis mode: a worker whose heartbeat is older is gone (it renews it every third of this)",
             check=_positive),
     Setting("sse_keepalive_seconds", "OMLX_SSE_KEEPALIVE_SECONDS", NUMBER, 10.0,
             "idle seconds between keep-alive comments in a stream (ping events on /v1/messages)",
-            check=_positive),
+            check=_positive, applies="now"),
     Setting("huey_max_poll_delay", "OMLX_HUEY_MAX_POLL_DELAY", NUMBER, 0.5,
             "longest wait (s) before an idle worker sees a new task (SQLite queues are polled)",
             check=_positive),
@@ -315,17 +321,45 @@ def load(omlx_home: Optional[Path] = None, cli: Optional[Mapping[str, Any]] = No
     return {key: value for key, (value, _) in resolve(omlx_home, cli, environ, warn).items()}
 
 
+# How this process was started by `omlx serve` (omlx_site/cli.py): the flags it was given and the
+# environment before they were exported into it, so that `describe` tells a flag from a variable.
+_launch: dict = {"flags": {}, "environ": None}
+
+
+def remember_launch(flags: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    _launch.update(flags=dict(flags), environ=dict(environ))
+
+
+def launch_flags() -> dict:
+    """The settings `omlx serve` was given as flags (by key; None: given empty)."""
+    return dict(_launch["flags"])
+
+
+def launch_environ() -> Optional[dict]:
+    """The environment `omlx serve` started with (None: this process was not started by it)."""
+    return None if _launch["environ"] is None else dict(_launch["environ"])
+
+
 def describe(omlx_home: Optional[Path] = None) -> list:
-    """Each setting as plain data with its current value and where it comes from (for the admin
-    panel); a secret's value is shown as "***"."""
+    """Each setting as plain data with its current value (as written in settings.json) and where it
+    comes from, for this process's flags and starting environment (the admin panel); a secret's
+    value is shown as "***"."""
+    resolved = resolve(omlx_home, cli=_launch["flags"], environ=_launch["environ"])
     rows = []
-    for key, (value, source) in resolve(omlx_home).items():
+    for key, (value, source) in resolved.items():
         setting = BY_KEY[key]
         shown = setting.kind.json(value) if value is not None else None
         if setting.secret and value:
             shown = "***"
         rows.append({**setting.describe(), "value": shown, "source": source})
     return rows
+
+
+def check_together(values: Mapping[str, Any]) -> None:
+    """ValueError when settings that are each right cannot go together (every value by key)."""
+    if values["workers"] == 0 and not values["redis_url"] and values["api_handoff"] == "huey":
+        raise ValueError("--workers 0 needs --redis-url (without Redis only the server's own workers "
+                         "can run requests)")
 
 
 def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
@@ -349,7 +383,14 @@ def _write(path: Path, stored: dict) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(stored, f, indent=2, sort_keys=True)
         f.write("\n")
-    os.replace(tmp, path)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # readers see the old file or the new one, never a part
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def export(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> None:
@@ -416,13 +457,19 @@ def markdown() -> str:
         "ignored with a warning; unknown keys are kept and warned about. A wrong environment variable",
         "stops the command with a message naming it. An empty variable counts as unset.",
         "",
-        "| settings.json key | flag | environment variable | type | default | meaning |",
-        "|---|---|---|---|---|---|",
+        "The console's Settings page (`/admin/settings/`, docs/admin.md) shows each setting's value and",
+        "source and saves changes to the same file. *applies* says when a change made there takes",
+        "effect in the running server: `now`, `next load` (models loaded after the change) or",
+        "`restart` (the page's Restart button).",
+        "",
+        "| settings.json key | flag | environment variable | type | default | applies | meaning |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in SETTINGS:
         flag = f"`{s.flag}`" + (" (serve, worker)" if len(s.commands) > 1 else "") if s.flag else "none"
         help_text = s.help.replace("|", "\\|")
-        lines.append(f"| `{s.key}` | {flag} | `{s.env}` | {s.kind.name} | `{s.default_text()}` | {help_text} |")
+        lines.append(f"| `{s.key}` | {flag} | `{s.env}` | {s.kind.name} | `{s.default_text()}` | {s.applies} "
+                     f"| {help_text} |")
     return "\n".join(lines) + "\n"
 
 

@@ -93,6 +93,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         limits.start_shutdown()
         if consumer is not None:
             consumer.stop(graceful=True, timeout=5.0)
+        from admin_panel.downloads import close_downloads
+
+        close_downloads()  # the console's downloads stop as on a cancel: Resume continues them
         close_registry()
         if settings.OMLX_REDIS_URL:
             from inference import relay, worker_presence

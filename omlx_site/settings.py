@@ -14,6 +14,9 @@ OMLX_HOME.mkdir(parents=True, exist_ok=True)
 # the environment, then $OMLX_HOME/settings.json, then the default (`omlx serve` exports its flags).
 _values = config.load(OMLX_HOME)
 globals().update({s.env: _values[s.key] for s in config.SETTINGS})
+# Every setting's value as this process started (the console's Settings page tells what a restart
+# would change; omlx_site/live_settings.py applies the others at once).
+OMLX_SETTINGS_AT_START = dict(_values)
 
 # Signs the admin console's session cookies and CSRF tokens: OMLX_SECRET_KEY, else a random key
 # made once and kept in $OMLX_HOME/secret_key (0600), so logins survive restarts.

@@ -9,7 +9,8 @@ from typing import Optional
 
 from .pool import InsufficientMemory, ModelBusy, ModelPool, ModelUnavailable
 
-__all__ = ["InsufficientMemory", "ModelBusy", "ModelPool", "ModelUnavailable", "close_pool", "get_pool"]
+__all__ = ["InsufficientMemory", "ModelBusy", "ModelPool", "ModelUnavailable", "close_pool", "current_pool",
+           "get_pool"]
 
 _pool: Optional[ModelPool] = None
 _pool_lock = threading.Lock()
@@ -42,6 +43,11 @@ def get_pool() -> ModelPool:
                 hf_cache_dir=getattr(settings, "OMLX_HF_CACHE", None),
             )
         return _pool
+
+
+def current_pool() -> Optional[ModelPool]:
+    """The process's pool if it was built (None: `get_pool` builds it from settings when asked)."""
+    return _pool
 
 
 def close_pool() -> None:

@@ -31,6 +31,9 @@ def add_parser(subparsers) -> None:
                    "token saved by `hf auth login`)")
     p.add_argument("--all-files", action="store_true",
                    help="download every file of the repository, other weight formats included")
+    p.add_argument("--progress", choices=("text", "json"), default="text",
+                   help="text: a bar on a terminal, else a line per file (stderr); json: one JSON "
+                   "object per line on stdout, for programs (default text)")
     p.set_defaults(run=run)
 
 
@@ -38,6 +41,7 @@ def run(args) -> int:
     from inference.hub import HubError, check_repo_id, pull
 
     from .progress import PullProgress
+    from .pull_events import JsonProgress
 
     try:
         check_repo_id(args.repo)
@@ -48,7 +52,8 @@ def run(args) -> int:
     token = args.token or os.environ.get("HF_TOKEN") or None
     try:
         path = pull(args.repo, model_dir, revision=args.revision, endpoint=args.hf_endpoint, token=token,
-             progress=PullProgress(), all_files=args.all_files)
+             progress=JsonProgress() if args.progress == "json" else PullProgress(),
+             all_files=args.all_files)
     except FileExistsError as exc:  # pulled before: nothing to do (its files are not re-checked)
         print(f"omlx pull: {exc}", file=sys.stderr)
         return 0
@@ -58,5 +63,6 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("\nomlx pull: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
-    print(f"{args.repo} is in {path}")
+    if args.progress == "text":  # (json: the finish event names the folder)
+        print(f"{args.repo} is in {path}")
     return 0
