@@ -140,3 +140,54 @@ def test_urgent_prefills_take_the_step_budget_first(path):
     assert chunks.steps[1:8] == [[("interactive", 16)]] * 6 + [[("interactive", 4)]]
     assert chunks.steps[8] == [("background", 16)]
     assert chunks.of("background") == [16] * 6 + [4]
+
+
+def _measure_costs(llm):
+    """One request with a few decode steps, so both speeds are known; returns when it ended."""
+    llm.generate([_ids(20, 5)], SamplingParams(max_tokens=6, **GREEDY))
+    costs = llm.engine.call(lambda e: e.scheduler.costs.snapshot())
+    assert costs["decode_step_seconds"] and costs["prefill_tokens_per_second"]
+
+
+def test_background_prefill_keeps_to_the_target_even_with_nothing_decoding(path):
+    """Nothing decodes: a background prompt (priority > 0) still prefills in bounded steps, so an
+    interactive request arriving meanwhile waits about one short step; a default-priority prompt
+    takes the whole budget."""
+    with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
+        _measure_costs(llm)
+        chunks = Chunks(llm.engine)
+        background, interactive = llm.generate(
+            [_ids(100, 6), _ids(100, 7)],
+            [SamplingParams(max_tokens=1, priority=5, **GREEDY), SamplingParams(max_tokens=1, **GREEDY)])
+    ids = [s[0][0] for s in chunks.steps]
+    assert chunks.of(interactive.request_id) == [100]  # first, in one chunk: nothing to protect
+    assert chunks.of(background.request_id) == [MIN] * 3 + [100 - 3 * MIN]
+    assert ids[0] == interactive.request_id
+
+
+def test_an_urgent_prompt_is_not_held_back_by_background_streams(path):
+    """Only background streams decode: the bound protects streams at least as urgent as the
+    prompt, so an interactive prompt is prefilled in one chunk; a background one in small ones."""
+    with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
+        engine = llm.engine
+        _measure_costs(llm)
+        started = threading.Event()
+        seen = [0]
+
+        def on_event(event):
+            seen[0] += len(event.token_ids)
+            if seen[0] >= 3:
+                started.set()
+
+        engine.submit(_ids(20, 8), SamplingParams(max_tokens=400, priority=5, **GREEDY), request_id="stream",
+                      callback=on_event)
+        assert started.wait(60)
+        chunks = Chunks(engine)
+        llm.generate([_ids(200, 9)], SamplingParams(max_tokens=1, priority=0, **GREEDY))
+        llm.generate([_ids(200, 10)], SamplingParams(max_tokens=1, priority=5, **GREEDY))
+        still = engine.call(lambda e: [r.request_id for r in e.scheduler.decoding])
+        engine.abort("stream")
+    assert "stream" in still
+    urgent, background = [s for s in chunks.steps if s][0][0][0], [s for s in chunks.steps if s][-1][0][0]
+    assert chunks.of(urgent) == [200]
+    assert chunks.of(background) == [MIN] * 6 + [200 - 6 * MIN]

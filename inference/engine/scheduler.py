@@ -41,11 +41,12 @@ class Scheduler:
     interactive prompt is prefilled, background prompts wait, so its first token does not pay
     for their chunks (their aging bounds the wait).
 
-    Bounded step time: while requests decode, the prompt tokens of a step are also capped so
-    that the step takes about ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode steps),
+    Bounded step time: while requests at least as urgent as the prefill decode, and whenever
+    the prefill is background work (priority > 0), the prompt tokens of a step are also capped
+    so that the step takes about ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode steps),
     from the speeds measured while serving (``costs``); at least
-    ``StepCosts.MIN_PREFILL_TOKENS`` a step, so every prefill progresses. Without decoding
-    requests a step takes the whole token budget.
+    ``StepCosts.MIN_PREFILL_TOKENS`` a step, so every prefill progresses (``_bounded``).
+    Otherwise a step takes the whole token budget.
 
     Priorities (``SamplingParams.priority``, lower is more urgent, as vLLM's): waiting requests
     are ordered by (effective priority, arrival). A request's effective priority improves by one
@@ -157,17 +158,18 @@ class Scheduler:
         self._order()
 
         budget = self.config.step_token_budget - len(self.decoding)
-        if self.decoding:
-            allowance = self.costs.prefill_allowance(self.config.max_step_ms)
-            if allowance is not None:
-                budget = min(budget, allowance)
         out.num_decoding = len(self.decoding)
         if budget > 0:
             self._admit(out)
+        prefilling = sorted(self.prefilling, key=self._urgency)
+        if prefilling and self._bounded(self._urgency(prefilling[0])[0]):
+            allowance = self.costs.prefill_allowance(self.config.max_step_ms)
+            if allowance is not None:
+                budget = min(budget, allowance)
         # The budget goes to the prefills most urgent first; while a more urgent prompt is being
         # prefilled, less urgent ones wait (their aging bounds how long: nothing starves).
         top = None
-        for r in sorted(self.prefilling, key=self._urgency):
+        for r in prefilling:
             level = self._urgency(r)[0]
             if budget <= 0 or (top is not None and level > top):
                 break
@@ -176,6 +178,15 @@ class Scheduler:
             out.prefill.append((r, n))
             budget -= n
         return out
+
+    def _bounded(self, level: int) -> bool:
+        """Whether a step that prefills at effective priority ``level`` keeps to the step-time
+        target: when a stream at least as urgent is decoding (its inter-token latency is what
+        the bound protects), or when the prefill is background work (``level`` > 0), so that an
+        interactive request arriving meanwhile waits at most about one such step. An urgent
+        prompt next to background streams only, or default-priority prompts with nothing
+        decoding, take the whole budget."""
+        return level > 0 or any(self._urgency(r)[0] <= level for r in self.decoding)
 
     def _admit(self, out: SchedulerOutput) -> None:
         """Move waiting requests into ``prefilling``, most urgent first, while there is room;
