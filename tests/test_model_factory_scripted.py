@@ -1,0 +1,100 @@
+"""The scripted test model (inference/model_factory_scripted.py): mlx-lm and transformers, loading
+the folder with their own loaders, both decode exactly the script then end-of-sequence, after
+short and long prompts, with and without tools in the template."""
+import filecmp
+
+import pytest
+
+from inference.model_factory_scripted import build_scripted_model
+
+SCRIPT = ('The user asks for the weather in Paris. I will call the tool.\n</think>\n\n<tool_call>\n'
+          '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>')
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+PROMPTS = [  # (messages, tools): a short prompt; a long one with tools and repeats of the script
+    ([{"role": "user", "content": "hi"}], None),
+    ([{"role": "system", "content": "Be brief. " * 50},
+      {"role": "user", "content": ("What is the weather in Paris? " + SCRIPT) * 20}], TOOLS),
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_scripted_model(tmp_path_factory.mktemp("scripted") / "model", SCRIPT)
+
+
+def _prompt_ids(tokenizer, messages, tools, **kwargs):
+    ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, **kwargs)
+    return list(getattr(ids, "input_ids", ids))
+
+
+def test_mlx_lm_decodes_the_script_then_eos(folder):
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+
+    model, tokenizer = load(str(folder))
+    for messages, tools in PROMPTS:
+        ids = _prompt_ids(tokenizer, messages, tools)
+        out = []
+        for token, _ in generate_step(mx.array(ids), model, max_tokens=200):
+            out.append(int(token))
+            if token == tokenizer.eos_token_id:
+                break
+        assert out[-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(out[:-1]) == SCRIPT
+
+
+def test_transformers_decodes_the_same(folder):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    for messages, tools in PROMPTS:
+        ids = torch.tensor([_prompt_ids(tokenizer, messages, tools)])
+        out = model.generate(ids, max_new_tokens=200, do_sample=False)[0, ids.shape[1]:].tolist()
+        assert out[-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(out[:-1]) == SCRIPT
+
+
+def test_another_generation_prompt_ends_the_turn(folder):
+    """The script is keyed on the template's default generation prompt: with enable_thinking
+    false (a different prompt end) no window matches, and the first token is end-of-sequence."""
+    import mlx.core as mx
+    from mlx_lm import load
+
+    model, tokenizer = load(str(folder))
+    ids = _prompt_ids(tokenizer, *PROMPTS[0], enable_thinking=False)
+    assert int(mx.argmax(model(mx.array([ids]))[0, -1])) == tokenizer.eos_token_id
+
+
+def test_same_arguments_write_the_same_bytes(folder, tmp_path):
+    again = build_scripted_model(tmp_path / "again", SCRIPT)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(p.name for p in again.iterdir())
+    assert filecmp.cmpfiles(folder, again, names, shallow=False)[0] == names
+
+
+@pytest.mark.parametrize("arch,script,message", [
+    ("qwen3", "", "empty"),
+    ("gemma3_text", "hi", "not 'gemma3_text'"),
+    # llama's generation prompt ends with 6 fixed tokens: a run of 6 repeated with two successors
+    ("llama", "x a b c d e f g; x a b c d e f h", "cannot key this script"),
+])
+def test_bad_scripts_are_refused(tmp_path, arch, script, message):
+    with pytest.raises(ValueError, match=message):
+        build_scripted_model(tmp_path / "m", script, arch=arch)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_other_families(tmp_path, arch):
+    """qwen2 (bias on q/k/v, no q/k norm) and llama (another generation prompt) play a script."""
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+
+    script = "Hello! The answer is 42, and the answer stays 42."
+    model, tokenizer = load(str(build_scripted_model(tmp_path / arch, script, arch=arch)))
+    ids = _prompt_ids(tokenizer, *PROMPTS[1])
+    out = [int(t) for t, _ in generate_step(mx.array(ids), model, max_tokens=40)]
+    assert tokenizer.decode(out[:out.index(tokenizer.eos_token_id)]) == script
