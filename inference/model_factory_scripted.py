@@ -1,4 +1,4 @@
-"""A test model that writes a given text: random-free weights built so that greedy decoding after
+"""A test model that writes a given text: weights built, not drawn, so that greedy decoding after
 the chat template's generation prompt produces exactly ``script``, then the end-of-sequence token.
 
 ``build_scripted_model(path, script, arch="qwen3")`` writes a folder of the same format as
@@ -12,9 +12,9 @@ Construction (one decoder layer; every weight is set, none is random):
 - The text ``Z`` = G + the script's tokens, where G is the suffix that every prompt rendered by the
   family's chat template with ``add_generation_prompt`` ends with (for qwen3:
   ``<|im_end|>\\n<|im_start|>assistant\\n<think>\\n``). The next token is a function of the last
-  ``K + 1`` tokens (a "window"), with K the smallest number (>= 1) for which every window of Z
-  that ends at or after G's last token has one successor (the next script token, or
-  ``<|im_end|>`` after the last one).
+  ``K + 1`` tokens (a "window"), with K the smallest number (>= 1, or 0 where G is one token) for
+  which every window of Z that ends at or after G's last token has one successor (the next script
+  token, or ``<|im_end|>`` after the last one).
 - Embeddings: a constant unit in dimension 0 plus a one-hot "slot" of the token (one slot per
   distinct token of Z, one shared slot for every other token), so every row has the same norm
   and RMSNorm leaves the code unchanged up to one constant.
@@ -32,10 +32,11 @@ Construction (one decoder layer; every weight is set, none is random):
 
 Limits: the script plays after the family's default generation prompt only (for qwen3 with
 ``enable_thinking`` false, or a raw completion prompt, the model writes ``<|im_end|>`` at once).
-A script whose text repeats a run of more than ``len(G) - 1`` tokens with different successors
-cannot be keyed and raises ValueError, as does a script of more than 127 distinct tokens.
-Prompts up to 4,096 tokens (max_position_embeddings; the attention margin holds to 40,000). Greedy only: the other logits are 0, so
-sampling at temperature 1 picks other tokens often.
+A script that repeats a run of ``len(G)`` tokens with different successors cannot be keyed and
+raises ValueError (len(G) is 8 for qwen3, 6 for qwen2 and llama, 1 for mistral), as does one
+of more than 127 distinct tokens. Prompts up to 4,096 tokens (max_position_embeddings; the
+attention margin holds to 40,000). Greedy only: the other logits are 0, so sampling at
+temperature 1 often picks other tokens.
 """
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def _plan(prefix, tokens, eos):
     """K, the slots (token id -> slot; slot 0 is every other token), the windows as MLP units
     ((slot per offset 0..K), output index) and the output tokens."""
     z = list(prefix) + list(tokens)
-    for k in range(1, len(prefix)):
+    for k in range(min(1, len(prefix) - 1), len(prefix)):  # K = 0 (no attention) only if G is one token
         successors = {}
         for end in range(len(prefix) - 1, len(z)):
             window = tuple(z[end - k:end + 1])
@@ -131,7 +132,7 @@ def _plan(prefix, tokens, eos):
     else:
         raise ValueError(f"cannot key this script: the generation prompt ends with {len(prefix)} fixed "
                          f"tokens, so each next token can depend on at most the last {len(prefix)}, and the "
-                         f"script repeats a run of {len(prefix) - 1} or more tokens with different successors")
+                         f"script repeats a run of {len(prefix)} tokens with different successors")
     distinct = sorted(set(z))
     if len(distinct) > 127:
         raise ValueError(f"the script and prompt suffix have {len(distinct)} distinct tokens; at most 127")

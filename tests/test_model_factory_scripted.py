@@ -80,21 +80,44 @@ def test_same_arguments_write_the_same_bytes(folder, tmp_path):
     ("gemma3_text", "hi", "not 'gemma3_text'"),
     # llama's generation prompt ends with 6 fixed tokens: a run of 6 repeated with two successors
     ("llama", "x a b c d e f g; x a b c d e f h", "cannot key this script"),
+    # mistral's is one token ([/INST]): each token must have one successor
+    ("mistral", "a b c b d", "cannot key this script"),
 ])
 def test_bad_scripts_are_refused(tmp_path, arch, script, message):
     with pytest.raises(ValueError, match=message):
         build_scripted_model(tmp_path / "m", script, arch=arch)
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "llama"])
-def test_other_families(tmp_path, arch):
-    """qwen2 (bias on q/k/v, no q/k norm) and llama (another generation prompt) play a script."""
+@pytest.mark.parametrize("arch,script", [
+    ("qwen2", "Hello! The answer is 42, and the answer stays 42."),  # bias on q/k/v, no q/k norm
+    ("llama", "Hello! The answer is 42, and the answer stays 42."),  # another generation prompt
+    ("mistral", "Hello! The answer is 42."),  # K = 0: no token repeats
+])
+def test_other_families(tmp_path, arch, script):
     import mlx.core as mx
     from mlx_lm import load
     from mlx_lm.generate import generate_step
 
-    script = "Hello! The answer is 42, and the answer stays 42."
     model, tokenizer = load(str(build_scripted_model(tmp_path / arch, script, arch=arch)))
     ids = _prompt_ids(tokenizer, *PROMPTS[1])
     out = [int(t) for t, _ in generate_step(mx.array(ids), model, max_tokens=40)]
     assert tokenizer.decode(out[:out.index(tokenizer.eos_token_id)]) == script
+
+
+def test_command_line_and_management_command(folder, tmp_path):
+    """`omlx build-model --script` and `manage.py build_test_model --script` write what
+    build_scripted_model writes."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from omlx_site.cli import main
+
+    assert main(["build-model", str(tmp_path / "cli"), "--arch", "qwen3", "--script", SCRIPT]) == 0
+    assert filecmp.cmp(folder / "model.safetensors", tmp_path / "cli" / "model.safetensors", shallow=False)
+    with pytest.raises(SystemExit):
+        main(["build-model", str(tmp_path / "q"), "--script", "hi", "--quantize", "4"])
+    call_command("build_test_model", str(tmp_path / "manage"), "--arch", "qwen3", "--script", SCRIPT)
+    assert filecmp.cmp(tmp_path / "cli" / "model.safetensors", tmp_path / "manage" / "model.safetensors",
+                       shallow=False)
+    with pytest.raises(CommandError):
+        call_command("build_test_model", str(tmp_path / "bad"), "--script", "hi", "--set", "num_hidden_layers=2")
