@@ -11,10 +11,10 @@ Construction (one decoder layer; every weight is set, none is random):
 
 - The text ``Z`` = G + the script's tokens, where G is the suffix that every prompt rendered by the
   family's chat template with ``add_generation_prompt`` ends with (for qwen3:
-  ``<|im_end|>\\n<|im_start|>assistant\\n<think>\\n``). The next token is a function of the last
-  ``K + 1`` tokens (a "window"), with K the smallest number (>= 1, or 0 where G is one token) for
-  which every window of Z that ends at or after G's last token has one successor (the next script
-  token, or ``<|im_end|>`` after the last one).
+  ``<|im_end|>\\n<|im_start|>assistant\\n<think>\\n``). Each position of Z from G's last token on
+  is keyed by a "window", the shortest run of tokens ending there (2 at least, where Z has them)
+  that no position with another successor ends with; its successor is the next script token, or
+  ``<|im_end|>`` after the last one. K + 1 is the longest window (at most 33 tokens).
 - Embeddings: a constant unit in dimension 0 plus a one-hot "slot" of the token (one slot per
   distinct token of Z, one shared slot for every other token), so every row has the same norm
   and RMSNorm leaves the code unchanged up to one constant.
@@ -24,19 +24,22 @@ Construction (one decoder layer; every weight is set, none is random):
   for a distance d, largest at d = h with a margin of 42 logits over every other distance up to
   40,000 (checked at build time), so each head's softmax is one-hot in float32. Values carry
   the slot code; o_proj writes head h's into its own block of the residual.
-- MLP: one unit per window, gate = 40 * (number of the window's K + 1 slots that match - K - 0.5)
+- MLP: one unit per window, gate = 40 * (number of the window's L slots that match - L + 0.5)
   (the constant dimension gives the bias), so silu fires (+20) only on a full match and is below
   1e-7 otherwise; down_proj writes the unit into the output block at its successor's slot.
 - lm_head reads the output block, one row per successor, and gives ``<|im_end|>`` a small logit
   from the constant dimension, so a context that matches no window ends the turn.
 
-Limits: the script plays after the family's default generation prompt only (for qwen3 with
-``enable_thinking`` false, or a raw completion prompt, the model writes ``<|im_end|>`` at once).
-A script that repeats a run of ``len(G)`` tokens with different successors cannot be keyed and
-raises ValueError (len(G) is 8 for qwen3, 6 for qwen2 and llama, 1 for mistral), as does one
-of more than 127 distinct tokens. Prompts up to 4,096 tokens (max_position_embeddings; the
-attention margin holds to 40,000). Greedy only: the other logits are 0, so sampling at
-temperature 1 often picks other tokens.
+Limits: the whole script plays after the family's default generation prompt. A prompt that ends
+otherwise gets ``<|im_end|>`` at once, unless it ends with one of the script's windows: then the
+script goes on from there as far as the next windows match (qwen3 with ``enable_thinking`` false
+ends ``</think>\\n\\n``, so a script of reasoning, ``</think>\\n\\n`` and an answer writes the
+answer). Windows are checked against Z only: one that reaches back past Z's start into the
+conversation could also match there (a script that repeats the generation prompt's end). A
+script that repeats a run of 33 tokens with different successors cannot be keyed and raises
+ValueError, as does one of more than 127 distinct tokens. Prompts up to 4,096 tokens
+(max_position_embeddings; the attention margin holds to 40,000). Greedy only: the other logits
+are 0, so sampling at temperature 1 often picks other tokens.
 """
 from pathlib import Path
 
@@ -51,6 +54,7 @@ _PEAK = 160.0  # attention logit at the wanted distance
 _MIN_MARGIN = 30.0  # over every other distance up to _CHECKED_DISTANCE
 _CHECKED_DISTANCE = 40_000
 _GATE = 40.0  # MLP gate scale: full match +20, any mismatch <= -20
+_MAX_WINDOW = 33  # tokens a window may span: 32 attention heads at most
 _MAX_POSITIONS = 4096  # as the tiny preset: the memory estimate grows with it
 
 
@@ -118,28 +122,35 @@ def _generation_suffix(path):
 
 def _plan(prefix, tokens, eos):
     """K, the slots (token id -> slot; slot 0 is every other token), the windows as MLP units
-    ((slot per offset 0..K), output index) and the output tokens."""
+    ((slot per offset 0, 1, ...), output index) and the output tokens.
+
+    Each position p of Z from G's last token on gets the shortest window (at least 2 tokens where
+    Z has them) that no position with another successor ends with, looking only at windows
+    inside Z: so at every step of the script exactly the units of its successor fire.
+    """
     z = list(prefix) + list(tokens)
-    for k in range(min(1, len(prefix) - 1), len(prefix)):  # K = 0 (no attention) only if G is one token
-        successors = {}
-        for end in range(len(prefix) - 1, len(z)):
-            window = tuple(z[end - k:end + 1])
-            successor = z[end + 1] if end + 1 < len(z) else eos
-            if successors.setdefault(window, successor) != successor:
+    ends = range(len(prefix) - 1, len(z))
+    successor = {p: z[p + 1] if p + 1 < len(z) else eos for p in ends}
+    windows = {}  # window -> successor
+    for p in ends:
+        rivals = [q for q in ends if successor[q] != successor[p]]
+        for length in range(min(2, p + 1), min(p + 1, _MAX_WINDOW) + 1):
+            window = z[p - length + 1:p + 1]
+            if not any(q - length + 1 >= 0 and z[q - length + 1:q + 1] == window for q in rivals):
+                windows[tuple(window)] = successor[p]
                 break
         else:
-            break
-    else:
-        raise ValueError(f"cannot key this script: the generation prompt ends with {len(prefix)} fixed "
-                         f"tokens, so each next token can depend on at most the last {len(prefix)}, and the "
-                         f"script repeats a run of {len(prefix)} tokens with different successors")
+            raise ValueError(
+                f"cannot key this script: the last {min(p + 1, _MAX_WINDOW)} tokens before its token "
+                f"{p - len(prefix) + 1} occur again with another token after them")
+    k = max(map(len, windows)) - 1
     distinct = sorted(set(z))
     if len(distinct) > 127:
         raise ValueError(f"the script and prompt suffix have {len(distinct)} distinct tokens; at most 127")
     slots = {token: i + 1 for i, token in enumerate(distinct)}
-    outputs = sorted(set(successors.values()))
-    units = [(tuple(slots[t] for t in reversed(window)), outputs.index(successor))
-             for window, successor in successors.items()]  # offsets 0 (current), 1, ..., K
+    outputs = sorted(set(windows.values()))
+    units = [(tuple(slots[t] for t in reversed(window)), outputs.index(next_token))
+             for window, next_token in windows.items()]  # offsets 0 (current), 1, 2, ...
     return dict(k=k, slots=len(distinct) + 1, units=units, outputs=outputs, slot_of=slots)
 
 
@@ -222,7 +233,7 @@ def _weights(arch, config, plan, vocab_len, eos):
     for unit, (window_slots, output) in enumerate(plan["units"]):
         for h, slot in enumerate(window_slots):
             gate[unit, back[h] + slot] = _GATE * rms2
-        gate[unit, 0] = -_GATE * (k + 0.5) * rms2
+        gate[unit, 0] = -_GATE * (len(window_slots) - 0.5) * rms2
         up[unit, 0] = rms2
         down[out + output, unit] = 1.0
     yield layer + "mlp.gate_proj.weight", gate

@@ -4,7 +4,7 @@ decoding writes a fixed text, then <|im_end|>), driven by the official openai an
 (strict response validation) through OpenAI chat completions, OpenAI Responses and Anthropic
 messages, each streaming and not.
 
-- ``scripted-tool`` writes ``TOOL_REASONING</think>`` then a Hermes ``<tool_call>`` and ends;
+- ``scripted-tool`` writes ``TOOL_REASONING</think>`` then two Hermes ``<tool_call>`` blocks and ends;
 - ``scripted-text`` writes ``REASONING</think>`` then ``ANSWER`` and ends.
 The qwen3 template opens ``<think>`` in the prompt, so both outputs start as reasoning."""
 import json
@@ -19,15 +19,19 @@ from tests.conftest import ServerProcess
 
 ARGS = {"city": "Paris", "unit": "c"}
 TOOL_REASONING = "The user asks for the weather in Paris. I will call the tool.\n"
-TOOL_SCRIPT = (TOOL_REASONING + "</think>\n\n<tool_call>\n"
-               + json.dumps({"name": "get_weather", "arguments": ARGS}) + "\n</tool_call>")
+CALLS = [("get_weather", ARGS), ("get_time", {})]
+TOOL_SCRIPT = TOOL_REASONING + "</think>\n\n" + "\n".join(
+    "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>" for name, args in CALLS)
 REASONING = "Two plus two is four.\n"
 ANSWER = "The answer is 4. Have a nice day!"
 TEXT_SCRIPT = REASONING + "</think>\n\n" + ANSWER
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
           "required": ["city", "unit"]}
+TIME_SCHEMA = {"type": "object", "properties": {}}
 CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                                "parameters": SCHEMA}}]
+                                                "parameters": SCHEMA}},
+              {"type": "function", "function": {"name": "get_time", "description": "The time now",
+                                                "parameters": TIME_SCHEMA}}]
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 MARKUP = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_end|>", "{\"name\"")
 
@@ -88,13 +92,17 @@ def _chat(oai, model, **kwargs):
     return (whole, reply.finish_reason), (streamed, finish)
 
 
-def test_chat_tool_call_is_parsed_into_tool_calls(oai):
-    (whole, finish), (streamed, stream_finish) = _chat(oai, "scripted-tool", tools=CHAT_TOOLS)
+@pytest.mark.parametrize("parallel", [True, False])
+def test_chat_tool_calls_are_parsed_into_tool_calls(oai, parallel):
+    """Both calls, each a tool_calls entry (in the stream: index 0 then 1); with
+    parallel_tool_calls false, the first only."""
+    (whole, finish), (streamed, stream_finish) = _chat(oai, "scripted-tool", tools=CHAT_TOOLS,
+                                                       parallel_tool_calls=parallel)
     for reply, reason in ((whole, finish), (streamed, stream_finish)):
         assert reason == "tool_calls"
         assert reply["content"] == "" and reply["reasoning"] == TOOL_REASONING
-        [(call_id, name, arguments)] = reply["calls"]
-        assert call_id.startswith("call_") and name == "get_weather" and json.loads(arguments) == ARGS
+        assert [(name, json.loads(arguments)) for _, name, arguments in reply["calls"]] == CALLS[:2 if parallel else 1]
+        assert all(call_id.startswith("call_") for call_id, _, _ in reply["calls"])
     _clean(whole["content"], whole["reasoning"])
 
 
@@ -122,7 +130,8 @@ def test_chat_max_tokens_is_length_not_stop(oai):
 # --- OpenAI Responses -----------------------------------------------------------------------------
 
 RESPONSE_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
-                   "parameters": SCHEMA}]
+                   "parameters": SCHEMA},
+                  {"type": "function", "name": "get_time", "description": "The time now", "parameters": TIME_SCHEMA}]
 
 
 def _responses(oai, model, **kwargs):
@@ -148,17 +157,18 @@ def _items(response):
     return [item.model_dump(exclude={"id", "call_id"}) for item in response.output]
 
 
-def test_responses_tool_call_is_a_function_call_item(oai):
+def test_responses_tool_calls_are_function_call_items(oai):
     whole, streamed, deltas = _responses(oai, "scripted-tool", tools=RESPONSE_TOOLS)
     for response in (whole, streamed):
         assert response.status == "completed"
-        reasoning, call = response.output
+        reasoning, *calls = response.output
         assert reasoning.type == "reasoning" and [c.text for c in reasoning.content] == [TOOL_REASONING]
-        assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
-        assert json.loads(call.arguments) == ARGS and call.call_id.startswith("call_")
-        assert response.output_text == ""
+        assert [(c.type, c.name, json.loads(c.arguments), c.status) for c in calls] == [
+            ("function_call", name, args, "completed") for name, args in CALLS]
+        assert all(c.call_id.startswith("call_") for c in calls) and response.output_text == ""
     assert _items(whole) == _items(streamed)
-    assert deltas == {"reasoning": TOOL_REASONING, "text": "", "arguments": whole.output[1].arguments}
+    assert deltas == {"reasoning": TOOL_REASONING, "text": "",
+                      "arguments": "".join(c.arguments for c in whole.output[1:])}
 
 
 def test_responses_reasoning_then_message(oai):
@@ -180,7 +190,8 @@ def test_responses_max_output_tokens_is_incomplete(oai):
 
 # --- Anthropic messages ---------------------------------------------------------------------------
 
-ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": SCHEMA}]
+ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": SCHEMA},
+                   {"name": "get_time", "description": "The time now", "input_schema": TIME_SCHEMA}]
 GREEDY = {"extra_body": {"temperature": 0}}  # this SDK has no temperature argument any more
 
 
@@ -200,11 +211,13 @@ def _messages(claude, model, **kwargs):
     return plain(whole), plain(streamed)
 
 
-def test_anthropic_tool_call_is_a_tool_use_block(claude):
-    whole, streamed = _messages(claude, "scripted-tool", tools=ANTHROPIC_TOOLS)
+@pytest.mark.parametrize("parallel", [True, False])
+def test_anthropic_tool_calls_are_tool_use_blocks(claude, parallel):
+    choice = {"tool_choice": {"type": "auto", "disable_parallel_tool_use": not parallel}}
+    whole, streamed = _messages(claude, "scripted-tool", tools=ANTHROPIC_TOOLS, **choice)
     assert whole == streamed == {
-        "blocks": [{"type": "thinking", "thinking": TOOL_REASONING},
-                   {"type": "tool_use", "name": "get_weather", "input": ARGS}],
+        "blocks": [{"type": "thinking", "thinking": TOOL_REASONING}] + [
+            {"type": "tool_use", "name": name, "input": args} for name, args in CALLS[:2 if parallel else 1]],
         "stop_reason": "tool_use", "stop_sequence": None,
     }
 

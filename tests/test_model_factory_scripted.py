@@ -57,14 +57,20 @@ def test_transformers_decodes_the_same(folder):
         assert tokenizer.decode(out[:-1]) == SCRIPT
 
 
-def test_another_generation_prompt_ends_the_turn(folder):
-    """The script is keyed on the template's default generation prompt: with enable_thinking
-    false (a different prompt end) no window matches, and the first token is end-of-sequence."""
+def test_other_prompt_ends(folder):
+    """With enable_thinking false the prompt ends ``</think>\\n\\n``, which the script has after
+    its reasoning: the model writes the rest of the script. A raw prompt that ends with no window
+    of the script gets end-of-sequence at once."""
     import mlx.core as mx
     from mlx_lm import load
+    from mlx_lm.generate import generate_step
 
     model, tokenizer = load(str(folder))
     ids = _prompt_ids(tokenizer, *PROMPTS[0], enable_thinking=False)
+    assert tokenizer.decode(ids).endswith("</think>\n\n")
+    out = [int(t) for t, _ in generate_step(mx.array(ids), model, max_tokens=100)]
+    assert tokenizer.decode(out[:out.index(tokenizer.eos_token_id)]) == SCRIPT.split("</think>\n\n")[1]
+    ids = tokenizer.encode("Once upon a time", add_special_tokens=False)
     assert int(mx.argmax(model(mx.array([ids]))[0, -1])) == tokenizer.eos_token_id
 
 
@@ -78,10 +84,8 @@ def test_same_arguments_write_the_same_bytes(folder, tmp_path):
 @pytest.mark.parametrize("arch,script,message", [
     ("qwen3", "", "empty"),
     ("gemma3_text", "hi", "not 'gemma3_text'"),
-    # llama's generation prompt ends with 6 fixed tokens: a run of 6 repeated with two successors
-    ("llama", "x a b c d e f g; x a b c d e f h", "cannot key this script"),
-    # mistral's is one token ([/INST]): each token must have one successor
-    ("mistral", "a b c b d", "cannot key this script"),
+    # a run of 33 tokens (the longest window) repeated with different successors
+    ("qwen3", "ha " * 40 + "!", "cannot key this script"),
 ])
 def test_bad_scripts_are_refused(tmp_path, arch, script, message):
     with pytest.raises(ValueError, match=message):
@@ -90,8 +94,8 @@ def test_bad_scripts_are_refused(tmp_path, arch, script, message):
 
 @pytest.mark.parametrize("arch,script", [
     ("qwen2", "Hello! The answer is 42, and the answer stays 42."),  # bias on q/k/v, no q/k norm
-    ("llama", "Hello! The answer is 42, and the answer stays 42."),  # another generation prompt
-    ("mistral", "Hello! The answer is 42."),  # K = 0: no token repeats
+    ("llama", "x a b c d e f g; x a b c d e f h"),  # another generation prompt; a long repeat
+    ("mistral", "ha ha ha ha ha ha ha ha ha ha, said he."),  # the fixed end is one token ([/INST])
 ])
 def test_other_families(tmp_path, arch, script):
     import mlx.core as mx
