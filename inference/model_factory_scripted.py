@@ -21,7 +21,7 @@ Construction (one decoder layer; every weight is set, none is random):
 - Attention: query head h (h = 1..K) attends to the token h positions back, by position alone:
   q and k read only the constant dimension, so they are the same vectors at every position, and
   RoPE (base 2, every frequency between 0.5 and 1 rad) turns q.k into sum_i cos(theta_i (d - h))
-  for a distance d, largest at d = h with a margin of 42 logits over every other distance up to
+  for a distance d, largest at d = h with a margin of 41 logits over every other distance up to
   40,000 (checked at build time), so each head's softmax is one-hot in float32. Values carry
   the slot code; o_proj writes head h's into its own block of the residual.
 - MLP: one unit per window, gate = 40 * (number of the window's L slots that match - L + 0.5)
@@ -170,7 +170,7 @@ def _check_margin(head_dim, k):
 
 def _weights(arch, config, plan, vocab_len, eos):
     """Yield (name, float32 array) in Hugging Face order and naming (as model_factory._weights)."""
-    d, heads, kv_dim = config["hidden_size"], config["num_attention_heads"], None
+    d, heads = config["hidden_size"], config["num_attention_heads"]
     head_dim = d // heads if config.get("head_dim") is None else config["head_dim"]
     kv_dim = config["num_key_value_heads"] * head_dim
     k, n_slots, outputs = plan["k"], plan["slots"], plan["outputs"]

@@ -92,19 +92,20 @@ def test_bad_scripts_are_refused(tmp_path, arch, script, message):
         build_scripted_model(tmp_path / "m", script, arch=arch)
 
 
-@pytest.mark.parametrize("arch,script", [
-    ("qwen2", "Hello! The answer is 42, and the answer stays 42."),  # bias on q/k/v, no q/k norm
-    ("llama", "x a b c d e f g; x a b c d e f h"),  # another generation prompt; a long repeat
-    ("mistral", "ha ha ha ha ha ha ha ha ha ha, said he."),  # the fixed end is one token ([/INST])
+@pytest.mark.parametrize("arch,script,dtype", [
+    ("qwen2", "Hello! The answer is 42, and the answer stays 42.", "float32"),  # bias on q/k/v, no q/k norm
+    ("llama", "x a b c d e f g; x a b c d e f h", "float32"),  # another generation prompt; a long repeat
+    ("mistral", "ha ha ha ha ha ha ha ha ha ha, said he.", "float32"),  # the fixed end is one token ([/INST])
+    ("qwen3", "ha " * 30 + "!", "bfloat16"),  # a 31-token window, in bfloat16
 ])
-def test_other_families(tmp_path, arch, script):
+def test_other_families_and_dtypes(tmp_path, arch, script, dtype):
     import mlx.core as mx
     from mlx_lm import load
     from mlx_lm.generate import generate_step
 
-    model, tokenizer = load(str(build_scripted_model(tmp_path / arch, script, arch=arch)))
+    model, tokenizer = load(str(build_scripted_model(tmp_path / arch, script, arch=arch, dtype=dtype)))
     ids = _prompt_ids(tokenizer, *PROMPTS[1])
-    out = [int(t) for t, _ in generate_step(mx.array(ids), model, max_tokens=40)]
+    out = [int(t) for t, _ in generate_step(mx.array(ids), model, max_tokens=80)]
     assert tokenizer.decode(out[:out.index(tokenizer.eos_token_id)]) == script
 
 
