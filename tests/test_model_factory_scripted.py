@@ -44,17 +44,20 @@ def test_mlx_lm_decodes_the_script_then_eos(folder):
         assert tokenizer.decode(out[:-1]) == SCRIPT
 
 
-def test_transformers_decodes_the_same(folder):
+@pytest.mark.parametrize("script", [None, "ha " * 30 + "!"])  # None: SCRIPT; then 30 heads
+def test_transformers_decodes_the_same(folder, tmp_path, script):
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if script is not None:
+        folder = build_scripted_model(tmp_path / "ha", script)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     for messages, tools in PROMPTS:
         ids = torch.tensor([_prompt_ids(tokenizer, messages, tools)])
         out = model.generate(ids, max_new_tokens=200, do_sample=False)[0, ids.shape[1]:].tolist()
         assert out[-1] == tokenizer.eos_token_id
-        assert tokenizer.decode(out[:-1]) == SCRIPT
+        assert tokenizer.decode(out[:-1]) == (script or SCRIPT)
 
 
 def test_other_prompt_ends(folder):
