@@ -22,7 +22,8 @@ is far above float32 rounding, and attention scores have unit variance (sharper 
 rounding differences grow through the layers). Only tokens that decode to printable ASCII, newline
 or ``<|im_end|>`` can win the argmax, so generated text is plain ASCII (never a family's special
 token such as ``<think>`` or ``<tool_call>``). ``<|im_end|>`` is the end-of-sequence token of every
-family, also where the template ends turns with another token (llama's ``<|eot_id|>``).
+family, also where the template ends turns with another token (llama's ``<|eot_id|>``). A model
+that does write them, a given text, is ``inference.model_factory_scripted``'s.
 """
 import functools
 import json

@@ -84,6 +84,11 @@ def _main(argv=None) -> int:
     build.add_argument("--quantize", type=int, choices=[4, 8], default=None, metavar="BITS",
                        help="write an MLX-format folder quantized to 4 or 8 bits (mlx_lm.convert -q) instead")
     build.add_argument("--group-size", type=int, default=64, help="quantization group size (default 64)")
+    build.add_argument("--script", default=None, metavar="TEXT",
+                       help="instead of random weights: a model whose greedy output after the chat "
+                       "template's generation prompt is TEXT, then end-of-sequence (llama, mistral, "
+                       "qwen2, qwen3; special tokens such as </think> or <tool_call> in TEXT are "
+                       "written as those tokens; --preset and --quantize do not apply)")
 
     from omlx_site.commands import add_parsers
 
@@ -109,7 +114,13 @@ def _main(argv=None) -> int:
 
         build_args = dict(arch=args.arch, preset=args.preset, seed=args.seed, dtype=args.dtype)
         try:
-            if args.quantize:
+            if args.script is not None:
+                if args.quantize:
+                    parser.error("--script and --quantize do not go together")
+                from inference.model_factory_scripted import build_scripted_model
+
+                path = build_scripted_model(args.out, args.script, arch=args.arch, seed=args.seed, dtype=args.dtype)
+            elif args.quantize:
                 path = build_quantized(args.out, args.quantize, args.group_size, **build_args)
             else:
                 path = build_model(args.out, **build_args)

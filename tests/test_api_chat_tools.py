@@ -2,9 +2,10 @@
 `omlx serve` serving one test model of each family, driven by the OpenAI SDK (strict validation).
 
 The random-weight models never write tool-call markup or ``</think>`` by themselves (the factory
-keeps special tokens out of their argmax), so: tools + "auto" must come back well-formed with no
-call; the qwen3 model's prompt opens ``<think>``, so all its output is reasoning unless
-enable_thinking is false; forced calls and JSON need the engine's ``structured`` constraint."""
+keeps special tokens out of their argmax; tests/test_api_scripted.py has a model that writes
+calls and reasoning), so: tools + "auto" must come back well-formed with no call; the qwen3
+model's prompt opens ``<think>``, so all its output is reasoning unless enable_thinking is false;
+forced calls and JSON need the engine's ``structured`` constraint."""
 import json
 import shutil
 

@@ -46,10 +46,24 @@ class Command(BaseCommand):
         parser.add_argument(
             "--group-size", type=int, default=64, help="quantization group size (default: 64)"
         )
+        parser.add_argument(
+            "--script", default=None, metavar="TEXT",
+            help="instead of random weights: a model whose greedy output after the chat template's "
+            "generation prompt is TEXT, then end-of-sequence (inference/model_factory_scripted.py; "
+            "llama, mistral, qwen2, qwen3; --preset, --set and --quantize do not apply)",
+        )
 
-    def handle(self, out_dir, arch, preset, seed, dtype, overrides, quantize, group_size, **options):
+    def handle(self, out_dir, arch, preset, seed, dtype, overrides, quantize, group_size, script=None, **options):
         args = dict(arch=arch, preset=preset, seed=seed, dtype=dtype, **_parse(overrides))
+        if script is not None and (quantize or overrides):
+            raise CommandError("--script does not go with --quantize or --set")
         try:
+            if script is not None:
+                from inference.model_factory_scripted import build_scripted_model
+
+                path = build_scripted_model(out_dir, script, arch=arch, seed=seed, dtype=dtype)
+                self.stdout.write(f"Wrote scripted {arch} model to {path.resolve()}")
+                return
             if quantize:
                 path = build_quantized(out_dir, quantize, group_size, **args)
             else:
