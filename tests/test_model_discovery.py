@@ -110,6 +110,17 @@ def test_estimate_reads_safetensors_headers(model_dir):
     assert bounded.kv_bytes == 2 * (config["max_position_embeddings"] + 256) * per_token
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3_text", "qwen3_5", "nemotron_h", "gpt_oss"])
+def test_kv_bytes_per_token_counts_the_layers_the_engine_keeps_kv_for(model_dir, arch):
+    """The estimate made before loading (config.json only) equals what the loaded model's caches
+    hold per token: hybrid models' linear-attention and Mamba layers keep no KV."""
+    from inference.engine.model_loader import load_model
+
+    path = model_dir(arch=arch, preset="tiny")
+    config = json.loads((path / "config.json").read_text())
+    assert kv_bytes_per_token(config, "float32") == load_model(path, "float32").kv_bytes_per_token
+
+
 def test_limits():
     assert parse_limit("disabled", "x") is None
     assert parse_limit("2GB", "x") == 2 * 10**9

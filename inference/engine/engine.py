@@ -82,6 +82,8 @@ class Engine:
     decode batch, run one batched decode step, and publish each request's new tokens.
     """
 
+    CLEAR_CACHE_STEPS = 512  # MLX's buffer cache is emptied this often (and whenever idle)
+
     def __init__(self, model_path, config: Optional[EngineConfig] = None, **settings):
         if config is None:
             config = EngineConfig(**settings)
@@ -236,10 +238,16 @@ class Engine:
             self._ready.set()
             return
         self._ready.set()
+        was_idle = True
         while True:
             idle = not self.scheduler.has_work()
             if idle:
                 self.prefix_cache.engine_busy(False)
+                if not was_idle:
+                    # MLX keeps freed buffers for reuse; give them back when the work ends, so
+                    # an idle server's memory is its weights and caches.
+                    mx.clear_cache()
+            was_idle = idle
             # Requests held by batch wait and nothing running: sleep until the first is due
             # or something arrives, instead of spinning.
             held = None if idle or self.scheduler.running else self.scheduler.next_release()
@@ -324,6 +332,8 @@ class Engine:
 
     def _run_step(self, out) -> None:
         self.steps += 1
+        if self.steps % self.CLEAR_CACHE_STEPS == 0:
+            mx.clear_cache()  # under steady load the buffer cache would keep the largest batch's
         for request in out.preempted:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit
         self.runner.drop(out.preempted)

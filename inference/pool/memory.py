@@ -9,8 +9,9 @@ under ``--max-model-memory`` whatever requests arrive:
              others (quantized uint32 packs) as stored;
     kv       the KV cache of running requests: min(the scheduler's KV capacity in tokens,
              max_concurrent_requests x (context length + 256)) x KV bytes per token
-             (2 x layers x KV heads x head dim x dtype size, from config.json); the 256 covers
-             the cache's allocation step;
+             (2 x attention layers x KV heads x head dim x dtype size, from config.json:
+             ``attention_layers``, the layers the engine keeps KV for); the 256 covers the
+             cache's allocation step;
     hot      the hot tier of the prefix cache (hot_cache_max_size; 0 with caching off).
 
 The cold tier lives on disk and costs no RAM.
@@ -71,10 +72,29 @@ def estimate(weight_files: Iterable[Path], config: dict, engine_settings: dict) 
     return MemoryEstimate(weights, capacity * per_token, hot)
 
 
+def attention_layers(text: dict) -> int:
+    """Layers that keep KV per token, from a (text) config: hybrid models say which layers are
+    attention (``layer_types`` / ``layers_block_type``: full or sliding attention, not linear
+    attention or Mamba; Nemotron-H's ``hybrid_override_pattern``: "*"; Qwen3-Next's
+    ``full_attention_interval``). A sliding window counts as if it grew, as the engine counts
+    it. The recurrent layers' state is per sequence, not per token, and is not counted here."""
+    kinds = text.get("layer_types") or text.get("layers_block_type")
+    if isinstance(kinds, list) and kinds:
+        return sum(1 for k in kinds if isinstance(k, str) and "attention" in k and "linear" not in k)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("*")
+    layers = text.get("num_hidden_layers") or 1
+    interval = text.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 1:
+        return layers // interval
+    return layers
+
+
 def kv_bytes_per_token(config: dict, dtype: Optional[str]) -> int:
     text = _text_config(config)
     heads = text.get("num_attention_heads") or 1
-    layers = text.get("num_hidden_layers") or 1
+    layers = attention_layers(text)
     kv_heads = text.get("num_key_value_heads") or heads
     head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads or 128
     size = _TARGET_SIZE.get(dtype) or _TORCH_SIZE.get(str(config.get("torch_dtype")), 2)
