@@ -194,6 +194,14 @@ def _serve(parser, args) -> int:
     if values["workers"] == 0 and not values["redis_url"] and values["api_handoff"] == "huey":
         parser.error("--workers 0 needs --redis-url (without Redis only the server's own workers "
                      "can run requests)")
+    if values["mcp_config"] is not None:  # before anything starts: a clear message, not an ImportError
+        from inference.mcp import sdk
+
+        try:
+            sdk.require()
+        except sdk.MCPUnavailable as exc:
+            print(f"omlx: {exc}", file=sys.stderr)
+            return 2
     if given:
         path = config.save(given)
         for verb, keys in (("saved", [k for k, v in given.items() if v is not None]),
