@@ -81,10 +81,12 @@ def omlx(tmp_path_factory, model_dir, http_mcp):
     path = write_config(tmp_path_factory.mktemp("mcp-config") / "mcp.json", http_mcp.url)
     server = ServerProcess(["--model-dir", str(models), "--mcp-config", str(path)],
                            tmp_path_factory.mktemp("omlx-home"))
-    rows = wait_for(lambda: servers(server.url), running(["local", "web"]))
-    assert running(["local", "web"])(rows), rows
-    yield server
-    server.stop()
+    try:
+        rows = wait_for(lambda: servers(server.url), running(["local", "web"]))
+        assert running(["local", "web"])(rows), rows
+        yield server
+    finally:
+        server.stop()
 
 
 def test_servers_are_listed_with_their_state(omlx):
@@ -158,8 +160,12 @@ def test_crashed_servers_are_reported_and_restarted_and_stop_with_omlx(tmp_path,
     on answering, and each is back once it can be (the stdio one restarted by omlx, the HTTP one
     reconnected when it listens again). Stopping omlx ends the stdio server's process."""
     web = HttpMcp()
-    omlx = ServerProcess(["--model-dir", str(tmp_path / "none"),
-                          "--mcp-config", str(write_config(tmp_path / "mcp.json", web.url))], tmp_path / "home")
+    try:
+        omlx = ServerProcess(["--model-dir", str(tmp_path / "none"),
+                              "--mcp-config", str(write_config(tmp_path / "mcp.json", web.url))], tmp_path / "home")
+    except BaseException:
+        web.kill()
+        raise
     try:
         assert running(["local", "web"])(wait_for(lambda: servers(omlx.url), running(["local", "web"])))
         first = int(execute(omlx.url, tool_name="local__pid").json()["text"])
@@ -175,7 +181,7 @@ def test_crashed_servers_are_reported_and_restarted_and_stop_with_omlx(tmp_path,
         port = web.port
         web.kill()
         failed = execute(omlx.url, tool_name="web__weather", arguments={"city": "Rome"})
-        assert failed.status_code in (502, 503), failed.text
+        assert failed.status_code == 503, (failed.status_code, failed.text)
         down = wait_for(lambda: servers(omlx.url)["web"], lambda r: r["restarts"] >= 1)
         assert down["state"] in ("crashed", "restarting") and down["last_error"]
         assert execute(omlx.url, tool_name="web__weather", arguments={"city": "Rome"}).status_code == 503
@@ -263,3 +269,21 @@ def test_config_reads_claude_desktop_and_vscode_forms():
     assert [(s.name, s.transport) for s in specs] == [("files", "stdio"), ("web", "http")]
     assert specs[0].args == ["-y", "server"] and specs[0].env == {"K": "v"} and specs[1].headers == {"A": "b"}
     assert [s.name for s in mcp_config.parse({"servers": {"x": {"url": "http://h/mcp"}}})] == ["x"]
+
+
+def test_without_mcp_config_the_routes_say_so_and_keep_the_api_key(settings):
+    """In process, no manager: empty lists, a 404 that says how to configure MCP; the API key
+    guards these routes like every /v1 route."""
+    from django.test import Client
+
+    client = Client()
+    assert client.get("/v1/mcp/servers").json() == {"object": "list", "data": []}
+    assert client.get("/v1/mcp/tools").json() == {"object": "list", "data": []}
+    reply = client.post("/v1/mcp/execute", {"tool_name": "a__b"}, content_type="application/json")
+    assert reply.status_code == 404 and reply.json()["error"]["code"] == "mcp_not_configured"
+    assert "--mcp-config" in reply.json()["error"]["message"]
+    settings.OMLX_API_KEY = "key"
+    for path in ("/v1/mcp/servers", "/v1/mcp/tools"):
+        assert client.get(path).status_code == 401
+        assert client.get(path, HTTP_AUTHORIZATION="Bearer key").status_code == 200
+    assert client.post("/v1/mcp/execute", {}, content_type="application/json").status_code == 401

@@ -170,6 +170,7 @@ class ServerConnection:
         """Call ``tool`` with ``arguments``; NotRunning, ToolTimeout or ToolCallFailed otherwise."""
         import anyio
         from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
 
         client = self._client
         if client is None or self.state != "running":
@@ -183,6 +184,9 @@ class ServerConnection:
             raise ToolTimeout(f"the tool '{tool}' of '{self.spec.name}' did not answer within {timeout:g} s") from None
         except MCPError as exc:
             self._wake.set()
+            if exc.code == CONNECTION_CLOSED:  # the server went away under the call
+                raise NotRunning(f"the connection to the MCP server '{self.spec.name}' closed during the "
+                                 "call; it is being reconnected") from None
             raise ToolCallFailed(f"the MCP server '{self.spec.name}' answered with an error: {exc}") from None
         except Exception as exc:
             self._wake.set()
