@@ -26,10 +26,10 @@ SERVER = str(Path(__file__).parent / "mcp_servers" / "stdio_server.py")
 
 
 @pytest.fixture
-def mcp_tools(request):
+def mcp_tools(request, tmp_path):
     """A running MCP manager whose one stdio server offers the tools named by the test's param."""
     specs = mcp_config.parse({"mcpServers": {"local": {"command": sys.executable, "args": [SERVER, *request.param]}}})
-    manager = mcp_manager.start(specs)
+    manager = mcp_manager.start(specs, log_dir=tmp_path)  # the server's stderr: tmp_path/mcp-local.log
     try:
         assert manager.wait_started(60), manager.servers()
         yield manager

@@ -111,7 +111,6 @@ class ChatConsumer(AdminConsumer):
                       turn: int) -> None:
         """Rounds of generation until one ends without tool calls (one round without tools)."""
         loop = asyncio.get_running_loop()
-        sent = loop.time()
         added: List[dict] = []  # this turn's assistant tool calls and tool results, in order
         text: List[str] = []
         round_no, steps = 1, 0
@@ -123,6 +122,7 @@ class ChatConsumer(AdminConsumer):
                                     messages=messages + added, tools=tools,
                                     tool_choice=choice if tools else None)
                 text = []
+                sent = loop.time()  # the numbers shown are the last round's
                 outcome = await self._round(job, turn, round_no, text, asked if round_no == 1 else None)
                 if outcome is None:  # refused: nothing of this round was said
                     return

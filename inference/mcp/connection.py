@@ -105,8 +105,9 @@ class ServerConnection:
             if loop.time() - began > STABLE_SECONDS:
                 delay = BACKOFF_START
             self._wake.clear()
-            try:  # the backoff, cut short by stop()
-                await asyncio.wait_for(self._wake.wait(), delay)
+            try:  # the backoff, cut short by stop() (checked after the clear: no stop is missed)
+                if not self._stopping:
+                    await asyncio.wait_for(self._wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
             delay = min(delay * 2, BACKOFF_MAX)
