@@ -18,7 +18,7 @@ from django.test import AsyncClient
 
 from inference.mcp import config as mcp_config
 from inference.mcp import manager as mcp_manager
-from tests.test_admin_chat import SYSTEM, chat, chat_models, open_page, stats  # noqa: F401 (fixtures)
+from tests.test_admin_chat import SYSTEM, chat, chat_models, open_page, stats, text_parts  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,10 +79,12 @@ def test_the_model_calls_a_tool_and_answers_from_its_result(chat, mcp_tools):
     async def go():
         page = await open_page()
         fragments = await answer(page, message="Will it snow in Oslo tomorrow?")
+        await page.send(mcp_tools="on", max_tokens="4", message="Thanks.")  # tool use: auto
+        follow_up = await page.until(r'id="answer-2-stats"[^>]*data-prompt')
         await page.comm.disconnect()
-        return fragments
+        return fragments, follow_up
 
-    fragments = run(go())
+    fragments, follow_up = run(go())
     call, arguments, result, text = step_of(fragments)
     assert 'data-tool="local__forecast"' in call
     # the model's own arguments, run by the real server
@@ -104,6 +106,12 @@ def test_the_model_calls_a_tool_and_answers_from_its_result(chat, mcp_tools):
     # ... and the second round generated an answer (its own text part of the bubble)
     assert any('id="answer-1-text-2"' in f for f in fragments)
     assert stats(final)["generated"] >= 1
+    # the conversation keeps the call, its result and the answer: the next message's prompt is theirs
+    after = "".join(text_parts(fragments, 1, "text-2"))
+    history = messages + [{"role": "assistant", "content": after}, {"role": "user", "content": "Thanks."}]
+    assert 'data-tool-calls' not in follow_up[-1]  # (no call this time)
+    assert stats(follow_up[-1])["prompt"] == prompt_tokens(history, tools)
+    assert stats(follow_up[-1])["hot"] >= stats(final)["prompt"] - 16  # the turn before was computed once
 
 
 @pytest.mark.parametrize("mcp_tools", [["broken"]], indirect=True)
