@@ -138,3 +138,25 @@ def test_use_tools_without_mcp_servers_is_a_notice(chat):
         return fragment
 
     assert "No MCP tools are available" in run(go())
+
+
+@pytest.mark.parametrize("mcp_tools", [["forecast"]], indirect=True)
+def test_stop_ends_the_answer_after_a_tool_call(chat, mcp_tools):
+    from inference.api import limits
+
+    async def go():
+        page = await open_page()
+        await page.send(mcp_tools="on", tool_choice="required", max_tokens="3000", system="",
+                        message="Tell me a very long story about the weather in Oslo.")
+        await page.until(r'id="answer-1-step-1-result"[^>]*data-error')  # the tool ran
+        await page.until(r'<span id="answer-1-text-2"')  # the next round writes
+        await page.send(action="stop")
+        fragments = await page.until(r'id="answer-1-stats"[^>]*data-prompt')
+        controls = (await page.until(r'id="chat-controls"'))[-1]
+        await page.comm.disconnect()
+        return fragments, controls
+
+    fragments, controls = run(go())
+    assert "stopped" in fragments[-1] and stats(fragments[-1])["generated"] < 3000
+    assert 'id="chat-stop" ws-send name="action" value="stop" disabled' in controls
+    assert limits.in_flight("tiny") == 0
