@@ -17,6 +17,8 @@ class ChatRequest:
     system: str = ""
     temperature: Optional[float] = None  # None: the model's setting, else the engine's default
     max_tokens: Optional[int] = None
+    use_tools: bool = False  # offer the MCP servers' tools (admin_panel/chat_tools.py)
+    tool_choice: str = "auto"  # "required": the first round must call a tool
 
     def params(self) -> dict:
         """SamplingParams fields of the job (unset ones keep the model's defaults)."""
@@ -50,8 +52,12 @@ def parse_form(data: dict, resolve: Callable[[str], Optional[str]]) -> ChatReque
     max_tokens = _number(data, "max_tokens", "Max tokens")
     if max_tokens is not None and (max_tokens != int(max_tokens) or max_tokens < 1):
         raise ValueError("Max tokens must be a whole number of at least 1.")
+    tool_choice = _text(data, "tool_choice").strip() or "auto"
+    if tool_choice not in ("auto", "required"):
+        raise ValueError("Tool use must be 'auto' or 'required'.")
     return ChatRequest(model, message, _text(data, "system"), temperature,
-                       int(max_tokens) if max_tokens is not None else None)
+                       int(max_tokens) if max_tokens is not None else None,
+                       use_tools=_text(data, "mcp_tools") in ("on", "true", "1"), tool_choice=tool_choice)
 
 
 def _text(data: dict, key: str) -> str:

@@ -6,6 +6,7 @@ from inference.api import anthropic_errors, errors
 from inference.api.anthropic import router as anthropic_router
 from inference.api.cache_status import router as cache_status_router
 from inference.api.json_body import JsonBodyParser
+from inference.api.mcp import router as mcp_router
 from inference.api.models import router as models_router
 from inference.api.openai import router as openai_router
 from inference.api.responses import router as responses_router
@@ -16,6 +17,7 @@ api.add_router("/v1/", openai_router)
 api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
 api.add_router("/v1/", cache_status_router)
+api.add_router("/v1/", mcp_router)
 errors.install(api)
 
 # The Anthropic routes (/v1/messages...) answer errors in Anthropic's envelope: an API of their own.

@@ -206,6 +206,14 @@ def _serve(parser, args) -> int:
         config.check_together(values)
     except ValueError as exc:
         parser.error(str(exc))
+    if values["mcp_config"] is not None:  # before anything starts: a clear message, not an ImportError
+        from inference.mcp import sdk
+
+        try:
+            sdk.require()
+        except sdk.MCPUnavailable as exc:
+            print(f"omlx: {exc}", file=sys.stderr)
+            return 2
     if given:
         path = config.save(given)
         for verb, keys in (("saved", [k for k, v in given.items() if v is not None]),

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from omlx_site import upstream_settings
 from omlx_site.setting_kinds import (  # noqa: F401  (config.BOOLEAN etc. are used elsewhere)
-    BOOLEAN, BYTES, FOLDER_OR_OFF, FOLDERS, INTEGER, MEMORY_LIMIT, NUMBER, SIZE, TEXT, Kind)
+    BOOLEAN, BYTES, FILE, FOLDER_OR_OFF, FOLDERS, INTEGER, MEMORY_LIMIT, NUMBER, SIZE, TEXT, Kind)
 
 logger = logging.getLogger("omlx.settings")
 
@@ -84,6 +84,12 @@ def _hf_hub_cache():
     from huggingface_hub import constants
 
     return Path(constants.HF_HUB_CACHE).expanduser()
+
+
+def _mcp_config(path):
+    from inference.mcp import config as mcp_config
+
+    mcp_config.load(path)
 
 
 def _one_of(*choices):
@@ -202,6 +208,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_queued_requests", "OMLX_MAX_QUEUED_REQUESTS", INTEGER, 256,
             "requests per model that may wait beyond --max-concurrent-requests; more get a 429",
             flag="--max-queued-requests", check=_at_least(0), applies="now"),
+    Setting("mcp_config", "OMLX_MCP_CONFIG", FILE, None,
+            "MCP servers to start with the server, in Claude Desktop's mcpServers JSON (stdio: command, "
+            "args, env; streamable HTTP: url, headers); their tools are served under /v1/mcp and offered "
+            "in the console's chat. Needs the extra: pip install 'omlx[mcp]'", flag="--mcp-config",
+            check=_mcp_config),
+    Setting("mcp_tool_timeout", "OMLX_MCP_TOOL_TIMEOUT", NUMBER, 60.0,
+            "seconds an MCP tool call may take (POST /v1/mcp/execute may ask for less or more)",
+            check=_positive),
     Setting("retry_after_seconds", "OMLX_RETRY_AFTER_SECONDS", INTEGER, 1, "the Retry-After of a 429",
             check=_at_least(0), applies="now"),
     Setting("worker_heartbeat_seconds", "OMLX_WORKER_HEARTBEAT_SECONDS", NUMBER, 15.0,

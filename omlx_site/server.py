@@ -55,6 +55,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     from admin_panel.history import get_history
 
     get_history()  # the admin Status page's charts start now (a daemon thread, a point every 5 s)
+    mcp = _start_mcp()
     if settings.OMLX_REDIS_URL:
         logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
                     settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")
@@ -91,6 +92,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         server.run()
     finally:
         limits.start_shutdown()
+        if mcp is not None:  # the MCP servers stop with omlx (a stdio server's process ends)
+            from inference.mcp import manager
+
+            manager.stop()
         if consumer is not None:
             consumer.stop(graceful=True, timeout=5.0)
         from admin_panel.downloads import close_downloads
@@ -107,6 +112,25 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         print(f"omlx: cannot listen on {host}:{port}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _start_mcp():
+    """The MCP servers of --mcp-config, started in the background (they come up while omlx
+    listens; GET /v1/mcp/servers shows each one's state). None when none are configured."""
+    from django.conf import settings
+
+    if not settings.OMLX_MCP_CONFIG:
+        return None
+    from inference.mcp import config as mcp_config
+    from inference.mcp import manager
+
+    try:
+        specs = mcp_config.load(settings.OMLX_MCP_CONFIG)
+    except ValueError as exc:  # the file changed since the settings were checked: serve without MCP
+        logger.error("MCP servers not started: %s", exc)
+        return None
+    logger.info("MCP servers from %s: %s", settings.OMLX_MCP_CONFIG, ", ".join(s.name for s in specs) or "none")
+    return manager.start(specs, tool_timeout=settings.OMLX_MCP_TOOL_TIMEOUT, log_dir=settings.OMLX_LOG_DIR)
 
 
 def _load_pinned(registry) -> None:

@@ -89,6 +89,11 @@ def _folder_or_off(raw):
     return None if text.lower() in ("off", "none") else Path(text).expanduser()
 
 
+def _file(raw):
+    text = _text(raw).strip()
+    return Path(text).expanduser().resolve() if text else None
+
+
 INTEGER = Kind("integer", _integer, "N")
 NUMBER = Kind("number", _number, "N")
 TEXT = Kind("text", _text, "TEXT")
@@ -100,3 +105,4 @@ FOLDERS = Kind("folders", _paths, "DIR", text=lambda v: os.pathsep.join(map(str,
                json=lambda v: [str(p) for p in v])
 FOLDER_OR_OFF = Kind("folder or off", _folder_or_off, "DIR", text=lambda v: "off" if v is None else str(v),
                      json=lambda v: "off" if v is None else str(v))
+FILE = Kind("file", _file, "FILE", json=str)

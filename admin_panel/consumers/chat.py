@@ -7,7 +7,13 @@ workers), and the job's events come back over the channel layer. The conversatio
 consumer: one per socket; "New chat" or a new socket starts an empty one.
 
 Messages from the page (the chat form's fields, ws-send): ``action`` "send" (or none: model,
-system, temperature, max_tokens, message), "stop" (abort the answer being written) or "new".
+system, temperature, max_tokens, message, mcp_tools, tool_choice), "stop" (abort the answer being
+written) or "new".
+
+With "Use MCP tools" an answer is a loop of rounds (admin_panel/chat_tools.py): a round that ends
+in tool calls has them run on their MCP servers, each call and result shown as a step of the
+answer (partials/chat_tool_step.html, chat_tool_result.html), and the next round generates from
+the conversation with the calls and results added; the round without calls ends the answer.
 Messages to the page: HTML fragments swapped in by id (partials/chat_*.html); the answer's text is
 appended to its bubble (hx-swap-oob="beforeend"), escaped like all model output.
 """
@@ -23,6 +29,7 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html
 
 from admin_panel.chat import AnswerStats, parse_form
+from admin_panel.chat_tools import MAX_TOOL_ROUNDS, assistant_message, offered_tools, run_call
 from inference.api import handoff
 from inference.api.errors import ApiError
 from inference.api.responder import start_generation, stop_generation
@@ -43,6 +50,7 @@ class ChatConsumer(AdminConsumer):
         self.job: Optional[GenerationJob] = None  # the answer being written
         self.task: Optional[asyncio.Task] = None
         self.stopping: Optional[asyncio.TimerHandle] = None
+        self.stop_requested = False  # Stop between rounds of tool calls: no next round
         self.closed = False
 
     async def joined(self) -> None:
@@ -82,69 +90,75 @@ class ChatConsumer(AdminConsumer):
             logger.exception("chat: checking the form failed")
             await self._notice(f"The model list cannot be read: {exc}")
             return
+        tools = offered_tools() if request.use_tools else None
+        if request.use_tools and tools is None:
+            await self._notice("No MCP tools are available: no MCP server is running (omlx serve --mcp-config "
+                               "FILE; their states are on GET /v1/mcp/servers).")
+            return
         self.turns += 1
         turn = self.turns
-        job = GenerationJob(f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
-                            messages=request.messages(self.history))
         asked = {"role": "user", "content": request.message}
+        messages = request.messages(self.history)
         self.history.append(asked)
         await self._render("admin_panel/partials/chat_turn.html", turn=turn, message=request.message,
                            model=request.model)
         await self._render("admin_panel/partials/chat_message_box.html")
-        self.job = job
-        self.task = asyncio.ensure_future(self._answer(job, asked, turn))
+        self.stop_requested = False
+        self.task = asyncio.ensure_future(self._answer(request, messages, tools, asked, turn))
         await self._controls()
 
-    async def _answer(self, job: GenerationJob, asked: dict, turn: int) -> None:
+    async def _answer(self, request, messages: List[dict], tools: Optional[List[dict]], asked: dict,
+                      turn: int) -> None:
+        """Rounds of generation until one ends without tool calls (one round without tools)."""
         loop = asyncio.get_running_loop()
-        sent = loop.time()
+        added: List[dict] = []  # this turn's assistant tool calls and tool results, in order
         text: List[str] = []
+        round_no, steps = 1, 0
+        said = False  # the last round's text is in the history already (with its tool calls)
         try:
-            try:
-                subscription = await start_generation(job)
-            except ApiError as exc:
-                # not answered: it does not stay in the conversation
-                self.history = [m for m in self.history if m is not asked]
-                await self._error(turn, exc.status, exc.message, kept=False)
-                return
-            await self._render("admin_panel/partials/chat_status.html", turn=turn, status="Writing…")
-            first = last = None
-            usage, reason, error = None, None, None
-            done = False
-            reasoning_shown = False
-            try:
-                while reason is None:
-                    event = await subscription.receive()
-                    if event.get("kind") != "delta":
-                        continue
-                    if event["token_ids"]:
-                        last = loop.time()
-                        first = first or last
-                    html = []
-                    if event.get("reasoning"):
-                        html.append(_reasoning_html(turn, event["reasoning"], reasoning_shown))
-                        reasoning_shown = True
-                    if event["text"]:
-                        text.append(event["text"])
-                        html.append(_append_html(turn, "text", event["text"]))
-                    if html:
-                        await self._send_html("".join(html))
-                    reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
-                done = reason != "error"  # an abort ended the engine's request already
-            finally:  # shielded: a cancel (Stop's grace, the socket closing) must not cut the clean-up
-                await asyncio.shield(stop_generation(job, subscription, done))
-            self.history.append({"role": "assistant", "content": "".join(text)})
+            while True:
+                choice = request.tool_choice if round_no == 1 else "auto"
+                job = GenerationJob(f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
+                                    messages=messages + added, tools=tools,
+                                    tool_choice=choice if tools else None)
+                text = []
+                sent = loop.time()  # the numbers shown are the last round's
+                outcome = await self._round(job, turn, round_no, text, asked if round_no == 1 else None)
+                if outcome is None:  # refused: nothing of this round was said
+                    return
+                reason, usage, error, calls, first, last = outcome
+                if reason != "tool_calls" or not calls or not tools:
+                    break
+                added.append(assistant_message("".join(text), calls))
+                for call in calls:
+                    steps += 1
+                    await self._render("admin_panel/partials/chat_tool_step.html", turn=turn, step=steps,
+                                       name=call["name"], arguments=call.get("arguments") or "{}")
+                    result = await run_call(call)
+                    added.append(result.tool_message())
+                    await self._render("admin_panel/partials/chat_tool_result.html", turn=turn, step=steps,
+                                       result=result)
+                self.history.extend(added[-(len(calls) + 1):])
+                text = []  # said, with the calls
+                if self.stop_requested or round_no >= MAX_TOOL_ROUNDS:
+                    said = True
+                    reason = "abort" if self.stop_requested else "tool_rounds"
+                    break
+                round_no += 1
+                await self._render("admin_panel/partials/chat_round.html", turn=turn, round=round_no)
+            if not said:
+                self.history.append({"role": "assistant", "content": "".join(text)})
             stats = AnswerStats.build(usage, reason, sent, first, last)
             await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=stats,
-                               stopped=reason == "abort")
+                               stopped=reason == "abort", rounds=round_no, steps=steps)
             if reason == "error":
                 await self._error(turn, 500, f"Generation failed: {error or reason}", kept=True)
         except asyncio.CancelledError:  # the socket closed, or Stop found no answer in time
-            if not self.closed:
+            if not self.closed and not said:
                 self.history.append({"role": "assistant", "content": "".join(text)})
                 await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=None, stopped=True)
         except Exception as exc:
-            logger.exception("chat answer %s failed", job.request_id)
+            logger.exception("chat answer (turn %d) failed", turn)
             await self._error(turn, 500, f"The answer failed: {exc}", kept=True)
         finally:
             if self.stopping is not None:
@@ -154,11 +168,61 @@ class ChatConsumer(AdminConsumer):
             if not self.closed:
                 await self._controls(running=False)
 
+    async def _round(self, job: GenerationJob, turn: int, round_no: int, text: List[str],
+                     asked: Optional[dict]):
+        """One generation streamed into the answer: (finish_reason, usage, error, tool calls,
+        first token time, last token time), or None when the job was refused (an error shown;
+        in the first round the message leaves the conversation)."""
+        loop = asyncio.get_running_loop()
+        suffix = "" if round_no == 1 else f"-{round_no}"
+        self.job = job
+        try:
+            subscription = await start_generation(job)
+        except ApiError as exc:
+            if asked is not None:  # not answered: it does not stay in the conversation
+                self.history = [m for m in self.history if m is not asked]
+            await self._error(turn, exc.status, exc.message, kept=asked is None)
+            return None
+        await self._render("admin_panel/partials/chat_status.html", turn=turn,
+                           status="Writing…" if round_no == 1 else f"Writing (after the tool results, round {round_no})…")
+        first = last = None
+        usage, reason, error = None, None, None
+        calls: List[dict] = []
+        done = False
+        reasoning_shown = False
+        try:
+            while reason is None:
+                event = await subscription.receive()
+                if event.get("kind") != "delta":
+                    continue
+                if event["token_ids"]:
+                    last = loop.time()
+                    first = first or last
+                html = []
+                if event.get("reasoning"):
+                    html.append(_reasoning_html(turn, event["reasoning"], reasoning_shown, suffix))
+                    reasoning_shown = True
+                if event["text"]:
+                    text.append(event["text"])
+                    html.append(_append_html(turn, "text" + suffix, event["text"]))
+                if html:
+                    await self._send_html("".join(html))
+                calls += event.get("tool_calls") or []
+                reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
+            done = reason != "error"  # an abort ended the engine's request already
+        finally:  # shielded: a cancel (Stop's grace, the socket closing) must not cut the clean-up
+            self.job = None
+            await asyncio.shield(stop_generation(job, subscription, done))
+        return reason, usage, error, calls, first, last
+
     async def _stop_answer(self) -> None:
         """Abort the answer being written; its last event (usage included) is awaited for a while."""
         if self.task is None or self.task.done() or self.stopping is not None:
             return
         task, job = self.task, self.job
+        self.stop_requested = True
+        if job is None:  # between rounds (a tool is running): the loop ends after it
+            return
         self.stopping = asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, task.cancel)
         try:
             await asyncio.to_thread(handoff.abort, job)  # the Huey queue is a database write
@@ -199,9 +263,11 @@ def _append_html(turn: int, part: str, text: str) -> str:
     return format_html('<span id="answer-{}-{}" hx-swap-oob="beforeend">{}</span>', turn, part, text)
 
 
-def _reasoning_html(turn: int, text: str, shown: bool) -> str:
+def _reasoning_html(turn: int, text: str, shown: bool, suffix: str = "") -> str:
+    """Reasoning text of a round of the answer (``suffix``: "" for the first, "-N" for round N)."""
     if shown:
-        return _append_html(turn, "reasoning", text)
-    return format_html('<details id="answer-{0}-thinking" class="thinking"><summary>Reasoning</summary>'
-                       '<span id="answer-{0}-reasoning" class="reasoning">{1}</span></details>', turn, text)
+        return _append_html(turn, "reasoning" + suffix, text)
+    return format_html('<details id="answer-{0}-thinking{2}" class="thinking"><summary>Reasoning</summary>'
+                       '<span id="answer-{0}-reasoning{2}" class="reasoning">{1}</span></details>', turn, text,
+                       suffix)
 
