@@ -1,7 +1,7 @@
 """/admin/...: the console's pages and their htmx actions."""
 from django.urls import path
 
-from admin_panel.views import auth, benchmark, chat, logs, status
+from admin_panel.views import auth, benchmark, chat, integrations, logs, status
 from admin_panel.views import cache as cache_views
 from admin_panel.views import models as models_views
 
@@ -25,4 +25,5 @@ urlpatterns = [
     path("cache/panel/", cache_views.panel, name="cache_panel"),
     path("cache/action/", cache_views.action, name="cache_action"),
     path("cache/probe/", cache_views.probe, name="cache_probe"),
+    path("integrations/", integrations.page, name="integrations"),
 ]
