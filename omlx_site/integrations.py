@@ -75,7 +75,12 @@ def setup(client: str, target: Target, key_text: Optional[str] = None) -> Client
 
 
 def _exports(env: Dict[str, Optional[str]]) -> str:
-    lines = [f"unset {name}" if value is None else f"export {name}={shlex.quote(value)}"
+    def quoted(value: str) -> str:
+        if value.startswith("$PWD/"):  # left for the shell to expand
+            return f'"{value}"'
+        return shlex.quote(value)
+
+    lines = [f"unset {name}" if value is None else f"export {name}={quoted(value)}"
              for name, value in env.items()]
     return "\n".join(lines)
 
@@ -156,10 +161,15 @@ def opencode_config(target: Target) -> dict:
     }
 
 
+def _output_limit(window: int) -> int:
+    """The longest reply a client should ask for: a quarter of the window, at most 8192 tokens."""
+    return max(1, min(8192, window // 4))
+
+
 def _opencode_model(target: Target) -> dict:
     model = {"name": target.model}
     if target.context_length:
-        model["limit"] = {"context": target.context_length, "output": min(8192, target.context_length)}
+        model["limit"] = {"context": target.context_length, "output": _output_limit(target.context_length)}
     return model
 
 
@@ -184,7 +194,7 @@ def aider_metadata(target: Target) -> dict:
     and no price. With it aider also skips downloading litellm's model list."""
     window = target.context_length or DEFAULT_CONTEXT
     return {f"openai/{target.model}": {
-        "max_input_tokens": window, "max_output_tokens": min(8192, window), "max_tokens": window,
+        "max_input_tokens": window, "max_output_tokens": _output_limit(window), "max_tokens": window,
         "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
         "litellm_provider": "openai", "mode": "chat",
     }}

@@ -88,7 +88,8 @@ def launch(args, omlx_home: Path, user_home: Path, timeout=600, **env):
     path = os.pathsep.join([str(CLIENTS_DIR / "npm" / "bin"), str(CLIENTS_DIR / "aider" / "bin"),
                             os.environ.get("PATH", "")])
     full_env = dict(os.environ, HOME=str(user_home), OMLX_HOME=str(omlx_home), PATH=path,
-                    OMLX_DATABASE=str(omlx_home / "omlx.sqlite3"), PYTHONUNBUFFERED="1", **env)
+                    OMLX_DATABASE=str(omlx_home / "omlx.sqlite3"), PYTHONUNBUFFERED="1")
+    full_env.update(env)
     for name in ("OMLX_API_KEY", "OMLX_MODEL_DIR", "OMLX_PORT", "OMLX_HOST", "ANTHROPIC_API_KEY",
                  "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         if name not in env:
