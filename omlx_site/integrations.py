@@ -98,6 +98,8 @@ def _claude(target: Target, key: str) -> ClientSetup:
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
         "ANTHROPIC_SMALL_FAST_MODEL": model,
         "CLAUDE_CODE_SUBAGENT_MODEL": model,
+        # A local model's first prefill of Claude Code's ~20K-token prompt can take minutes on a CPU.
+        "API_TIMEOUT_MS": "3600000",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # telemetry, error reports, auto-update
         "DISABLE_TELEMETRY": "1",
         "DISABLE_AUTOUPDATER": "1",

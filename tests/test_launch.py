@@ -263,6 +263,11 @@ def test_what_a_user_gets_wrong(tmp_path, user_home, agent_server):
     assert missing.returncode == 1 and "opencode is not on PATH; install it: npm install -g opencode-ai" in missing.stderr
     nothing = launch(["--url", f"http://127.0.0.1:{free_port()}", "--no-start", "claude"], tmp_path, user_home)
     assert nothing.returncode == 1 and "no omlx server answers at" in nothing.stderr
+    from omlx_site import config
+
+    config.save({"port": 0}, tmp_path / "zero")
+    zero = launch(["claude"], tmp_path / "zero", user_home)
+    assert zero.returncode == 1 and "the port setting is 0" in zero.stderr, zero.stderr
     bad_client = launch(["vim"], tmp_path, user_home)
     assert bad_client.returncode == 2 and "invalid choice: 'vim'" in bad_client.stderr
 
@@ -299,3 +304,45 @@ def test_the_model_launch_picks():
             pick_model(rows, wrong)
     with pytest.raises(ValueError, match="no chat model"):
         pick_model([row("emb", type="embedding")])
+
+
+def test_each_client_runs_with_the_user_s_arguments_and_config_left_alone(tmp_path, user_home, agent_server):
+    """`omlx launch CLIENT --version` for each installed client: the client itself answers (the
+    user's arguments reach it), omlx's files are under $OMLX_HOME/launch/ without the key, and the
+    user's own config files are byte for byte as they were."""
+    ran = []
+    for client in ("claude", "codex", "opencode", "aider"):
+        if not (CLIENTS_DIR / PROGRAMS[client]).exists():
+            continue
+        done = launch(["--url", agent_server.url, "--api-key", KEY, client, "--version"], tmp_path, user_home,
+                      timeout=120)
+        assert done.returncode == 0 and done.stdout.strip(), (client, done.stdout, done.stderr)
+        ran.append(client)
+    if not ran:
+        pytest.skip("no client installed: run `bash scripts/install_clients.sh`")
+    assert_user_configs_unchanged(user_home)
+    for path in (tmp_path / "launch").rglob("*"):
+        assert path.is_dir() or KEY not in path.read_text(), path
+    if "opencode" in ran:
+        assert json.loads((tmp_path / "launch" / "opencode" / "opencode.json").read_text())["model"] == "omlx/tiny"
+
+
+def test_launch_is_documented():
+    import argparse
+
+    from omlx_site.commands import launch as launch_command
+    from omlx_site.integrations import CLIENTS
+
+    parser = argparse.ArgumentParser(prog="omlx")
+    launch_command.add_parser(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["launch"]
+    flags = [s for action in sub._actions for s in action.option_strings if s.startswith("--") and s != "--help"]
+    cli_md = (ROOT / "docs" / "cli.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    section = cli_md.split("## `omlx launch`", 1)[1].split("\n## ", 1)[0]
+    for flag in flags:
+        assert flag in section, f"docs/cli.md does not document omlx launch {flag}"
+        assert flag in readme.split("`omlx launch", 1)[1].split("\n", 1)[0], f"README's row lacks {flag}"
+    for client in CLIENTS:
+        assert f"`{client}`" in section
+    assert "Integrations" in (ROOT / "docs" / "admin.md").read_text()

@@ -156,6 +156,9 @@ def run(args) -> int:
 
 def _run(args) -> int:
     values = _settings()
+    if not args.url and values["port"] == 0:
+        raise LaunchError("the port setting is 0 (a free port at each start), so the server cannot be "
+                          "found: give --url, or set a port (omlx serve --port 8000)")
     url = server_url(values, args.url)
     api_key = args.api_key or values["api_key"]
     found = _is_omlx(url)
