@@ -127,11 +127,15 @@ def started_pid(stderr: str):
     return int(stderr.split(marker, 1)[1].split(",", 1)[0])
 
 
-def claude_turn(omlx_home, user_home, *extra, short=True):
+def claude_turn(omlx_home, user_home, *extra, short=True, started=None):
+    """One `omlx launch claude -p` turn: its JSON result and stderr. The pid of a server it
+    started goes into ``started`` (a list) before anything is checked, for the caller to stop."""
     args = ["claude", "-p", "Say hello.", "--output-format", "json", *extra]
     if short:  # Claude Code's own system prompt and tools are ~47K tokens here: see the slow test
         args += ["--system-prompt", "You are a terse assistant.", "--tools", ""]
     done = launch(args, omlx_home, user_home)
+    if started is not None and started_pid(done.stderr) is not None:
+        started.append(started_pid(done.stderr))
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["is_error"] is False and result["stop_reason"] == "end_turn", result
@@ -147,17 +151,17 @@ def test_claude_code_starts_the_server_and_its_second_turn_reads_the_cache(tmp_p
 
     home = tmp_path / "omlx-home"
     config.save({"port": free_port(), "model_dir": [agent_models], "api_key": KEY}, home)
-    first, err = claude_turn(home, user_home)
-    pid = started_pid(err)
+    started = []
     try:
-        assert pid is not None, err
+        first, _ = claude_turn(home, user_home, started=started)
+        assert len(started) == 1
         assert first["usage"]["input_tokens"] > 0
-        second, err = claude_turn(home, user_home, "--continue")
-        assert started_pid(err) is None, err  # found the running server
+        second, _ = claude_turn(home, user_home, "--continue", started=started)
+        assert len(started) == 1  # the second found the running server
         assert second["session_id"] == first["session_id"]
         assert second["usage"]["cache_read_input_tokens"] > first["usage"]["cache_read_input_tokens"], second
     finally:
-        if pid is not None:
+        for pid in started:
             stop_pid(pid)
     assert_user_configs_unchanged(user_home)
 
