@@ -5,7 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install_system_deps.sh | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-slow bench install clean
+.PHONY: run test test-slow bench install clients clean
+
+# The coding agents that `omlx launch`'s tests run for real (npm and PyPI, into .clients/).
+CLIENTS_STAMP := .clients/.installed-$(shell cksum < scripts/install_clients.sh | cut -d' ' -f1)
 
 $(STAMP): pyproject.toml scripts/install_system_deps.sh
 	bash scripts/install_system_deps.sh
@@ -17,14 +20,21 @@ $(STAMP): pyproject.toml scripts/install_system_deps.sh
 
 install: $(STAMP)
 
+$(CLIENTS_STAMP): scripts/install_clients.sh
+	PYTHON=$(PYTHON) bash scripts/install_clients.sh
+	rm -f .clients/.installed-*
+	touch $@
+
+clients: $(CLIENTS_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/omlx serve
 
 # Tests keep everything they write out of ~/.omlx.
-test: $(STAMP)
+test: $(STAMP) $(CLIENTS_STAMP)
 	OMLX_HOME=$(CURDIR)/.omlx-test $(PY) -m pytest
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(CLIENTS_STAMP)
 	OMLX_HOME=$(CURDIR)/.omlx-test $(PY) -m pytest -m slow
 
 bench: $(STAMP)

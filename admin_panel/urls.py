@@ -1,7 +1,7 @@
 """/admin/...: the console's pages and their htmx actions."""
 from django.urls import path
 
-from admin_panel.views import auth, benchmark, chat, downloads, logs, status
+from admin_panel.views import auth, benchmark, chat, downloads, integrations, logs, status
 from admin_panel.views import cache as cache_views
 from admin_panel.views import models as models_views
 from admin_panel.views import settings as settings_views
@@ -31,4 +31,5 @@ urlpatterns = [
     path("settings/restart/", settings_views.restart_view, name="settings_restart"),
     path("downloads/", downloads.page, name="downloads"),
     path("downloads/action/", downloads.action, name="downloads_action"),
+    path("integrations/", integrations.page, name="integrations"),
 ]

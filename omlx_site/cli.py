@@ -1,5 +1,5 @@
 """The ``omlx`` command line (upstream oMLX's): serve, worker, service, demo, build-model; pull,
-models and cache live in omlx_site/commands/."""
+models, cache, bench and launch live in omlx_site/commands/."""
 from __future__ import annotations
 
 import argparse

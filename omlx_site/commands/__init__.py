@@ -1,4 +1,4 @@
-"""Commands of `omlx` for people at a terminal: pull, models, cache, bench.
+"""Commands of `omlx` for people at a terminal: pull, models, cache, bench, launch.
 
 Each module has ``add_parser(subparsers)``, which registers its command with ``run(args) -> exit
 code`` as the parser's default; omlx_site/cli.py calls ``add_parsers`` and runs ``args.run``.
@@ -10,9 +10,9 @@ from pathlib import Path
 
 
 def add_parsers(subparsers) -> None:
-    from . import bench, cache, models, pull
+    from . import bench, cache, launch, models, pull
 
-    for module in (pull, models, cache, bench):
+    for module in (pull, models, cache, bench, launch):
         module.add_parser(subparsers)
 
 
