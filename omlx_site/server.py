@@ -55,6 +55,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     from admin_panel.history import get_history
 
     get_history()  # the admin Status page's charts start now (a daemon thread, a point every 5 s)
+    if load_pinned:  # models run in this process: watch its memory while serving
+        from inference.pool.memory_guard import start_guard
+
+        start_guard(registry)
     if settings.OMLX_REDIS_URL:
         logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
                     settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")
@@ -93,6 +97,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         limits.start_shutdown()
         if consumer is not None:
             consumer.stop(graceful=True, timeout=5.0)
+        from inference.pool.memory_guard import stop_guard
+
+        stop_guard()
         close_registry()
         if settings.OMLX_REDIS_URL:
             from inference import relay, worker_presence

@@ -98,6 +98,9 @@ class Engine:
         self._active = 0  # requests submitted and not yet finished (any thread reads it)
         self._active_lock = threading.Lock()
         self._last_activity = time.monotonic()  # last submit or finish
+        # Set by the memory guard while memory is critical: a step then runs one prefill chunk
+        # (the most urgent), so a step that began before the pressure cannot run past the limit.
+        self.memory_critical = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(model_path,), name="omlx-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -168,11 +171,47 @@ class Engine:
         if not self._thread.is_alive():
             raise RuntimeError("the engine is closed")
         done: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        self._inbox.put(("call", (fn, done)))
+        self._inbox.put(("call", (fn, lambda ok, value: done.put((ok, value)))))
         ok, value = done.get(timeout=timeout)
         if not ok:
             raise value
         return value
+
+    # -- memory pressure (the memory guard, inference/pool/memory_guard.py) -------------------
+
+    MEMORY_STEPS = ("hold", "preempt", "shrink", "end")
+
+    def relieve_memory(self, step: str, done: Optional[Callable[[bool, object], None]] = None) -> None:
+        """Queue one memory step for the engine thread, to run before its next step, and return
+        at once (the guard must not wait behind a long prefill). ``done(ok, result)`` runs on
+        the engine thread afterwards.
+
+        hold     admit waiting requests only when nothing runs;
+        preempt  hold, and preempt half of the running requests (never the last one) at the next
+                 step, their KV going to the prefix cache; result: how many;
+        shrink   halve the hot tier (its blocks go down to the cold tier) and give MLX's freed
+                 buffers back to the system; result: the bytes the hot tier let go;
+        end      admit again (the held requests one per step); the hot tier gets its configured
+                 budget back.
+        """
+        if step not in self.MEMORY_STEPS:
+            raise ValueError(f"unknown memory step {step!r}")
+        self._inbox.put(("call", (lambda e: e._memory_step(step), done or (lambda ok, value: None))))
+
+    def _memory_step(self, step: str):
+        scheduler = self.scheduler
+        if step == "hold":
+            scheduler.hold = True
+        elif step == "preempt":
+            return scheduler.shed_for_memory()
+        elif step == "shrink":
+            freed = self.prefix_cache.shrink_hot()
+            mx.clear_cache()
+            return freed
+        else:
+            scheduler.end_hold()
+            self.prefix_cache.restore_hot()
+        return None
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -280,9 +319,10 @@ class Engine:
             elif kind == "call":
                 fn, done = item
                 try:
-                    done.put((True, fn(self)))
+                    result = (True, fn(self))
                 except Exception as exc:
-                    done.put((False, exc))
+                    result = (False, exc)
+                done(*result)
             elif kind == "abort":
                 request = self.scheduler.find(item)
                 if request is not None:
@@ -304,12 +344,16 @@ class Engine:
         for request in out.preempted:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit
         self.runner.drop(out.preempted)
+        if out.preempted and self.scheduler.hold:
+            mx.clear_cache()  # preempted for memory: the freed KV goes back to the system now
         for request, reason, error in out.rejected:
             self._finish(request, reason, error)
         for request, hit in out.prefix_hits:
             self.runner.seed_cache(request, hit.layers, hit.num_tokens)
             self.prefix_cache.release(hit)
-        for request, n in out.prefill:
+        for i, (request, n) in enumerate(out.prefill):
+            if i and self.memory_critical.is_set():
+                break  # the rest stay prefilling: the next steps take them up
             start = time.perf_counter()
             done_before = request.num_computed
             snapshots = self.runner.prefill(request, n)
