@@ -49,6 +49,27 @@ def _wait_for_os_thread_exit(native_id: Optional[int], timeout: float = 5.0) -> 
         time.sleep(0.001)
 
 
+def give_back_memory() -> None:
+    """Return freed memory to the OS: MLX's buffer cache, then glibc's free lists (freed heap
+    stays in the process otherwise, and a cgroup or the OOM killer still counts it)."""
+    mx.clear_cache()
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl)
+        return None
+
+
+_libc = _load_libc()
+
+
 class RequestStream:
     """The events of one request, consumed by the submitting thread (iterate it), or pushed
     to a callback given to ``Engine.submit``."""
@@ -186,7 +207,7 @@ class Engine:
         at once (the guard must not wait behind a long prefill). ``done(ok, result)`` runs on
         the engine thread afterwards.
 
-        hold     admit waiting requests only when nothing runs;
+        hold     admit waiting requests only when nothing runs; give MLX's freed buffers back;
         preempt  hold, and preempt half of the running requests (never the last one) at the next
                  step, their KV going to the prefix cache; result: how many;
         shrink   halve the hot tier (its blocks go down to the cold tier) and give MLX's freed
@@ -202,11 +223,12 @@ class Engine:
         scheduler = self.scheduler
         if step == "hold":
             scheduler.hold = True
+            give_back_memory()
         elif step == "preempt":
             return scheduler.shed_for_memory()
         elif step == "shrink":
             freed = self.prefix_cache.shrink_hot()
-            mx.clear_cache()
+            give_back_memory()
             return freed
         else:
             scheduler.end_hold()
@@ -345,7 +367,7 @@ class Engine:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit
         self.runner.drop(out.preempted)
         if out.preempted and self.scheduler.hold:
-            mx.clear_cache()  # preempted for memory: the freed KV goes back to the system now
+            give_back_memory()  # preempted for memory: the freed KV goes back to the system now
         for request, reason, error in out.rejected:
             self._finish(request, reason, error)
         for request, hit in out.prefix_hits:

@@ -8,7 +8,9 @@ and sets a level from its used/limit ratio:
     normal    below ``high``: nothing is done.
     high      at or above ``high``: new API requests are refused (HTTP 503 with Retry-After, in
               the OpenAI or Anthropic error shape) and every engine holds its waiting requests
-              (one is still admitted when nothing runs, so the most urgent request progresses).
+              (one is still admitted when nothing runs, so the most urgent request progresses)
+              and gives MLX's freed buffers back. When no request runs, nothing would free
+              memory by itself: the steps below are taken as when critical.
     critical  at or above ``critical``: the same, engines run one prefill chunk per step (a step
               that began before the pressure stops early), and at each poll the first step that
               has something to do is taken, in this order:
@@ -148,8 +150,8 @@ class MemoryGuard:
             self._release(engines)
             return None
         self._hold(engines)
-        if level < CRITICAL:
-            return None
+        if level < CRITICAL and any(_running(e) for e in engines.values()):
+            return None  # running requests end by themselves; idle, nothing would free memory
         with self._lock:
             pending = bool(self._pending)
         if pending or any(_shedding(e) for e in engines.values()):

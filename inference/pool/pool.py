@@ -448,9 +448,9 @@ class ModelPool:
             logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
         engine.close()
         try:
-            import mlx.core as mx
+            from inference.engine.engine import give_back_memory
 
-            mx.clear_cache()  # give the freed buffers back to the system
+            give_back_memory()  # MLX's buffer cache and glibc's free lists go back to the system
         except Exception:
             pass
         logger.info("unloaded %s", model_id)
