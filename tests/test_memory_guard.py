@@ -134,3 +134,135 @@ def test_bad_thresholds_are_refused(pool):
         MemoryGuard(pool, high=0.95, critical=0.9)
     with pytest.raises(ValueError, match="interval"):
         MemoryGuard(pool, interval=0)
+
+
+# -- the process's guard seen from the API, /metrics and the Status page (in process) -----------
+
+@pytest.fixture
+def process_guard(tmp_path, model_dir):
+    """The process's guard over the API's pool, its reading set by the test."""
+    from django.test import override_settings
+
+    from inference.pool import close_pool, get_pool
+    from inference.pool.memory_guard import start_guard, stop_guard
+
+    models = tmp_path / "api-models"
+    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
+    close_pool()
+    reading = Reading()
+    with override_settings(OMLX_MODEL_DIR=models, OMLX_MODEL_DIRS=[models], OMLX_API_KEY=None,
+                           OMLX_API_HANDOFF="direct", OMLX_MEMORY_GUARD=True,
+                           OMLX_MEMORY_GUARD_HIGH=0.8, OMLX_MEMORY_GUARD_CRITICAL=0.9,
+                           OMLX_MEMORY_GUARD_INTERVAL=60.0, OMLX_RETRY_AFTER_SECONDS=3):
+        guard = start_guard(get_pool(), read=reading)
+        try:
+            yield guard, reading
+        finally:
+            stop_guard()
+            close_pool()
+
+
+def post(path, body):
+    import asyncio
+    import json
+
+    from django.test import AsyncClient
+
+    async def go():
+        response = await AsyncClient().post(path, json.dumps(body), content_type="application/json")
+        if response.streaming:
+            return response, "".join([part.decode() async for part in response.streaming_content])
+        return response, json.loads(response.content)
+
+    return asyncio.run(go())
+
+
+CHAT = {"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_the_api_refuses_with_retry_after_in_both_shapes(process_guard):
+    guard, reading = process_guard
+    reading.set(0.5)
+    guard.check()
+    response, _ = post("/v1/chat/completions", CHAT)
+    assert response.status_code == 200
+
+    reading.set(0.85)
+    guard.check()
+    response, body = post("/v1/chat/completions", CHAT)
+    assert response.status_code == 503 and response["Retry-After"] == "3"
+    assert body["error"]["code"] == "memory_pressure" and body["error"]["type"] == "server_error"
+    assert body["error"]["message"].startswith("The server is short of memory (test: 850 B of 1000 B")
+    response, body = post("/v1/messages", CHAT)
+    assert response.status_code == 503 and response["Retry-After"] == "3"
+    assert body["type"] == "error" and body["error"]["type"] == "overloaded_error"
+    assert "short of memory" in body["error"]["message"]
+    response, _ = post("/v1/chat/completions", dict(CHAT, stream=True))
+    assert response.status_code == 503 and response["Retry-After"] == "3"
+
+    reading.set(0.5)
+    guard.check()
+    response, _ = post("/v1/chat/completions", CHAT)
+    assert response.status_code == 200
+
+
+def test_metrics_and_status_page_show_the_guard(process_guard):
+    from django.test import Client
+
+    from inference import metrics
+
+    guard, reading = process_guard
+    reading.set(0.85)
+    guard.check()
+    post("/v1/chat/completions", CHAT)  # refused
+    text = metrics.render().decode()
+    assert "omlx_memory_guard_enabled 1.0" in text
+    assert "omlx_memory_pressure_level 1.0" in text
+    assert 'omlx_memory_pressure_ratio{source="test"} 0.85' in text
+    assert 'omlx_memory_guard_limit_bytes{source="test"} 1000.0' in text
+    assert 'omlx_memory_guard_actions_total{action="reject"} 1.0' in text
+    html = Client().get("/admin/status/").content.decode()
+    assert '<span id="status-pressure">high</span>' in html
+    assert 'id="status-pressure-free">150 B</span> free of 1000 B' in html
+    assert '<span id="status-guard-reject">1</span>' in html
+
+
+# -- the readings of real OS limits (a child process under each) ---------------------------------
+
+READ_CHILD = ("import json, sys; sys.path.insert(0, {root!r}); from inference.pool import memory_reading as m; "
+              "print(json.dumps({{b.source: [b.used, b.limit] for b in m.all_bounds()}}))")
+
+
+def read_in_child(preexec):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", READ_CHILD.format(root=root)], capture_output=True,
+                         text=True, timeout=120, preexec_fn=preexec)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_an_rlimit_as_is_read():
+    import resource
+
+    limit = 3 * 2**30
+    bounds = read_in_child(lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    used, read_limit = bounds["rlimit-as"]
+    assert read_limit == limit and 0 < used < limit
+
+
+def test_a_cgroup_limit_is_read():
+    from tests.memory_limit import MemoryLimit
+
+    limit = MemoryLimit(300 * 2**20)
+    try:
+        if limit.folder is None:
+            pytest.skip("no writable memory cgroup here")
+        used, read_limit = read_in_child(limit.preexec)["cgroup"]
+        assert read_limit == 300 * 2**20 and 0 < used < read_limit
+    finally:
+        limit.close()
