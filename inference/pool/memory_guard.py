@@ -144,6 +144,10 @@ class MemoryGuard:
             logger.warning("memory pressure %s -> %s (%s)", LEVEL_NAMES[before], LEVEL_NAMES[level],
                            _describe(bound))
         engines = self._engines()
+        live = {id(e): e for e in engines.values()}
+        with self._lock:  # an engine closed meanwhile never runs what was queued on it
+            self._pending &= set(live)
+        self._held = {key: e for key, e in self._held.items() if live.get(key) is e}
         for engine in engines.values():  # read by the engine between the prefill chunks of a step
             (engine.memory_critical.set if level == CRITICAL else engine.memory_critical.clear)()
         if level == NORMAL:
