@@ -8,8 +8,10 @@ Each limit is a `Bound`: what is counted against it now, and where the OS acts.
                     (page cache the kernel reclaims before it kills): the OOM killer acts here.
     rlimit-as       RLIMIT_AS against the process's virtual size (VmSize): allocations fail.
     rlimit-data     RLIMIT_DATA against its data segment (VmData): allocations fail.
-    system          MemTotal less MemAvailable against MemTotal (Linux), or psutil's figures
-                    where it is installed (macOS): the system OOM killer or swap storms.
+    system          MemTotal less MemAvailable against MemTotal (Linux /proc/meminfo, else
+                    psutil's figures: macOS): the system OOM killer or swap storms.
+    mlx             Apple silicon: MLX's active and cached buffers against the GPU's recommended
+                    working set.
     process         --max-process-memory against the resident size (omlx's own limit).
 
 `read()` returns the bound with the least room; a bound that cannot be read (no cgroup limit,
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import os
 import resource
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -56,11 +57,11 @@ def read(process_limit: Optional[int] = None) -> Optional[Bound]:
 def all_bounds(process_limit: Optional[int] = None) -> List[Bound]:
     out = []
     readers: List[Callable[[], Optional[Bound]]] = [cgroup_bound, rlimit_as_bound, rlimit_data_bound,
-                                                    system_bound]
+                                                    system_bound, mlx_bound]
     for reader in readers:
         try:
             bound = reader()
-        except (OSError, ValueError):
+        except Exception:  # one limit that cannot be read must not hide the others
             bound = None
         if bound is not None:
             out.append(bound)
@@ -132,14 +133,26 @@ def system_bound(meminfo: str = "/proc/meminfo") -> Optional[Bound]:
         return Bound("system", fields["MemTotal"] - fields["MemAvailable"], fields["MemTotal"])
     except (OSError, KeyError, ValueError, IndexError):
         pass
-    if sys.platform == "darwin":
-        try:
-            import psutil  # optional: macOS has no /proc
-        except ImportError:
-            return None
-        vm = psutil.virtual_memory()
-        return Bound("system", vm.total - vm.available, vm.total)
-    return None
+    try:
+        import psutil  # macOS and other systems without /proc/meminfo
+    except ImportError:
+        return None
+    vm = psutil.virtual_memory()
+    return Bound("system", vm.total - vm.available, vm.total)
+
+
+def mlx_bound() -> Optional[Bound]:
+    """Apple silicon: MLX's live and cached buffers against the GPU's recommended working set
+    (unified memory beyond it pages, then the system kills). None on CPU-only builds."""
+    import mlx.core as mx
+
+    metal = getattr(mx, "metal", None)
+    if metal is None or not metal.is_available():
+        return None
+    limit = int(metal.device_info().get("max_recommended_working_set_size") or 0)
+    if not limit:
+        return None
+    return Bound("mlx", mx.get_active_memory() + mx.get_cache_memory(), limit)
 
 
 def _status_field(name: str) -> Optional[int]:
