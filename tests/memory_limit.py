@@ -6,7 +6,10 @@
   controller can be enabled there): the kernel's OOM killer acts at the limit;
 - a cgroup v1 memory child of this process's own memory cgroup with ``memory.limit_in_bytes``
   (hybrid hierarchies, as on these test machines): the OOM killer too;
-- else RLIMIT_AS on the child (no cgroup is writable): allocations beyond it fail.
+- else RLIMIT_AS on the child (no cgroup is writable): allocations beyond it fail. It counts
+  address space, which MLX and the BLAS threads reserve far beyond what they use, so a flood
+  test cannot put a server near it the way a cgroup does (tests/test_memory_guard_live.py skips
+  then; tests/test_memory_guard.py checks the guard reads it).
 
 ``kind`` says which; ``preexec()`` is the Popen ``preexec_fn`` that puts the child under it (it
 runs in the child before exec, so everything the server allocates is counted); ``oom_kills()``

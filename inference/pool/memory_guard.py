@@ -2,8 +2,8 @@
 would kill it (or where its allocations would fail).
 
 A thread reads the tightest memory bound every ``interval`` seconds (``memory_reading``: the
-process's cgroup, RLIMIT_AS / RLIMIT_DATA, the system's available memory, --max-process-memory)
-and sets a level from its used/limit ratio:
+process's cgroup, RLIMIT_AS / RLIMIT_DATA, the system's available memory, MLX's working set on
+Apple silicon, --max-process-memory) and sets a level from its used/limit ratio:
 
     normal    below ``high``: nothing is done.
     high      at or above ``high``: new API requests are refused (HTTP 503 with Retry-After, in
