@@ -96,6 +96,7 @@ class BlockCache(PrefixCache):
         self.cold = cold
         self.key_fn = key_fn  # tests swap it to force collisions
         self.hot = BlockPool(hot_capacity_bytes, on_evict=self._evicted)
+        self.hot_capacity_bytes = hot_capacity_bytes  # configured; shrink_hot lowers it for a while
         self.stats = CacheStats()
         self.speeds = SpeedEstimate()
 
@@ -199,6 +200,16 @@ class BlockCache(PrefixCache):
         if self.cold is not None:
             self.cold.flush()
         return dropped
+
+    def shrink_hot(self) -> int:
+        """Lower the hot tier's budget to half of what it holds now: the least recently used
+        blocks go down to the cold tier (or are dropped without one); held blocks stay."""
+        before = self.hot.used_bytes
+        self.hot.set_capacity(before // 2)
+        return before - self.hot.used_bytes
+
+    def restore_hot(self) -> None:
+        self.hot.set_capacity(self.hot_capacity_bytes)
 
     def engine_busy(self, busy: bool) -> None:
         if self.cold is not None:

@@ -75,6 +75,13 @@ class PrefixCache:
         disk writes wait for the end (up to a bounded delay), so they do not slow the prefill
         and the first token down."""
 
+    def shrink_hot(self) -> int:
+        """Memory pressure: let go of half of what the RAM tier holds; returns the bytes."""
+        return 0
+
+    def restore_hot(self) -> None:
+        """Memory pressure is over: the RAM tier gets its configured budget back."""
+
     def snapshot(self) -> dict:
         """Counters for reporting; empty when caching is off."""
         return {}

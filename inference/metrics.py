@@ -28,7 +28,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # 5 ms to 60 s: a cached prompt's first token on a fast machine up to a cold load of a large model.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0,
                    10.0, 20.0, 30.0, 60.0)
-UNLOAD_REASONS = ("lru", "ttl", "manual", "shutdown")
+UNLOAD_REASONS = ("lru", "ttl", "manual", "memory", "shutdown")
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -68,7 +68,8 @@ MODEL_LOAD_SECONDS = Histogram("omlx_model_load_seconds", "Time to load a model"
                                buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=REGISTRY)
 MODEL_UNLOADS = Counter(
     "omlx_model_unloads", "Models unloaded by the pool, by reason: lru (room for another model), ttl "
-    "(idle past its TTL), manual (the API or admin panel), shutdown", ["model", "reason"],
+    "(idle past its TTL), manual (the API or admin panel), memory (the memory guard), shutdown",
+    ["model", "reason"],
     registry=REGISTRY)
 
 # Recent first-token times for the Status page's percentiles (histogram buckets are too coarse).
@@ -350,6 +351,7 @@ class _EngineCollector:
         if pool.max_process_memory is not None:
             yield GaugeMetricFamily("omlx_process_memory_limit_bytes", "--max-process-memory",
                                     value=pool.max_process_memory)
+        yield from _guard_series()
 
     def _cache_series(self) -> Iterable:
         counts = _cache_counts_by_model()
@@ -411,6 +413,38 @@ class _EngineCollector:
                 stored.add_metric([model_id, "cold"], cold.get("bytes", 0))
                 blocks.add_metric([model_id, "cold"], cold.get("files", 0))
         yield from (stored, blocks, capacity)
+
+
+def _guard_series() -> Iterable:
+    """The memory guard's figures (inference/pool/memory_guard.py); only the on/off gauge when
+    it is off."""
+    from inference.pool.memory_guard import ACTIONS, current
+
+    guard = current()
+    yield GaugeMetricFamily("omlx_memory_guard_enabled", "Whether the memory guard runs",
+                            value=int(guard is not None))
+    if guard is None:
+        return
+    state = guard.snapshot()
+    yield GaugeMetricFamily("omlx_memory_pressure_level", "Memory pressure: 0 normal, 1 high "
+                            "(new requests refused), 2 critical (relieving)", value=state["level"])
+    if state["limit"] is not None:
+        ratio = GaugeMetricFamily("omlx_memory_pressure_ratio", "Used share of the tightest "
+                                  "memory limit, by the limit's source", labels=["source"])
+        ratio.add_metric([state["source"]], state["ratio"])
+        used = GaugeMetricFamily("omlx_memory_guard_used_bytes", "Bytes counted against the "
+                                 "tightest memory limit", labels=["source"])
+        used.add_metric([state["source"]], state["used"])
+        limit = GaugeMetricFamily("omlx_memory_guard_limit_bytes", "The tightest memory limit",
+                                  labels=["source"])
+        limit.add_metric([state["source"]], state["limit"])
+        yield from (ratio, used, limit)
+    actions = CounterMetricFamily("omlx_memory_guard_actions", "What the memory guard did: reject "
+                                  "(requests refused), preempt (requests preempted), shrink (hot "
+                                  "tiers halved), unload (models unloaded)", labels=["action"])
+    for action in ACTIONS:
+        actions.add_metric([action], state["counts"][action])
+    yield actions
 
 
 REGISTRY.register(_EngineCollector())

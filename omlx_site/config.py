@@ -69,6 +69,11 @@ def _memory_limit(auto):
     return check
 
 
+def _fraction(value):
+    if not 0 < value < 1:
+        raise ValueError(f"{value}: must be between 0 and 1 (a share of the memory limit)")
+
+
 def _request_size(value):
     if value < 1024:
         raise ValueError(f"{value} bytes: must be at least 1KiB")
@@ -166,6 +171,22 @@ SETTINGS: tuple[Setting, ...] = (
             "limit on the whole process when loading a model: a size, a percentage of RAM, 'auto' "
             "(RAM minus 8 GiB, at least half of RAM) or 'disabled'", flag="--max-process-memory",
             commands=BOTH, check=_memory_limit(auto=True), applies="now"),
+    Setting("memory_guard", "OMLX_MEMORY_GUARD", BOOLEAN, True,
+            "watch memory while serving (the process's cgroup, RLIMIT_AS/RLIMIT_DATA, the system's "
+            "available memory, --max-process-memory) and relieve pressure before the OS kills the "
+            "process (docs/models.md)", flag="--memory-guard", commands=BOTH),
+    Setting("memory_guard_high", "OMLX_MEMORY_GUARD_HIGH", NUMBER, 0.9,
+            "share of the tightest memory limit in use from which new requests get a 503 with "
+            "Retry-After and engines admit no more waiting requests", flag="--memory-guard-high",
+            commands=BOTH, check=_fraction, metavar="SHARE"),
+    Setting("memory_guard_critical", "OMLX_MEMORY_GUARD_CRITICAL", NUMBER, 0.95,
+            "share from which, one step per poll, running requests are preempted, then hot tiers "
+            "halved, then idle unpinned models unloaded (at least --memory-guard-high)",
+            flag="--memory-guard-critical", commands=BOTH, check=_fraction, metavar="SHARE"),
+    Setting("memory_guard_interval", "OMLX_MEMORY_GUARD_INTERVAL", NUMBER, 0.25,
+            "seconds between two readings of the memory guard", flag="--memory-guard-interval",
+            commands=BOTH, check=_positive,
+            metavar="SECONDS"),
     Setting("max_concurrent_requests", "OMLX_MAX_CONCURRENT_REQUESTS", INTEGER, 16,
             "requests prefilling or decoding at once, per model", flag="--max-concurrent-requests",
             commands=BOTH, check=_engine("max_concurrent_requests"), applies="next load"),
@@ -216,7 +237,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mcp_tool_timeout", "OMLX_MCP_TOOL_TIMEOUT", NUMBER, 60.0,
             "seconds an MCP tool call may take (POST /v1/mcp/execute may ask for less or more)",
             check=_positive),
-    Setting("retry_after_seconds", "OMLX_RETRY_AFTER_SECONDS", INTEGER, 1, "the Retry-After of a 429",
+    Setting("retry_after_seconds", "OMLX_RETRY_AFTER_SECONDS", INTEGER, 1,
+            "the Retry-After (seconds) of a 429, and of a memory guard's 503 (at least 1)",
             check=_at_least(0), applies="now"),
     Setting("worker_heartbeat_seconds", "OMLX_WORKER_HEARTBEAT_SECONDS", NUMBER, 15.0,
             "Redis mode: a worker whose heartbeat is older is gone (it renews it every third of this)",

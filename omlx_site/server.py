@@ -56,6 +56,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
     get_history()  # the admin Status page's charts start now (a daemon thread, a point every 5 s)
     mcp = _start_mcp()
+    if load_pinned:  # models run in this process: watch its memory while serving
+        from inference.pool.memory_guard import start_guard
+
+        start_guard(registry)
     if settings.OMLX_REDIS_URL:
         logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
                     settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")
@@ -101,6 +105,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         from admin_panel.downloads import close_downloads
 
         close_downloads()  # the console's downloads stop as on a cancel: Resume continues them
+        from inference.pool.memory_guard import stop_guard
+
+        stop_guard()
         close_registry()
         if settings.OMLX_REDIS_URL:
             from inference import relay, worker_presence

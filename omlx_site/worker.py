@@ -43,6 +43,9 @@ def run_worker(threads: int = 2) -> int:
                 ", ".join(registry.models()))
     for model_id in registry.load_pinned():
         logger.info("pinned model %s loaded", model_id)
+    from inference.pool.memory_guard import start_guard, stop_guard
+
+    start_guard(registry)
     # SIGINT and SIGTERM both stop at once: a request can last minutes, its client waits; the
     # engines abort what runs and the views learn it.
     consumer = HUEY.create_consumer(workers=threads, worker_type="thread", periodic=True,
@@ -53,6 +56,7 @@ def run_worker(threads: int = 2) -> int:
         consumer.run()
     finally:
         worker_presence.stop_heartbeat()
+        stop_guard()
         close_registry()
         relay.flush(5.0)
         print("omlx worker stopped", flush=True)

@@ -29,9 +29,10 @@ def model_dir(tmp_path_factory):
 
 class ServerProcess:
     """A running `omlx serve` subprocess: ``url`` (http://127.0.0.1:PORT), ``output`` (its
-    stdout and stderr lines so far), ``stop(sig)`` -> exit code."""
+    stdout and stderr lines so far), ``stop(sig)`` -> exit code. ``preexec_fn`` runs in the
+    child before exec (tests/memory_limit.py puts it under a memory limit there)."""
 
-    def __init__(self, args, home):
+    def __init__(self, args, home, preexec_fn=None):
         import os
         import subprocess
         import sys
@@ -43,7 +44,7 @@ class ServerProcess:
         env.pop("OMLX_API_KEY", None)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0", *args], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
         )
         self.output = []
         self._serving = threading.Event()

@@ -16,6 +16,7 @@ from admin_panel.charts import line_chart
 from admin_panel.history import History, Point, get_history
 from inference import metrics
 from inference.pool.memory import format_bytes
+from inference.pool.memory_guard import current as current_guard
 
 MiB = 2**20
 CHART_WIDTH, CHART_HEIGHT = 600, 200
@@ -56,7 +57,20 @@ def cards_context(history: History) -> dict:
         "tokens_saved": f"{now.hot_hit_tokens + now.cold_hit_tokens:,}",
         "lookup_tokens": f"{looked:,}",
         "interval": int(history.interval),
+        "guard": guard_context(),
     }
+
+
+def guard_context() -> Optional[dict]:
+    """The memory guard's card: level, the tightest limit and its free memory, what it did."""
+    guard = current_guard()
+    if guard is None:
+        return None
+    state = guard.snapshot()
+    limit, used = state["limit"], state["used"]
+    return {"level": state["level_name"], "source": state["source"] or "no limit read",
+            "percent": _percent(state["ratio"]), "limit": format_bytes(limit) if limit else "–",
+            "free": format_bytes(max(0, limit - used)) if limit else "–", **state["counts"]}
 
 
 def charts_context(history: History) -> dict:

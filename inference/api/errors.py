@@ -3,7 +3,8 @@
 Statuses: 400 bad input (malformed JSON, wrong types, out-of-range values, a prompt or prompt +
 max_tokens beyond the model's context), 401 API key, 404 unknown model or route, 413 body over
 settings.OMLX_MAX_REQUEST_BYTES, 429 too many requests in flight for a model (Retry-After), 503
-shutting down or no worker. omlx never answers 422: validation errors are 400s, as OpenAI's are.
+shutting down, no worker, or short of memory (the memory guard; Retry-After). omlx never answers
+422: validation errors are 400s, as OpenAI's are.
 """
 from __future__ import annotations
 

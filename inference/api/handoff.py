@@ -2,7 +2,7 @@
 settings.OMLX_API_HANDOFF). Both run ``inference.generation.run_job``; only the hop differs.
 
 Before a job is queued, ``limits.admit`` refuses it when its model has too many choices in flight
-(429) or when no worker can take it (503); its slot is given back when the view's subscription to
+(429), when no worker can take it or the memory guard reports pressure (503); its slot is given back when the view's subscription to
 the request closes. With Redis, an abort is broadcast to every worker process (``relay``), since
 any of them may hold the request.
 """
@@ -30,6 +30,7 @@ async def submit(job: GenerationJob) -> None:
         await sync_to_async(limits.check_workers, thread_sensitive=False)()
     else:
         limits.check_workers()  # no I/O without Redis
+    limits.check_memory()
     limits.admit(job)
     relay.when_unsubscribed(job.request_id, lambda: limits.release(job))
     if _direct():

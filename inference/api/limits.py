@@ -2,7 +2,8 @@
 and whether a worker can take a job at all.
 
 A model may have ``OMLX_MAX_CONCURRENT_REQUESTS`` choices running plus ``OMLX_MAX_QUEUED_REQUESTS``
-waiting; a request that would go beyond is refused before it is queued (429, Retry-After). A
+waiting; a request that would go beyond is refused before it is queued (429, Retry-After). While
+the memory guard reports pressure, every new request is refused (503, Retry-After). A
 choice counts from the hand-off until the view stops listening to it (finished, failed, or the
 client gone). Counted per server process, in engine requests (a request with n=4 counts 4).
 """
@@ -41,6 +42,18 @@ def admit(job) -> None:
                            headers={"Retry-After": str(settings.OMLX_RETRY_AFTER_SECONDS)})
         _in_flight[job.model] = used + count
         _jobs[job.request_id] = job
+
+
+def check_memory() -> None:
+    """ApiError 503 (Retry-After) while the memory guard of this process refuses new requests
+    (inference/pool/memory_guard.py)."""
+    from inference.pool.memory_guard import MemoryPressure, admit as guard_admits
+
+    try:
+        guard_admits()
+    except MemoryPressure as exc:
+        raise ApiError(503, str(exc), code="memory_pressure",
+                       headers={"Retry-After": str(exc.retry_after)}) from None
 
 
 def release(job) -> None:

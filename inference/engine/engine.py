@@ -50,6 +50,27 @@ def _wait_for_os_thread_exit(native_id: Optional[int], timeout: float = 5.0) -> 
         time.sleep(0.001)
 
 
+def give_back_memory() -> None:
+    """Return freed memory to the OS: MLX's buffer cache, then glibc's free lists (freed heap
+    stays in the process otherwise, and a cgroup or the OOM killer still counts it)."""
+    mx.clear_cache()
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl)
+        return None
+
+
+_libc = _load_libc()
+
+
 class RequestStream:
     """The events of one request, consumed by the submitting thread (iterate it), or pushed
     to a callback given to ``Engine.submit``."""
@@ -102,6 +123,9 @@ class Engine:
         self._active = 0  # requests submitted and not yet finished (any thread reads it)
         self._active_lock = threading.Lock()
         self._last_activity = time.monotonic()  # last submit or finish
+        # Set by the memory guard while memory is critical: a step then runs one prefill chunk
+        # (the most urgent), so a step that began before the pressure cannot run past the limit.
+        self.memory_critical = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(model_path,), name="omlx-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -178,7 +202,7 @@ class Engine:
 
         if wait:
             return self.call(apply)
-        self._inbox.put(("call", (apply, queue.SimpleQueue())))
+        self._inbox.put(("call", (apply, lambda ok, value: None)))
         return config
 
     def abort(self, request_id: str) -> None:
@@ -190,11 +214,48 @@ class Engine:
         if not self._thread.is_alive():
             raise RuntimeError("the engine is closed")
         done: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        self._inbox.put(("call", (fn, done)))
+        self._inbox.put(("call", (fn, lambda ok, value: done.put((ok, value)))))
         ok, value = done.get(timeout=timeout)
         if not ok:
             raise value
         return value
+
+    # -- memory pressure (the memory guard, inference/pool/memory_guard.py) -------------------
+
+    MEMORY_STEPS = ("hold", "preempt", "shrink", "end")
+
+    def relieve_memory(self, step: str, done: Optional[Callable[[bool, object], None]] = None) -> None:
+        """Queue one memory step for the engine thread, to run before its next step, and return
+        at once (the guard must not wait behind a long prefill). ``done(ok, result)`` runs on
+        the engine thread afterwards.
+
+        hold     admit waiting requests only when nothing runs; give MLX's freed buffers back;
+        preempt  hold, and preempt half of the running requests (never the last one) at the next
+                 step, their KV going to the prefix cache; result: how many;
+        shrink   halve the hot tier (its blocks go down to the cold tier) and give MLX's freed
+                 buffers back to the system; result: the bytes the hot tier let go;
+        end      admit again (the held requests one per step); the hot tier gets its configured
+                 budget back.
+        """
+        if step not in self.MEMORY_STEPS:
+            raise ValueError(f"unknown memory step {step!r}")
+        self._inbox.put(("call", (lambda e: e._memory_step(step), done or (lambda ok, value: None))))
+
+    def _memory_step(self, step: str):
+        scheduler = self.scheduler
+        if step == "hold":
+            scheduler.hold = True
+            give_back_memory()
+        elif step == "preempt":
+            return scheduler.shed_for_memory()
+        elif step == "shrink":
+            freed = self.prefix_cache.shrink_hot()
+            give_back_memory()
+            return freed
+        else:
+            scheduler.end_hold()
+            self.prefix_cache.restore_hot()
+        return None
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -244,9 +305,9 @@ class Engine:
             if idle:
                 self.prefix_cache.engine_busy(False)
                 if not was_idle:
-                    # MLX keeps freed buffers for reuse; give them back when the work ends, so
-                    # an idle server's memory is its weights and caches.
-                    mx.clear_cache()
+                    # MLX and malloc keep freed memory for reuse; give it back when the work
+                    # ends, so an idle server's memory is its weights and caches.
+                    give_back_memory()
             was_idle = idle
             # Requests held by batch wait and nothing running: sleep until the first is due
             # or something arrives, instead of spinning.
@@ -308,9 +369,10 @@ class Engine:
             elif kind == "call":
                 fn, done = item
                 try:
-                    done.put((True, fn(self)))
+                    result = (True, fn(self))
                 except Exception as exc:
-                    done.put((False, exc))
+                    result = (False, exc)
+                done(*result)
             elif kind == "abort":
                 request = self.scheduler.find(item)
                 if request is not None:
@@ -318,6 +380,8 @@ class Engine:
 
     def _step(self) -> None:
         out = self.scheduler.schedule()
+        if len(out.prefill) > 1 and self.memory_critical.is_set():
+            out.prefill = out.prefill[:1]  # the rest stay prefilling: the next steps take them up
         # The cold tier's disk writes wait while prompts are computed (up to a bounded delay):
         # from a step that prefills until one ends with no prompt left to compute.
         if out.prefill:
@@ -337,6 +401,8 @@ class Engine:
         for request in out.preempted:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit
         self.runner.drop(out.preempted)
+        if out.preempted and self.scheduler.hold:
+            give_back_memory()  # preempted for memory: the freed KV goes back to the system now
         for request, reason, error in out.rejected:
             self._finish(request, reason, error)
         for request, hit in out.prefix_hits:

@@ -68,6 +68,14 @@ class Scheduler:
     waiting queue, where its arrival puts it ahead of newer requests of its priority: the most
     urgent, oldest request always progresses, so nothing deadlocks. A request that cannot fit
     even alone is rejected.
+
+    Memory pressure (the memory guard, inference/pool/memory_guard.py): while ``hold`` is set,
+    waiting requests are admitted only when nothing runs, so the running batch stops growing but
+    the most urgent request still progresses; ``shed_for_memory`` asks the next step to preempt
+    the least urgent, newest half of the running requests (never the last one), whose KV goes to
+    the prefix cache as with any preemption. When the hold ends (``end_hold``), the requests it
+    kept waiting are admitted one per step (``trickle``), so memory climbs back gradually and the
+    guard sees it between steps.
     """
 
     PRIORITY_AGING_STEPS = 64
@@ -84,6 +92,10 @@ class Scheduler:
         self.decoding: List[Request] = []  # decode batch order
         self.num_preemptions = 0
         self.costs = StepCosts()  # the engine reports every step (observe)
+        self.hold = False  # memory pressure: admit only when nothing runs
+        self.trickle = False  # after a hold: admit one request per step until none waits
+        self._shed = 0  # running requests the next step preempts for memory
+        self.num_memory_preemptions = 0
 
     # -- bookkeeping called by the engine ----------------------------------------------------
 
@@ -155,6 +167,7 @@ class Scheduler:
         out = SchedulerOutput()
         self.steps += 1
         self._preempt_until_fits(out)
+        self._preempt_for_memory(out)
         self._order()
 
         budget = self.config.step_token_budget - len(self.decoding)
@@ -192,10 +205,13 @@ class Scheduler:
         """Move waiting requests into ``prefilling``, most urgent first, while there is room;
         look each up in the prefix cache."""
         i = 0
+        admitted = 0
         # The waiting requests fill every free slot: batch wait holds none of them back.
         batch_full = len(self.waiting) >= self.config.max_concurrent_requests - len(self.running)
         while i < len(self.waiting) and len(self.running) < self.config.max_concurrent_requests:
             r = self.waiting[i]
+            if (self.hold and self.running) or (self.trickle and admitted):
+                break
             if self._held(r, batch_full):
                 i += 1
                 continue
@@ -214,6 +230,7 @@ class Scheduler:
             self.prefilling.append(r)
             if r.admitted_at is None:
                 r.admitted_at = time.perf_counter()
+            admitted += 1
             r.status = RequestStatus.PREFILLING
             hit = self.prefix_cache.lookup(r.all_token_ids, max_tokens=r.num_tokens - 1)
             if hit is not None and hit.num_tokens > 0:
@@ -222,6 +239,7 @@ class Scheduler:
                 if r.num_preemptions == 0:
                     r.cached_hot_tokens = min(hit.hot_tokens, len(r.prompt_token_ids))
                     r.cached_cold_tokens = min(hit.cold_tokens, len(r.prompt_token_ids) - r.cached_hot_tokens)
+        self.trickle = self.trickle and bool(self.waiting)
 
     def waits_for_shared_prefill(self, request: Request) -> bool:
         """Whether an older request now prefilling shares at least one whole block of this
@@ -250,6 +268,38 @@ class Scheduler:
         cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted))
         return best - cached >= self.config.cache_block_size or ending > cached
 
+    def shed_for_memory(self) -> int:
+        """Hold admissions and preempt, at the next step, the least urgent, newest half of the
+        running requests (rounded down: one running request is never preempted). Returns how
+        many will be preempted."""
+        self.hold = True
+        self._shed = len(self.running) // 2
+        return self._shed
+
+    def end_hold(self) -> None:
+        if self.hold:
+            self.hold, self.trickle = False, True
+
+    @property
+    def shedding(self) -> bool:
+        """Whether a preemption for memory waits for the next step."""
+        return self._shed > 0
+
+    def _preempt_for_memory(self, out: SchedulerOutput) -> None:
+        while self._shed > 0 and len(self.running) > 1:
+            self._preempt(self.running, out)
+            self.num_memory_preemptions += 1
+            self._shed -= 1
+        self._shed = 0
+
+    def _preempt(self, running: List[Request], out: SchedulerOutput) -> None:
+        victim = max(running, key=lambda r: (r.params.priority, r.arrival))
+        (self.decoding if victim in self.decoding else self.prefilling).remove(victim)
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append(victim)
+        self.add(victim)
+
     def _preempt_until_fits(self, out: SchedulerOutput) -> None:
         while self.kv_demand(self.running) > self.kv_capacity:
             running = self.running
@@ -258,12 +308,7 @@ class Scheduler:
                 out.rejected.append((running[0], "length", None))
                 self.finish(running[0])
                 return
-            victim = max(running, key=lambda r: (r.params.priority, r.arrival))
-            (self.decoding if victim in self.decoding else self.prefilling).remove(victim)
-            victim.num_preemptions += 1
-            self.num_preemptions += 1
-            out.preempted.append(victim)
-            self.add(victim)
+            self._preempt(running, out)
 
 
 def _common_prefix(a: List[int], b: List[int], stride: int = 64) -> int:

@@ -203,7 +203,7 @@ class ModelPool:
             slot = self._slots.get(model_id)
             return None if slot is None else slot.engine
 
-    def unload(self, name: str) -> bool:
+    def unload(self, name: str, reason: str = "manual") -> bool:
         """Unload a model (its hot blocks go to the cold tier first). False if it was not
         loaded; ModelBusy while requests are in flight or when it is pinned (unpin it first)."""
         model_id = self.resolve(name) or name
@@ -218,7 +218,7 @@ class ModelPool:
                 raise ModelBusy(f"The model '{model_id}' has {slot.engine.num_active()} requests in "
                                 "flight; it is unloaded once they end (or use its TTL)")
             self._take(model_id)
-        self._close(model_id, slot, "manual")
+        self._close(model_id, slot, reason)
         return True
 
     def unload_idle(self, now: Optional[float] = None) -> List[str]:
@@ -449,9 +449,9 @@ class ModelPool:
             logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
         engine.close()
         try:
-            import mlx.core as mx
+            from inference.engine.engine import give_back_memory
 
-            mx.clear_cache()  # give the freed buffers back to the system
+            give_back_memory()  # MLX's buffer cache and glibc's free lists go back to the system
         except Exception:
             pass
         logger.info("unloaded %s", model_id)

@@ -1,0 +1,166 @@
+"""How much memory this process may still use before the OS stops it, read from every limit
+that applies (the memory guard's input, ``memory_guard``).
+
+Each limit is a `Bound`: what is counted against it now, and where the OS acts.
+
+    cgroup          the memory cgroup of this process (v2: memory.max / memory.current; v1:
+                    memory.limit_in_bytes / memory.usage_in_bytes), less its inactive file pages
+                    (page cache the kernel reclaims before it kills): the OOM killer acts here.
+    rlimit-as       RLIMIT_AS against the process's virtual size (VmSize): allocations fail.
+    rlimit-data     RLIMIT_DATA against its data segment (VmData): allocations fail.
+    system          MemTotal less MemAvailable against MemTotal (Linux /proc/meminfo, else
+                    psutil's figures: macOS): the system OOM killer or swap storms.
+    mlx             Apple silicon: MLX's active and cached buffers against the GPU's recommended
+                    working set.
+    process         --max-process-memory against the resident size (omlx's own limit).
+
+`read()` returns the bound with the least room; a bound that cannot be read (no cgroup limit,
+no rlimit, another OS) is left out. Every read is a few small files, cheap enough to poll.
+"""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from .memory import process_rss
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One limit: ``used`` of ``limit`` bytes, as that limit counts them."""
+
+    source: str
+    used: int
+    limit: int
+
+    @property
+    def ratio(self) -> float:
+        return self.used / self.limit if self.limit else 1.0
+
+    @property
+    def free(self) -> int:
+        return max(0, self.limit - self.used)
+
+
+def read(process_limit: Optional[int] = None) -> Optional[Bound]:
+    """The tightest bound now (highest used/limit), or None when no limit can be read."""
+    bounds = all_bounds(process_limit)
+    return max(bounds, key=lambda b: b.ratio) if bounds else None
+
+
+def all_bounds(process_limit: Optional[int] = None) -> List[Bound]:
+    out = []
+    readers: List[Callable[[], Optional[Bound]]] = [cgroup_bound, rlimit_as_bound, rlimit_data_bound,
+                                                    system_bound, mlx_bound]
+    for reader in readers:
+        try:
+            bound = reader()
+        except Exception:  # one limit that cannot be read must not hide the others
+            bound = None
+        if bound is not None:
+            out.append(bound)
+    if process_limit is not None:
+        rss = process_rss()
+        if rss is not None:
+            out.append(Bound("process", rss, process_limit))
+    return out
+
+
+def cgroup_bound(root: Path = CGROUP_ROOT, proc_cgroup: str = "/proc/self/cgroup") -> Optional[Bound]:
+    """This process's memory cgroup, when it has a limit (v2 first, then v1)."""
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        hierarchy, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        if hierarchy == "0" and controllers == "":
+            for base in (root, root / "unified"):
+                folder = base / rel
+                if (folder / "memory.max").exists():
+                    return _cgroup(folder, "memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            folder = root / "memory" / rel
+            if (folder / "memory.limit_in_bytes").exists():
+                return _cgroup(folder, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+    return None
+
+
+def _cgroup(folder: Path, limit_file: str, usage_file: str, inactive_key: str) -> Optional[Bound]:
+    text = (folder / limit_file).read_text().strip()
+    if text == "max" or int(text) >= UNLIMITED:
+        return None
+    usage = int((folder / usage_file).read_text())
+    inactive = 0
+    for line in (folder / "memory.stat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == inactive_key:
+            inactive = int(value)
+            break
+    return Bound("cgroup", max(0, usage - inactive), int(text))
+
+
+def rlimit_as_bound() -> Optional[Bound]:
+    return _rlimit(resource.RLIMIT_AS, "VmSize", "rlimit-as")
+
+
+def rlimit_data_bound() -> Optional[Bound]:
+    return _rlimit(resource.RLIMIT_DATA, "VmData", "rlimit-data")
+
+
+def _rlimit(which: int, field: str, source: str) -> Optional[Bound]:
+    soft, _ = resource.getrlimit(which)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    used = _status_field(field)
+    return None if used is None else Bound(source, used, soft)
+
+
+def system_bound(meminfo: str = "/proc/meminfo") -> Optional[Bound]:
+    """The machine's RAM: what is not available of it."""
+    try:
+        fields = {}
+        for line in Path(meminfo).read_text().splitlines():
+            key, _, rest = line.partition(":")
+            fields[key] = int(rest.split()[0]) * 1024
+        return Bound("system", fields["MemTotal"] - fields["MemAvailable"], fields["MemTotal"])
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        import psutil  # macOS and other systems without /proc/meminfo
+    except ImportError:
+        return None
+    vm = psutil.virtual_memory()
+    return Bound("system", vm.total - vm.available, vm.total)
+
+
+def mlx_bound() -> Optional[Bound]:
+    """Apple silicon: MLX's live and cached buffers against the GPU's recommended working set
+    (unified memory beyond it pages, then the system kills). None on CPU-only builds."""
+    import mlx.core as mx
+
+    metal = getattr(mx, "metal", None)
+    if metal is None or not metal.is_available():
+        return None
+    limit = int(metal.device_info().get("max_recommended_working_set_size") or 0)
+    if not limit:
+        return None
+    return Bound("mlx", mx.get_active_memory() + mx.get_cache_memory(), limit)
+
+
+def _status_field(name: str) -> Optional[int]:
+    try:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
