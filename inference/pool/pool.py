@@ -29,7 +29,7 @@ from inference import metrics
 
 from . import model_settings
 from .discovery import ModelFolder, discover, inspect, signature
-from .memory import MemoryEstimate, estimate, format_bytes, process_rss
+from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
 logger = logging.getLogger("omlx.models")
 
@@ -171,8 +171,17 @@ class ModelPool:
         folder = self.folders()[model_id]
         with self._lock:
             if model_id not in self._estimates:
-                self._estimates[model_id] = estimate(folder.weight_files, folder.config, self.engine_settings)
+                if folder.kind == "llm":
+                    value = estimate(folder.weight_files, folder.config, self.engine_settings)
+                else:
+                    value = estimate_encoder(folder.weight_files, folder.config, self.engine_settings)
+                self._estimates[model_id] = value
             return self._estimates[model_id]
+
+    def kind(self, name: str) -> Optional[str]:
+        """"llm", "embedding" or "reranker" for a servable model ``name`` names, else None."""
+        model_id = self.resolve(name)
+        return None if model_id is None else self._folders[model_id].kind
 
     # -- engines --------------------------------------------------------------------------------
 
@@ -344,13 +353,12 @@ class ModelPool:
                 for victim_id, victim in victims:
                     logger.info("unloading %s (least recently used) to make room for %s", victim_id, model_id)
                     self._close(victim_id, victim, "lru")
-                from inference.engine import Engine
-
-                path = self._folders[model_id].path
-                logger.info("loading %s from %s (estimate %s)", model_id, path, format_bytes(need.total_bytes))
+                folder = self._folders[model_id]
+                logger.info("loading %s from %s (estimate %s)", model_id, folder.path,
+                            format_bytes(need.total_bytes))
                 started = time.monotonic()
                 try:
-                    engine = Engine(path, **self.engine_settings)
+                    engine = _make_engine(folder, self.engine_settings)
                 except BaseException:
                     metrics.model_load_failed(model_id)
                     raise
@@ -493,6 +501,18 @@ class ModelPool:
         with self._lock:
             self._settings = values
             self._settings_at = time.monotonic()
+
+
+def _make_engine(folder: ModelFolder, engine_settings: dict):
+    """A text engine for an LLM; the batching encoder engine for embedding and reranker models."""
+    if folder.kind == "llm":
+        from inference.engine import Engine
+
+        return Engine(folder.path, **engine_settings)
+    from inference.embedding.engine import EncoderEngine
+
+    return EncoderEngine(folder.path, folder.kind, max_batch_wait_ms=engine_settings.get("max_batch_wait_ms", 0),
+                         dtype=engine_settings.get("dtype"))
 
 
 def _weights_bytes(engine) -> int:
