@@ -75,7 +75,7 @@ async def embeddings(request, body: EmbeddingRequest):
             raise ApiError(400, f"dimensions: {dims} is more than the model's {model.dim}", param="dimensions")
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         seqs: List = [None] * len(inputs)
-        for i, seq in zip(texts, model.tokenize([inputs[i] for i in texts])):
+        for i, seq in zip(texts, model.tokenize([inputs[i] for i in texts]) if texts else []):
             seqs[i] = seq
         for i, x in enumerate(inputs):
             if seqs[i] is None:
