@@ -99,15 +99,22 @@ def _draw_bert(name, shape, rng, hidden):
 
 
 def _write_wordpiece(path, vocab_size, seed, max_length):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """A WordPiece tokenizer over a fixed vocabulary: the special tokens, every printable ASCII
+    character alone and as a ``##`` continuation, then the corpus's words (sorted; as many as
+    fit). Built, not trained: the trainer breaks ties in hash order, so its output differs from
+    run to run. ``seed`` is unused (one vocabulary per size)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    chars = [chr(c) for c in range(0x21, 0x7F) if not chr(c).isupper()]
+    words = sorted({w.lower() for w in mf._WORDS} - set(chars))
+    order = list(_BERT_SPECIALS) + chars + ["##" + c for c in chars] + words
+    if vocab_size < len(_BERT_SPECIALS) + 2 * len(chars):
+        raise ValueError(f"vocab_size must be at least {len(_BERT_SPECIALS) + 2 * len(chars)} for bert")
+    vocab = {token: i for i, token in enumerate(order[:vocab_size])}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(_BERT_SPECIALS),
-                                        show_progress=False)
-    tokenizer.train_from_iterator(mf._corpus(seed), trainer=trainer)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
     (path / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")

@@ -151,3 +151,19 @@ def test_a_cancelled_job_is_dropped_and_the_engine_goes_on(folders):
         assert engine.num_active() == 0
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("arch", ["bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_reranker"])
+def test_build_model_cli_writes_the_same_bytes_as_the_factory(tmp_path, model_dir, arch):
+    import subprocess
+    import sys
+
+    out = tmp_path / arch
+    done = subprocess.run([sys.executable, "-m", "omlx_site.cli", "build-model", str(out), "--arch", arch],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    built = model_dir(arch)
+    files = sorted(p.relative_to(built) for p in built.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    for name in files:
+        assert (out / name).read_bytes() == (built / name).read_bytes(), name
