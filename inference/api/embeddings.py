@@ -173,8 +173,9 @@ def _check_kind(name: str, kind: str) -> None:
         what = {"llm": "a chat (text generation) model", "embedding": "an embedding model",
                 "reranker": "a reranker model"}[actual]
         use = {"llm": "/v1/chat/completions", "embedding": "/v1/embeddings", "reranker": "/v1/rerank"}[actual]
-        raise ApiError(400, f"The model '{name}' is {what}, not {'an embedding' if kind == 'embedding' else 'a reranker'} "
-                       f"model (use {use})", param="model", code="wrong_model_type")
+        wanted = "an embedding" if kind == "embedding" else "a reranker"
+        raise ApiError(400, f"The model '{name}' is {what}, not {wanted} model (use {use})", param="model",
+                       code="wrong_model_type")
 
 
 def _inputs(value) -> List[Union[str, List[int]]]:

@@ -245,7 +245,8 @@ def _max_length(path: Path, config: dict, tokenizer) -> int:
     positions = config.get("max_position_embeddings")
     if isinstance(positions, int) and positions > 0:
         # RoBERTa's positions start after the padding id: two fewer usable ones.
-        limits.append(positions - (config.get("pad_token_id", 1) + 1 if config.get("model_type") in bert.ROBERTA_TYPES else 0))
+        roberta = config.get("model_type") in bert.ROBERTA_TYPES
+        limits.append(positions - (config.get("pad_token_id", 1) + 1 if roberta else 0))
     st_config = path / "sentence_bert_config.json"
     if st_config.is_file():
         value = json.loads(st_config.read_text()).get("max_seq_length")

@@ -29,6 +29,7 @@ from inference import metrics
 
 from . import model_settings
 from .discovery import ModelFolder, discover, inspect, signature
+from .engines import make_engine, weights_bytes
 from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
 logger = logging.getLogger("omlx.models")
@@ -358,7 +359,7 @@ class ModelPool:
                             format_bytes(need.total_bytes))
                 started = time.monotonic()
                 try:
-                    engine = _make_engine(folder, self.engine_settings)
+                    engine = make_engine(folder, self.engine_settings)
                 except BaseException:
                     metrics.model_load_failed(model_id)
                     raise
@@ -366,7 +367,7 @@ class ModelPool:
                 with self._lock:
                     self._reserved.pop(model_id, None)
             try:
-                measured = engine.call(_weights_bytes, timeout=60)
+                measured = engine.call(weights_bytes, timeout=60)
             except Exception as exc:  # the estimate stands
                 logger.warning("%s: measuring the loaded weights failed: %s", model_id, exc)
                 measured = 0
@@ -501,22 +502,3 @@ class ModelPool:
         with self._lock:
             self._settings = values
             self._settings_at = time.monotonic()
-
-
-def _make_engine(folder: ModelFolder, engine_settings: dict):
-    """A text engine for an LLM; the batching encoder engine for embedding and reranker models."""
-    if folder.kind == "llm":
-        from inference.engine import Engine
-
-        return Engine(folder.path, **engine_settings)
-    from inference.embedding.engine import EncoderEngine
-
-    return EncoderEngine(folder.path, folder.kind, max_batch_wait_ms=engine_settings.get("max_batch_wait_ms", 0),
-                         dtype=engine_settings.get("dtype"))
-
-
-def _weights_bytes(engine) -> int:
-    """Bytes of the loaded model's parameters (run on the engine thread)."""
-    from mlx.utils import tree_flatten
-
-    return sum(v.nbytes for _, v in tree_flatten(engine.loaded.model.parameters()))
