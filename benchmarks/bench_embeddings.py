@@ -5,10 +5,12 @@ CPU, batch 1 and batch 32), all in one run on the same random-weight model.
 
 Every request carries one text of about ``--words`` words (distinct texts, so nothing is
 cached). The server runs in a subprocess; its clients are keep-alive httpx connections, one per
-thread. sentence-transformers runs in this process while the server is idle.
+thread. sentence-transformers runs in this process while the server is idle. The four runs are
+interleaved over ``--rounds`` rounds (each on its own share of the texts) and each figure is the
+median of its rounds, so that load from other processes on a shared machine hits all of them.
 
     .venv/bin/python benchmarks/bench_embeddings.py [--arch bert_embedding|qwen3_embedding]
-        [--preset small] [--requests 256] [--concurrency 32] [--words 40]
+        [--preset small] [--requests 256] [--rounds 4] [--concurrency 32] [--words 40]
 
 mlx-embeddings is not compared: it pulls in mlx-vlm, mlx-audio, opencv and datasets, and omlx
 serves encoders with its own MLX module (inference/embedding/bert.py) instead.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,18 +56,13 @@ def serve_rate(url: str, model: str, items, concurrency: int) -> float:
                                                           "encoding_format": "base64"})
         reply.raise_for_status()
 
-    one(items[0])  # warm: the model loads on the first request
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, items))
     return len(items) / (time.perf_counter() - started)
 
 
-def sentence_transformers_rate(path: Path, items, batch_size: int) -> float:
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(path), device="cpu")
-    model.encode(items[:batch_size], batch_size=batch_size)  # warm
+def sentence_transformers_rate(model, items, batch_size: int) -> float:
     started = time.perf_counter()
     model.encode(items, batch_size=batch_size)
     return len(items) / (time.perf_counter() - started)
@@ -75,6 +73,7 @@ def main() -> int:
     parser.add_argument("--arch", default="bert_embedding", choices=("bert_embedding", "qwen3_embedding"))
     parser.add_argument("--preset", default="small")
     parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--words", type=int, default=40)
     args = parser.parse_args()
@@ -93,22 +92,36 @@ def main() -> int:
         try:
             url = f"http://127.0.0.1:{port}"
             wait_until_up(url, server)
-            rates = {
-                "omlx serve, batch 1 (sequential requests)": serve_rate(url, "embed", items, 1),
-                f"omlx serve, {args.concurrency} concurrent requests": serve_rate(url, "embed", items,
-                                                                                  args.concurrency),
+            from sentence_transformers import SentenceTransformer
+
+            reference = SentenceTransformer(str(path), device="cpu")
+            reference.encode(items[:args.concurrency], batch_size=args.concurrency)  # warm
+            serve_rate(url, "embed", items[:2], 1)  # warm: the model loads on the first request
+            runs = {
+                "omlx serve, batch 1 (sequential requests)": lambda part: serve_rate(url, "embed", part, 1),
+                f"omlx serve, {args.concurrency} concurrent requests":
+                    lambda part: serve_rate(url, "embed", part, args.concurrency),
+                "sentence-transformers (torch CPU), batch 1": lambda part: sentence_transformers_rate(
+                    reference, part, 1),
+                f"sentence-transformers (torch CPU), batch {args.concurrency}":
+                    lambda part: sentence_transformers_rate(reference, part, args.concurrency),
             }
-            rates["sentence-transformers (torch CPU), batch 1"] = sentence_transformers_rate(path, items, 1)
-            rates[f"sentence-transformers (torch CPU), batch {args.concurrency}"] = sentence_transformers_rate(
-                path, items, args.concurrency)
+            share = len(items) // args.rounds
+            measured = {name: [] for name in runs}
+            for r in range(args.rounds):
+                for name, run in runs.items():
+                    measured[name].append(run(items[r * share:(r + 1) * share]))
         finally:
             server.terminate()
             server.wait(60)
+    rates = {name: statistics.median(values) for name, values in measured.items()}
     base = next(iter(rates.values()))
-    print(f"{args.arch} {args.preset}, {args.requests} texts of ~{args.words} words")
+    print(f"{args.arch} {args.preset}, {args.requests} texts of ~{args.words} words, median of "
+          f"{args.rounds} interleaved rounds")
     print("| run | embeddings/s | vs omlx batch 1 |\n|---|---:|---:|")
     for name, rate in rates.items():
-        print(f"| {name} | {rate:.1f} | {rate / base:.2f}x |")
+        spread = "/".join(f"{v:.1f}" for v in measured[name])
+        print(f"| {name} | {rate:.1f} ({spread}) | {rate / base:.2f}x |")
     names = list(rates)
     print(f"batching gain (omlx {args.concurrency} concurrent / batch 1): {rates[names[1]] / rates[names[0]]:.2f}x")
     print(f"omlx {args.concurrency} concurrent / sentence-transformers batch {args.concurrency}: "
