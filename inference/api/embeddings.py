@@ -63,7 +63,8 @@ class RerankRequest(Schema):
 async def embeddings(request, body: EmbeddingRequest):
     check_api_key(request)
     inputs = _inputs(body.input)
-    if body.encoding_format not in ("float", "base64"):
+    encoding_format = body.encoding_format or "float"
+    if encoding_format not in ("float", "base64"):
         raise ApiError(400, f"encoding_format: {body.encoding_format!r} is not one of 'float', 'base64'",
                        param="encoding_format")
     dims = body.dimensions
@@ -91,7 +92,7 @@ async def embeddings(request, body: EmbeddingRequest):
     if dims is not None:
         rows = rows[:, :dims]
         rows = rows / np.maximum(np.linalg.norm(rows, axis=-1, keepdims=True), 1e-12)
-    data = [{"object": "embedding", "index": i, "embedding": _encode(row, body.encoding_format)}
+    data = [{"object": "embedding", "index": i, "embedding": _encode(row, encoding_format)}
             for i, row in enumerate(rows)]
     tokens = sum(len(ids) for ids, _ in seqs)
     return {"object": "list", "data": data, "model": body.model,
