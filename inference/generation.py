@@ -109,6 +109,11 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
     if _was_aborted(job.request_id):
         return
     pool = get_pool()
+    kind = pool.kind(job.model)
+    if kind not in (None, "llm"):
+        endpoint = "/v1/embeddings" if kind == "embedding" else "/v1/rerank"
+        return refuse(400, f"The model '{job.model}' is {'an' if kind == 'embedding' else 'a'} {kind} "
+                           f"model: it does not generate text (use {endpoint})")
     try:
         lease = pool.lease(job.model)
         engine = lease.__enter__()

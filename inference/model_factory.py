@@ -38,7 +38,9 @@ from inference.family_templates import CHAT_TEMPLATES, SPECIAL_TOKENS
 HAND_WRITTEN = ("llama", "mistral", "qwen2", "qwen3")  # weights named here; no torch needed
 # Built with transformers' own classes (inference.model_factory_hf; needs omlx[test]).
 TRANSFORMERS_BUILT = ("gemma3_text", "gpt_oss", "nemotron_h", "qwen3_5", "qwen3_moe")
-ARCHITECTURES = HAND_WRITTEN + TRANSFORMERS_BUILT
+# Embedding and reranker folders (inference.model_factory_encoders; the bert ones need omlx[test]).
+ENCODER_BUILT = ("bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_reranker")
+ARCHITECTURES = HAND_WRITTEN + TRANSFORMERS_BUILT + ENCODER_BUILT
 
 PRESETS = {
     "tiny": dict(
@@ -123,6 +125,10 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
         from inference import model_factory_hf
 
         return model_factory_hf.build(path, arch, preset, seed, dtype, overrides)
+    if arch in ENCODER_BUILT:
+        from inference import model_factory_encoders
+
+        return model_factory_encoders.build(path, arch, preset, seed, dtype, overrides)
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {tuple(PRESETS)}")
     config = _config(arch, preset, dtype, overrides)
@@ -168,6 +174,10 @@ def preset_names(arch):
         from inference.model_factory_hf import PRESETS as HF_PRESETS
 
         return tuple(HF_PRESETS[arch])
+    if arch in ENCODER_BUILT:
+        from inference.model_factory_encoders import PRESETS as ENCODER_PRESETS
+
+        return tuple(ENCODER_PRESETS[arch])
     return tuple(PRESETS)
 
 

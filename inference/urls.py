@@ -1,10 +1,12 @@
-"""Routes of the inference app: the REST API (django-ninja) under /v1/."""
+"""Routes of the inference app: the REST API (django-ninja) under /v1/ (chat, completions,
+Responses, models, cache status, embeddings and rerank; Anthropic Messages in its own API)."""
 from django.urls import path
 from ninja import NinjaAPI
 
 from inference.api import anthropic_errors, errors
 from inference.api.anthropic import router as anthropic_router
 from inference.api.cache_status import router as cache_status_router
+from inference.api.embeddings import router as embeddings_router
 from inference.api.json_body import JsonBodyParser
 from inference.api.mcp import router as mcp_router
 from inference.api.models import router as models_router
@@ -18,6 +20,7 @@ api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
 api.add_router("/v1/", cache_status_router)
 api.add_router("/v1/", mcp_router)
+api.add_router("/v1/", embeddings_router)
 errors.install(api)
 
 # The Anthropic routes (/v1/messages...) answer errors in Anthropic's envelope: an API of their own.

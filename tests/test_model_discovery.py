@@ -37,13 +37,20 @@ def test_depth_one_and_two_with_kinds_and_reasons(tmp_path, model_dir):
     folder(tmp_path / "st-embed", {"model_type": "xlm-roberta"}, ("model.safetensors", "modules.json"))
     folder(tmp_path / "reranker", {"model_type": "xlm-roberta",
                                    "architectures": ["XLMRobertaForSequenceClassification"]})
+    folder(tmp_path / "modern-embed", {"model_type": "modernbert", "architectures": ["ModernBertModel"]})
+    folder(tmp_path / "bert-no-head", {"model_type": "bert", "architectures": ["BertModel"]})
+    folder(tmp_path / "Qwen" / "Qwen3-Reranker-0.6B", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
+    folder(tmp_path / "Qwen" / "Qwen3-Embedding-mlx", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
+    folder(tmp_path / "qwen-st", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]},
+           ("model.safetensors", "tokenizer.json", "modules.json"))
     folder(tmp_path / ".hidden", LLM)
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "empty-org").mkdir()
 
     found = discover([tmp_path])
     servable = sorted(i for i, f in found.items() if f.servable)
-    assert servable == ["acme/chat-1b", "plain"]
+    assert servable == ["Qwen/Qwen3-Embedding-mlx", "Qwen/Qwen3-Reranker-0.6B", "acme/chat-1b", "bert-no-head",
+                        "org/minilm", "plain", "qwen-st", "reranker"]
     assert found["acme/chat-1b"].kind == "llm" and found["acme/chat-1b"].size_bytes > 0
     reasons = {i: f.reason for i, f in found.items() if not f.servable}
     assert "GGUF" in reasons["acme/only-gguf"] or "config.json" in reasons["acme/only-gguf"]
@@ -54,9 +61,14 @@ def test_depth_one_and_two_with_kinds_and_reasons(tmp_path, model_dir):
     assert "model_type" in reasons["no-type"]
     assert "not supported by the installed mlx-lm" in reasons["unknown-arch"]
     assert "tokenizer" in reasons["no-tokenizer"]
-    assert (found["org/minilm"].kind, reasons["org/minilm"]) == ("embedding", "embedding models are not yet served")
-    assert found["st-embed"].kind == "embedding"
-    assert (found["reranker"].kind, reasons["reranker"]) == ("reranker", "reranker models are not yet served")
+    kinds = {i: f.kind for i, f in found.items()}
+    assert kinds["org/minilm"] == kinds["st-embed"] == kinds["qwen-st"] == "embedding"
+    assert kinds["reranker"] == kinds["Qwen/Qwen3-Reranker-0.6B"] == "reranker"  # a causal LM named so
+    assert kinds["Qwen/Qwen3-Embedding-mlx"] == "embedding" and kinds["plain"] == "llm"
+    assert "encoder model_type 'modernbert' is not supported" in reasons["modern-embed"]
+    assert "tokenizer" in reasons["st-embed"]
+    # a BertModel folder made a reranker by the setting has no classification head
+    assert "ForSequenceClassification" in inspect("x", tmp_path / "bert-no-head", "reranker").reason
     assert not any(".hidden" in i or "empty-org" in i or "notes" in i for i in found)
     # a kind override (the model_type setting) wins over the rules
     assert inspect("org/minilm", tmp_path / "org" / "minilm", "reranker").kind == "reranker"

@@ -1,6 +1,7 @@
 """The model pool: discovery (``discovery``), memory estimates and limits (``memory``), per-model
-settings (``model_settings``) and the pool of loaded engines (``pool``). docs/models.md tells
-users how it behaves."""
+settings (``model_settings``), the pool of loaded engines (``pool``) and which engine a folder
+gets (``engines``: the text engine for LLMs, the batching encoder engine for embedding and
+reranker models). docs/models.md tells users how it behaves."""
 from __future__ import annotations
 
 import threading

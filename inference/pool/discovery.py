@@ -8,12 +8,18 @@ Rules (docs/models.md says the same for users):
   (``.name``) are skipped. With several directories the first one that has an id wins; the
   later folder is listed as shadowed.
 - A model folder is servable when its config.json is valid JSON with a ``model_type``, its
-  weights are ``*.safetensors``, it has a tokenizer, mlx-lm knows the architecture and it is an
-  LLM. Folders with GGUF or PyTorch ``.bin`` weights only, or none, are listed with the reason.
-- Kind: ``embedding`` when the folder is a sentence-transformers model (``modules.json``) or
-  its architectures are encoder ``...Model`` classes (``BertModel``); ``reranker`` when an
-  architecture ends in ``ForSequenceClassification``; else ``llm``. Embedding and reranker
-  folders are listed as not yet served. A per-model ``model_type`` setting overrides the kind.
+  weights are ``*.safetensors``, it has a tokenizer and omlx can run the architecture: mlx-lm
+  knows it (LLMs, and LLM-based embedders and rerankers), or it is a BERT-family encoder
+  (``inference.embedding.BERT_MODEL_TYPES``) for an embedding or reranker folder. Folders with
+  GGUF or PyTorch ``.bin`` weights only, or none, are listed with the reason.
+- Kind: ``reranker`` when an architecture ends in ``ForSequenceClassification``; ``embedding``
+  when the folder is a sentence-transformers model (``modules.json`` or
+  ``config_sentence_transformers.json``: Qwen3-Embedding is one although its architecture is a
+  causal LM); a causal LM whose id says ``rerank`` is a ``reranker`` and one whose id says
+  ``embedding`` an ``embedding`` model (Qwen3-Reranker and MLX conversions of Qwen3-Embedding
+  have nothing else that tells them from a chat model); other causal LMs are ``llm``; bare
+  encoder ``...Model`` classes (``BertModel``) or encoder model types are ``embedding``; else
+  ``llm``. A per-model ``model_type`` setting overrides the kind.
 - The Hugging Face cache (``hf_cache``, see ``hf_cache``) comes after every model directory: its
   models are ``ORG/NAME`` at the snapshot of ``refs/main``; a model directory's folder of the same
   id shadows it.
@@ -26,6 +32,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
+
+from inference.embedding import BERT_MODEL_TYPES
 
 from . import hf_cache
 
@@ -104,7 +112,7 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
         folder.reason = "config.json is not a JSON object"
         return folder
     folder.config = config
-    folder.kind = kind_override or classify(path, config)
+    folder.kind = kind_override or classify(path, config, model_id)
     if not weights:
         if any(p.suffix == ".gguf" for p in files):
             folder.reason = "GGUF weights only: omlx serves safetensors (MLX or Hugging Face) folders"
@@ -113,28 +121,43 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
         else:
             folder.reason = "no weights (*.safetensors) in the folder"
         return folder
-    if folder.kind != "llm":
-        folder.reason = f"{folder.kind} models are not yet served"
-        return folder
     if not isinstance(config.get("model_type"), str):
         folder.reason = "config.json has no \"model_type\""
         return folder
-    if not any((path / name).exists() for name in _TOKENIZER_FILES):
+    if not any((path / name).exists() for name in _TOKENIZER_FILES + ("vocab.txt",)):
         folder.reason = "no tokenizer (tokenizer.json or tokenizer.model)"
         return folder
-    if not _mlx_lm_supports(config):
-        folder.reason = f"model_type {config['model_type']!r} is not supported by the installed mlx-lm"
+    folder.reason = _unsupported(folder.kind, config)
     return folder
 
 
-def classify(path: Path, config: dict) -> str:
+def _unsupported(kind: str, config: dict):
+    """Why omlx cannot run a ``kind`` model with this config, or None."""
+    model_type = config["model_type"]
+    if kind != "llm" and model_type in BERT_MODEL_TYPES:
+        architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+        if kind == "reranker" and not any(a.endswith("ForSequenceClassification") for a in architectures):
+            return "a BERT-family reranker needs a ...ForSequenceClassification architecture"
+        return None
+    if kind != "llm" and model_type in _ENCODER_TYPES:
+        return (f"encoder model_type {model_type!r} is not supported for {kind} models "
+                f"(omlx runs {', '.join(BERT_MODEL_TYPES)} and LLM-based ones)")
+    if not _mlx_lm_supports(config):
+        return f"model_type {model_type!r} is not supported by the installed mlx-lm"
+    return None
+
+
+def classify(path: Path, config: dict, model_id: str = "") -> str:
+    """The kind by the rules of the module docstring (``model_id``: the id, whose wording
+    marks LLM-based rerankers and embedders)."""
     architectures = [a for a in config.get("architectures") or [] if isinstance(a, str)]
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         return "reranker"
-    if any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
-        return "llm"
     if (path / "modules.json").exists() or (path / "config_sentence_transformers.json").exists():
         return "embedding"
+    if any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
+        name = (model_id or path.name).lower()
+        return "reranker" if "rerank" in name else "embedding" if "embedding" in name else "llm"
     if any(a.endswith("Model") for a in architectures) or config.get("model_type") in _ENCODER_TYPES:
         return "embedding"
     return "llm"

@@ -15,6 +15,11 @@ under ``--max-model-memory`` whatever requests arrive:
     hot      the hot tier of the prefix cache (hot_cache_max_size; 0 with caching off).
 
 The cold tier lives on disk and costs no RAM.
+
+An embedding or reranker model (``estimate_encoder``) holds no KV cache: its estimate is the
+weights plus the work memory of its largest batch (``kv_bytes`` then counts that): the hidden
+states of ``MAX_BATCH_TOKENS`` tokens through one layer and the attention scores of a batch of
+full-length sequences.
 """
 from __future__ import annotations
 
@@ -89,6 +94,24 @@ def attention_layers(text: dict) -> int:
     if isinstance(interval, int) and interval > 1:
         return layers // interval
     return layers
+
+
+def estimate_encoder(weight_files: Iterable[Path], config: dict, engine_settings: dict) -> MemoryEstimate:
+    """The most memory an embedding or reranker engine may use (see the module docstring)."""
+    from inference.embedding.encoder_model import MAX_TOKENS
+    from inference.embedding.engine import MAX_BATCH_TOKENS
+    from inference.platform import default_dtype
+
+    dtype = engine_settings.get("dtype") or default_dtype()
+    weights = sum(_tensor_bytes(path, dtype) for path in weight_files)
+    text = _text_config(config)
+    hidden = text.get("hidden_size") or 1024
+    width = max(hidden, text.get("intermediate_size") or 4 * hidden)
+    heads = text.get("num_attention_heads") or 16
+    length = min(text.get("max_position_embeddings") or 512, MAX_TOKENS)
+    size = _TARGET_SIZE.get(dtype, 4)
+    work = MAX_BATCH_TOKENS * (4 * hidden + 2 * width) * size + MAX_BATCH_TOKENS * heads * length * 4
+    return MemoryEstimate(weights, work, 0)
 
 
 def kv_bytes_per_token(config: dict, dtype: Optional[str]) -> int:

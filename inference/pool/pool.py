@@ -29,7 +29,8 @@ from inference import metrics
 
 from . import model_settings
 from .discovery import ModelFolder, discover, inspect, signature
-from .memory import MemoryEstimate, estimate, format_bytes, process_rss
+from .engines import make_engine, weights_bytes
+from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
 logger = logging.getLogger("omlx.models")
 
@@ -171,8 +172,17 @@ class ModelPool:
         folder = self.folders()[model_id]
         with self._lock:
             if model_id not in self._estimates:
-                self._estimates[model_id] = estimate(folder.weight_files, folder.config, self.engine_settings)
+                if folder.kind == "llm":
+                    value = estimate(folder.weight_files, folder.config, self.engine_settings)
+                else:
+                    value = estimate_encoder(folder.weight_files, folder.config, self.engine_settings)
+                self._estimates[model_id] = value
             return self._estimates[model_id]
+
+    def kind(self, name: str) -> Optional[str]:
+        """"llm", "embedding" or "reranker" for a servable model ``name`` names, else None."""
+        model_id = self.resolve(name)
+        return None if model_id is None else self._folders[model_id].kind
 
     # -- engines --------------------------------------------------------------------------------
 
@@ -344,14 +354,13 @@ class ModelPool:
                 for victim_id, victim in victims:
                     logger.info("unloading %s (least recently used) to make room for %s", victim_id, model_id)
                     self._close(victim_id, victim, "lru")
-                from inference.engine import Engine
-
-                path = self._folders[model_id].path
-                logger.info("loading %s from %s (estimate %s)", model_id, path, format_bytes(need.total_bytes))
+                folder = self._folders[model_id]
+                logger.info("loading %s from %s (estimate %s)", model_id, folder.path,
+                            format_bytes(need.total_bytes))
                 started = time.monotonic()
                 try:
                     overrides = model_settings.engine_overrides(self.settings(model_id))
-                    engine = Engine(path, **{**self.engine_settings, **overrides})
+                    engine = make_engine(folder, {**self.engine_settings, **overrides})
                 except BaseException:
                     metrics.model_load_failed(model_id)
                     raise
@@ -359,7 +368,7 @@ class ModelPool:
                 with self._lock:
                     self._reserved.pop(model_id, None)
             try:
-                measured = engine.call(_weights_bytes, timeout=60)
+                measured = engine.call(weights_bytes, timeout=60)
             except Exception as exc:  # the estimate stands
                 logger.warning("%s: measuring the loaded weights failed: %s", model_id, exc)
                 measured = 0
@@ -498,6 +507,8 @@ class ModelPool:
         from inference.engine.config import EngineConfig
 
         for model_id, engine in loaded.items():  # a model's scheduling settings apply at once
+            if not hasattr(engine, "tune"):  # an embedding or reranker engine
+                continue
             wanted = model_settings.engine_overrides(values.get(model_id) or {})
             if wanted != model_settings.engine_overrides(before.get(model_id) or {}):
                 live = {name: self.engine_settings.get(name, getattr(EngineConfig, name))
@@ -507,9 +518,3 @@ class ModelPool:
                 except (RuntimeError, ValueError) as exc:  # closed meanwhile; checked on save
                     logger.warning("%s: scheduling settings not applied: %s", model_id, exc)
 
-
-def _weights_bytes(engine) -> int:
-    """Bytes of the loaded model's parameters (run on the engine thread)."""
-    from mlx.utils import tree_flatten
-
-    return sum(v.nbytes for _, v in tree_flatten(engine.loaded.model.parameters()))

@@ -1,0 +1,192 @@
+"""The engine of an embedding or reranker model: one thread that does all of its MLX work, and a
+queue of jobs that it coalesces into batched forward passes.
+
+The loop: wait for a job; take every job queued by then (and, with ``max_batch_wait_ms``, those
+that arrive within that time); pool the sequences of all of them, sort them by length (less
+padding), cut them into batches of at most ``max_batch_tokens`` padded tokens, run each batch
+once and hand every job its own rows, in its own order. Jobs that arrive while a batch runs make
+the next batch, so concurrent requests share forward passes without a fixed wait.
+
+The model pool (``inference.pool``) manages it like a text engine: ``num_active``,
+``idle_since``, ``call``, ``close`` and ``loaded.model``.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from .encoder_model import EncoderModel, Seq, load_encoder
+
+logger = logging.getLogger("omlx.embedding")
+
+MAX_BATCH_TOKENS = 8192  # padded tokens in one forward pass (rows x longest row); >= MAX_TOKENS
+MAX_BATCH_ROWS = 256
+
+
+class _Job:
+    def __init__(self, seqs: Sequence[Seq]):
+        self.seqs = list(seqs)
+        self.rows: List[Optional[np.ndarray]] = [None] * len(self.seqs)
+        self.left = len(self.seqs)
+        self.future: Future = Future()
+
+
+class EncoderEngine:
+    """Serves one embedding or reranker model (``kind``). ``submit`` may be called from any
+    thread; the forward passes run on the engine's thread."""
+
+    def __init__(self, model_path, kind: str = "embedding", max_batch_wait_ms: float = 0.0,
+                 dtype: Optional[str] = None, max_batch_tokens: int = MAX_BATCH_TOKENS, **_text_settings):
+        self.kind = kind
+        self.max_batch_wait = max(0.0, float(max_batch_wait_ms)) / 1000.0
+        self.max_batch_tokens = max_batch_tokens
+        self.prefix_cache = None  # no KV cache: the pool and /metrics skip it
+        self.loaded: Optional[EncoderModel] = None
+        self.batches = 0  # forward passes run (tests and benchmarks read it)
+        self.rows = 0
+        self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        self._active = 0
+        self._active_lock = threading.Lock()
+        self._last_activity = time.monotonic()
+        self._ready = threading.Event()
+        self._load_error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._main, args=(model_path, dtype), name="omlx-encoder",
+                                        daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._load_error is not None:
+            raise self._load_error
+
+    # -- any thread ----------------------------------------------------------------------------
+
+    def submit(self, seqs: Sequence[Seq]) -> Future:
+        """Queue token sequences; the future's result has one row per sequence, in order
+        (embeddings [n, dim] or scores [n])."""
+        if not self._thread.is_alive():
+            raise RuntimeError("the engine is closed")
+        job = _Job(seqs)
+        if not job.seqs:
+            raise ValueError("no sequences to run")
+        with self._active_lock:
+            self._active += 1
+            self._last_activity = time.monotonic()
+        job.future.add_done_callback(self._finished)
+        self._inbox.put(("job", job))
+        return job.future
+
+    def num_active(self) -> int:
+        with self._active_lock:
+            return self._active
+
+    def idle_since(self) -> Optional[float]:
+        with self._active_lock:
+            return None if self._active else self._last_activity
+
+    def call(self, fn: Callable[["EncoderEngine"], object], timeout: Optional[float] = None):
+        if not self._thread.is_alive():
+            raise RuntimeError("the engine is closed")
+        done: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        self._inbox.put(("call", (fn, done)))
+        ok, value = done.get(timeout=timeout)
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._inbox.put(("close", None))
+            self._thread.join()
+
+    def _finished(self, _future) -> None:
+        with self._active_lock:
+            self._active -= 1
+            self._last_activity = time.monotonic()
+
+    # -- the engine thread ---------------------------------------------------------------------
+
+    def _main(self, model_path, dtype) -> None:
+        try:
+            self.loaded = load_encoder(model_path, self.kind, dtype)
+        except BaseException as exc:
+            self._load_error = exc
+            return
+        finally:
+            self._ready.set()
+        while True:
+            messages = [self._inbox.get()]
+            deadline = time.monotonic() + self.max_batch_wait
+            while True:  # everything queued now, then what arrives before the deadline
+                try:
+                    messages.append(self._inbox.get_nowait())
+                    continue
+                except queue.Empty:
+                    pass
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    messages.append(self._inbox.get(timeout=left))
+                except queue.Empty:
+                    break
+            jobs = [value for kind, value in messages if kind == "job"]
+            if jobs:
+                self._run(jobs)
+            for kind, value in messages:
+                if kind == "call":
+                    fn, done = value
+                    try:
+                        done.put((True, fn(self)))
+                    except BaseException as exc:
+                        done.put((False, exc))
+                elif kind == "close":
+                    self._fail_queued()
+                    return
+
+    def _run(self, jobs: List[_Job]) -> None:
+        # A job whose request went away (its future cancelled) is dropped; the others can no
+        # longer be cancelled, so setting their results never races a cancel.
+        jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+        rows = sorted(((len(seq[0]), job, i) for job in jobs for i, seq in enumerate(job.seqs)),
+                      key=lambda r: r[0])
+        start = 0
+        while start < len(rows):
+            end = start + 1  # sorted by length: the last row of a batch is its longest
+            while (end < len(rows) and end - start < MAX_BATCH_ROWS
+                   and rows[end][0] * (end + 1 - start) <= self.max_batch_tokens):
+                end += 1
+            batch = rows[start:end]
+            try:
+                out = self.loaded.run([job.seqs[i] for _, job, i in batch])
+            except Exception as exc:
+                logger.exception("a batch of %d sequences failed", len(batch))
+                for _, job, _ in batch:
+                    if not job.future.done():
+                        job.future.set_exception(exc)
+                        job.left = -1
+                start = end
+                continue
+            self.batches += 1
+            self.rows += len(batch)
+            for (_, job, i), row in zip(batch, out):
+                job.rows[i] = row
+                job.left -= 1
+                if job.left == 0 and not job.future.done():
+                    job.future.set_result(np.stack(job.rows))
+            start = end
+
+    def _fail_queued(self) -> None:
+        while True:
+            try:
+                kind, value = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "job" and value.future.set_running_or_notify_cancel():
+                value.future.set_exception(RuntimeError("the engine was closed"))
+            elif kind == "call":
+                value[1].put((False, RuntimeError("the engine was closed")))
