@@ -71,13 +71,13 @@ def _main(argv=None) -> int:
         "build-model",
         help="write a model folder with random weights (for tests and benchmarks)",
         description="Write a Hugging Face model folder with random weights and a locally trained "
-        "tokenizer (same as `manage.py build_test_model`). gemma3_text, gpt_oss, nemotron_h, qwen3_5 "
-        "and qwen3_moe need torch and transformers (pip install 'omlx[test]').",
+        "tokenizer (same as `manage.py build_test_model`). gemma3_text, gpt_oss, nemotron_h, qwen3_5, "
+        "qwen3_moe and llava need torch and transformers (pip install 'omlx[test]').",
     )
     build.add_argument("out", help="the folder to write")
     build.add_argument("--arch", default="qwen2", help="llama, mistral, qwen2, qwen3 (tiny, small, "
                        "qwen2.5-0.5b), gemma3_text, qwen3_5 (tiny, qwen2.5-0.5b), gpt_oss, nemotron_h, "
-                       "qwen3_moe (tiny)")
+                       "qwen3_moe, llava (tiny; a vision-language model)")
     build.add_argument("--preset", default="tiny", help="tiny, small or qwen2.5-0.5b (see --arch)")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
