@@ -3,8 +3,8 @@ LLaVA (inference.model_factory_vlm) and a text model, driven by the official ope
 anthropic SDKs.
 
 - An image request gives the same greedy text as mlx-vlm's own ``generate`` on the same inputs
-  (the folder's transformers processor, the same pixels), for data: URLs, file paths and
-  Anthropic base64 blocks; the image changes the output.
+  (the folder's transformers processor, the same pixels), for data: URLs, file paths, Anthropic
+  base64 blocks and Responses ``input_image`` parts; the image changes the output.
 - The block cache keys the image's content: a repeated image after the same text is a hit up to
   the last token, a changed image never hits past the text before it; text-only requests to the
   vision model hit as usual.
@@ -162,6 +162,16 @@ def test_anthropic_base64_image_block(server, images, reference):
                                             "data": base64.b64encode(images[0].read_bytes()).decode()}},
                                         {"type": "text", "text": PROMPT}]}])
     assert "".join(b.text for b in message.content if b.type == "text") == reference(images[0])
+
+
+def test_responses_input_image(client, images, reference):
+    response = client.responses.create(model="vlm", max_output_tokens=MAX_TOKENS, temperature=0, input=[
+        {"role": "user", "content": [{"type": "input_image", "image_url": _data_url(images[1].read_bytes()),
+                                      "detail": "auto"},
+                                     {"type": "input_text", "text": PROMPT}]}])
+    assert response.output_text == reference(images[1])
+    items = client.responses.input_items.list(response.id).data
+    assert [part.type for part in items[0].content] == ["input_image", "input_text"]
 
 
 def test_remote_images_are_refused_by_default(client):
