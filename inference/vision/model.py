@@ -12,6 +12,7 @@ multi-axis positions (Qwen2-VL's M-RoPE) are refused at load.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -69,7 +70,12 @@ class VisionModel:
         self.vlm = vlm
         self.processor = processor
         self.config = config
-        self.image_token_id = int(config.get("image_token_index", config.get("image_token_id", -1)))
+        self.image_token_id = self.token_id(config)
+
+    @staticmethod
+    def token_id(config: dict) -> int:
+        """The id of the image placeholder token in the prompt."""
+        return int(config.get("image_token_index", config.get("image_token_id", -1)))
 
     def prompt_embeddings(self, input_ids, pixel_values) -> mx.array:
         """[L, D] input embeddings of a prompt: token embeddings with the image features in
@@ -80,6 +86,22 @@ class VisionModel:
 
     def token_embeddings(self, token_ids) -> mx.array:
         return self.vlm.language_model.model.embed_tokens(mx.array(list(token_ids)))
+
+
+class ProcessorOnly:
+    """The processor side of a VisionModel, without the weights (token counts in the API
+    process); processors are cached per folder."""
+
+    def __init__(self, path: Path, config: dict):
+        self.processor = _processor(str(path), (Path(path) / "config.json").stat().st_mtime_ns)
+        self.image_token_id = VisionModel.token_id(config)
+
+
+@functools.lru_cache(maxsize=4)
+def _processor(path: str, _mtime: int):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(path)
 
 
 def load_vision(path: Path, dtype_name: Optional[str]):
