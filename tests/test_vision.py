@@ -122,6 +122,13 @@ def test_image_output_equals_mlx_vlm_generate(client, images, reference):
     assert third.choices[0].message.content == second.choices[0].message.content
 
 
+def test_streamed_image_answer_equals_the_whole_one(client, images, reference):
+    stream = client.chat.completions.create(model="vlm", messages=_image_message(str(images[0])),
+                                            max_tokens=MAX_TOKENS, temperature=0, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == reference(images[0])
+
+
 def test_repeated_image_hits_and_changed_image_misses(client, images, vlm_dir):
     text = "Another question about the picture, with a longer text prefix before it?"
     messages = lambda url: [{"role": "user", "content": [  # noqa: E731
