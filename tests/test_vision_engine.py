@@ -76,3 +76,30 @@ def test_chunked_image_prefill_and_mixed_batches_equal_mlx_vlm(vlm_dir, prompts,
         assert _collect(text_stream) == alone  # the text row in the mixed batch is undisturbed
     finally:
         engine.close()
+
+
+def test_preempted_image_requests_replay_to_the_same_tokens(vlm_dir, prompts, reference):
+    """A preempted image request is computed again from its prompt and its output so far: the
+    range with the image runs on image embeddings followed by the generated tokens' embeddings."""
+    from inference.vision.prompt import prepare
+
+    tokens = 24
+    engine = Engine(vlm_dir, max_kv_tokens=80, max_concurrent_requests=3, prefix_cache=False)
+    try:
+        vision = engine.loaded.vision
+        params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+        prepared = [prepare(vision, text, images) for text, images in prompts + prompts[:1]]
+        streams = [engine.submit(p.key_ids, params, vision=p) for p in prepared]
+        got = [_collect(s) for s in streams]
+        assert engine.scheduler.num_preemptions > 0
+    finally:
+        engine.close()
+    import mlx.core as mx
+    from mlx_vlm import load, stream_generate
+
+    model, processor = load(str(vlm_dir))
+    for p, out in zip(prepared, got):
+        want = [r.token for r in stream_generate(model, processor, "", input_ids=mx.array([p.model_ids]),
+                                                 pixel_values=mx.array(p.pixel_values), max_tokens=tokens,
+                                                 temperature=0.0)][:tokens]
+        assert out[:len(want)] == want
