@@ -103,3 +103,41 @@ def test_preempted_image_requests_replay_to_the_same_tokens(vlm_dir, prompts, re
                                                  pixel_values=mx.array(p.pixel_values), max_tokens=tokens,
                                                  temperature=0.0)][:tokens]
         assert out[:len(want)] == want
+
+
+def _last(stream):
+    tokens, usage = [], None
+    for event in stream:
+        tokens += event.token_ids
+        usage = event.usage or usage
+    return tokens, usage
+
+
+def test_image_blocks_come_back_from_the_cold_tier_after_a_restart(vlm_dir, prompts, tmp_path):
+    """The key ids travel through the SSD tier's block files: after a restart the same image is
+    a cold hit with the same output, a changed image is not."""
+    from inference.vision.prompt import prepare
+
+    settings = dict(cache_block_size=8, paged_ssd_cache_dir=str(tmp_path / "cold"))
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    text, pictures = prompts[0]
+    engine = Engine(vlm_dir, **settings)
+    try:
+        first = prepare(engine.loaded.vision, text, pictures)
+        want, usage = _last(engine.submit(first.key_ids, params, vision=first))
+        assert usage.cached_tokens == 0
+    finally:
+        engine.close()
+    engine = Engine(vlm_dir, **settings)
+    try:
+        vision = engine.loaded.vision
+        again = prepare(vision, text, pictures)
+        got, usage = _last(engine.submit(again.key_ids, params, vision=again))
+        assert got == want
+        whole = (len(again.key_ids) - 1) // 8 * 8
+        assert usage.cold_cached_tokens >= whole > again.image_positions[-1]
+        other = prepare(vision, text, [_image(7)])
+        changed, usage = _last(engine.submit(other.key_ids, params, vision=other))
+        assert usage.cached_tokens <= other.image_positions[0] and changed != want
+    finally:
+        engine.close()
