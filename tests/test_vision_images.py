@@ -61,3 +61,23 @@ def test_key_ids_are_outside_every_vocabulary_and_depend_on_image_and_index():
     assert len(set(ids)) == 64  # distinct within an image
     assert not set(ids) & {key_id(b, i) for i in range(64)}  # and between images
     assert ids == [key_id(a, i) for i in range(64)]  # stable
+
+
+@pytest.mark.parametrize("config, vision, reason", [
+    ({"model_type": "llava", "vision_config": {}, "text_config": {"model_type": "llama"}}, True, None),
+    # A multimodal checkpoint mlx-lm reads as text stays a text model.
+    ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, False, None),
+    ({"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}, False, None),  # mlx-lm: text
+    ({"model_type": "unknown_vl", "vision_config": {}}, False, "is not served yet"),
+])
+def test_discovery_of_vision_folders(tmp_path, config, vision, reason):
+    import json
+
+    from inference.pool.discovery import inspect
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    folder = inspect("m", tmp_path)
+    assert folder.vision is vision
+    assert (folder.reason is None) if reason is None else (reason in folder.reason)

@@ -71,7 +71,7 @@ def _count_with_images(path: Path, job: GenerationJob, text: str) -> int:
     from inference.vision import images, model, parts, prompt
 
     config = json.loads((path / "config.json").read_text())
-    if not model.is_vision_config(config):
+    if not model.reads_images(config):
         raise ApiError(400, f"The model '{job.model}' does not read images (not a vision-language model)")
     try:
         pictures = [images.load_image(url, parts.allow_remote()) for url in generation.image_urls(job.messages)]

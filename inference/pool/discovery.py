@@ -9,8 +9,9 @@ Rules (docs/models.md says the same for users):
   later folder is listed as shadowed.
 - A model folder is servable when its config.json is valid JSON with a ``model_type``, its
   weights are ``*.safetensors``, it has a tokenizer, mlx-lm knows the architecture and it is an
-  LLM (a vision-language model, whose config.json has a ``vision_config``: mlx-vlm knows it and
-  the engine can serve it, see inference.vision.model). Folders with GGUF or PyTorch ``.bin`` weights only, or none, are listed with the reason.
+  LLM (a vision-language model of ``inference.vision.model.IMAGE_FAMILIES`` is served with
+  images through mlx-vlm instead; other checkpoints with a ``vision_config`` that mlx-lm reads
+  are served as text models). Folders with GGUF or PyTorch ``.bin`` weights only, or none, are listed with the reason.
 - Kind: ``embedding`` when the folder is a sentence-transformers model (``modules.json``) or
   its architectures are encoder ``...Model`` classes (``BertModel``); ``reranker`` when an
   architecture ends in ``ForSequenceClassification``; else ``llm``. Embedding and reranker
@@ -56,11 +57,10 @@ class ModelFolder:
 
     @property
     def vision(self) -> bool:
-        """A vision-language model (its config describes a vision tower): served through
-        mlx-vlm (inference.vision), it reads images in chat requests."""
-        from inference.vision.model import is_vision_config
+        """A vision-language model served with images (through mlx-vlm, inference.vision)."""
+        from inference.vision.model import reads_images
 
-        return is_vision_config(self.config)
+        return reads_images(self.config)
 
 
 def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None,
@@ -131,9 +131,11 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
     if not any((path / name).exists() for name in _TOKENIZER_FILES):
         folder.reason = "no tokenizer (tokenizer.json or tokenizer.model)"
         return folder
-    if folder.vision:
-        from inference.vision.model import unsupported_reason
+    from inference.vision.model import is_vision_config, unsupported_reason
 
+    if folder.vision:
+        folder.reason = unsupported_reason(config)
+    elif not _mlx_lm_supports(config) and is_vision_config(config):
         folder.reason = unsupported_reason(config)
     elif not _mlx_lm_supports(config):
         folder.reason = f"model_type {config['model_type']!r} is not supported by the installed mlx-lm"

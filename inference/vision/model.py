@@ -6,9 +6,12 @@ features), so the decode batch, the block cache, the head gate and the probes wo
 mlx-lm model. ``VisionModel`` holds the whole mlx-vlm model (vision tower and projector) and the
 processor; it turns a prompt's token ids and pixels into input embeddings, on the engine thread.
 
-Served: models whose mlx-vlm class has ``get_input_embeddings(input_ids, pixel_values)`` and
-whose language model places tokens by one position index (LLaVA-style). Models with
-multi-axis positions (Qwen2-VL's M-RoPE) are refused at load.
+Served with images: the families of ``IMAGE_FAMILIES``, checked end to end against mlx-vlm's own
+generate (tests/test_vision*.py): their mlx-vlm class has ``get_input_embeddings(input_ids,
+pixel_values)`` and their language model places tokens by one position index, so it decodes in
+the shared batch with mlx-lm's caches. Other checkpoints with a ``vision_config`` that mlx-lm
+reads (Gemma 3, Mistral 3, Qwen 3.5...) stay served as text models, as before; images sent to
+them get a 400. Multi-axis positions (Qwen2-VL's M-RoPE) need more than this adapter.
 """
 from __future__ import annotations
 
@@ -23,8 +26,7 @@ import mlx.nn as nn
 
 logger = logging.getLogger("omlx.engine")
 
-# Vision families with position ids of more than one axis: the text engine cannot decode them.
-_MULTI_AXIS_POSITIONS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")
+IMAGE_FAMILIES = ("llava",)  # model_types served with images (see the module docstring)
 
 
 def is_vision_config(config: dict) -> bool:
@@ -32,11 +34,17 @@ def is_vision_config(config: dict) -> bool:
     return isinstance(config.get("vision_config"), dict)
 
 
+def reads_images(config: dict) -> bool:
+    """Served through this module, with images."""
+    return is_vision_config(config) and config.get("model_type") in IMAGE_FAMILIES
+
+
 def unsupported_reason(config: dict) -> Optional[str]:
-    """Why the installed mlx-vlm and this engine cannot serve the VLM of ``config``; None if they can."""
+    """Why the VLM of ``config`` cannot be served with images; None if it can."""
     model_type = config.get("model_type")
-    if model_type in _MULTI_AXIS_POSITIONS:
-        return f"vision model_type {model_type!r} (multi-axis positions) is not served yet"
+    if model_type not in IMAGE_FAMILIES:
+        return (f"vision model_type {model_type!r} is not served yet (images are served for "
+                f"{', '.join(IMAGE_FAMILIES)}) and the installed mlx-lm does not read it as text")
     try:
         from mlx_vlm.utils import get_model_and_args
 
