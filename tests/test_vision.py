@@ -195,6 +195,14 @@ def test_images_to_a_text_model_are_refused(client, images):
     assert "does not read images" in str(info.value)
 
 
+def test_images_outside_user_messages_are_refused(client, images):
+    with pytest.raises(openai.BadRequestError) as info:
+        _chat(client, [{"role": "system", "content": [
+            {"type": "image_url", "image_url": {"url": _data_url(images[0].read_bytes())}}]},
+            {"role": "user", "content": "hi"}])
+    assert "user messages only" in str(info.value)
+
+
 @pytest.mark.parametrize("url, message", [
     ("data:image/png;base64,!!!notbase64", "not valid base64"),
     ("data:image/png;base64," + base64.b64encode(b"not a picture").decode(), "not a readable picture"),

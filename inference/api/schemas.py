@@ -64,6 +64,8 @@ class ChatMessage(Schema):
             if kinds:
                 raise ValueError(f"content parts of type {sorted(kinds)} are not supported (text and image_url)")
             if any(part.type == "image_url" for part in self.content):
+                if self.role != "user":
+                    raise ValueError(f"{where}: image_url parts are read in user messages only")
                 message["content"] = [_image_or_text(part, f"{where}.content[{i}]")
                                       for i, part in enumerate(self.content)]
             else:
