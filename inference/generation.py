@@ -40,6 +40,7 @@ from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser
 from inference.chat.reasoning import prompt_opens_reasoning
 from inference.chat.structured import check_tool_choice, check_tools, forces_call, tool_choice_structured
 from inference.chat.template import render_prompt
+from inference.vision.parts import image_urls
 
 logger = logging.getLogger("omlx.api")
 
@@ -160,9 +161,14 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
         check_tool_choice(job.tool_choice, check_tools(job.tools))
         structured = job.params.get("structured") or tool_choice_structured(job.tools, job.tool_choice)
         prompt_text = None
+        vision = None  # a prompt with images (inference.vision.prompt.VisionPrompt)
         if job.messages is not None:
+            check_images(engine, job.messages, model_id)
             prompt_ids, prompt_text = chat_prompt(tokenizer, job)
             prompts = [prompt_ids]
+            if image_urls(job.messages):
+                vision = vision_prompt(engine, job.messages, prompt_text)
+                prompts = [vision.model_ids]
         else:
             prompts = job.prompts
         ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
@@ -205,7 +211,12 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
                       if job.messages is not None else None)
             sink = _sink(job.request_id, index, tokenizer, publish, parser, job.model)
             try:
-                engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}", callback=sink)
+                if vision is not None:  # queued by its key ids (image content in the block keys)
+                    engine.submit(vision.key_ids, choice_params, request_id=f"{job.request_id}-{index}",
+                                  callback=sink, vision=vision)
+                else:
+                    engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}",
+                                  callback=sink)
             except Exception as exc:  # the engine closed meanwhile: end every choice not yet running
                 logger.warning("%s: submitting choice %d failed: %s", job.request_id, index, exc)
                 for rest in range(index, len(job.choice_ids())):
@@ -215,6 +226,24 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
     if _was_aborted(job.request_id):  # the abort came while the job was starting
         for choice_id in job.choice_ids():
             engine.abort(choice_id)
+
+
+def check_images(engine, messages: List[dict], model_id: str) -> None:
+    """ValueError (400) for images sent to a model that does not read them."""
+    if image_urls(messages) and engine.loaded.vision is None:
+        raise ValueError(f"The model '{model_id}' does not read images (not a vision-language model)")
+
+
+def vision_prompt(engine, messages: List[dict], prompt_text: str):
+    """The prompt of a chat with images: the images read (data URLs, files, allowed http) and
+    run through the model's processor with the rendered text. Every choice of the job shares
+    it (and so its image embeddings, computed once on the engine thread)."""
+    from inference.vision import images
+    from inference.vision.parts import allow_remote
+    from inference.vision.prompt import prepare
+
+    pictures = [images.load_image(url, allow_remote()) for url in image_urls(messages)]
+    return prepare(engine.loaded.vision, prompt_text, pictures)
 
 
 def _failed_delta(index: int, error: str) -> dict:

@@ -226,6 +226,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_request_size", "OMLX_MAX_REQUEST_BYTES", BYTES, 32 * 2**20,
             "largest request body (bytes, 64KiB, 32MiB); larger ones get a 413",
             flag="--max-request-size", check=_request_size, shown_default="32MiB", applies="now"),
+    Setting("allow_remote_images", "OMLX_ALLOW_REMOTE_IMAGES", BOOLEAN, False,
+            "fetch http(s) image URLs of chat requests for vision models (off: such a request gets "
+            "a 400; data: URLs and local files are always read)",
+            flag="--allow-remote-images", commands=BOTH),
     Setting("max_queued_requests", "OMLX_MAX_QUEUED_REQUESTS", INTEGER, 256,
             "requests per model that may wait beyond --max-concurrent-requests; more get a 429",
             flag="--max-queued-requests", check=_at_least(0), applies="now"),

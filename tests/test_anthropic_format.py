@@ -152,7 +152,8 @@ def test_tool_history_becomes_openai_form():
 
 
 @pytest.mark.parametrize("content, fragment", [
-    ([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}], "image"),
+    ([{"type": "image", "source": {"type": "file", "file_id": "file_1"}}], "image source"),
+    ([{"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}}], "allow_remote_images"),
     ([{"text": "no type"}], "'type'"),
     ([{"type": "text", "text": 5}], "text"),
     ([{"type": "tool_use", "id": "t", "name": "n", "input": {}}], "assistant"),

@@ -65,7 +65,8 @@ def test_context_items_come_first_and_are_stored_typed():
 @pytest.mark.parametrize("items, param", [
     ([], "input"),
     ([{"role": "robot", "content": "x"}], "input[0].role"),
-    ([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}], "input[0].content[0].type"),
+    ([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}], "input[0].content[0].image_url"),
+    ([{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}], "input[0].content[0].type"),
     ([{"role": "user", "content": 3}], "input[0].content"),
     ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input[0].call_id"),
     ([{"type": "item_reference", "id": "msg_1"}], "input[0].type"),

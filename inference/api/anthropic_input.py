@@ -5,8 +5,10 @@ What is tolerated and what is refused:
 - unknown content block types, server tools and other non-custom tools, ``cache_control`` and any
   unknown field are skipped;
 - ``redacted_thinking`` blocks are dropped (their text is not readable);
-- images and PDF documents are refused with a 400 (the served models read text only); documents
-  with a plain-text source are read as text.
+- ``image`` blocks in user messages become image parts (base64 sources, and url sources when the
+  allow_remote_images setting is on; inference.vision.parts); a model that does not read images
+  answers 400. Images in system prompts and tool results, and PDF documents, are refused with a
+  400; documents with a plain-text source are read as text.
 """
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ def _block_text(block: dict, kind: str, where: str) -> str:
         return _text_of(block, where)
     if kind == "document":
         return _document_text(block, where)
-    raise _bad(f"{where}: image content blocks are not supported (the models read text only)")
+    raise _bad(f"{where}: image blocks are read in user messages only")
 
 
 def system_text(system: Union[str, List[dict], None]) -> Optional[str]:
@@ -139,19 +141,51 @@ def _user(content, where: str) -> List[dict]:
     """Tool results first (as tool messages, in order), then the user's text, if any."""
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
-    results, texts, has_text = [], [], False
+    results, texts, has_text, pictures = [], [], False, []
     for j, block in enumerate(content):
         kind = _block_type(block, f"{where}[{j}]")
         if kind == "tool_result":
             results.append(_tool_result(block, f"{where}[{j}]"))
-        elif kind in ("text", "document", "image"):
+        elif kind == "image":
+            pictures.append((len(texts), _image(block, f"{where}[{j}]")))
+            has_text = True
+        elif kind in ("text", "document"):
             texts.append(_block_text(block, kind, f"{where}[{j}]"))
             has_text = True
         elif kind == "tool_use":
             raise _bad(f"{where}[{j}]: tool_use blocks belong in assistant messages")
-    if has_text or not results:
+    if pictures:  # a list of text and image parts, in the blocks' order (inference.vision.parts)
+        parts, done = [], 0
+        for at, picture in pictures:
+            if at > done:
+                parts.append({"type": "text", "text": "\n".join(texts[done:at])})
+                done = at
+            parts.append(picture)
+        if done < len(texts):
+            parts.append({"type": "text", "text": "\n".join(texts[done:])})
+        results.append({"role": "user", "content": parts})
+    elif has_text or not results:
         results.append({"role": "user", "content": "\n".join(texts)})
     return results
+
+
+def _image(block: dict, where: str) -> dict:
+    """An image block as an image part: a base64 source (or a url source) becomes its URL."""
+    from inference.vision import images, parts
+
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise _bad(f"{where}.source: an image block needs a source object")
+    try:
+        if source.get("type") == "base64":
+            if not isinstance(source.get("data"), str) or not isinstance(source.get("media_type"), str):
+                raise ValueError(f"{where}.source: a base64 source needs string 'media_type' and 'data'")
+            return parts.image_part(images.data_url(source["media_type"], source["data"]), f"{where}.source")
+        if source.get("type") == "url":
+            return parts.image_part(source.get("url"), f"{where}.source.url")
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    raise _bad(f"{where}.source.type: an image source is 'base64' or 'url'")
 
 
 def _tool_result(block: dict, where: str) -> dict:

@@ -47,7 +47,7 @@ async def chat_completions(request, body: ChatCompletionRequest):
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
     try:
-        messages = [m.template_dict() for m in body.messages]
+        messages = [m.template_dict(f"messages[{i}]") for i, m in enumerate(body.messages)]
     except ValueError as exc:
         raise ApiError(400, str(exc), param="messages") from None
     tools, tool_choice, structured, template_kwargs = _chat_options(body)

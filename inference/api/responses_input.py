@@ -39,6 +39,35 @@ def _text(content: Any, param: str) -> str:
     return "".join(texts)
 
 
+def _has_images(content: Any) -> bool:
+    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "input_image"
+                                             for p in content)
+
+
+def _content(content: Any, param: str, role: str):
+    """A message's content: its text, or with ``input_image`` parts (user messages) a list of
+    text and image parts (inference.vision.parts)."""
+    if not _has_images(content):
+        return _text(content, param)
+    if role != "user":
+        raise _bad(param, "input_image parts are read in user messages only")
+    from inference.vision import parts
+
+    out = []
+    for i, part in enumerate(content):
+        if part.get("type") != "input_image":
+            out.append(parts.text_part(_text([part], param)))
+            continue
+        url = part.get("image_url")
+        if url is None and part.get("file_id") is not None:
+            raise _bad(f"{param}[{i}].file_id", "file ids are not supported: send image_url (a data: URL)")
+        try:
+            out.append(parts.image_part(url, f"{param}[{i}].image_url"))
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param=f"{param}[{i}].image_url") from None
+    return out
+
+
 def _string(item: dict, key: str, param: str) -> str:
     value = item.get(key)
     if not isinstance(value, str):
@@ -75,7 +104,7 @@ def to_messages(input: Union[str, List[dict]], instructions: Optional[str], cont
             if "content" not in item:
                 raise _bad(f"{param}.content", "is required")
             message = {"role": "system" if role == "developer" else role,
-                       "content": _text(item["content"], f"{param}.content")}
+                       "content": _content(item["content"], f"{param}.content", role)}
             if role == "assistant" and reasoning:
                 message["reasoning_content"] = "".join(reasoning)
                 reasoning = []
@@ -197,7 +226,13 @@ def stored_items(input: Union[str, List[dict]]) -> List[dict]:
     items = []
     for item in input:
         kind = item.get("type", "message")
-        if kind == "message":
+        if kind == "message" and _has_images(item["content"]):  # kept as sent: text and image parts
+            content = [{"type": "input_image", "image_url": p["image_url"], "detail": p.get("detail", "auto")}
+                       if p.get("type") == "input_image" else {"type": "input_text", "text": _text([p], "input")}
+                       for p in item["content"]]
+            items.append({"id": item.get("id") or _new_id("msg"), "type": "message", "role": item["role"],
+                          "status": "completed", "content": content})
+        elif kind == "message":
             text = _text(item["content"], "input")
             if item["role"] == "assistant":
                 part = {"type": "output_text", "text": text, "annotations": []}

@@ -18,6 +18,7 @@ class ContentPart(Schema):
     model_config = ConfigDict(extra="allow")
     type: str
     text: Optional[str] = None
+    image_url: Union[Dict[str, Any], str, None] = None  # {"url": ..., "detail": ...}
 
 
 class ToolCallFunction(Schema):
@@ -54,16 +55,33 @@ class ChatMessage(Schema):
     tool_call_id: Optional[str] = None
     reasoning_content: Optional[str] = None
 
-    def template_dict(self) -> dict:
-        """The message as chat templates expect it: text parts joined into one string."""
+    def template_dict(self, where: str = "message") -> dict:
+        """The message as chat templates expect it: text parts joined into one string; with
+        image parts, a list of text and image parts (inference.vision.parts)."""
         message = self.model_dump(exclude_none=True)
         if isinstance(self.content, list):
-            kinds = {part.type for part in self.content} - {"text", "input_text"}
+            kinds = {part.type for part in self.content} - {"text", "input_text", "image_url"}
             if kinds:
-                raise ValueError(f"content parts of type {sorted(kinds)} are not supported (text only)")
-            message["content"] = "".join(part.text or "" for part in self.content)
+                raise ValueError(f"content parts of type {sorted(kinds)} are not supported (text and image_url)")
+            if any(part.type == "image_url" for part in self.content):
+                if self.role != "user":
+                    raise ValueError(f"{where}: image_url parts are read in user messages only")
+                message["content"] = [_image_or_text(part, f"{where}.content[{i}]")
+                                      for i, part in enumerate(self.content)]
+            else:
+                message["content"] = "".join(part.text or "" for part in self.content)
         message.setdefault("content", "")
         return message
+
+
+def _image_or_text(part: ContentPart, where: str) -> dict:
+    from inference.vision import parts
+
+    if part.type != "image_url":
+        return parts.text_part(part.text or "")
+    image_url = part.image_url  # {"url": ..., "detail": ...} (or a bare string)
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    return parts.image_part(url, f"{where}.image_url.url")
 
 
 class _Sampling(Schema):

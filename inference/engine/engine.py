@@ -144,14 +144,16 @@ class Engine:
 
     def submit(self, prompt: Prompt, params: Optional[SamplingParams] = None,
                request_id: Optional[str] = None,
-               callback: Optional[Callable[[RequestOutput], None]] = None) -> RequestStream:
-        """Queue a request; raises ValueError for a bad prompt or parameters."""
+               callback: Optional[Callable[[RequestOutput], None]] = None,
+               vision=None) -> RequestStream:
+        """Queue a request; raises ValueError for a bad prompt or parameters. ``vision``: a
+        prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids)."""
         if not self._thread.is_alive():
             raise RuntimeError("the engine is closed")
         params = params if params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
-        token_ids = self.validate_prompt(prompt)
+        token_ids = self.validate_prompt(prompt) if vision is None else self._validate_vision(vision)
         request_id = request_id or f"req-{next(_ids)}"
         stream = RequestStream(self, request_id)
         tok = self.loaded.tokenizer
@@ -164,6 +166,7 @@ class Engine:
             params.seed if params.seed is not None else random.getrandbits(63),
             grammar,
         )
+        request.vision = vision
         with self._active_lock:
             self._active += 1
             self._last_activity = time.monotonic()
@@ -284,6 +287,12 @@ class Engine:
             raise ValueError(f"This model's maximum context length is {limit} tokens; the prompt has "
                              f"{len(ids)} tokens")
         return ids
+
+    def _validate_vision(self, vision) -> List[int]:
+        if self.loaded.vision is None:
+            raise ValueError(f"the model {self.loaded.path.name} does not read images")
+        self.validate_prompt(vision.model_ids)
+        return list(vision.key_ids)
 
     # -- the engine thread -------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from mlx_lm.utils import _get_classes, load_model as mlx_load_model, load_tokeni
 
 from cache.layout import CacheLayout
 from inference import platform
+from inference.vision import model as vision_model
 
 from . import cache_io
 
@@ -37,6 +38,7 @@ class LoadedModel:
     kv_bytes_per_token: int  # attention layers (a sliding window counted as if it grew)
     cache_layout: Optional[CacheLayout]  # per-layer cache kinds; None: cannot be split into blocks
     state_bytes: int = 0  # recurrent state of one sequence, whatever its length
+    vision: Any = None  # inference.vision.model.VisionModel of a vision-language model, else None
 
     @property
     def kv_layout(self) -> Optional[str]:
@@ -53,6 +55,8 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
     path = Path(path).expanduser()
     config = _read_config(path)
     model_type = config["model_type"]
+    if vision_model.reads_images(config):
+        return _load_vision(path, config, dtype)
     try:
         _get_classes(config)
     except ValueError:
@@ -85,6 +89,29 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
     logger.info("loaded %s (%s, %s, vocab %d, %d KV bytes/token)", path, model_type, dtype_name, vocab_size, kv_bytes)
     return LoadedModel(path, model, tokenizer, config, model_type, dtype_name, vocab_size, context,
                        kv_bytes, layout, state)
+
+
+def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
+    """A vision-language model (inference.vision.model): the engine runs its language model."""
+    reason = vision_model.unsupported_reason(config)
+    if reason is not None:
+        raise ModelLoadError(f"{path}: {reason}")
+    dtype = dtype or platform.default_dtype()
+    try:
+        model, vision, config = vision_model.load_vision(path, dtype)
+    except Exception as exc:  # mlx-vlm and transformers raise anything for broken folders
+        raise ModelLoadError(f"{path}: cannot load the vision model: {exc}") from exc
+    try:
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id")
+                                   or config.get("text_config", {}).get("eos_token_id"))
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
+    dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
+    vocab_size, kv_bytes, layout, state = _probe(model, path)
+    context = config.get("text_config", {}).get("max_position_embeddings")
+    logger.info("loaded vision model %s (%s, %s)", path, config["model_type"], dtype_name)
+    return LoadedModel(path, model, tokenizer, config, config["model_type"], dtype_name, vocab_size,
+                       context, kv_bytes, layout, state, vision=vision)
 
 
 def _read_config(path: Path) -> dict:

@@ -197,7 +197,7 @@ class ModelRunner:
         for request, _ in chunks:
             if request.cache is None:
                 request.cache = make_prompt_cache(self.model)
-        if len(chunks) > 1 and self.prefill_together:
+        if len(chunks) > 1 and self.prefill_together and not any(r.vision for r, _ in chunks):
             snapshots, done = self._prefill_together(chunks)
         else:
             snapshots, done = {}, []
@@ -219,10 +219,16 @@ class ModelRunner:
                 cuts.insert(-1, end - 1)
         snapshots = []
         for cut in cuts:
-            tokens = mx.array(request.all_token_ids[request.num_computed : cut])[None]
+            embeddings = None
+            if request.vision is not None:  # image tokens run as embeddings (inference.vision)
+                tokens, embeddings = request.vision.inputs(
+                    self.loaded.vision, request.all_token_ids, request.num_computed, cut)
+            else:
+                tokens = mx.array(request.all_token_ids[request.num_computed : cut])[None]
             last = mx.array([tokens.shape[1] - 1])
             with self.gate.only(last):
-                out = self.model(tokens, cache=request.cache)
+                out = (self.model(tokens, cache=request.cache) if embeddings is None
+                       else self.model(tokens, cache=request.cache, input_embeddings=embeddings))
             request.num_computed = cut
             snapshots.append(cache_io.snapshot(request.cache, cut))
         if request.num_computed < request.num_tokens:
@@ -275,7 +281,9 @@ class ModelRunner:
             if request.grammar is not None:  # replayed: after a preemption the output is not empty
                 request.matcher = request.grammar.matcher(request.output_token_ids)
             states.append(self.sampler.make_row(
-                request.params, request.seed, request.prompt_token_ids, request.output_token_ids,
+                request.params, request.seed,
+                request.vision.model_ids if request.vision is not None else request.prompt_token_ids,
+                request.output_token_ids,
                 request.matcher,
             ))
         matchers = [request.matcher for request, _ in done]

@@ -126,6 +126,9 @@ class Request:
         self.snapshots: list = []
         self.grammar = grammar
         self.matcher: Optional["GrammarMatcher"] = None
+        # A prompt with images (inference.vision.prompt.VisionPrompt): prompt_token_ids are then
+        # its key ids, which the model never sees; None for text.
+        self.vision = None
         # Where its time goes (seconds, ``time.perf_counter``): see ``timings``.
         self.created = time.perf_counter()
         self.admitted_at: Optional[float] = None  # first admission

@@ -10,8 +10,11 @@ Rules (docs/models.md says the same for users):
 - A model folder is servable when its config.json is valid JSON with a ``model_type``, its
   weights are ``*.safetensors``, it has a tokenizer and omlx can run the architecture: mlx-lm
   knows it (LLMs, and LLM-based embedders and rerankers), or it is a BERT-family encoder
-  (``inference.embedding.BERT_MODEL_TYPES``) for an embedding or reranker folder. Folders with
-  GGUF or PyTorch ``.bin`` weights only, or none, are listed with the reason.
+  (``inference.embedding.BERT_MODEL_TYPES``) for an embedding or reranker folder. A
+  vision-language model of ``inference.vision.model.IMAGE_FAMILIES`` is served with images
+  through mlx-vlm; other checkpoints with a ``vision_config`` that mlx-lm reads are served as
+  text models. Folders with GGUF or PyTorch ``.bin`` weights only, or none, are listed with
+  the reason.
 - Kind: ``reranker`` when an architecture ends in ``ForSequenceClassification``; ``embedding``
   when the folder is a sentence-transformers model (``modules.json`` or
   ``config_sentence_transformers.json``: Qwen3-Embedding is one although its architecture is a
@@ -60,6 +63,13 @@ class ModelFolder:
     @property
     def servable(self) -> bool:
         return self.reason is None
+
+    @property
+    def vision(self) -> bool:
+        """A vision-language model served with images (through mlx-vlm, inference.vision)."""
+        from inference.vision.model import reads_images
+
+        return reads_images(self.config)
 
 
 def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None,
@@ -127,7 +137,12 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
     if not any((path / name).exists() for name in _TOKENIZER_FILES + ("vocab.txt",)):
         folder.reason = "no tokenizer (tokenizer.json or tokenizer.model)"
         return folder
-    folder.reason = _unsupported(folder.kind, config)
+    from inference.vision.model import is_vision_config, unsupported_reason
+
+    if folder.kind == "llm" and (folder.vision or (not _mlx_lm_supports(config) and is_vision_config(config))):
+        folder.reason = unsupported_reason(config)
+    else:
+        folder.reason = _unsupported(folder.kind, config)
     return folder
 
 

@@ -299,6 +299,7 @@ class ModelPool:
             since = slot.idle_since() if slot is not None else None
             rows.append({
                 "id": model_id, "path": str(folder.path), "type": folder.kind,
+                "vision": folder.vision,
                 "servable": folder.servable, "reason": folder.reason, "alias": values.get("alias"),
                 "size_bytes": folder.size_bytes, "memory_estimate": est,
                 "measured_weights_bytes": slot.measured_weights_bytes if slot is not None else None,
