@@ -156,3 +156,18 @@ def test_bench_blas_smallest_run(tmp_path):
     assert "median of 1 per-round ratios" in out
     ratio_rows = out.split("ratio to stock mlx-cpu float32")[1]
     assert ratio_rows.count("| 1.00x |") >= 5  # the baseline column against itself, every row
+
+
+def test_every_benchmark_command_in_the_docs_exists():
+    """Each `benchmarks/NAME.py --flag ...` quoted in docs/benchmarks.md names a script of the
+    repository and flags that script defines, so every figure's command can be run as written."""
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    commands = re.findall(r"benchmarks/(\w+)\.py([^`\n]*)", text)
+    assert len({name for name, _ in commands}) >= 9
+    for name, rest in commands:
+        script = REPO / "benchmarks" / f"{name}.py"
+        assert script.exists(), name
+        source = script.read_text()
+        for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest.split("#")[0]):
+            assert f'"{flag}"' in source or f'"--" + name' in source and flag[2:].replace("-", "_") in source, \
+                f"{name}.py has no {flag}"
