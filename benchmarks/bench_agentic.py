@@ -147,7 +147,7 @@ def main() -> int:
              for name in figures(runs["omlx"][0])]
     show = lambda c, v: _show(v, figures(runs["omlx"][0])[c.name][1])  # noqa: E731
     print(ratio_table(table, "omlx", "mlx-lm server", "omlx / mlx-lm", show))
-    print("\neach server's own median over rounds (context; a ratio of these is not the figure):")
+    print("\neach server's own median over rounds (context; a ratio of these is not the figure):\n")
     print(medians_table(table, "omlx", "mlx-lm server", show))
     print("\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
           "omlx_request_phase_seconds, over each run; median over rounds):")
