@@ -75,8 +75,12 @@ def start_servers(folder: Path, work: Path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     servers = {"omlx": (omlx, f"http://127.0.0.1:{omlx_port}", "model"),
                "mlx-lm": (mlx, f"http://127.0.0.1:{mlx_port}", "default_model")}
-    for process, url, _ in servers.values():
-        wait_until_up(url, process)
+    try:
+        for process, url, _ in servers.values():
+            wait_until_up(url, process)
+    except BaseException:
+        stop_servers(servers)  # one that failed to come up leaves no other running
+        raise
     return servers
 
 
@@ -112,7 +116,11 @@ def stop_servers(servers: dict) -> None:
     for process, _, _ in servers.values():
         process.terminate()
     for process, _, _ in servers.values():
-        process.wait(60)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def main() -> int:

@@ -5,8 +5,8 @@ A comparison measures each side once per round, back to back, the order rotating
 the median of the per-round ratios (``Comparison.ratio``), never the ratio of two medians: the two
 can disagree (even on which side is faster) when the machine's speed drifts between rounds.
 
-Invariant of ``Comparison``: ``ours``, ``theirs`` and ``ratios`` are aligned per round, and only
-rounds where both sides measured a non-zero value count. With an odd number of rounds the median
+Invariant of ``Comparison``: ``ours``, ``theirs`` and ``ratios`` are aligned per round; filled
+through ``add`` (or ``compare``), only rounds where both sides measured a non-zero value count. With an odd number of rounds the median
 ratio is the ratio of one real round (``median_round``), so a table that shows that round's two
 values next to the ratio can never contradict it; ``medians`` (each side's own median) is for
 context and is printed apart from the ratio.
@@ -119,6 +119,3 @@ def medians_table(comparisons: Sequence[Comparison], ours: str, theirs: str,
             lines.append(f"| {c.name} | {show(c, c.medians[0])} | {show(c, c.medians[1])} |")
     return "\n".join(lines)
 
-
-def by_name(comparisons: Sequence[Comparison]) -> Dict[str, Comparison]:
-    return {c.name: c for c in comparisons}
