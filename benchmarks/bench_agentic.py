@@ -7,8 +7,9 @@ OpenBLAS preloaded; mlx-lm's model name is ``default_model``). The same scenario
 tool definitions as text in the system prompt, so both see identical prompts) runs against each,
 alternating which goes first, ``--rounds`` times (at least 3); every run has its own session
 nonce, so no run reuses the cache of an earlier one. Each figure is printed as the median over
-rounds of each server, and as the median of the per-round ratios omlx / mlx-lm (TTFT and ITL: below
-1 is omlx faster; output tokens/s: above 1 is omlx faster).
+rounds of each server (a table of its own), and as the median of the per-round ratios omlx / mlx-lm
+(TTFT and ITL: below 1 is omlx faster; output tokens/s: above 1 is omlx faster) next to the two
+values of the round that has that ratio and every round's ratio (benchmarks/rounds.py).
 
 Same output length on both: omlx gets ``ignore_eos``; mlx-lm's server does not know it, so it
 gets ``logit_bias`` -1e4 on the model's end-of-sequence tokens instead (it applies logit_bias),
@@ -33,7 +34,8 @@ sys.path.insert(0, str(REPO))
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
 from admin_panel.bench import AGENTIC_PRESETS, AgenticSettings, OpenAITarget, run_agentic  # noqa: E402
-from benchmarks.bench_servers import start_servers  # noqa: E402
+from benchmarks.bench_servers import start_servers, stop_servers  # noqa: E402
+from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
 # --quick: a few seconds per run on the tiny model, enough to see every figure move
 QUICK = AgenticSettings(conversations=4, turns=3, system_tokens=256, context_tokens=32, new_tokens=32,
@@ -120,41 +122,33 @@ def main() -> int:
             folder = build_model(work / "built", preset=model_preset)
         bias = {str(i): -1e4 for i in eos_ids(folder)}
         servers = start_servers(folder, work)
-        runs = {name: [] for name in servers}
+
+        def run_one(name):
+            _, url, model = servers[name]
+            extra = {"logit_bias": bias} if name == "mlx-lm" and settings.ignore_eos else None
+            before = phase_totals(url) if name == "omlx" else None
+            with OpenAITarget(url + "/v1", model, extra_body=extra) as target:
+                run = run_agentic(target, settings)
+            if before is not None:  # the warm-up request of the run counts too
+                run["summary"]["phases_s"] = phase_means(before, phase_totals(url))
+            return run
+
         try:
-            for r in range(args.rounds):
-                order = list(servers) if r % 2 == 0 else list(reversed(servers))
-                for name in order:
-                    _, url, model = servers[name]
-                    extra = {"logit_bias": bias} if name == "mlx-lm" and settings.ignore_eos else None
-                    before = phase_totals(url) if name == "omlx" else None
-                    with OpenAITarget(url + "/v1", model, extra_body=extra) as target:
-                        runs[name].append(run_agentic(target, settings))
-                    if before is not None:  # the warm-up request of the run counts too
-                        runs[name][-1]["summary"]["phases_s"] = phase_means(before, phase_totals(url))
-                    print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+            runs = run_rounds(list(servers), args.rounds, run_one)
         finally:
-            for process, _, _ in servers.values():
-                process.terminate()
-            for process, _, _ in servers.values():
-                process.wait(60)
+            stop_servers(servers)
     s = settings
     print(f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
           f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
-          f"{s.burst} at a time; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} rounds, "
-          f"medians; ratio = omlx / mlx-lm (median of per-round ratios)")
-    print("| figure | omlx | mlx-lm server | omlx / mlx-lm |\n|---|---:|---:|---:|")
-    for name in figures(runs["omlx"][0]):
-        ours, theirs, ratios = [], [], []
-        for a, b in zip(runs["omlx"], runs["mlx-lm"]):
-            (x, unit), (y, _) = figures(a)[name], figures(b)[name]
-            if x and y:
-                ours.append(x)
-                theirs.append(y)
-                ratios.append(x / y)
-        if ratios:
-            print(f"| {name} | {_show(statistics.median(ours), unit)} | {_show(statistics.median(theirs), unit)} | "
-                  f"{statistics.median(ratios):.2f}x |")
+          f"{s.burst} at a time; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} rounds; "
+          f"ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values of the round "
+          f"that has it")
+    table = [compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])
+             for name in figures(runs["omlx"][0])]
+    show = lambda c, v: _show(v, figures(runs["omlx"][0])[c.name][1])  # noqa: E731
+    print(ratio_table(table, "omlx", "mlx-lm server", "omlx / mlx-lm", show))
+    print("\neach server's own median over rounds (context; a ratio of these is not the figure):\n")
+    print(medians_table(table, "omlx", "mlx-lm server", show))
     print("\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
           "omlx_request_phase_seconds, over each run; median over rounds):")
     print("| " + " | ".join(PHASES) + " | TTFT mean (client) |\n|" + "---:|" * (len(PHASES) + 1))

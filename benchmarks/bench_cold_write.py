@@ -13,7 +13,8 @@ to end, as before that was added):
               still being written
   drain       how long after the last request the writer needed to finish (cold tier only)
 
-Prints medians and the ratios to off.
+Prints each engine's median over rounds (back2back: of each round's median request) and, as
+benchmarks/rounds.py states every ratio, the median of the per-round ratios to off.
 
     .venv/bin/python benchmarks/bench_cold_write.py [--preset small] [--prompt 692] [--rounds 9]
 """
@@ -34,6 +35,7 @@ sys.path.insert(0, str(REPO))
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
 from benchmarks.bench_engine import model_path, prompt_ids  # noqa: E402
+from benchmarks.rounds import Comparison, order  # noqa: E402
 
 
 def run(llm, prompt, max_tokens):
@@ -82,15 +84,15 @@ def main():
                     run(llm, prompt_ids(args.prompt, next(seed)), 1)
                 flush(llm)
             for r in range(args.rounds):
-                order = names[r % 3:] + names[:r % 3]
-                for name in order:
+                turn = order(names, r)
+                for name in turn:
                     llm = engines[name]
                     times[name]["unique"].append(run(llm, prompt_ids(args.prompt, next(seed)), 1))
                     flush(llm)
-                for name in order:
+                for name in turn:
                     llm = engines[name]
                     burst = [run(llm, prompt_ids(args.prompt, next(seed)), 1) for _ in range(args.burst)]
-                    times[name]["back2back"] += burst[1:]
+                    times[name]["back2back"].append(statistics.median(burst[1:]))
                     start = time.perf_counter()
                     flush(llm)
                     if name != "off":
@@ -102,12 +104,14 @@ def main():
     med = {n: {k: statistics.median(v) if v else 0.0 for k, v in d.items()} for n, d in times.items()}
     print(f"model {args.preset}, {args.prompt}-token prompts, block {args.block}, {args.rounds} rounds; "
           f"cold writes {stats.writes}, dropped {stats.dropped}, errors {stats.write_errors}")
+    print("TTFT: each engine's median over rounds; ratios: the median of the per-round ratios")
     print("| case | off (ms) | eager (ms) | on (ms) | eager / off | on / off |")
     print("|---|---|---|---|---|---|")
     for case in ("unique", "back2back"):
         m = {n: med[n][case] for n in names}
+        ratio = {n: Comparison(case, times[n][case], times["off"][case]).ratio for n in ("eager", "on")}
         print(f"| {case} TTFT | {m['off'] * 1e3:.1f} | {m['eager'] * 1e3:.1f} | {m['on'] * 1e3:.1f} | "
-              f"{m['eager'] / m['off']:.3f} | {m['on'] / m['off']:.3f} |")
+              f"{ratio['eager']:.3f} | {ratio['on']:.3f} |")
     print(f"| drain after a burst | | {med['eager']['drain'] * 1e3:.1f} | {med['on']['drain'] * 1e3:.1f} | | |")
     if args.json:
         Path(args.json).write_text(json.dumps({"medians": med, "raw": times}, indent=2))

@@ -38,6 +38,8 @@ sys.path.insert(0, str(REPO))
 
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
+from benchmarks.rounds import Comparison, order  # noqa: E402
+
 
 def model_path(preset: str) -> Path:
     from inference.model_factory import build_model
@@ -185,17 +187,17 @@ def main_default(args):
         for b in streams:
             measure_decode(engine, b, 8, 4, seed=2)
     for r in range(args.rounds):
-        order = list(engines.items()) if r % 2 == 0 else list(reversed(engines.items()))
-        for name, engine in order:
+        turn = [(name, engines[name]) for name in order(list(engines), r)]
+        for name, engine in turn:
             rate = measure_prefill(engine, args.prompt, seed=100 + r)
             rates.setdefault(("prefill", name), []).append(rate)
             print(f"  round {r}: {name:7s} prefill {args.prompt} tokens: {rate:8.1f} tok/s", flush=True)
         for b in streams:
-            for name, engine in order:
+            for name, engine in turn:
                 rate = measure_decode(engine, b, args.decode_prompt, args.decode_tokens, seed=1000 * b + r)
                 rates.setdefault((f"decode@{b}", name), []).append(rate)
                 print(f"  round {r}: {name:7s} decode x{b:<2d}: {rate:8.2f} tok/s", flush=True)
-        for name, engine in order:
+        for name, engine in turn:
             seconds = measure_burst(engine, args.burst, seed=5000 + 100 * r)
             rates.setdefault(("burst", name), []).append(seconds)
             print(f"  round {r}: {name:7s} burst of {args.burst}: last first token after {seconds:6.2f} s", flush=True)
@@ -206,7 +208,7 @@ def main_default(args):
         ours, theirs = rates[(measurement, "omlx")], rates[(measurement, "mlx-lm")]
         results[measurement] = {
             "omlx": statistics.median(ours), "mlx-lm": statistics.median(theirs),
-            "ratio": statistics.median(o / t for o, t in zip(ours, theirs)),
+            "ratio": Comparison(measurement, ours, theirs).ratio,
             "rounds": {"omlx": ours, "mlx-lm": theirs},
         }
     return results
@@ -246,7 +248,7 @@ def main_speedup(args):
               f"{theirs:8.2f} tok/s: {mine / theirs:.1f}x", flush=True)
     engine.close()
     return {"omlx": statistics.median(ours), "stock mlx-lm": statistics.median(stock),
-            "ratio": statistics.median(ratios), "rounds": ratios}
+            "ratio": Comparison("speedup", ours, stock).ratio, "rounds": ratios}
 
 
 def main():

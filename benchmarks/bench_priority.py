@@ -36,6 +36,7 @@ import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
 from admin_panel.bench.stats import percentile  # noqa: E402
 from benchmarks.bench_engine import model_path  # noqa: E402
+from benchmarks.rounds import Comparison, order  # noqa: E402
 
 SETTINGS = ("alone", "mixed", "mixed, no priorities")
 
@@ -147,8 +148,7 @@ def main() -> int:
         engine = llm.engine
         interactive_ttfts(engine, 1, seed=1)  # warm-up
         for r in range(args.rounds):
-            order = SETTINGS[r % 3:] + SETTINGS[: r % 3]
-            for name in order:
+            for name in order(SETTINGS, r):
                 k = 10 * r + SETTINGS.index(name)  # fresh prompts for every run: no cache hits across runs
                 background = None
                 if name != "alone":
@@ -173,8 +173,8 @@ def main() -> int:
         a95 = [percentile(run["ttft_s"], 95) for run in alone]
         rates = [run["background_tokens_per_s"] for run in runs[name] if run["background_tokens_per_s"]]
         print(f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | "
-              f"{statistics.median(x / y for x, y in zip(p50, a50)):.2f}x | "
-              f"{statistics.median(x / y for x, y in zip(p95, a95)):.2f}x | "
+              f"{Comparison(name, p50, a50).ratio:.2f}x | "
+              f"{Comparison(name, p95, a95).ratio:.2f}x | "
               f"{statistics.median(rates):.1f} |" if rates else
               f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | 1.00x | 1.00x | |")
     print("\nwhere the interactive requests' time went (engine phases, mean seconds per request, median of rounds)")

@@ -3,15 +3,17 @@
 Both servers serve the same model folder on this machine (random weights, float32; mlx-lm's
 server is started with the same OpenBLAS preloaded, so that BLAS is not the difference). The
 same benchmark (admin_panel.bench over the OpenAI URL target: streamed /v1/completions) runs
-against each, alternating which goes first, ``--rounds`` times; each figure is the median of
-the per-round ratios omlx / mlx-lm (for TTFT: mlx-lm / omlx, so above 1 always means omlx is
-faster).
+against each, alternating which goes first, ``--rounds`` times (5 by default); each figure is
+the median of the per-round ratios omlx / mlx-lm (for TTFT: mlx-lm / omlx, so above 1 always
+means omlx is faster), printed with every round's ratio and with the two values of the round that
+has the median ratio, so the table never contradicts itself (benchmarks/rounds.py). Each server's
+own median over rounds is printed in a table of its own, without a ratio.
 
 mlx-lm's server has no ``ignore_eos``: the request carries it and mlx-lm ignores it, so a stream
 may stop before ``--gen-tokens``. Decode tokens/s counts the tokens each server did generate
 (usage.completion_tokens); the completion tokens of each side are printed next to the ratios.
 
-    .venv/bin/python benchmarks/bench_servers.py [--preset small|default] [--model-preset tiny|small]
+    .venv/bin/python benchmarks/bench_servers.py [--preset small|default] [--model-preset tiny|small] [--rounds 5]
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ sys.path.insert(0, str(REPO))
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
 from admin_panel.bench import PRESETS, OpenAITarget, run_benchmark  # noqa: E402
+from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
 MLX_LM_SERVER = ("import sys; import inference.platform as p; p.preload_fast_blas(); import runpy; "
                  "sys.argv[0] = 'mlx_lm.server'; runpy.run_module('mlx_lm.server', run_name='__main__')")
@@ -73,8 +75,12 @@ def start_servers(folder: Path, work: Path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     servers = {"omlx": (omlx, f"http://127.0.0.1:{omlx_port}", "model"),
                "mlx-lm": (mlx, f"http://127.0.0.1:{mlx_port}", "default_model")}
-    for process, url, _ in servers.values():
-        wait_until_up(url, process)
+    try:
+        for process, url, _ in servers.values():
+            wait_until_up(url, process)
+    except BaseException:
+        stop_servers(servers)  # one that failed to come up leaves no other running
+        raise
     return servers
 
 
@@ -95,14 +101,39 @@ def figures(results: dict) -> dict:
     return out
 
 
+def comparisons(runs: dict) -> list:
+    """One Comparison per figure, omlx against mlx-lm; above 1 always means omlx is faster (for
+    a time the ratio is mlx-lm's / omlx's)."""
+    return [compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0], invert=not higher)
+            for name, (_, higher) in figures(runs["omlx"][0]).items()]
+
+
+def show(c, value) -> str:
+    return f"{value * 1000:.1f} ms" if "TTFT" in c.name else f"{value:.0f}"
+
+
+def stop_servers(servers: dict) -> None:
+    for process, _, _ in servers.values():
+        process.terminate()
+    for process, _, _ in servers.values():
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default", help="the benchmark's sizes")
     parser.add_argument("--model-preset", default="small", help="model_factory preset of the model (tiny, small)")
     parser.add_argument("--model", help="a model folder instead of a built one")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5; odd keeps the "
+                        "median a real round's ratio)")
     parser.add_argument("--json", help="also write every run's results here")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     settings = PRESETS[args.preset]
     with tempfile.TemporaryDirectory(prefix="omlx-bench-servers-") as tmp:
         work = Path(tmp)
@@ -113,37 +144,24 @@ def main() -> int:
 
             folder = build_model(work / "built", preset=args.model_preset)
         servers = start_servers(folder, work)
-        runs = {name: [] for name in servers}
+
+        def run_one(name):
+            _, url, model = servers[name]
+            with OpenAITarget(url + "/v1", model) as target:
+                return run_benchmark(target, settings)
+
         try:
-            for r in range(args.rounds):
-                order = list(servers) if r % 2 == 0 else list(reversed(servers))
-                for name in order:
-                    _, url, model = servers[name]
-                    with OpenAITarget(url + "/v1", model) as target:
-                        runs[name].append(run_benchmark(target, settings))
-                    print(f"round {r + 1}/{args.rounds}: {name} done", file=sys.stderr, flush=True)
+            runs = run_rounds(list(servers), args.rounds, run_one)
         finally:
-            for process, _, _ in servers.values():
-                process.terminate()
-            for process, _, _ in servers.values():
-                process.wait(60)
+            stop_servers(servers)
+    table = comparisons(runs)
     print(f"omlx bench --preset {args.preset}, model {args.model or args.model_preset} (float32, OpenBLAS), "
-          f"{args.rounds} rounds; ratio > 1: omlx faster (median of per-round ratios)")
-    print(f"| figure | omlx | mlx-lm server | omlx advantage |\n|---|---:|---:|---:|")
-    names = list(figures(runs["omlx"][0]))
-    for name in names:
-        ratios, ours, theirs = [], [], []
-        for a, b in zip(runs["omlx"], runs["mlx-lm"]):
-            (x, higher), (y, _) = figures(a)[name], figures(b)[name]
-            if x and y:
-                ratios.append(x / y if higher else y / x)
-                ours.append(x)
-                theirs.append(y)
-        if not ratios:
-            continue
-        unit = (lambda v: f"{v * 1000:.1f} ms") if "TTFT" in name else (lambda v: f"{v:.0f}")
-        print(f"| {name} | {unit(statistics.median(ours))} | {unit(statistics.median(theirs))} | "
-              f"{statistics.median(ratios):.2f}x |")
+          f"{args.rounds} rounds, the order alternating. omlx advantage: the median of the per-round ratios "
+          f"omlx / mlx-lm (for TTFT mlx-lm / omlx), above 1 when omlx is faster; the two values next to it "
+          f"are those of the round with that median ratio.\n")
+    print(ratio_table(table, "omlx", "mlx-lm server", "omlx advantage", show))
+    print("\nEach server's own median over rounds (context; a ratio of these is not the figure):\n")
+    print(medians_table(table, "omlx", "mlx-lm server", show))
     for name in servers:
         last = runs[name][-1]
         print(f"{name}: decode completion tokens {[r['completion_tokens'] for r in last['decode']]}, "

@@ -257,14 +257,25 @@ def _write_raw_block(model_dir, fp, tokens):
     return key
 
 
+def _drop_page_cache(root):
+    """Write dirty pages back, then drop every block file's pages (as cache/probe.py does)."""
+    from cache.probe import drop_cached
+
+    os.sync()
+    for path in root.rglob("*.safetensors"):
+        drop_cached(path)
+
+
 def test_reconcile_time_for_5000_blocks(tiers, tmp_path):
     root = tmp_path / "cold"
     model_dir = root / FP.hex
     model_dir.mkdir(parents=True)
     keys = [_write_raw_block(model_dir, FP, (i, i + 1, i + 2, i + 3)) for i in range(5000)]
+    _drop_page_cache(root)  # a restart reads from the disk, not from pages the writes just filled
     first = tiers(root=root)  # no rows yet: every file re-indexed and given a row
     assert first.stats.files == 5000
     first.close()
+    _drop_page_cache(root)
     second = tiers(root=root)  # the usual restart: rows and files agree
     assert second.stats.files == 5000 and len(row_keys()) == 5000
     assert_same_kv(second.load(keys[123]), [(mx.zeros((1, 2, 4, 8)), mx.zeros((1, 2, 4, 8)))])
