@@ -512,9 +512,9 @@ class Engine:
             request.sink(event)
 
     def _store_prompt(self, request: Request, snapshots) -> None:
-        """Store a computed prompt. A recurrent model's prefill also took the state one token
-        before the end (``ModelRunner._prefill_one``): stored as its own tail block, so that the
-        same prompt again computes only its last token."""
+        """Store a computed prompt. A model with sliding-window or recurrent layers also took a
+        snapshot one token before the end (``ModelRunner._prefill_one``): stored as its own tail
+        block, so that the same prompt again computes only its last token."""
         end = request.num_computed
         if any(s.end == end - 1 for s in snapshots):
             self.prefix_cache.store(request.all_token_ids[: end - 1], [s for s in snapshots if s.end < end])

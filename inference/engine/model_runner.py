@@ -213,10 +213,11 @@ class ModelRunner:
         cuts = [end]
         if self.split_at:
             cuts = list(range((start // self.split_at + 1) * self.split_at, end, self.split_at)) + [end]
-            if end == request.num_tokens and end - 1 > max(start, cuts[-2] if len(cuts) > 1 else 0):
-                # The state one token before the end too: an identical prompt later hits up to
-                # there and computes only its last token (a hit must leave one to compute).
-                cuts.insert(-1, end - 1)
+        if self.snapshot_every and end == request.num_tokens and end - 1 > max([start] + cuts[:-1]):
+            # Sliding windows and recurrent states one token before the end too (a hit may end
+            # only where they were taken): an identical prompt later hits up to there and
+            # computes only its last token (a hit must leave one to compute).
+            cuts.insert(-1, end - 1)
         snapshots = []
         for cut in cuts:
             embeddings = None
