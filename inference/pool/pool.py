@@ -459,7 +459,7 @@ class ModelPool:
             logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
         engine.close()
         try:
-            from inference.engine.engine import give_back_memory
+            from inference.engine.controls import give_back_memory
 
             give_back_memory()  # MLX's buffer cache and glibc's free lists go back to the system
         except Exception:
