@@ -86,6 +86,18 @@ class Progress:
     def finish(self, path: Path) -> None: ...
 
 
+def staging_path(model_dir, repo: str) -> Path:
+    """Where a pull of ``repo`` into ``model_dir`` keeps its files until it is complete."""
+    return Path(model_dir).expanduser() / STAGING_DIR / repo
+
+
+def partial_path(staging: Path, path: str) -> Path:
+    """The file that holds what arrived of ``path`` (relative, '/'-separated) while it downloads:
+    the bytes a resumed pull keeps and asks the hub for the rest of with ``Range``."""
+    dest = staging / path
+    return dest.with_name(dest.name + PARTIAL_SUFFIX)
+
+
 def check_repo_id(repo: str) -> str:
     if not _REPO_ID.match(repo) or ".." in repo:
         raise ValueError(f"{repo!r} is not a Hugging Face model id of the form ORG/NAME")
@@ -121,7 +133,7 @@ def pull(repo: str, model_dir, revision: str = "main", endpoint: Optional[str] =
         snapshot = _snapshot(repo, revision, endpoint, token)
     if not all_files:
         snapshot = _without_other_weights(snapshot)
-    staging = model_dir / STAGING_DIR / repo
+    staging = staging_path(model_dir, repo)
     staging.mkdir(parents=True, exist_ok=True)
     lock = staging.with_name(staging.name + ".lock")
     with _locked(lock, staging):
@@ -166,7 +178,7 @@ def _download(repo: str, commit: str, file: HubFile, staging: Path, endpoint: st
     dest = staging / file.path
     if dest.is_file() and (file.size is None or dest.stat().st_size == file.size):
         return  # verified by an earlier run before it got its name
-    part = dest.with_name(dest.name + PARTIAL_SUFFIX)
+    part = partial_path(staging, file.path)
     part.parent.mkdir(parents=True, exist_ok=True)
     have = _size(part)
     if file.size is not None and have > file.size:  # not this file: start over
@@ -375,7 +387,7 @@ def _downloaded(staging: Path, file: HubFile) -> int:
     dest = staging / file.path
     if dest.is_file():
         return dest.stat().st_size
-    return _size(dest.with_name(dest.name + PARTIAL_SUFFIX))
+    return _size(partial_path(staging, file.path))
 
 
 class _locked:

@@ -50,10 +50,10 @@ def run(args) -> int:
         return 2
     model_dir = args.model_dir or default_model_dir()
     token = args.token or os.environ.get("HF_TOKEN") or None
+    progress = JsonProgress() if args.progress == "json" else PullProgress()
     try:
         path = pull(args.repo, model_dir, revision=args.revision, endpoint=args.hf_endpoint, token=token,
-             progress=JsonProgress() if args.progress == "json" else PullProgress(),
-             all_files=args.all_files)
+                    progress=progress, all_files=args.all_files)
     except FileExistsError as exc:  # pulled before: nothing to do (its files are not re-checked)
         print(f"omlx pull: {exc}", file=sys.stderr)
         return 0
@@ -63,6 +63,9 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print("\nomlx pull: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    finally:
+        if isinstance(progress, JsonProgress):
+            progress.close()
     if args.progress == "text":  # (json: the finish event names the folder)
         print(f"{args.repo} is in {path}")
     return 0
