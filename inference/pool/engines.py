@@ -1,7 +1,12 @@
-"""The engine the pool loads for a model folder, by its kind, and what its weights weigh."""
+"""The engine the pool loads for a model folder, by its kind, what its weights weigh, and how
+the pool stops it."""
 from __future__ import annotations
 
+import logging
+
 from .discovery import ModelFolder
+
+logger = logging.getLogger("omlx.models")
 
 
 def make_engine(folder: ModelFolder, engine_settings: dict):
@@ -21,3 +26,20 @@ def weights_bytes(engine) -> int:
     from mlx.utils import tree_flatten
 
     return sum(v.nbytes for _, v in tree_flatten(engine.loaded.model.parameters()))
+
+
+def stop_engine(model_id: str, engine) -> None:
+    """Write the engine's hot blocks down to the cold tier (a failure is logged: the blocks are
+    lost, not the unload), close it, and give the freed memory back to the system."""
+    try:
+        engine.call(lambda e: getattr(e.prefix_cache, "write_down", lambda: 0)(), timeout=300)
+    except Exception as exc:
+        logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
+    engine.close()
+    try:
+        from inference.engine.controls import give_back_memory
+
+        give_back_memory()  # MLX's buffer cache and glibc's free lists go back to the system
+    except Exception:
+        pass
+    logger.info("unloaded %s", model_id)

@@ -1,15 +1,21 @@
-"""Reading and changing per-model settings (the ``ModelSettings`` rows), checked.
+"""Reading and changing per-model settings (the ``ModelSettings`` rows), checked, and applying
+them to loaded engines.
 
 The REST API (``inference.api.models``) and the admin console use these functions; the model
-pool keeps a snapshot of every row and reloads it after a change (``ModelPool.update_settings``)
-and at least every ``ModelPool.SETTINGS_MAX_AGE`` seconds from the worker, so other processes
-see changes too.
+pool keeps a snapshot of every row and reloads it (``reread``) after a change
+(``ModelPool.update_settings``) and at least every ``ModelPool.SETTINGS_MAX_AGE`` seconds from the
+worker, so other processes see changes too; each reload hands the changed engine settings to the
+loaded engines (``tune_loaded``).
 """
 from __future__ import annotations
 
-from typing import Dict
+import asyncio
+import logging
+from typing import Dict, Optional
 
 from .discovery import KINDS
+
+logger = logging.getLogger("omlx.models")
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
                    "presence_penalty", "frequency_penalty", "priority")
@@ -23,6 +29,45 @@ FIELDS = ("alias", "pinned", "ttl_seconds", "context_length", "model_type", *SAM
 def engine_overrides(values: dict) -> dict:
     """The engine settings a model's settings set (the others follow the server's)."""
     return {name: values[name] for name in ENGINE_FIELDS if values.get(name) is not None}
+
+
+def kind_overrides(snapshot: Dict[str, dict]) -> Dict[str, str]:
+    """model id -> the kind its settings force (``model_type``), for the models that set one."""
+    return {i: v["model_type"] for i, v in snapshot.items() if v.get("model_type")}
+
+
+def reread(read=None) -> Optional[Dict[str, dict]]:
+    """``read()`` (default ``read_all``), or None when it cannot run now: on an event loop's thread
+    (the ORM is synchronous; views use the snapshot as it is), or when the rows cannot be read."""
+    try:
+        asyncio.get_running_loop()
+        return None
+    except RuntimeError:
+        pass
+    try:
+        return (read or read_all)()
+    except Exception as exc:  # no table yet (before migrate), a locked database...
+        logger.debug("model settings not read: %s", exc)
+        return None
+
+
+def tune_loaded(engines: dict, before: Dict[str, dict], after: Dict[str, dict],
+                server_settings: dict) -> None:
+    """Give every loaded engine (model id -> engine) whose engine settings differ between the
+    snapshots ``before`` and ``after`` its new ones at once: the model's over ``server_settings``
+    over EngineConfig's defaults. Embedding and reranker engines have none."""
+    from inference.engine.config import EngineConfig
+
+    for model_id, engine in engines.items():
+        if not hasattr(engine, "tune"):  # an embedding or reranker engine
+            continue
+        wanted = engine_overrides(after.get(model_id) or {})
+        if wanted != engine_overrides(before.get(model_id) or {}):
+            live = {name: server_settings.get(name, getattr(EngineConfig, name)) for name in EngineConfig.LIVE}
+            try:
+                engine.tune(wait=False, **{**live, **wanted})
+            except (RuntimeError, ValueError) as exc:  # closed meanwhile; checked on save
+                logger.warning("%s: scheduling settings not applied: %s", model_id, exc)
 
 
 def defaults() -> dict:

@@ -16,7 +16,6 @@ Invariants:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -29,7 +28,7 @@ from inference import metrics
 
 from . import model_settings
 from .discovery import ModelFolder, discover, inspect, signature
-from .engines import make_engine, weights_bytes
+from .engines import make_engine, stop_engine, weights_bytes
 from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
 logger = logging.getLogger("omlx.models")
@@ -446,25 +445,11 @@ class ModelPool:
         """Write the hot blocks down to the cold tier, then stop the engine (which waits for
         the cold tier's writer). ``reason`` (lru, ttl, manual, shutdown) is counted in /metrics."""
         try:
-            self._stop(model_id, slot.engine)
+            stop_engine(model_id, slot.engine)
         finally:
             with self._lock:
                 self._closing.pop(id(slot), None)
             metrics.model_unloaded(model_id, slot.engine, reason)
-
-    def _stop(self, model_id: str, engine) -> None:
-        try:
-            engine.call(lambda e: getattr(e.prefix_cache, "write_down", lambda: 0)(), timeout=300)
-        except Exception as exc:
-            logger.warning("%s: writing hot blocks down before unloading failed: %s", model_id, exc)
-        engine.close()
-        try:
-            from inference.engine.controls import give_back_memory
-
-            give_back_memory()  # MLX's buffer cache and glibc's free lists go back to the system
-        except Exception:
-            pass
-        logger.info("unloaded %s", model_id)
 
     def _scan(self, sig) -> None:
         folders = discover(self.model_dirs, self._kind_overrides(), self.hf_cache_dir)
@@ -484,38 +469,19 @@ class ModelPool:
         self._signature = sig
 
     def _kind_overrides(self) -> Dict[str, str]:
-        return {i: v["model_type"] for i, v in self._settings.items() if v.get("model_type")}
+        return model_settings.kind_overrides(self._settings)
 
     def _refresh_settings(self, force: bool = False) -> None:
-        """Reload the settings snapshot when it is older than SETTINGS_MAX_AGE. Never from an
-        event loop's thread (the ORM is synchronous); views use the snapshot as it is."""
+        """Reload the settings snapshot when it is older than SETTINGS_MAX_AGE (never from an
+        event loop's thread: ``model_settings.reread``); a loaded engine takes its model's
+        changed scheduling settings at once."""
         if not force and time.monotonic() - self._settings_at < self.SETTINGS_MAX_AGE:
             return
-        try:
-            asyncio.get_running_loop()
-            return
-        except RuntimeError:
-            pass
-        try:
-            values = self._read_settings()
-        except Exception as exc:  # no table yet (before migrate), a locked database...
-            logger.debug("model settings not read: %s", exc)
+        values = model_settings.reread(self._read_settings)
+        if values is None:
             return
         with self._lock:
             before, self._settings = self._settings, values
             self._settings_at = time.monotonic()
             loaded = {model_id: slot.engine for model_id, slot in self._slots.items()}
-        from inference.engine.config import EngineConfig
-
-        for model_id, engine in loaded.items():  # a model's scheduling settings apply at once
-            if not hasattr(engine, "tune"):  # an embedding or reranker engine
-                continue
-            wanted = model_settings.engine_overrides(values.get(model_id) or {})
-            if wanted != model_settings.engine_overrides(before.get(model_id) or {}):
-                live = {name: self.engine_settings.get(name, getattr(EngineConfig, name))
-                        for name in EngineConfig.LIVE}
-                try:
-                    engine.tune(wait=False, **{**live, **wanted})
-                except (RuntimeError, ValueError) as exc:  # closed meanwhile; checked on save
-                    logger.warning("%s: scheduling settings not applied: %s", model_id, exc)
-
+        model_settings.tune_loaded(loaded, before, values, self.engine_settings)
