@@ -97,7 +97,6 @@ class Engine(EngineControls):
         self.loaded: Optional[LoadedModel] = None
         self.steps = 0  # counters for tests, benchmarks and (later) the admin panel
         self.prefill_chunks = 0  # prompt chunks computed
-        self.prefill_forwards = 0  # forward passes that computed them (several chunks share one)
         self._active = 0  # requests submitted and not yet finished (any thread reads it)
         self._active_lock = threading.Lock()
         self._last_activity = time.monotonic()  # last submit or finish
@@ -350,8 +349,6 @@ class Engine(EngineControls):
             for request, _ in out.prefill:
                 request.prefill_seconds += seconds
             self.prefill_chunks += len(out.prefill)
-            together = self.runner.prefill_together and len(out.prefill) > 1
-            self.prefill_forwards += 1 if together else len(out.prefill)
             self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), seconds)
             for request, _ in out.prefill:
                 if request.num_to_prefill == 0:
@@ -436,7 +433,7 @@ class Engine(EngineControls):
 
     def _store_prompt(self, request: Request, snapshots) -> None:
         """Store a computed prompt. A model with sliding-window or recurrent layers also took a
-        snapshot one token before the end (``ModelRunner._prefill_one``): stored as its own tail
+        snapshot one token before the end (``Prefill.cuts``): stored as its own tail
         block, so that the same prompt again computes only its last token."""
         end = request.num_computed
         if any(s.end == end - 1 for s in snapshots):

@@ -1,6 +1,5 @@
-"""Runs the model: the prefill chunks of a step (in one forward pass where the caches allow),
-the first token of each request whose prompt they finish, and one batched decode step for all
-decoding requests. All of it happens on the engine thread."""
+"""Runs the model: the prefill chunks of a step (inference.engine.prefill), the first token of
+each request whose prompt they finish, and one batched decode step for all decoding requests. All of it happens on the engine thread."""
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -14,6 +13,7 @@ from cache.prefix_cache import KVSnapshot
 from . import cache_io
 from .head_gate import HeadGate
 from .model_loader import LoadedModel
+from .prefill import Prefill
 from .request import Request, RequestStatus, TokenLogprob
 from .sampler import RowState, Sampler
 
@@ -169,13 +169,9 @@ class ModelRunner:
         layout = loaded.cache_layout
         mixed = block_size if layout is not None and not layout.plain else None
         self.snapshot_every = mixed
-        self.split_at = block_size if layout is not None and layout.has_state else None
         self.batch = DecodeBatch(self.model, self.sampler, mixed)
         self.gate = HeadGate(self.model)
-        # Several prompts' chunks in one forward pass: for models whose every layer keeps plain
-        # attention KV (mlx-lm's batch caches of sliding windows and recurrent states do not
-        # take a history and a right-padded chunk the same way; those prefill one by one).
-        self.prefill_together = layout is not None and layout.plain
+        self.prefiller = Prefill(loaded, self.gate, block_size)
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
         """Start a request's caches from a cached prefix of ``num_tokens`` tokens (per layer
@@ -185,92 +181,12 @@ class ModelRunner:
         request.cache = cache
 
     def prefill(self, chunks: Sequence[Tuple[Request, int]]) -> Tuple[dict, List[Tuple[Request, mx.array]]]:
-        """Run the next n not-yet-computed tokens of each (request, n), in one forward pass for
-        all of them when the model's caches allow it (``_prefill_together``), else one request
-        after another. Returns ({request: snapshots of its caches where its computation
-        stopped}, [(request, logits [V] of its last token)] for the requests whose tokens are
-        now all computed, in the order given: their next token is sampled from these logits).
-
-        A model with recurrent layers stops at every multiple of ``block_size`` on the way
-        (their state exists only where a computation stops, and the block cache keeps it at
-        block boundaries); it prefills one request at a time."""
-        for request, _ in chunks:
-            if request.cache is None:
-                request.cache = make_prompt_cache(self.model)
-        if len(chunks) > 1 and self.prefill_together and not any(r.vision for r, _ in chunks):
-            snapshots, done = self._prefill_together(chunks)
-        else:
-            snapshots, done = {}, []
-            for request, n in chunks:
-                snapshots[request], logits = self._prefill_one(request, n)
-                if logits is not None:
-                    done.append((request, logits))
-        mx.eval([c.state for request, _ in chunks for c in request.cache])
-        return snapshots, done
-
-    def _prefill_one(self, request: Request, n: int) -> Tuple[List[KVSnapshot], Optional[mx.array]]:
-        start, end = request.num_computed, request.num_computed + n
-        cuts = [end]
-        if self.split_at:
-            cuts = list(range((start // self.split_at + 1) * self.split_at, end, self.split_at)) + [end]
-        if self.snapshot_every and end == request.num_tokens and end - 1 > max([start] + cuts[:-1]):
-            # Sliding windows and recurrent states one token before the end too (a hit may end
-            # only where they were taken): an identical prompt later hits up to there and
-            # computes only its last token (a hit must leave one to compute).
-            cuts.insert(-1, end - 1)
-        snapshots = []
-        for cut in cuts:
-            embeddings = None
-            if request.vision is not None:  # image tokens run as embeddings (inference.vision)
-                tokens, embeddings = request.vision.inputs(
-                    self.loaded.vision, request.all_token_ids, request.num_computed, cut)
-            else:
-                tokens = mx.array(request.all_token_ids[request.num_computed : cut])[None]
-            last = mx.array([tokens.shape[1] - 1])
-            with self.gate.only(last):
-                out = (self.model(tokens, cache=request.cache) if embeddings is None
-                       else self.model(tokens, cache=request.cache, input_embeddings=embeddings))
-            request.num_computed = cut
-            snapshots.append(cache_io.snapshot(request.cache, cut))
-        if request.num_computed < request.num_tokens:
-            return snapshots, None  # the logits stay unevaluated: only the caches are needed
-        return snapshots, self.gate.pick(out, last)[0]
-
-    def _prefill_together(self, chunks: Sequence[Tuple[Request, int]]):
-        """One forward pass for the chunks of several requests that start from different
-        points (cached prefixes, earlier chunks): their caches are merged into mlx-lm batch
-        caches (left-padded to the longest history), the chunks right-padded to the longest
-        chunk (mlx-lm's ``prepare``/``finalize`` keep the padding out of every row's
-        attention and move it to the left afterwards), and each row's caches extracted again.
-        The merge and the extraction copy the rows' KV: memory traffic, small next to the
-        prefill's arithmetic."""
-        rows = [request for request, _ in chunks]
-        lengths = [n for _, n in chunks]
-        width = max(lengths)
-        padding = [width - n for n in lengths]
-        batch = [type(layer[0]).merge(list(layer)) for layer in zip(*(r.cache for r in rows))]
-        if max(padding):
-            for c in batch:
-                c.prepare(lengths=lengths, right_padding=padding)
-        tokens = mx.array([r.all_token_ids[r.num_computed : r.num_computed + n] + [0] * (width - n)
-                           for r, n in chunks])
-        last = mx.array([n - 1 for n in lengths])
-        with self.gate.only(last):
-            out = self.model(tokens, cache=batch)
-        if max(padding):
-            for c in batch:
-                c.finalize()
-        snapshots, done = {}, []
-        logits = None
-        for i, (request, n) in enumerate(chunks):
-            request.cache = [c.extract(i) for c in batch]
-            request.num_computed += n
-            snapshots[request] = [cache_io.snapshot(request.cache, request.num_computed)]
-            if request.num_computed == request.num_tokens:
-                if logits is None:
-                    logits = self.gate.pick(out, last)
-                done.append((request, logits[i]))
-        return snapshots, done
+        """Run the next n not-yet-computed tokens of each (request, n), in as few forward
+        passes as the model allows (inference.engine.prefill). Returns ({request: snapshots of
+        its caches where its computation stopped}, [(request, logits [V] of its last token)]
+        for the requests whose tokens are now all computed, in the order given: their next
+        token is sampled from these logits)."""
+        return self.prefiller.run(chunks)
 
     def first_tokens(self, done: Sequence[Tuple[Request, mx.array]]) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
         """Sample the next token of each request whose tokens are all computed, from the

@@ -1,0 +1,200 @@
+"""Prompt prefill: the chunks of a step, in as few forward passes as the model's caches allow.
+
+A step gives each prefilling request a chunk (the next n of its not-yet-computed tokens).
+``Prefill.run`` computes them and returns what the rest of the engine needs: a snapshot of each
+request's caches where its computation stopped (the block cache stores them) and, for each
+request whose tokens are now all computed, the logits of its last token (its first generated
+token is sampled from them: no forward pass of its own).
+
+Where a computation must stop (``cuts``): at the end of the chunk; for a model with recurrent
+layers also at every multiple of the block size on the way (their state exists only where a
+computation stops, and the block cache keeps it at block boundaries); for a model with
+sliding-window or recurrent layers also one token before the end of the prompt (an identical
+prompt later hits up to there and computes only its last token: a hit must leave one).
+
+Together: the rows of a step advance in rounds, each to its next cut, all rows of a round in
+one forward pass: their caches merged into mlx-lm batch caches (histories of different lengths
+left-padded), the pieces right-padded to the longest (mlx-lm's ``prepare``/``finalize`` keep
+the padding out of every row's attention, sliding window and recurrent state), the rows'
+caches extracted again. A plain-attention model has one cut per row, so one pass a step. The
+merge and the extraction copy the rows' caches: memory traffic, small next to the arithmetic.
+
+Not every family's layers honour mlx-lm's padding (a recurrent layer that ignores the lengths
+mask would fold the padding into its state), so for models with anything but plain attention
+the batched path checks itself at load (``_agrees``: two rows with histories of different
+lengths and chunks of different lengths, then each continued alone, against the same done
+one row at a time) and stays off where it does not reproduce the one-by-one logits; such a
+model prefills one request after another, which is correct and slower. Image requests
+(``request.vision``) always prefill alone: their tokens enter as embeddings.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache
+
+from cache.prefix_cache import KVSnapshot
+
+from . import cache_io
+from .head_gate import HeadGate
+from .model_loader import LoadedModel
+from .request import Request
+
+logger = logging.getLogger("omlx.engine")
+
+
+class Prefill:
+    """See the module docstring. ``together``: whether several rows share forward passes;
+    ``forwards`` counts the forward passes run, ``rows`` the rows they computed (one for each
+    request and cut): fewer passes than rows is work done together."""
+
+    def __init__(self, loaded: LoadedModel, gate: HeadGate, block_size: Optional[int]):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.gate = gate
+        layout = loaded.cache_layout
+        self.snapshot_every = block_size if layout is not None and not layout.plain else None
+        self.split_at = block_size if layout is not None and layout.has_state else None
+        self.forwards = 0
+        self.rows = 0
+        self.together = False
+        if layout is not None:
+            try:
+                self.together = layout.plain or self._agrees()
+            except Exception:  # a family whose caches do not merge or pad: one by one
+                logger.exception("batched prefill check failed")
+            if not self.together:
+                logger.info("batched prefill off for %s: prompts prefill one by one",
+                            type(self.model).__module__)
+
+    def cuts(self, request: Request, n: int) -> List[int]:
+        """Where the computation of the next ``n`` tokens of ``request`` stops (see the module
+        docstring), ascending; the last is the chunk's end."""
+        start, end = request.num_computed, request.num_computed + n
+        cuts = [end]
+        if self.split_at:
+            cuts = list(range((start // self.split_at + 1) * self.split_at, end, self.split_at)) + [end]
+        if self.snapshot_every and end == request.num_tokens and end - 1 > max([start] + cuts[:-1]):
+            cuts.insert(-1, end - 1)
+        return cuts
+
+    def run(self, chunks: Sequence[Tuple[Request, int]]) -> Tuple[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]]:
+        """Compute the next n tokens of each (request, n). Returns ({request: snapshots of its
+        caches at each cut}, [(request, logits [V] of its last token)] for the requests whose
+        tokens are now all computed, in the order given)."""
+        for request, _ in chunks:
+            if request.cache is None:
+                request.cache = make_prompt_cache(self.model)
+        plans = [(request, self.cuts(request, n)) for request, n in chunks]
+        snapshots = {request: [] for request, _ in chunks}
+        finished = {}
+
+        def advance(rows, logits):
+            for i, (request, n) in enumerate(rows):
+                request.num_computed += n
+                snapshots[request].append(cache_io.snapshot(request.cache, request.num_computed))
+                if request.num_computed == request.num_tokens:
+                    finished[request] = logits[i]
+
+        if self.together and len(chunks) > 1 and not any(r.vision is not None for r, _ in chunks):
+            while True:  # rounds: every row with a cut left advances to its next one
+                rows = [(request, cuts.pop(0) - request.num_computed) for request, cuts in plans if cuts]
+                if not rows:
+                    break
+                advance(rows, self._forward(rows) if len(rows) > 1 else self._forward_one(*rows[0]))
+        else:
+            for request, cuts in plans:
+                for cut in cuts:
+                    row = (request, cut - request.num_computed)
+                    advance([row], self._forward_one(*row))
+        mx.eval([c.state for request, _ in chunks for c in request.cache])
+        done = [(request, finished[request]) for request, _ in chunks if request in finished]
+        return snapshots, done
+
+    def _forward_one(self, request: Request, n: int) -> "_Lazy":
+        """One row's next n tokens on its own caches."""
+        start = request.num_computed
+        embeddings = None
+        if request.vision is not None:  # image tokens run as embeddings (inference.vision)
+            tokens, embeddings = request.vision.inputs(self.loaded.vision, request.all_token_ids, start, start + n)
+        else:
+            tokens = mx.array(request.all_token_ids[start : start + n])[None]
+        last = mx.array([tokens.shape[1] - 1])
+        with self.gate.only(last):
+            out = (self.model(tokens, cache=request.cache) if embeddings is None
+                   else self.model(tokens, cache=request.cache, input_embeddings=embeddings))
+        self.forwards += 1
+        self.rows += 1
+        return _Lazy(self.gate, out, last)
+
+    def _forward(self, rows: Sequence[Tuple[Request, int]]) -> "_Lazy":
+        """Several rows' next tokens in one pass (see the module docstring); each row's caches
+        are replaced by its extracted caches."""
+        lengths = [n for _, n in rows]
+        width = max(lengths)
+        padding = [width - n for n in lengths]
+        batch = [type(layer[0]).merge(list(layer)) for layer in zip(*(r.cache for r, _ in rows))]
+        if max(padding):
+            for c in batch:
+                c.prepare(lengths=lengths, right_padding=padding)
+        tokens = mx.array([r.all_token_ids[r.num_computed : r.num_computed + n] + [0] * (width - n)
+                           for r, n in rows])
+        last = mx.array([n - 1 for n in lengths])
+        with self.gate.only(last):
+            out = self.model(tokens, cache=batch)
+        if max(padding):
+            for c in batch:
+                c.finalize()
+        for i, (request, _) in enumerate(rows):
+            request.cache = [c.extract(i) for c in batch]
+        self.forwards += 1
+        self.rows += len(rows)
+        return _Lazy(self.gate, out, last)
+
+    def _agrees(self) -> bool:
+        """Whether two rows prefilled together (histories of 3 and 0 tokens, chunks of 5 and
+        2, so padding on both sides) and then each continued alone give the logits the same
+        computation gives one row at a time."""
+        history, chunks, more = [[1, 2, 3], []], [[4, 5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14]]
+
+        def fresh(i):
+            cache = make_prompt_cache(self.model)
+            if history[i]:
+                self.model(mx.array([history[i]]), cache=cache)
+            return cache
+
+        want = []
+        for i in range(2):
+            cache = fresh(i)
+            first = self.model(mx.array([chunks[i]]), cache=cache)[0, -1]
+            want += [first, self.model(mx.array([more[i]]), cache=cache)[0, -1]]
+        caches = [fresh(0), fresh(1)]
+        lengths = [len(c) for c in chunks]
+        batch = [type(layer[0]).merge(list(layer)) for layer in zip(*caches)]
+        for c in batch:
+            c.prepare(lengths=lengths, right_padding=[max(lengths) - n for n in lengths])
+        out = self.model(mx.array([chunks[0], chunks[1] + [0] * 3]), cache=batch)
+        for c in batch:
+            c.finalize()
+        got = []
+        for i in range(2):
+            cache = [c.extract(i) for c in batch]
+            got += [out[i, lengths[i] - 1], self.model(mx.array([more[i]]), cache=cache)[0, -1]]
+        want, got = mx.stack(want).astype(mx.float32), mx.stack(got).astype(mx.float32)
+        scale = mx.max(mx.abs(want)).item() or 1.0
+        tolerance = 1e-3 if self.loaded.dtype == "float32" else 3e-2
+        return mx.max(mx.abs(want - got)).item() <= tolerance * scale
+
+
+class _Lazy:
+    """The logits [V] of row i's last token of a forward pass, sliced only when asked for."""
+
+    def __init__(self, gate: HeadGate, out: mx.array, last: mx.array):
+        self._gate, self._out, self._last, self._picked = gate, out, last, None
+
+    def __getitem__(self, i: int) -> mx.array:
+        if self._picked is None:
+            self._picked = self._gate.pick(self._out, self._last)
+        return self._picked[i]
