@@ -27,6 +27,7 @@ class Recorder:
         self.engine = engine
         self.events = []
         self.done = {}
+        self.tokens = {}
         self._lock = threading.Lock()
 
     def submit(self, name, prompt, **params):
@@ -35,6 +36,7 @@ class Recorder:
 
         def on_event(event):
             with self._lock:
+                self.tokens.setdefault(name, []).extend(event.token_ids)
                 if event.token_ids and not any(n == name and k == "first" for n, k in self.events):
                     self.events.append((name, "first"))
                 if event.finished:
@@ -44,7 +46,7 @@ class Recorder:
         self.engine.submit(prompt, SamplingParams(**{**GREEDY, **params}), request_id=name, callback=on_event)
 
     def wait(self, timeout=120):
-        for name, finished in self.done.items():
+        for name, finished in list(self.done.items()):  # requests submitted meanwhile are waited for
             assert finished.wait(timeout), f"{name} did not finish"
 
     def order(self, kind):
@@ -197,3 +199,41 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
     assert timeline[:4] == [("prefill", (("one", 10), ("two", 16))), ("first", "one"), ("decode",),
                             ("prefill", (("two", 14),))]
     assert timeline[4] == ("first", "two")
+
+
+def test_background_prefill_gives_way_to_an_urgent_arrival(path):
+    """An interactive request submitted while a background prompt's chunk is being computed
+    does not wait for the rest of that chunk: the background prefill stops at its next piece
+    (StepCosts.DEFAULT_PIECE tokens before any speed is measured), the next step prefills the
+    interactive prompt, and the background prompt goes on afterwards, still giving the tokens
+    it gives alone. The interactive request is submitted from inside the first forward pass, so
+    the order of passes, not timing, decides."""
+    background, interactive = _ids(600, 1), _ids(20, 2)
+    with LLM(path, prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048) as llm:
+        alone = llm.generate([background], SamplingParams(max_tokens=4, **GREEDY))[0].token_ids
+    passes = []
+    with LLM(path, prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048) as llm:
+        rec = Recorder(llm.engine)
+
+        def spy(engine):
+            model = engine.runner.model
+            original = type(model).__call__
+
+            class Spying(type(model)):
+                def __call__(self, inputs, *args, **kwargs):
+                    passes.append(tuple(inputs.shape))
+                    if len(passes) == 1:
+                        rec.submit("interactive", interactive, max_tokens=2)
+                    return original(self, inputs, *args, **kwargs)
+
+            model.__class__ = Spying
+
+        llm.engine.call(spy)
+        rec.submit("background", background, max_tokens=4, priority=10)
+        rec.wait()  # the background request ends last, so the interactive one was submitted
+        rec.wait()
+        assert rec.order("first") == ["interactive", "background"]
+    assert passes[0] == (1, 128)  # the first piece only
+    assert passes[1] == (1, 20)  # then the interactive prompt, whole
+    assert sum(n for _, n in passes if n > 1) == 600 + 20  # every prompt token once
+    assert rec.tokens["background"] == alone

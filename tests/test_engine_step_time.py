@@ -49,11 +49,11 @@ class Chunks:
     def _install(self, engine):
         prefill = engine.runner.prefill
 
-        def recording(chunks):
+        def recording(chunks, *args):
             self.steps.append([(r.request_id, n) for r, n in chunks])
             if self.on_chunk:
                 self.on_chunk(engine, self.steps)
-            return prefill(chunks)
+            return prefill(chunks, *args)
 
         engine.runner.prefill = recording
 

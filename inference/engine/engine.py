@@ -99,6 +99,9 @@ class Engine(EngineControls):
         self.prefill_chunks = 0  # prompt chunks computed
         self._active = 0  # requests submitted and not yet finished (any thread reads it)
         self._active_lock = threading.Lock()
+        # The most urgent priority submitted since the engine last drained its inbox (None:
+        # nothing): a background prefill checks it between its pieces (_yields_to_arrival).
+        self._arrived: Optional[int] = None
         self._last_activity = time.monotonic()  # last submit or finish
         # Set by the memory guard while memory is critical: a step then runs one prefill chunk
         # (the most urgent), so a step that began before the pressure cannot run past the limit.
@@ -147,6 +150,8 @@ class Engine(EngineControls):
         with self._active_lock:
             self._active += 1
             self._last_activity = time.monotonic()
+            if self._arrived is None or params.priority < self._arrived:
+                self._arrived = params.priority
         self._inbox.put(("add", request))
         return stream
 
@@ -284,6 +289,8 @@ class Engine(EngineControls):
         return max(1024, budget // self.loaded.kv_bytes_per_token)
 
     def _drain_inbox(self, block: bool, timeout: Optional[float] = None) -> bool:
+        with self._active_lock:
+            self._arrived = None  # what arrives from now on is news for _yields_to_arrival
         while True:
             try:
                 if timeout:
@@ -344,7 +351,14 @@ class Engine(EngineControls):
         if out.prefill:
             start = time.perf_counter()
             done_before = {request: request.num_computed for request, _ in out.prefill}
-            snapshots, done = self.runner.prefill(out.prefill)
+            level = min(request.params.priority for request, _ in out.prefill)
+            if level > 0:  # background work gives way to a more urgent arrival
+                snapshots, done = self.runner.prefill(out.prefill, lambda: self._yields_to_arrival(level),
+                                                      self.scheduler.costs.piece_tokens())
+            else:
+                snapshots, done = self.runner.prefill(out.prefill)
+            # What was computed: less than asked for when a background prefill gave way.
+            out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill]
             seconds = time.perf_counter() - start
             for request, _ in out.prefill:
                 request.prefill_seconds += seconds
@@ -362,6 +376,14 @@ class Engine(EngineControls):
                  if (end := self._on_token(request, token, logprob)) is not None]
         if ended:
             self._finish_all(ended)
+
+    def _yields_to_arrival(self, level: int) -> bool:
+        """Whether a request more urgent than ``level`` (a priority) was submitted since the
+        step began: a background prefill then stops at its next piece and the next step admits
+        the newcomer (it waits for about one decode step instead of a whole step of background
+        prefill, ``max_step_ms``)."""
+        arrived = self._arrived
+        return arrived is not None and arrived < level
 
     def _first_tokens(self, done) -> None:
         """Sample and publish the first token of every request whose prompt this step's

@@ -30,7 +30,7 @@ model prefills one request after another, which is correct and slower. Image req
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
@@ -80,36 +80,59 @@ class Prefill:
             cuts.insert(-1, end - 1)
         return cuts
 
-    def run(self, chunks: Sequence[Tuple[Request, int]]) -> Tuple[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]]:
+    def run(self, chunks: Sequence[Tuple[Request, int]], stop: Optional[Callable[[], bool]] = None,
+            piece: Optional[int] = None) -> Tuple[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]]:
         """Compute the next n tokens of each (request, n). Returns ({request: snapshots of its
         caches at each cut}, [(request, logits [V] of its last token)] for the requests whose
-        tokens are now all computed, in the order given)."""
+        tokens are now all computed, in the order given).
+
+        ``stop`` (with ``piece``): a check between forward passes; the rows are also cut every
+        ``piece`` tokens, each pass is computed before the check, and when it says True the
+        rest of the chunks is left for later steps (a request's ``num_computed`` says where it
+        stopped). The engine uses it to let a more urgent request that arrives meanwhile go
+        first, instead of waiting for a whole step of background prefill."""
         for request, _ in chunks:
             if request.cache is None:
                 request.cache = make_prompt_cache(self.model)
-        plans = [(request, self.cuts(request, n)) for request, n in chunks]
+        plans = []
+        for request, n in chunks:
+            cuts = self.cuts(request, n)
+            if stop is not None and piece:
+                cuts = sorted(set(cuts) | set(range(request.num_computed + piece, cuts[-1], piece)))
+            plans.append((request, cuts))
         snapshots = {request: [] for request, _ in chunks}
         finished = {}
 
-        def advance(rows, logits):
+        def advance(rows, logits) -> bool:
+            """Record a pass; True when the rest must wait (``stop``)."""
             for i, (request, n) in enumerate(rows):
                 request.num_computed += n
                 snapshots[request].append(cache_io.snapshot(request.cache, request.num_computed))
                 if request.num_computed == request.num_tokens:
                     finished[request] = logits[i]
+            if stop is None:
+                return False
+            mx.eval([c.state for request, _ in rows for c in request.cache])
+            return stop()
 
         if self.together and len(chunks) > 1 and not any(r.vision is not None for r, _ in chunks):
             while True:  # rounds: every row with a cut left advances to its next one
                 rows = [(request, cuts.pop(0) - request.num_computed) for request, cuts in plans if cuts]
                 if not rows:
                     break
-                advance(rows, self._forward(rows) if len(rows) > 1 else self._forward_one(*rows[0]))
+                if advance(rows, self._forward(rows) if len(rows) > 1 else self._forward_one(*rows[0])):
+                    break
         else:
+            stopped = False
             for request, cuts in plans:
                 for cut in cuts:
                     row = (request, cut - request.num_computed)
-                    advance([row], self._forward_one(*row))
-        mx.eval([c.state for request, _ in chunks for c in request.cache])
+                    stopped = advance([row], self._forward_one(*row))
+                    if stopped:
+                        break
+                if stopped:
+                    break
+        mx.eval([c.state for request, _ in chunks if request.cache is not None for c in request.cache])
         done = [(request, finished[request]) for request, _ in chunks if request in finished]
         return snapshots, done
 

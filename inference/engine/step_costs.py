@@ -22,6 +22,8 @@ class StepCosts:
     # Prompt tokens a step always grants while streams decode, however tight the bound: every
     # prefill progresses.
     MIN_PREFILL_TOKENS = 32
+    # Background prefill is cut this finely before any speed is known (``piece_tokens``).
+    DEFAULT_PIECE = 128
 
     def __init__(self):
         self.decode_seconds: Optional[float] = None  # one step of the decode batch alone
@@ -54,6 +56,14 @@ class StepCosts:
         target = max_step_ms / 1000 if max_step_ms > 0 else self.AUTO_STRETCH * self.decode_seconds
         tokens = int((target - self.decode_seconds) * self.prefill_rate)
         return max(self.MIN_PREFILL_TOKENS, tokens)
+
+    def piece_tokens(self) -> int:
+        """Prompt tokens that take about one decode step: how finely background prefill is cut
+        so that a more urgent request arriving meanwhile waits at most about that long
+        (``DEFAULT_PIECE`` until both speeds are known)."""
+        if self.decode_seconds is None or self.prefill_rate is None:
+            return self.DEFAULT_PIECE
+        return max(self.MIN_PREFILL_TOKENS, int(self.decode_seconds * self.prefill_rate))
 
     def snapshot(self) -> dict:
         return {"decode_step_seconds": self.decode_seconds, "decode_rows": self.decode_rows,
