@@ -168,14 +168,14 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
         def spy(e):
             prefill, decode = e.runner.prefill, e.runner.decode_step
 
-            def recording(chunks):
+            def recording(chunks, *args):
                 timeline.append(("prefill", tuple((r.request_id, n) for r, n in chunks)))
-                return prefill(chunks)
+                return prefill(chunks, *args)
 
-            def decoding():
+            def decoding(*args):
                 if e.runner.batch.rows:
                     timeline.append(("decode",))
-                return decode()
+                return decode(*args)
 
             e.runner.prefill, e.runner.decode_step = recording, decoding
 
@@ -201,6 +201,20 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
     assert timeline[4] == ("first", "two")
 
 
+def _spy_passes(engine, passes, on_pass):
+    """Record the input shape of every forward pass of the model; ``on_pass(shape)`` after each."""
+    model = engine.runner.model
+    original = type(model).__call__
+
+    class Spying(type(model)):
+        def __call__(self, inputs, *args, **kwargs):
+            passes.append(tuple(inputs.shape))
+            on_pass(tuple(inputs.shape))
+            return original(self, inputs, *args, **kwargs)
+
+    model.__class__ = Spying
+
+
 def test_background_prefill_gives_way_to_an_urgent_arrival(path):
     """An interactive request submitted while a background prompt's chunk is being computed
     does not wait for the rest of that chunk: the background prefill stops at its next piece
@@ -209,26 +223,18 @@ def test_background_prefill_gives_way_to_an_urgent_arrival(path):
     it gives alone. The interactive request is submitted from inside the first forward pass, so
     the order of passes, not timing, decides."""
     background, interactive = _ids(600, 1), _ids(20, 2)
-    with LLM(path, prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048) as llm:
+    settings = dict(prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048)
+    with LLM(path, **settings) as llm:
         alone = llm.generate([background], SamplingParams(max_tokens=4, **GREEDY))[0].token_ids
     passes = []
-    with LLM(path, prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048) as llm:
+    with LLM(path, **settings) as llm:
         rec = Recorder(llm.engine)
 
-        def spy(engine):
-            model = engine.runner.model
-            original = type(model).__call__
+        def on_pass(shape):
+            if len(passes) == 1:
+                rec.submit("interactive", interactive, max_tokens=2)
 
-            class Spying(type(model)):
-                def __call__(self, inputs, *args, **kwargs):
-                    passes.append(tuple(inputs.shape))
-                    if len(passes) == 1:
-                        rec.submit("interactive", interactive, max_tokens=2)
-                    return original(self, inputs, *args, **kwargs)
-
-            model.__class__ = Spying
-
-        llm.engine.call(spy)
+        llm.engine.call(lambda e: _spy_passes(e, passes, on_pass))
         rec.submit("background", background, max_tokens=4, priority=10)
         rec.wait()  # the background request ends last, so the interactive one was submitted
         rec.wait()
@@ -237,3 +243,48 @@ def test_background_prefill_gives_way_to_an_urgent_arrival(path):
     assert passes[1] == (1, 20)  # then the interactive prompt, whole
     assert sum(n for _, n in passes if n > 1) == 600 + 20  # every prompt token once
     assert rec.tokens["background"] == alone
+
+
+def test_after_giving_way_the_step_does_not_decode(path):
+    """The same next to a background stream that decodes: the step that gave way ends without
+    its decode pass, so the next pass is the interactive prompt; both background requests give
+    the tokens they give alone."""
+    background, interactive, stream = _ids(600, 1), _ids(20, 2), _ids(8, 3)
+    settings = dict(prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048)
+    with LLM(path, **settings) as llm:
+        alone = [r.token_ids for r in llm.generate([background, stream], SamplingParams(max_tokens=40, **GREEDY))]
+    passes = []
+    with LLM(path, **settings) as llm:
+        rec = Recorder(llm.engine)
+        rec.submit("stream", stream, max_tokens=40, priority=10)
+        while len(rec.tokens.get("stream", [])) < 3:  # the stream decodes
+            threading.Event().wait(0.01)
+
+        def on_pass(shape):
+            if shape[1] > 1 and "interactive" not in rec.done:  # the background prompt's first pass
+                rec.submit("interactive", interactive, max_tokens=2)
+
+        llm.engine.call(lambda e: _spy_passes(e, passes, on_pass))
+        rec.submit("background", background, max_tokens=40, priority=10)
+        rec.wait()  # the background requests end last, so the interactive one was submitted
+        rec.wait()
+        assert rec.order("first") == ["stream", "interactive", "background"]
+    first = next(i for i, (_, n) in enumerate(passes) if n > 1)
+    assert passes[first][1] < 512 and passes[first + 1] == (1, 20)  # a piece, then no decode pass
+    assert [rec.tokens["background"], rec.tokens["stream"]] == alone
+
+
+def test_background_rows_decode_the_same_without_sampling_ahead(path):
+    """While background rows decode, the batch does not sample ahead (each step's tokens are
+    waited for): greedy and structured output are the same as at the default priority."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    prompts = [_ids(12, 4), _ids(30, 5)]
+    got = {}
+    for priority in (0, 10):
+        with LLM(path, prefix_cache=False) as llm:
+            plain = llm.generate(prompts, SamplingParams(max_tokens=12, priority=priority, **GREEDY))
+            structured = llm.generate(prompts, SamplingParams(
+                max_tokens=24, priority=priority, temperature=0,
+                structured={"type": "json_schema", "schema": schema}))
+            got[priority] = [r.token_ids for r in plain + structured]
+    assert got[10] == got[0]

@@ -372,7 +372,12 @@ class Engine(EngineControls):
                     self._store_whole_blocks(request, done_before[request], snapshots[request])
             if done:
                 self._first_tokens(done)
-        ended = [end for request, token, logprob in self.runner.decode_step()
+            if level > 0 and self._yields_to_arrival(level):
+                return  # the newcomer is admitted next; this step's decode would only delay it
+        # While background rows decode, the batch does not sample ahead: nothing is left running
+        # when the step returns, so a more urgent arrival waits for one decode step, not two.
+        ahead = not any(r.params.priority > 0 for r in self.runner.batch.rows)
+        ended = [end for request, token, logprob in self.runner.decode_step(ahead)
                  if (end := self._on_token(request, token, logprob)) is not None]
         if ended:
             self._finish_all(ended)

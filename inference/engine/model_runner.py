@@ -105,7 +105,7 @@ class DecodeBatch:
                 request.snapshots.append(snap)
                 cache_io.materialize([snap])
 
-    def step(self) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+    def step(self, ahead: bool = True) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
         """Queue one decode step; return the (request, token, logprob) now known on the host:
         the tokens of the previous step, computed while the host handled its results.
 
@@ -114,6 +114,10 @@ class DecodeBatch:
         tokens are waited for, the matchers advanced and the masks built while the forward
         runs, and only then is this step's sampling queued. Batches without such rows keep
         the plain pipeline. A matcher advances by each token exactly when it reaches the host.
+
+        ``ahead=False``: this step's tokens are waited for and returned too, so nothing is left
+        running when the step returns (the engine asks for it while background rows decode: a
+        more urgent request arriving meanwhile then waits for one decode step, not two).
         """
         logits = self.model(self._inputs[:, None], cache=self._cache)[:, -1, :]
         self._take_snapshots()
@@ -132,12 +136,20 @@ class DecodeBatch:
         mx.async_eval(tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None])
         self._inputs, self._logprobs = tokens, logprobs
         self._kinds = [NEW] * len(self.rows)
-        if NEW not in kinds:
-            return []
-        if host is None:
-            host = previous.tolist()
-        return [(self.rows[i], host[i], _to_host(previous_lp[i], host[i]))
-                for i, kind in enumerate(kinds) if kind is NEW]
+        out = []
+        if NEW in kinds:
+            if host is None:
+                host = previous.tolist()
+            out = [(self.rows[i], host[i], _to_host(previous_lp[i], host[i]))
+                   for i, kind in enumerate(kinds) if kind is NEW]
+        if not ahead:
+            now = tokens.tolist()
+            for i, token in enumerate(now):
+                if matchers[i] is not None:
+                    matchers[i].advance(token)
+                out.append((self.rows[i], token, _to_host(logprobs[i], token)))
+            self._kinds = [REPORTED] * len(self.rows)
+        return out
 
 
 def grammar_masks(matchers, vocab_size: int) -> np.ndarray:
@@ -235,10 +247,10 @@ class ModelRunner:
             r.cache = None
             r.snapshots = []
 
-    def decode_step(self):
+    def decode_step(self, ahead: bool = True):
         if not len(self.batch):
             return []
-        return self.batch.step()
+        return self.batch.step(ahead)
 
     def reset(self) -> None:
         self.batch = DecodeBatch(self.model, self.sampler, self.snapshot_every)
