@@ -1,17 +1,15 @@
-"""Byte sizes as people write them: 1073741824, "512MB", "4GiB", "10%" (of RAM)."""
+"""Byte sizes as people write them: 1073741824, "512MB", "4GiB", "10%" (of RAM: the machine's, or
+its memory cgroup's limit when lower, `cache.ram.total_ram`)."""
 from __future__ import annotations
 
-import os
 import re
 from typing import Union
+
+from .ram import total_ram
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20,
           "g": 2**30, "t": 2**40}
-
-
-def total_ram() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def parse_size(value: Union[int, str], name: str = "size") -> int:

@@ -105,7 +105,8 @@ SETTINGS: tuple[Setting, ...] = (
             applies="now"),
     Setting("max_model_memory", "OMLX_MAX_MODEL_MEMORY", MEMORY_LIMIT, "80%",
             "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
-            "32GB, 80% of RAM, or 'disabled'", flag="--max-model-memory", commands=BOTH,
+            "32GB, 80% of RAM (the memory cgroup's limit when lower), or 'disabled'",
+            flag="--max-model-memory", commands=BOTH,
             check=checks.memory_limit(auto=False), applies="now"),
     Setting("max_process_memory", "OMLX_MAX_PROCESS_MEMORY", MEMORY_LIMIT, "auto",
             "limit on the whole process when loading a model: a size, a percentage of RAM, 'auto' "

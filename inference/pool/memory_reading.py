@@ -3,9 +3,12 @@ that applies (the memory guard's input, ``memory_guard``).
 
 Each limit is a `Bound`: what is counted against it now, and where the OS acts.
 
-    cgroup          the memory cgroup of this process (v2: memory.max / memory.current; v1:
-                    memory.limit_in_bytes / memory.usage_in_bytes), less its inactive file pages
-                    (page cache the kernel reclaims before it kills): the OOM killer acts here.
+    cgroup          the memory cgroup of this process or an ancestor's, the one with the least
+                    room (v2: memory.max / memory.current; v1: memory.limit_in_bytes /
+                    memory.usage_in_bytes), less its inactive file pages (page cache the kernel
+                    reclaims before it kills): the OOM killer acts here. Read by cache/ram.py,
+                    whose ``total_ram()`` (the lowest cgroup limit, else physical RAM) is what
+                    the pool's default limits and every "% of RAM" are taken of.
     rlimit-as       RLIMIT_AS against the process's virtual size (VmSize): allocations fail.
     rlimit-data     RLIMIT_DATA against its data segment (VmData): allocations fail.
     system          MemTotal less MemAvailable against MemTotal (Linux /proc/meminfo, else
@@ -25,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from .memory import process_rss
+from cache.ram import CGROUP_ROOT, PROC_CGROUP, cgroup_memory
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+from .memory import process_rss
 
 
 @dataclass(frozen=True)
@@ -72,39 +74,11 @@ def all_bounds(process_limit: Optional[int] = None) -> List[Bound]:
     return out
 
 
-def cgroup_bound(root: Path = CGROUP_ROOT, proc_cgroup: str = "/proc/self/cgroup") -> Optional[Bound]:
-    """This process's memory cgroup, when it has a limit (v2 first, then v1)."""
-    try:
-        lines = Path(proc_cgroup).read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        hierarchy, controllers, path = line.split(":", 2)
-        rel = path.lstrip("/")
-        if hierarchy == "0" and controllers == "":
-            for base in (root, root / "unified"):
-                folder = base / rel
-                if (folder / "memory.max").exists():
-                    return _cgroup(folder, "memory.max", "memory.current", "inactive_file")
-        elif "memory" in controllers.split(","):
-            folder = root / "memory" / rel
-            if (folder / "memory.limit_in_bytes").exists():
-                return _cgroup(folder, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
-    return None
-
-
-def _cgroup(folder: Path, limit_file: str, usage_file: str, inactive_key: str) -> Optional[Bound]:
-    text = (folder / limit_file).read_text().strip()
-    if text == "max" or int(text) >= UNLIMITED:
-        return None
-    usage = int((folder / usage_file).read_text())
-    inactive = 0
-    for line in (folder / "memory.stat").read_text().splitlines():
-        key, _, value = line.partition(" ")
-        if key == inactive_key:
-            inactive = int(value)
-            break
-    return Bound("cgroup", max(0, usage - inactive), int(text))
+def cgroup_bound(root: Path = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> Optional[Bound]:
+    """The memory cgroup over this process with the least room (its own or an ancestor's limit,
+    ``cache.ram``, which the pool's default limits are taken of too)."""
+    level = cgroup_memory(root, proc_cgroup)
+    return None if level is None else Bound("cgroup", level.used, level.limit)
 
 
 def rlimit_as_bound() -> Optional[Bound]:
