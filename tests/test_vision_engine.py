@@ -14,7 +14,7 @@ import pytest
 from inference.engine import Engine, SamplingParams
 
 MAX_TOKENS = 10
-FAMILIES = ("llava", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+FAMILIES = ("llava", "gemma3", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -60,7 +60,8 @@ def reference(vlm_dir):
 
     def run(p, tokens=MAX_TOKENS):
         extras = {k: mx.array(v) for k, v in p.extras.items()}
-        out = stream_generate(model, processor, "", input_ids=mx.array([p.model_ids]),
+        ids = mx.array([p.model_ids])
+        out = stream_generate(model, processor, "", input_ids=ids, mask=mx.ones(ids.shape, dtype=mx.int32),
                               pixel_values=mx.array(p.pixel_values), max_tokens=tokens, temperature=0.0, **extras)
         return [r.token for r in out][:tokens]
 
@@ -187,13 +188,13 @@ def test_the_image_grid_is_part_of_the_key(vlm_dir):
     patches alike) and token count but other grids, so other M-RoPE positions: other key ids."""
     import json
 
-    from inference.vision.model import ProcessorOnly
+    from inference.vision.model import MROPE_FAMILIES, ProcessorOnly
     from inference.vision.prompt import prepare
     from PIL import Image
 
     config = json.loads((vlm_dir / "config.json").read_text())
-    if "image_grid_thw" not in str(config) and config["model_type"] == "llava":
-        pytest.skip("one grid per LLaVA image (the processor crops to a square)")
+    if config["model_type"] not in MROPE_FAMILIES:
+        pytest.skip("one grid for every image (the processor resizes to a fixed square)")
     vision = ProcessorOnly(vlm_dir, config)
     text = _render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "Which way up?"}])
     patch = config["vision_config"]["patch_size"] * 4

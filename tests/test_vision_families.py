@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ServerProcess
 
-FAMILIES = ("qwen2_5_vl", "qwen3_vl")
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3")
 PROMPT = "What is in this picture? Describe it."
 MAX_TOKENS = 12
 

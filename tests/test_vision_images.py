@@ -65,10 +65,12 @@ def test_key_ids_are_outside_every_vocabulary_and_depend_on_image_and_index():
 
 @pytest.mark.parametrize("config, vision, reason", [
     ({"model_type": "llava", "vision_config": {}, "text_config": {"model_type": "llama"}}, True, None),
-    # A multimodal checkpoint mlx-lm reads as text stays a text model.
-    ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, False, None),
+    ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, True, None),
     ({"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}, True, None),  # M-RoPE, served with images
     ({"model_type": "qwen3_vl", "vision_config": {}, "text_config": {}}, True, None),
+    # A multimodal checkpoint mlx-lm reads as text, of a family not served with images, stays a
+    # text model.
+    ({"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}}, False, None),
     ({"model_type": "unknown_vl", "vision_config": {}}, False, "is not served yet"),
 ])
 def test_discovery_of_vision_folders(tmp_path, config, vision, reason):

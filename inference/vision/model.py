@@ -9,8 +9,9 @@ processor; it turns a prompt's token ids and pixels into input embeddings, on th
 Served with images: the families of ``IMAGE_FAMILIES``, checked end to end against mlx-vlm's own
 generate (tests/test_vision*.py): their mlx-vlm class has ``get_input_embeddings(input_ids,
 pixel_values, **extras)`` and their language model decodes in the shared batch with mlx-lm's
-caches. Other checkpoints with a ``vision_config`` that mlx-lm reads (Mistral 3, Qwen 3.5...)
-stay served as text models, as before; images sent to them get a 400.
+caches (Gemma 3's sliding-window layers get mlx-lm's rotating caches: ``TextModel.make_cache``).
+Other checkpoints with a ``vision_config`` that mlx-lm reads (Mistral 3, Qwen 3.5...) stay
+served as text models, as before; images sent to them get a 400.
 
 Multi-axis positions (``MROPE_FAMILIES``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL). Their rotary
 positions are three (time, height, width): an image's tokens take grid positions, and every
@@ -30,6 +31,7 @@ so KV restored from the block cache sits at the positions it was computed at.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 from pathlib import Path
@@ -40,7 +42,7 @@ import mlx.nn as nn
 
 logger = logging.getLogger("omlx.engine")
 
-IMAGE_FAMILIES = ("llava", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # served with images (module docstring)
+IMAGE_FAMILIES = ("llava", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # served with images (module docstring)
 MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # three-axis rotary positions
 
 
@@ -80,6 +82,24 @@ class TextModel(nn.Module):
     @property
     def layers(self):
         return self.language_model.layers
+
+    def make_cache(self):
+        """mlx-lm's caches of the kinds the language model asks for (mlx-vlm's own classes are
+        twins of mlx-lm's, but the engine's batching and block cache work on mlx-lm's): a full
+        KV cache per layer, or a rotating one where the model has sliding windows (Gemma 3)."""
+        from mlx_lm.models.cache import KVCache, RotatingKVCache
+
+        if not hasattr(self.language_model, "make_cache"):
+            return [KVCache() for _ in self.layers]
+        caches = []
+        for c in self.language_model.make_cache():
+            if type(c).__name__ == "RotatingKVCache":
+                caches.append(RotatingKVCache(max_size=c.max_size, keep=c.keep))
+            elif type(c).__name__ == "KVCache":
+                caches.append(KVCache())
+            else:  # a kind the engine would not batch: the model's own (refused at load)
+                caches.append(c)
+        return caches
 
     def __call__(self, inputs: mx.array, cache=None, input_embeddings: Optional[mx.array] = None):
         out = self.language_model(inputs, inputs_embeds=input_embeddings, cache=cache)
@@ -141,6 +161,8 @@ class VisionModel:
         [layers, image tokens, D] or None)."""
         ids = mx.array([list(input_ids)])
         kwargs = {k: mx.array(v) for k, v in (extras or {}).items()}
+        if "mask" in inspect.signature(self.vlm.get_input_embeddings).parameters:
+            kwargs["mask"] = mx.ones(ids.shape, dtype=mx.int32)  # Gemma 3 builds a 4-D mask from it
         features = self.vlm.get_input_embeddings(ids, mx.array(pixel_values), **kwargs)
         deepstack = getattr(features, "deepstack_visual_embeds", None)
         if isinstance(deepstack, (list, tuple)):
