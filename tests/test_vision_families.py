@@ -1,6 +1,6 @@
-"""Qwen2.5-VL and Qwen3-VL end to end (issue 14 item 4): a live `omlx serve` with random-weight
-folders of both families (inference.model_factory_vlm_qwen) and a text model, driven by the
-official openai and anthropic SDKs. (Qwen2-VL shares Qwen2.5-VL's code path; the engine tests,
+"""Qwen2.5-VL, Qwen3-VL and Gemma 3 end to end (issue 14 item 4): a live `omlx serve` with
+random-weight folders of these families (inference.model_factory_vlm_qwen, _gemma3) and a text
+model, driven by the official openai and anthropic SDKs. (Qwen2-VL shares Qwen2.5-VL's code path; the engine tests,
 tests/test_vision_engine.py, cover it too.)
 
 - An image request gives the same greedy text as mlx-vlm's own ``generate`` on the same prompt
@@ -31,6 +31,17 @@ def _png(seed: int, shape=(60, 60)) -> bytes:
     from PIL import Image
 
     pixels = (np.random.default_rng(seed).random(shape + (3,)) * 255).astype("uint8")
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _gradient_png() -> bytes:
+    """A 60x60 picture unlike the noise ones (their pooled features are alike): a colour ramp."""
+    from PIL import Image
+
+    ramp = np.linspace(0, 255, 60, dtype="uint8")
+    pixels = np.stack([np.tile(ramp, (60, 1)), np.tile(ramp[:, None], (1, 60)), np.full((60, 60), 30, "uint8")], -1)
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="PNG")
     return out.getvalue()
@@ -159,7 +170,7 @@ def test_repeated_image_hits_and_changed_image_misses(client, images, folders, f
     tokenizer = AutoTokenizer.from_pretrained(str(folders[family]))
     text_before = len(tokenizer.encode("<|im_start|>user" + text, add_special_tokens=False))
     assert text_before > 8
-    changed = _chat(client, messages(_data_url(_png(9))), family)  # same size, other pixels
+    changed = _chat(client, messages(_data_url(_gradient_png())), family)  # same size, other pixels
     assert changed.usage.prompt_tokens == prompt_tokens
     assert changed.usage.prompt_tokens_details.cached_tokens <= text_before + 1
     assert changed.choices[0].message.content != first.choices[0].message.content
