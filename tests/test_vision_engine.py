@@ -204,3 +204,19 @@ def test_the_image_grid_is_part_of_the_key(vlm_dir):
     assert wide.model_ids == tall.model_ids
     assert wide.extras["image_grid_thw"].tolist() != tall.extras["image_grid_thw"].tolist()
     assert wide.key_ids != tall.key_ids
+
+
+def test_text_requests_prefilled_together_equal_each_alone(vlm_dir):
+    """Text-only requests to a vision model share prefill forward passes (batch caches of
+    different histories; M-RoPE families: positions from each row's own offset) and give the
+    tokens each gives alone."""
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    engine = Engine(vlm_dir, prefill_chunk_size=6, prefix_cache=False)
+    try:
+        texts = ["A short one.", "A much longer question about nothing at all, to make rows differ in length."]
+        ids = [engine.encode(_render(vlm_dir, [{"type": "text", "text": t}])) for t in texts]
+        alone = [_collect(engine.submit(i, params)) for i in ids]
+        together = [engine.submit(i, params) for i in ids]
+        assert [_collect(s) for s in together] == alone
+    finally:
+        engine.close()
