@@ -6,7 +6,8 @@ written here weight by weight and need neither torch nor transformers; the famil
 models) are built with transformers' own classes by ``inference.model_factory_hf`` under the same
 rules for the weights, and need ``pip install 'omlx[test]'``; ``llava`` (a
 vision-language model) is ``inference.model_factory_vlm``'s, ``gemma3`` (Gemma 3 with its
-vision tower) ``inference.model_factory_vlm_gemma3``'s and the Qwen-VL families
+vision tower) ``inference.model_factory_vlm_gemma3``'s, ``mistral3`` (Mistral 3 with its Pixtral
+tower) ``inference.model_factory_vlm_mistral3``'s and the Qwen-VL families
 (``QWEN_VISION_BUILT``) ``inference.model_factory_vlm_qwen``'s. ``quantize_model`` writes an
 MLX-format 4- or 8-bit copy of a folder with mlx-lm's converter.
 
@@ -46,7 +47,7 @@ ENCODER_BUILT = ("bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_re
 # Vision-language models (inference.model_factory_vlm, and model_factory_vlm_qwen for the Qwen-VL
 # families; also need omlx[test]).
 QWEN_VISION_BUILT = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-VISION_BUILT = ("llava", "gemma3") + QWEN_VISION_BUILT
+VISION_BUILT = ("llava", "gemma3", "mistral3") + QWEN_VISION_BUILT
 ARCHITECTURES = HAND_WRITTEN + TRANSFORMERS_BUILT + ENCODER_BUILT + VISION_BUILT
 
 PRESETS = {
@@ -144,6 +145,10 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
         from inference import model_factory_vlm_gemma3
 
         return model_factory_vlm_gemma3.build(path, arch, preset, seed, dtype, overrides)
+    if arch == "mistral3":
+        from inference import model_factory_vlm_mistral3
+
+        return model_factory_vlm_mistral3.build(path, arch, preset, seed, dtype, overrides)
     if arch in VISION_BUILT:
         from inference import model_factory_vlm
 
@@ -205,6 +210,10 @@ def preset_names(arch):
         from inference.model_factory_vlm_gemma3 import PRESETS as GEMMA3_PRESETS
 
         return tuple(GEMMA3_PRESETS)
+    if arch == "mistral3":
+        from inference.model_factory_vlm_mistral3 import PRESETS as MISTRAL3_PRESETS
+
+        return tuple(MISTRAL3_PRESETS)
     if arch in VISION_BUILT:
         from inference.model_factory_vlm import PRESETS as VLM_PRESETS
 

@@ -1,5 +1,5 @@
-"""The engine with a vision model, in process, for each family served with images (LLaVA and the
-M-RoPE families Qwen2-VL, Qwen2.5-VL, Qwen3-VL): image prompts prefilled in chunks that cut
+"""The engine with a vision model, in process, for each family served with images (LLaVA, Gemma 3,
+Mistral 3 and the M-RoPE families Qwen2-VL, Qwen2.5-VL, Qwen3-VL): image prompts prefilled in chunks that cut
 through the image's tokens, image and text requests decoding in one batch, preempted requests
 replayed, and prompts restored from the block cache (hot tier, cold tier after a restart) all
 give mlx-vlm's own greedy tokens (stream_generate on the same inputs).
@@ -14,7 +14,7 @@ import pytest
 from inference.engine import Engine, SamplingParams
 
 MAX_TOKENS = 10
-FAMILIES = ("llava", "gemma3", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+FAMILIES = ("llava", "gemma3", "mistral3", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -194,7 +194,7 @@ def test_the_image_grid_is_part_of_the_key(vlm_dir):
 
     config = json.loads((vlm_dir / "config.json").read_text())
     if config["model_type"] not in MROPE_FAMILIES:
-        pytest.skip("one grid for every image (the processor resizes to a fixed square)")
+        pytest.skip("one position index: tokens are placed by their order, not by a grid")
     vision = ProcessorOnly(vlm_dir, config)
     text = _render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "Which way up?"}])
     patch = config["vision_config"]["patch_size"] * 4
@@ -220,3 +220,27 @@ def test_text_requests_prefilled_together_equal_each_alone(vlm_dir):
         assert [_collect(s) for s in together] == alone
     finally:
         engine.close()
+
+
+def test_two_images_of_different_sizes(vlm_dir, reference):
+    """Two pictures of different sizes in one prompt (Qwen-VL and Mistral 3: different token
+    counts): the output equals mlx-vlm's; each image's tokens are keyed by that image, so
+    changing the second one changes the key ids from its first token on, not before."""
+    from inference.vision.prompt import prepare
+
+    text = _render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "and"}, {"type": "image"},
+                             {"type": "text", "text": "Compare them."}])
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    engine = Engine(vlm_dir, prefill_chunk_size=7, prefix_cache=False)
+    try:
+        vision = engine.loaded.vision
+        first = prepare(vision, text, [_image(4), _image(5, (60, 120))])
+        assert _collect(engine.submit(first.key_ids, params, vision=first)) == reference(first)
+    finally:
+        engine.close()
+    other = prepare(vision, text, [_image(4), _image(6, (60, 120))])
+    assert other.model_ids == first.model_ids and len(first.digests) == 2
+    alone = prepare(vision, _render(vlm_dir, [{"type": "image"}]), [_image(4)])
+    second_start = first.image_positions[len(alone.image_positions)]  # the second image's first token
+    change = next(i for i, (a, b) in enumerate(zip(first.key_ids, other.key_ids)) if a != b)
+    assert change == second_start

@@ -1,5 +1,5 @@
-"""Qwen2.5-VL, Qwen3-VL and Gemma 3 end to end (issue 14 item 4): a live `omlx serve` with
-random-weight folders of these families (inference.model_factory_vlm_qwen, _gemma3) and a text
+"""Qwen2.5-VL, Qwen3-VL, Gemma 3 and Mistral 3 end to end (issue 14 item 4): a live `omlx serve` with
+random-weight folders of these families (inference.model_factory_vlm_qwen, _gemma3, _mistral3) and a text
 model, driven by the official openai and anthropic SDKs. (Qwen2-VL shares Qwen2.5-VL's code path; the engine tests,
 tests/test_vision_engine.py, cover it too.)
 
@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ServerProcess
 
-FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3")
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")
 PROMPT = "What is in this picture? Describe it."
 MAX_TOKENS = 12
 
@@ -118,10 +118,13 @@ def _chat(client, messages, model):
     return client.chat.completions.create(model=model, messages=messages, max_tokens=MAX_TOKENS, temperature=0)
 
 
-def test_the_model_list_says_which_models_read_images(client):
+def test_the_model_list_says_which_models_read_images(server, client):
     entries = {m.id: m for m in client.models.list().data}
     assert all(entries[f].vision is True for f in FAMILIES)
     assert entries["tiny"].vision is False
+    with anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=60) as c:
+        listed = {m.id: m.model_dump() for m in c.models.list().data}  # Anthropic's list format
+    assert all(listed[f]["vision"] is True for f in FAMILIES) and listed["tiny"]["vision"] is False
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -70,7 +70,8 @@ def test_key_ids_are_outside_every_vocabulary_and_depend_on_image_and_index():
     ({"model_type": "qwen3_vl", "vision_config": {}, "text_config": {}}, True, None),
     # A multimodal checkpoint mlx-lm reads as text, of a family not served with images, stays a
     # text model.
-    ({"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}}, False, None),
+    ({"model_type": "pixtral", "vision_config": {}, "text_config": {"model_type": "mistral"}}, False, None),
+    ({"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}}, True, None),
     ({"model_type": "unknown_vl", "vision_config": {}}, False, "is not served yet"),
 ])
 def test_discovery_of_vision_folders(tmp_path, config, vision, reason):

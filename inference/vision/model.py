@@ -10,7 +10,7 @@ Served with images: the families of ``IMAGE_FAMILIES``, checked end to end again
 generate (tests/test_vision*.py): their mlx-vlm class has ``get_input_embeddings(input_ids,
 pixel_values, **extras)`` and their language model decodes in the shared batch with mlx-lm's
 caches (Gemma 3's sliding-window layers get mlx-lm's rotating caches: ``TextModel.make_cache``).
-Other checkpoints with a ``vision_config`` that mlx-lm reads (Mistral 3, Qwen 3.5...) stay
+Other checkpoints with a ``vision_config`` that mlx-lm reads (Pixtral, Qwen 3.5...) stay
 served as text models, as before; images sent to them get a 400.
 
 Multi-axis positions (``MROPE_FAMILIES``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL). Their rotary
@@ -42,7 +42,7 @@ import mlx.nn as nn
 
 logger = logging.getLogger("omlx.engine")
 
-IMAGE_FAMILIES = ("llava", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # served with images (module docstring)
+IMAGE_FAMILIES = ("llava", "gemma3", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # served with images (module docstring)
 MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # three-axis rotary positions
 
 
@@ -148,6 +148,7 @@ class VisionModel:
         self.config = config
         self.image_token_id = self.token_id(config)
         self.merge_size = merge_size(config)
+        self.size_unit = size_unit(config)
         self.mrope = config.get("model_type") in MROPE_FAMILIES
 
     @staticmethod
@@ -186,6 +187,14 @@ def merge_size(config: dict) -> int:
     return int((config.get("vision_config") or {}).get("spatial_merge_size", 1))
 
 
+def size_unit(config: dict) -> int:
+    """Mistral 3 (Pixtral tower): one image token per (patch * merge)-pixel square of the
+    picture as the processor sized it; 0 for the other families."""
+    if config.get("model_type") != "mistral3":
+        return 0
+    return int((config.get("vision_config") or {}).get("patch_size", 14)) * int(config.get("spatial_merge_size", 1))
+
+
 class ProcessorOnly:
     """The processor side of a VisionModel, without the weights (token counts in the API
     process); processors are cached per folder."""
@@ -195,6 +204,7 @@ class ProcessorOnly:
                                     config.get("model_type"))
         self.image_token_id = VisionModel.token_id(config)
         self.merge_size = merge_size(config)
+        self.size_unit = size_unit(config)
         self.mrope = config.get("model_type") in MROPE_FAMILIES
 
 

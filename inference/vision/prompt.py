@@ -112,9 +112,10 @@ def prepare(vision, text: str, images: list) -> VisionPrompt:
         raise ValueError(f"the images cannot be processed for this model: {exc}") from None
     ids = [int(t) for t in np.asarray(batch["input_ids"])[0]]
     pixels = np.asarray(batch["pixel_values"])
-    extras = {k: np.asarray(batch[k]) for k in ("image_grid_thw",) if k in batch}
+    extras = {k: np.asarray(batch[k]) for k in ("image_grid_thw", "image_sizes") if k in batch}
     positions = [i for i, t in enumerate(ids) if t == vision.image_token_id]
-    counts, pictures = _per_image(pixels, extras, len(images), len(positions), vision.merge_size)
+    counts, pictures = _per_image(pixels, extras, len(images), len(positions), vision.merge_size,
+                                  getattr(vision, "size_unit", 0))
     if not positions or sum(counts) != len(positions):
         raise ValueError(f"the prompt has {len(positions)} image tokens for {len(images)} images")
     digests = [hashlib.sha256(str(p.shape).encode() + str(grid).encode() + np.ascontiguousarray(p).tobytes()).digest()
@@ -129,12 +130,21 @@ def prepare(vision, text: str, images: list) -> VisionPrompt:
     return VisionPrompt(ids, keys, pixels, positions, [d.hex() for d in digests], extras)
 
 
-def _per_image(pixels: np.ndarray, extras: dict, n_images: int, n_tokens: int, merge: int):
+def _per_image(pixels: np.ndarray, extras: dict, n_images: int, n_tokens: int, merge: int, unit: int = 0):
     """([image tokens of each image], [(its pixel values, its grid or None)]). Qwen-VL's
     processors give all images' patches in one array and a grid (t, h, w) per image, which
-    expands to t*h*w / merge**2 tokens; the others one pixel array per image, each the same
-    number of tokens."""
+    expands to t*h*w / merge**2 tokens; Pixtral's (Mistral 3) one pixel array per image, padded
+    to the largest, and each image's size (h, w), which is (h/unit) * (w/unit) tokens (``unit``:
+    patch size times merge); the others one pixel array per image, each the same number of
+    tokens."""
     grids = extras.get("image_grid_thw")
+    sizes = extras.get("image_sizes")
+    if grids is None and sizes is not None and unit:
+        if len(sizes) != n_images:
+            raise ValueError(f"the processor made {len(sizes)} image sizes for {n_images} images")
+        hw = [(int(h), int(w)) for h, w in sizes]
+        return ([(h // unit) * (w // unit) for h, w in hw],
+                [(pixels[i][..., :h, :w], hw[i]) for i, (h, w) in enumerate(hw)])
     if grids is None:
         per = n_tokens // n_images if n_images else 0
         return [per] * n_images, [(pixels[i], None) for i in range(n_images)]
