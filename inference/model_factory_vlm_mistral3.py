@@ -51,8 +51,8 @@ PRESETS = {
 
 def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: MistralConfig fields
-    of the language model. Pictures are resized to fit ``image_size`` (112) pixels, in
-    28-pixel merged patches: a 60x60 picture is 2x2 = 4 image tokens, 60x120 is 2x4 = 8."""
+    of the language model. Pictures are sized to fit ``image_size`` (112) pixels in whole
+    28-pixel merged patches: a 60x60 picture is 3x3 = 9 image tokens."""
     import torch
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PreTrainedTokenizerFast
 
