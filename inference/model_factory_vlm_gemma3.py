@@ -90,8 +90,10 @@ def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides
     model.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype])
     model.save_pretrained(str(path), safe_serialization=True)
     _hub_names(path / "model.safetensors")
+    # vocab_size at the top too: mlx-lm reads a gemma3 folder as text from there (default 262208,
+    # the real vocabulary, which Hub configs leave out).
     hub = dict(architectures=["Gemma3ForConditionalGeneration"], model_type="gemma3", eos_token_id=2,
-               initializer_range=0.02, torch_dtype=dtype, **ids,
+               initializer_range=0.02, torch_dtype=dtype, vocab_size=text["vocab_size"], **ids,
                text_config=dict(lm, model_type="gemma3_text", sliding_window_pattern=pattern, layer_types=layer_types,
                                 rope_theta=1000000.0, rope_local_base_freq=10000.0, rope_scaling=None,
                                 mm_tokens_per_image=fields["mm_tokens_per_image"]),

@@ -85,3 +85,24 @@ def test_discovery_of_vision_folders(tmp_path, config, vision, reason):
     folder = inspect("m", tmp_path)
     assert folder.vision is vision
     assert (folder.reason is None) if reason is None else (reason in folder.reason)
+
+
+def test_a_vision_folder_without_its_tower_stays_a_text_model(tmp_path, model_dir):
+    """mlx-lm's conversion of a VLM keeps ``vision_config`` but drops the vision tower: such a
+    Gemma 3 folder is listed without vision and served as text by mlx-lm, as before."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from inference.engine.model_loader import load_model
+    from inference.pool.discovery import inspect
+
+    folder = tmp_path / "gemma3-text"
+    shutil.copytree(model_dir("gemma3", "tiny"), folder)
+    assert inspect("whole", model_dir("gemma3", "tiny")).vision
+    weights = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if k.startswith("language_model.")}, str(folder / "model.safetensors"))
+    listed = inspect("text", folder)
+    assert listed.vision is False and listed.reason is None
+    loaded = load_model(folder)
+    assert loaded.vision is None and loaded.model_type == "gemma3"

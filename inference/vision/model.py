@@ -51,9 +51,48 @@ def is_vision_config(config: dict) -> bool:
     return isinstance(config.get("vision_config"), dict)
 
 
-def reads_images(config: dict) -> bool:
-    """Served through this module, with images."""
-    return is_vision_config(config) and config.get("model_type") in IMAGE_FAMILIES
+def reads_images(config: dict, path: Optional[Path] = None) -> bool:
+    """Served through this module, with images. With the folder's ``path``: only if its weights
+    hold a vision tower (mlx-lm's conversion of a VLM keeps ``vision_config`` but drops the
+    tower; such a folder is a text model, served by mlx-lm as before)."""
+    if not (is_vision_config(config) and config.get("model_type") in IMAGE_FAMILIES):
+        return False
+    return path is None or has_vision_weights(Path(path))
+
+
+_VISION_PREFIXES = ("vision_tower.", "visual.", "vision_model.", "model.visual.", "model.vision_tower.")
+
+
+def has_vision_weights(path: Path) -> bool:
+    """Whether the folder's weight names include a vision tower (the Hub's and mlx-vlm's names
+    of the families served). True when it cannot tell (no weights, unreadable headers): loading
+    then says what is wrong."""
+    files = sorted(path.glob("model*.safetensors"))
+    index = path / "model.safetensors.index.json"
+    stamps = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files + ([index] if index.is_file() else []))
+    return _has_vision_weights(str(path), stamps)
+
+
+@functools.lru_cache(maxsize=256)
+def _has_vision_weights(path: str, stamps: tuple) -> bool:
+    import struct
+
+    folder = Path(path)
+    names = []
+    try:
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            names = list(json.loads(index.read_text()).get("weight_map", {}))
+        else:
+            for name, _, _ in stamps:
+                with open(folder / name, "rb") as f:
+                    size = struct.unpack("<Q", f.read(8))[0]
+                    names += list(json.loads(f.read(size)))
+    except (OSError, ValueError, struct.error):
+        return True
+    if not names:
+        return True
+    return any(n.startswith(_VISION_PREFIXES) for n in names)
 
 
 def unsupported_reason(config: dict) -> Optional[str]:
