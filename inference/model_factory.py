@@ -4,8 +4,11 @@
 written here weight by weight and need neither torch nor transformers; the families in
 ``TRANSFORMERS_BUILT`` (sliding-window, hybrid linear-attention, Mamba2 and mixture-of-experts
 models) are built with transformers' own classes by ``inference.model_factory_hf`` under the same
-rules for the weights, and need ``pip install 'omlx[test]'``; ``llava`` (``VISION_BUILT``), a
-vision-language model, is ``inference.model_factory_vlm``'s. ``quantize_model`` writes an
+rules for the weights, and need ``pip install 'omlx[test]'``; ``llava`` (a
+vision-language model) is ``inference.model_factory_vlm``'s, ``gemma3`` (Gemma 3 with its
+vision tower) ``inference.model_factory_vlm_gemma3``'s, ``mistral3`` (Mistral 3 with its Pixtral
+tower) ``inference.model_factory_vlm_mistral3``'s and the Qwen-VL families
+(``QWEN_VISION_BUILT``) ``inference.model_factory_vlm_qwen``'s. ``quantize_model`` writes an
 MLX-format 4- or 8-bit copy of a folder with mlx-lm's converter.
 
 A built folder has the format of a checkpoint from the Hub: ``config.json`` with the fields
@@ -41,8 +44,10 @@ HAND_WRITTEN = ("llama", "mistral", "qwen2", "qwen3")  # weights named here; no 
 TRANSFORMERS_BUILT = ("gemma3_text", "gpt_oss", "nemotron_h", "qwen3_5", "qwen3_moe")
 # Embedding and reranker folders (inference.model_factory_encoders; the bert ones need omlx[test]).
 ENCODER_BUILT = ("bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_reranker")
-# Vision-language models (inference.model_factory_vlm; also needs omlx[test]).
-VISION_BUILT = ("llava",)
+# Vision-language models (inference.model_factory_vlm, and model_factory_vlm_qwen for the Qwen-VL
+# families; also need omlx[test]).
+QWEN_VISION_BUILT = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+VISION_BUILT = ("llava", "gemma3", "mistral3") + QWEN_VISION_BUILT
 ARCHITECTURES = HAND_WRITTEN + TRANSFORMERS_BUILT + ENCODER_BUILT + VISION_BUILT
 
 PRESETS = {
@@ -132,6 +137,18 @@ def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **ov
         from inference import model_factory_encoders
 
         return model_factory_encoders.build(path, arch, preset, seed, dtype, overrides)
+    if arch in QWEN_VISION_BUILT:
+        from inference import model_factory_vlm_qwen
+
+        return model_factory_vlm_qwen.build(path, arch, preset, seed, dtype, overrides)
+    if arch == "gemma3":
+        from inference import model_factory_vlm_gemma3
+
+        return model_factory_vlm_gemma3.build(path, arch, preset, seed, dtype, overrides)
+    if arch == "mistral3":
+        from inference import model_factory_vlm_mistral3
+
+        return model_factory_vlm_mistral3.build(path, arch, preset, seed, dtype, overrides)
     if arch in VISION_BUILT:
         from inference import model_factory_vlm
 
@@ -185,6 +202,18 @@ def preset_names(arch):
         from inference.model_factory_encoders import PRESETS as ENCODER_PRESETS
 
         return tuple(ENCODER_PRESETS[arch])
+    if arch in QWEN_VISION_BUILT:
+        from inference.model_factory_vlm_qwen import PRESETS as QWEN_VLM_PRESETS
+
+        return tuple(QWEN_VLM_PRESETS)
+    if arch == "gemma3":
+        from inference.model_factory_vlm_gemma3 import PRESETS as GEMMA3_PRESETS
+
+        return tuple(GEMMA3_PRESETS)
+    if arch == "mistral3":
+        from inference.model_factory_vlm_mistral3 import PRESETS as MISTRAL3_PRESETS
+
+        return tuple(MISTRAL3_PRESETS)
     if arch in VISION_BUILT:
         from inference.model_factory_vlm import PRESETS as VLM_PRESETS
 

@@ -145,3 +145,14 @@ def test_rescan_and_login(console, tmp_path):
     with override_settings(OMLX_API_KEY="k"):
         assert Client().get("/admin/models/").status_code == 302
         assert Client().post(ACTION, {"action": "rescan"}, HTTP_HX_REQUEST="true").status_code == 401
+
+
+def test_vision_models_carry_a_badge(console, tmp_path, model_dir):
+    """A vision-language folder's row shows the `vision` badge (docs/vision.md); text rows do not."""
+    import shutil
+
+    shutil.copytree(model_dir("llava", "tiny"), tmp_path / "models" / "vlm")  # the pool rescans
+    html = console.get("/admin/models/").content.decode()
+    rows = {part.split('"', 1)[0]: part for part in html.split('data-model="')[1:]}
+    assert ">vision</span>" in rows["vlm"].split("</td>", 2)[1]
+    assert ">vision</span>" not in rows["tiny"]

@@ -65,9 +65,13 @@ def test_key_ids_are_outside_every_vocabulary_and_depend_on_image_and_index():
 
 @pytest.mark.parametrize("config, vision, reason", [
     ({"model_type": "llava", "vision_config": {}, "text_config": {"model_type": "llama"}}, True, None),
-    # A multimodal checkpoint mlx-lm reads as text stays a text model.
-    ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, False, None),
-    ({"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}, False, None),  # mlx-lm: text
+    ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, True, None),
+    ({"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}, True, None),  # M-RoPE, served with images
+    ({"model_type": "qwen3_vl", "vision_config": {}, "text_config": {}}, True, None),
+    # A multimodal checkpoint mlx-lm reads as text, of a family not served with images, stays a
+    # text model.
+    ({"model_type": "pixtral", "vision_config": {}, "text_config": {"model_type": "mistral"}}, False, None),
+    ({"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}}, True, None),
     ({"model_type": "unknown_vl", "vision_config": {}}, False, "is not served yet"),
 ])
 def test_discovery_of_vision_folders(tmp_path, config, vision, reason):
@@ -81,3 +85,24 @@ def test_discovery_of_vision_folders(tmp_path, config, vision, reason):
     folder = inspect("m", tmp_path)
     assert folder.vision is vision
     assert (folder.reason is None) if reason is None else (reason in folder.reason)
+
+
+def test_a_vision_folder_without_its_tower_stays_a_text_model(tmp_path, model_dir):
+    """mlx-lm's conversion of a VLM keeps ``vision_config`` but drops the vision tower: such a
+    Gemma 3 folder is listed without vision and served as text by mlx-lm, as before."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from inference.engine.model_loader import load_model
+    from inference.pool.discovery import inspect
+
+    folder = tmp_path / "gemma3-text"
+    shutil.copytree(model_dir("gemma3", "tiny"), folder)
+    assert inspect("whole", model_dir("gemma3", "tiny")).vision
+    weights = load_file(str(folder / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if k.startswith("language_model.")}, str(folder / "model.safetensors"))
+    listed = inspect("text", folder)
+    assert listed.vision is False and listed.reason is None
+    loaded = load_model(folder)
+    assert loaded.vision is None and loaded.model_type == "gemma3"

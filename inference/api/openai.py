@@ -27,16 +27,22 @@ _started = int(time.time())
 @router.get("/models")
 def list_models(request):
     """The servable models, in OpenAI's list format; in Anthropic's when the request comes from an
-    Anthropic client (it sends ``anthropic-version``), so both SDKs' ``models.list()`` work."""
+    Anthropic client (it sends ``anthropic-version``), so both SDKs' ``models.list()`` work. Each
+    entry says whether the model reads images (``vision``, docs/vision.md); the SDKs keep such
+    extra fields."""
     check_api_key(request)
-    ids = get_registry().ids()
+    registry = get_registry()
+    ids = registry.ids()
+    folders = registry.folders()
+    vision = {model_id: bool(folders[model_id].vision) if model_id in folders else False for model_id in ids}
     if "anthropic-version" in request.headers:
         created = datetime.fromtimestamp(_started, tz=timezone.utc).isoformat().replace("+00:00", "Z")
         data = [{"type": "model", "id": model_id, "display_name": model_id, "created_at": created,
-                 "lifecycle": "active"} for model_id in ids]
+                 "lifecycle": "active", "vision": vision[model_id]} for model_id in ids]
         return {"data": data, "has_more": False, "first_id": ids[0] if ids else None,
                 "last_id": ids[-1] if ids else None}
-    data = [{"id": model_id, "object": "model", "created": _started, "owned_by": "omlx"} for model_id in ids]
+    data = [{"id": model_id, "object": "model", "created": _started, "owned_by": "omlx",
+             "vision": vision[model_id]} for model_id in ids]
     return {"object": "list", "data": data}
 
 

@@ -55,7 +55,7 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
     path = Path(path).expanduser()
     config = _read_config(path)
     model_type = config["model_type"]
-    if vision_model.reads_images(config):
+    if vision_model.reads_images(config, path):
         return _load_vision(path, config, dtype)
     try:
         _get_classes(config)

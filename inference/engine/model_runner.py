@@ -31,6 +31,8 @@ class DecodeBatch:
     token when it has just joined (sampled and reported at the end of its prefill:
     ``ModelRunner.first_token``); ``kinds[i]`` says whether the host has seen it.
     Invariant: row i's KV holds all its tokens but ``inputs[i]``; ``kv_len[i]`` counts them.
+    ``deltas[i]``: the row's M-RoPE rope delta (a Qwen-VL request with images,
+    inference.vision.model), 0 for every other row; passed to the model only when one is not 0.
 
     With ``snapshot_every`` (the block size, for models with sliding-window or recurrent layers)
     a row that reaches a multiple of it takes a snapshot of those layers into
@@ -44,6 +46,7 @@ class DecodeBatch:
         self.snapshot_every = snapshot_every
         self.rows: List[Request] = []
         self.kv_len: List[int] = []
+        self.deltas: List[int] = []
         self._states: List[RowState] = []
         self._cache: Optional[list] = None
         self._inputs: Optional[mx.array] = None
@@ -70,6 +73,7 @@ class DecodeBatch:
             self._inputs = mx.concatenate([self._inputs, token])
         self.rows.append(request)
         self.kv_len.append(request.num_tokens - 1)
+        self.deltas.append(request.vision.rope_delta if request.vision is not None else 0)
         self._states.append(state)
         self._kinds.append(REPORTED)
         self._logprobs.append(None)
@@ -87,6 +91,7 @@ class DecodeBatch:
         self._inputs = self._inputs[mx.array(keep)]
         self.rows = [self.rows[i] for i in keep]
         self.kv_len = [self.kv_len[i] for i in keep]
+        self.deltas = [self.deltas[i] for i in keep]
         self._states = [self._states[i] for i in keep]
         self._kinds = [self._kinds[i] for i in keep]
         self._logprobs = [self._logprobs[i] for i in keep]
@@ -119,7 +124,8 @@ class DecodeBatch:
         running when the step returns (the engine asks for it while background rows decode: a
         more urgent request arriving meanwhile then waits for one decode step, not two).
         """
-        logits = self.model(self._inputs[:, None], cache=self._cache)[:, -1, :]
+        extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
+        logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
         self._take_snapshots()
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
         matchers = [s.matcher for s in self._states]

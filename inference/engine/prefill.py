@@ -139,15 +139,14 @@ class Prefill:
     def _forward_one(self, request: Request, n: int) -> "_Lazy":
         """One row's next n tokens on its own caches."""
         start = request.num_computed
-        embeddings = None
-        if request.vision is not None:  # image tokens run as embeddings (inference.vision)
-            tokens, embeddings = request.vision.inputs(self.loaded.vision, request.all_token_ids, start, start + n)
+        extra = {}
+        if request.vision is not None:  # image tokens as embeddings, M-RoPE positions (inference.vision)
+            tokens, extra = request.vision.inputs(self.loaded.vision, request.all_token_ids, start, start + n)
         else:
             tokens = mx.array(request.all_token_ids[start : start + n])[None]
         last = mx.array([tokens.shape[1] - 1])
         with self.gate.only(last):
-            out = (self.model(tokens, cache=request.cache) if embeddings is None
-                   else self.model(tokens, cache=request.cache, input_embeddings=embeddings))
+            out = self.model(tokens, cache=request.cache, **extra)
         self.forwards += 1
         self.rows += 1
         return _Lazy(self.gate, out, last)

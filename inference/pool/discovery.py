@@ -69,7 +69,7 @@ class ModelFolder:
         """A vision-language model served with images (through mlx-vlm, inference.vision)."""
         from inference.vision.model import reads_images
 
-        return reads_images(self.config)
+        return reads_images(self.config, self.path)
 
 
 def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None,
