@@ -183,9 +183,11 @@ def main() -> int:
                 else:
                     reference.encode(part, batch_size=1 if side == "st 1" else k)
                 seconds = time.perf_counter() - began
-                cpu = own_cpu() - cpu0 + (process_cpu(server.pid) - server0 if side.startswith("omlx") else 0)
+                client_cpu = own_cpu() - cpu0
+                server_cpu = process_cpu(server.pid) - server0 if side.startswith("omlx") else 0.0
                 passes, seqs = (a - b for a, b in zip(clients.batches(), (passes0, seqs0)))
-                return {"rate": len(part) / seconds, "cpu_ms": 1000 * cpu / len(part),
+                return {"rate": len(part) / seconds, "cpu_ms": 1000 * (client_cpu + server_cpu) / len(part),
+                        "server_ms": 1000 * server_cpu / len(part), "client_ms": 1000 * client_cpu / len(part),
                         "batch": seqs / passes if passes else None, "load": os.getloadavg()[0]}
 
             runs = run_rounds(sides, args.rounds, run_one)
@@ -202,13 +204,17 @@ def main() -> int:
           f"(sentence-transformers batch 1: {max(1, int(share * args.st_share))}), {args.rounds} rounds in "
           f"rotating order, server --max-batch-wait-ms {args.batch_wait_ms:g}; load average during the "
           f"rounds {min(values('omlx k', 'load')):.1f}-{max(values('omlx k', 'load')):.1f}\n")
-    print("| run | embeddings/s, median (rounds) | CPU ms per embedding, median | mean batch |\n|---|---:|---:|---:|")
+    print("| run | embeddings/s, median (rounds) | CPU ms per embedding: all (server + client), median "
+          "| mean batch |\n|---|---:|---:|---:|")
     for side in sides:
         rates = values(side, "rate")
         batch = [b for b in values(side, "batch") if b] if side.startswith("omlx") else []
+        cpu = f"{statistics.median(values(side, 'cpu_ms')):.1f}"
+        if side.startswith("omlx"):
+            cpu += (f" ({statistics.median(values(side, 'server_ms')):.1f} + "
+                    f"{statistics.median(values(side, 'client_ms')):.1f})")
         print(f"| {labels[side]} | {statistics.median(rates):.1f} ({'/'.join(f'{v:.1f}' for v in rates)}) | "
-              f"{statistics.median(values(side, 'cpu_ms')):.1f} | "
-              + (f"{statistics.mean(batch):.1f} |" if batch else "- |"))
+              f"{cpu} | " + (f"{statistics.mean(batch):.1f} |" if batch else "- |"))
 
     def comparison(name, ours, theirs, key="rate", invert=False):
         c = Comparison(name, invert=invert)
