@@ -1,7 +1,8 @@
 """POST /v1/embeddings and POST /v1/rerank through a live `omlx serve`: the official OpenAI SDK
 (client.embeddings.create, base64 by default and float) and httpx for rerank, against
 sentence-transformers / transformers on the same random weights; concurrent requests equal
-single ones; bad input is a 400 with a message; the models live in the pool like chat models."""
+single ones and share forward passes (counted in /metrics); bad input is a 400 with a message; the
+models live in the pool like chat models."""
 import base64
 import shutil
 from concurrent.futures import ThreadPoolExecutor
