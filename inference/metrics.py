@@ -71,6 +71,13 @@ MODEL_UNLOADS = Counter(
     "(idle past its TTL), manual (the API or admin panel), memory (the memory guard), shutdown",
     ["model", "reason"],
     registry=REGISTRY)
+ENCODER_BATCHES = Counter(
+    "omlx_embedding_forward_passes", "Forward passes of embedding and reranker models (each runs the "
+    "sequences of every request that met in one batch)", ["model"], registry=REGISTRY)
+ENCODER_SEQUENCES = Counter(
+    "omlx_embedding_sequences", "Sequences (inputs, query-document pairs) run by embedding and "
+    "reranker models; divided by the forward passes: the batch size requests got", ["model"],
+    registry=REGISTRY)
 
 # Recent first-token times for the Status page's percentiles (histogram buckets are too coarse).
 _recent_ttft: Deque[Tuple[float, float]] = deque(maxlen=20_000)  # (time.time(), seconds)
@@ -160,6 +167,11 @@ def model_loaded(model_id: str, engine, seconds: float) -> None:
     MODEL_LOAD_SECONDS.labels(model_id).observe(seconds)
     with _lock:
         _live[id(engine)] = (model_id, engine)
+
+
+def encoder_batch(model_id: str, sequences: int) -> None:
+    ENCODER_BATCHES.labels(model_id).inc()
+    ENCODER_SEQUENCES.labels(model_id).inc(sequences)
 
 
 def model_load_failed(model_id: str) -> None:

@@ -134,7 +134,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_batch_wait_ms", "OMLX_MAX_BATCH_WAIT_MS", NUMBER, 0,
             "how long a new request may be held so that it joins a batch with others, per model "
             "(milliseconds; admitted earlier when the waiting requests fill every free slot; 0 "
-            "admits at once)", flag="--max-batch-wait-ms", commands=BOTH,
+            "admits at once); embedding and reranker models: how long the first request waits "
+            "for others to share its forward pass", flag="--max-batch-wait-ms", commands=BOTH,
             check=checks.engine("max_batch_wait_ms"), applies="next load"),
     Setting("max_step_ms", "OMLX_MAX_STEP_MS", NUMBER, 0,
             "while requests decode, a step computes only the prompt tokens that keep it near this "

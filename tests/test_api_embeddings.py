@@ -1,7 +1,8 @@
 """POST /v1/embeddings and POST /v1/rerank through a live `omlx serve`: the official OpenAI SDK
 (client.embeddings.create, base64 by default and float) and httpx for rerank, against
 sentence-transformers / transformers on the same random weights; concurrent requests equal
-single ones; bad input is a 400 with a message; the models live in the pool like chat models."""
+single ones and share forward passes (counted in /metrics); bad input is a 400 with a message; the
+models live in the pool like chat models."""
 import base64
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,9 @@ def models(tmp_path_factory, model_dir):
 
 @pytest.fixture(scope="module")
 def server(models, tmp_path_factory):
-    proc = ServerProcess(["--model-dir", str(models), "--hot-cache-max-size", "1MB"],
+    # A short batch wait, so that requests sent together meet in the engine however the machine
+    # schedules the server's request threads (tests of batching count forward passes).
+    proc = ServerProcess(["--model-dir", str(models), "--hot-cache-max-size", "1MB", "--max-batch-wait-ms", "20"],
                          tmp_path_factory.mktemp("embed-home"))
     yield proc
     proc.stop()
@@ -93,16 +96,62 @@ def test_token_ids_dimensions_and_raw_base64(server, client, references):
     assert np.allclose(decoded, by_text, atol=1e-6)
 
 
+def forward_passes(server, name: str) -> tuple:
+    """(forward passes, sequences) the server's /metrics counts for ``name`` so far."""
+    counts = {}
+    for line in httpx.get(server.url + "/metrics", timeout=60).text.splitlines():
+        for series in ("forward_passes", "sequences"):
+            if line.startswith(f'omlx_embedding_{series}_total{{model="{name}"}}'):
+                counts[series] = float(line.split()[-1])
+    return counts.get("forward_passes", 0.0), counts.get("sequences", 0.0)
+
+
+def together(calls):
+    """Every call of ``calls`` at once (one thread each); their results, in order."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
 @pytest.mark.parametrize("name", EMBEDDERS)
-def test_concurrent_requests_equal_single_ones(client, name):
-    texts = [f"{TEXTS[i % len(TEXTS)]} number {i}" for i in range(32)]
-    alone = [np.array(client.embeddings.create(model=name, input=t, encoding_format="float").data[0].embedding)
-             for t in texts]
-    with ThreadPoolExecutor(32) as pool:
-        together = list(pool.map(lambda t: np.array(client.embeddings.create(
-            model=name, input=t, encoding_format="float").data[0].embedding), texts))
-    for got, want in zip(together, alone):
+def test_concurrent_requests_equal_single_ones(server, client, name):
+    """32 requests at once, texts of different lengths: each gets what it gets alone, and the
+    server ran them in fewer forward passes than requests (they were batched together)."""
+    texts = [f"{TEXTS[i % len(TEXTS)]} number {i}" + " again" * (i % 5) for i in range(32)]
+
+    def embed(text):
+        return np.array(client.embeddings.create(model=name, input=text, encoding_format="float").data[0].embedding)
+
+    alone = [embed(t) for t in texts]
+    before = forward_passes(server, name)
+    at_once = together([lambda t=t: embed(t) for t in texts])
+    after = forward_passes(server, name)
+    for got, want in zip(at_once, alone):
         assert np.allclose(got, want, atol=1e-5)
+    passes, sequences = after[0] - before[0], after[1] - before[1]
+    assert sequences == 32 and passes < 32, (passes, sequences)
+
+
+@pytest.mark.parametrize("name", ("bert-reranker", "qwen3-reranker"))
+def test_concurrent_reranks_equal_single_ones(server, name):
+    """16 rerank requests at once (different queries and document counts): the same scores as
+    each alone, in fewer forward passes than requests."""
+    bodies = [dict(model=name, query=f"{QUERY} {i}" + " please" * (i % 3), documents=DOCS[:2 + i % (len(DOCS) - 1)])
+              for i in range(16)]
+
+    def scores(body):
+        reply = rerank(server, **body)
+        assert reply.status_code == 200, reply.text
+        return {r["index"]: r["relevance_score"] for r in reply.json()["results"]}
+
+    alone = [scores(b) for b in bodies]
+    before = forward_passes(server, name)
+    at_once = together([lambda b=b: scores(b) for b in bodies])
+    after = forward_passes(server, name)
+    for got, want in zip(at_once, alone):
+        assert got.keys() == want.keys()
+        assert np.allclose([got[i] for i in want], [want[i] for i in want], atol=1e-5)
+    passes, sequences = after[0] - before[0], after[1] - before[1]
+    assert sequences == sum(len(b["documents"]) for b in bodies) and passes < 16, (passes, sequences)
 
 
 def rerank(server, **body):

@@ -153,6 +153,26 @@ def test_a_cancelled_job_is_dropped_and_the_engine_goes_on(folders):
         engine.close()
 
 
+def test_the_batch_wait_gathers_jobs_and_ends_once_a_batch_is_full(folders):
+    """max_batch_wait_ms: jobs sent one after the other within the window share one forward pass;
+    once MAX_BATCH_ROWS sequences wait, the engine runs them without waiting out the window."""
+    from inference.embedding.engine import MAX_BATCH_ROWS
+
+    engine = EncoderEngine(folders / "bert-embedding", "embedding", max_batch_wait_ms=60_000, dtype="float32",
+                           max_batch_tokens=10**6)  # rows, not padded tokens, bound the batch here
+    try:
+        seqs = engine.loaded.tokenize(TEXTS)
+        first = engine.submit(seqs[:1])
+        rest = [engine.submit([seq]) for seq in seqs[1:]]
+        full = engine.submit(seqs[:1] * (MAX_BATCH_ROWS - len(seqs)))  # the queue is now full
+        rows = [f.result(timeout=30)[0] for f in [first] + rest]  # 30 s: far less than the window
+        assert full.result(timeout=30).shape[0] == MAX_BATCH_ROWS - len(seqs)
+        assert np.allclose(np.stack(rows), engine.loaded.run(seqs), atol=1e-5)
+        assert engine.batches == 1 and engine.rows == MAX_BATCH_ROWS
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("arch", ["bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_reranker"])
 def test_build_model_cli_writes_the_same_bytes_as_the_factory(tmp_path, model_dir, arch):
     import subprocess

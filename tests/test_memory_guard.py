@@ -136,6 +136,33 @@ def test_bad_thresholds_are_refused(pool):
         MemoryGuard(pool, interval=0)
 
 
+def test_an_embedding_model_is_left_alone_then_unloaded_when_idle(tmp_path, model_dir):
+    """An embedding engine has no KV cache to hold or shrink and no memory_critical flag: the
+    guard polls past it and, under pressure with nothing running, unloads it like any idle model
+    (the pinned chat model stays)."""
+    models = tmp_path / "models"
+    shutil.copytree(model_dir("qwen2", "tiny"), models / "chat")
+    shutil.copytree(model_dir("bert_embedding", "tiny"), models / "embed")
+    pool = ModelPool([models], {"max_concurrent_requests": 2, "hot_cache_max_size": "1MB",
+                                "paged_ssd_cache_dir": str(tmp_path / "cold")})
+    try:
+        embed = pool.engine("embed")
+        pool.engine("chat")
+        pool.update_settings("chat", {"pinned": True})
+        reading = Reading()
+        guard = MemoryGuard(pool, high=0.8, critical=0.9, read=reading)
+        reading.set(0.5)
+        assert guard.check() is None and guard.state.level == NORMAL
+        assert embed.submit([([101, 7, 102], None)]).result(timeout=60).shape[0] == 1
+        reading.set(0.85)  # nothing runs: relieved as when critical
+        assert guard.check() == "unload" and guard.state.level == HIGH
+        assert pool.loaded("embed") is None and pool.loaded("chat") is not None
+        reading.set(0.5)
+        assert guard.check() is None and guard.state.level == NORMAL
+    finally:
+        pool.close()
+
+
 # -- the process's guard seen from the API, /metrics and the Status page (in process) -----------
 
 @pytest.fixture

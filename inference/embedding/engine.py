@@ -2,13 +2,15 @@
 queue of jobs that it coalesces into batched forward passes.
 
 The loop: wait for a job; take every job queued by then (and, with ``max_batch_wait_ms``, those
-that arrive within that time); pool the sequences of all of them, sort them by length (less
+that arrive within that time after the first, until ``MAX_BATCH_ROWS`` sequences wait); pool the sequences of all of them, sort them by length (less
 padding), cut them into batches of at most ``max_batch_tokens`` padded tokens, run each batch
 once and hand every job its own rows, in its own order. Jobs that arrive while a batch runs make
 the next batch, so concurrent requests share forward passes without a fixed wait.
 
 The model pool (``inference.pool``) manages it like a text engine: ``num_active``,
-``idle_since``, ``call``, ``close`` and ``loaded.model``.
+``idle_since``, ``call``, ``close`` and ``loaded.model``. Each forward pass is counted in /metrics
+under the model's name (``omlx_embedding_forward_passes_total``, ``omlx_embedding_sequences_total``):
+their ratio is the batch size requests actually got.
 """
 from __future__ import annotations
 
@@ -21,12 +23,19 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
+from inference import metrics
+
 from .encoder_model import EncoderModel, Seq, load_encoder
 
 logger = logging.getLogger("omlx.embedding")
 
 MAX_BATCH_TOKENS = 8192  # padded tokens in one forward pass (rows x longest row); >= MAX_TOKENS
 MAX_BATCH_ROWS = 256
+
+
+def _sequences(message: tuple) -> int:
+    kind, value = message
+    return len(value.seqs) if kind == "job" else 0
 
 
 class _Job:
@@ -42,8 +51,10 @@ class EncoderEngine:
     thread; the forward passes run on the engine's thread."""
 
     def __init__(self, model_path, kind: str = "embedding", max_batch_wait_ms: float = 0.0,
-                 dtype: Optional[str] = None, max_batch_tokens: int = MAX_BATCH_TOKENS, **_text_settings):
+                 dtype: Optional[str] = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
+                 name: Optional[str] = None, **_text_settings):
         self.kind = kind
+        self.name = name or str(model_path)  # the /metrics label
         self.max_batch_wait = max(0.0, float(max_batch_wait_ms)) / 1000.0
         self.max_batch_tokens = max_batch_tokens
         self.prefix_cache = None  # no KV cache: the pool and /metrics skip it
@@ -121,17 +132,20 @@ class EncoderEngine:
         while True:
             messages = [self._inbox.get()]
             deadline = time.monotonic() + self.max_batch_wait
+            waiting = _sequences(messages[0])
             while True:  # everything queued now, then what arrives before the deadline
                 try:
                     messages.append(self._inbox.get_nowait())
+                    waiting += _sequences(messages[-1])
                     continue
                 except queue.Empty:
                     pass
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or waiting >= MAX_BATCH_ROWS:  # a full batch gains nothing by waiting
                     break
                 try:
                     messages.append(self._inbox.get(timeout=left))
+                    waiting += _sequences(messages[-1])
                 except queue.Empty:
                     break
             jobs = [value for kind, value in messages if kind == "job"]
@@ -173,6 +187,7 @@ class EncoderEngine:
                 continue
             self.batches += 1
             self.rows += len(batch)
+            metrics.encoder_batch(self.name, len(batch))
             for (_, job, i), row in zip(batch, out):
                 job.rows[i] = row
                 job.left -= 1

@@ -18,7 +18,7 @@ def make_engine(folder: ModelFolder, engine_settings: dict):
     from inference.embedding.engine import EncoderEngine
 
     return EncoderEngine(folder.path, folder.kind, max_batch_wait_ms=engine_settings.get("max_batch_wait_ms", 0),
-                         dtype=engine_settings.get("dtype"))
+                         dtype=engine_settings.get("dtype"), name=folder.id)
 
 
 def weights_bytes(engine) -> int:

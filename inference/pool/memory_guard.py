@@ -20,6 +20,9 @@ Apple silicon, --max-process-memory) and sets a level from its used/limit ratio:
                 3. unload the least recently used idle model that is not pinned.
               The next poll reads memory again before taking the next step.
 
+Embedding and reranker engines hold no KV cache and no running generations: steps 1-2 and the
+holding pass them by; step 3 unloads them like any idle model.
+
 A level falls only once the ratio is ``RESUME_MARGIN`` below its threshold (no flapping at the
 edge). Back at normal, engines admit again and hot tiers get their configured budget back.
 Counts of refused requests, preempted requests, shrinks and unloads go to /metrics and the
@@ -149,7 +152,9 @@ class MemoryGuard:
             self._pending &= set(live)
         self._held = {key: e for key, e in self._held.items() if live.get(key) is e}
         for engine in engines.values():  # read by the engine between the prefill chunks of a step
-            (engine.memory_critical.set if level == CRITICAL else engine.memory_critical.clear)()
+            flag = getattr(engine, "memory_critical", None)  # None: an embedding engine (no KV to grow)
+            if flag is not None:
+                (flag.set if level == CRITICAL else flag.clear)()
         if level == NORMAL:
             self._release(engines)
             return None
@@ -185,7 +190,7 @@ class MemoryGuard:
 
     def _hold(self, engines: Dict[str, object]) -> None:
         for engine in engines.values():
-            if id(engine) not in self._held:
+            if id(engine) not in self._held and hasattr(engine, "relieve_memory"):
                 _quietly(lambda: engine.relieve_memory("hold"))
                 self._held[id(engine)] = engine
 
