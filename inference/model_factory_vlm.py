@@ -30,14 +30,21 @@ IMAGE_TOKEN = "<image>"
 _SPECIALS = _SPECIAL_TOKENS + (IMAGE_TOKEN,)
 _LOGIT_STD = 16.0
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
-    "{%- if message.content is string %}{{ message.content }}"
-    "{%- else %}{%- for part in message.content %}"
-    "{%- if part.type == 'image' %}<image>{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
-    "{%- endfor %}{%- endif %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
+
+def chat_template(image: str) -> str:
+    """ChatML whose message content is a string or a list of parts: a ``{"type": "image"}`` part
+    renders as ``image`` (the family's placeholder), a text part as its text. Every test VLM's."""
+    return (
+        "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
+        "{%- if message.content is string %}{{ message.content }}"
+        "{%- else %}{%- for part in message.content %}"
+        "{%- if part.type == 'image' %}" + image + "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
+        "{%- endfor %}{%- endif %}<|im_end|>\n{%- endfor %}"
+        "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+    )
+
+
+CHAT_TEMPLATE = chat_template(IMAGE_TOKEN)
 
 PRESETS = {
     "tiny": dict(
@@ -55,20 +62,10 @@ def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=
     and becomes ``(image_size / patch_size) ** 2`` tokens (16 for the tiny preset)."""
     import torch
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor, PreTrainedTokenizerFast)
+                              LlavaForConditionalGeneration, LlavaProcessor)
 
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown vision architecture {arch!r}; expected one of {ARCHITECTURES}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for {arch}; expected one of {tuple(PRESETS)}")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    fields = PRESETS[preset]
-    text = dict(fields["text"], **(overrides or {}))
-    (path / "tokenizer.json").write_text(_train_tokenizer(min(text["vocab_size"], 1024), seed, _SPECIALS),
-                                         encoding="utf-8")
-    (path / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(_SPECIALS, CHAT_TEMPLATE), indent=2))
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path))
+    path, fields, text, tokenizer = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "vision", seed,
+                                                 overrides, _SPECIALS, CHAT_TEMPLATE)
     vision = fields["vision"]
     config = LlavaConfig(
         vision_config=CLIPVisionConfig(**vision).to_dict(),
@@ -82,8 +79,7 @@ def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
     _redraw(model, seed, text["hidden_size"])
-    model.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype])
-    model.save_pretrained(str(path), safe_serialization=True)
+    save_weights(model, path, dtype)
     _hub_names(path / "model.safetensors")
     side = vision["image_size"]
     image_processor = CLIPImageProcessor(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
@@ -93,6 +89,44 @@ def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=
                                chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(str(path))
     return path
+
+
+def start_folder(path, arch, preset, architectures, presets, family, seed, overrides, specials, template,
+                 **tokenizer_fields):
+    """What every test VLM's ``build`` starts with: check ``arch`` and ``preset`` (ValueError naming
+    the ``family``), make the folder, write the tokenizer (``tokenizer_fields``: more entries of
+    tokenizer_config.json) and load it. Returns (the folder as a Path, the preset's fields, the
+    language model's fields with ``overrides``, the loaded tokenizer)."""
+    from transformers import PreTrainedTokenizerFast
+
+    if arch not in architectures:
+        raise ValueError(f"unknown {family} architecture {arch!r}; expected one of {architectures}")
+    if preset not in presets:
+        raise ValueError(f"unknown preset {preset!r} for {arch}; expected one of {tuple(presets)}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fields = presets[preset]
+    text = dict(fields["text"], **(overrides or {}))
+    (path / "tokenizer.json").write_text(_train_tokenizer(min(text["vocab_size"], 1024), seed, specials),
+                                         encoding="utf-8")
+    tokenizer_config = _tokenizer_config(specials, template)
+    tokenizer_config.update(tokenizer_fields)
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    return path, fields, text, PreTrainedTokenizerFast.from_pretrained(str(path))
+
+
+def save_weights(model, path: Path, dtype: str) -> None:
+    """The transformers model in ``dtype``, saved to the folder in safetensors."""
+    import torch
+
+    model.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype])
+    model.save_pretrained(str(path), safe_serialization=True)
+
+
+def write_template_files(path: Path, template: str) -> None:
+    """chat_template.json (where mlx-vlm's processors read the template) and generation_config.json."""
+    (path / "chat_template.json").write_text(json.dumps({"chat_template": template}, indent=2))
+    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0}))
 
 
 def _redraw(model, seed, hidden_size) -> None:

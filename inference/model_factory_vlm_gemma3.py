@@ -23,20 +23,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.model_factory import _SPECIAL_TOKENS, _tokenizer_config, _train_tokenizer
+from inference.model_factory import _SPECIAL_TOKENS
+from inference.model_factory_vlm import _LOGIT_STD, _redraw, chat_template, save_weights, start_folder, write_template_files
 
 ARCHITECTURES = ("gemma3",)
 BOI, EOI, IMAGE = "<start_of_image>", "<end_of_image>", "<image_soft_token>"
 _SPECIALS = _SPECIAL_TOKENS + (BOI, EOI, IMAGE)
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
-    "{%- if message.content is string %}{{ message.content }}"
-    "{%- else %}{%- for part in message.content %}"
-    "{%- if part.type == 'image' %}<start_of_image>{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
-    "{%- endfor %}{%- endif %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
+CHAT_TEMPLATE = chat_template(BOI)
 
 PRESETS = {
     "tiny": dict(
@@ -54,25 +48,12 @@ def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides
     """Write the folder to ``path`` and return it as a Path. ``overrides``: Gemma3TextConfig
     fields (e.g. ``num_hidden_layers``)."""
     import torch
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, PreTrainedTokenizerFast
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
-    from inference.model_factory_vlm import _redraw
-
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown Gemma 3 vision architecture {arch!r}; expected one of {ARCHITECTURES}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for {arch}; expected one of {tuple(PRESETS)}")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    fields = PRESETS[preset]
-    text = dict(fields["text"], **(overrides or {}))
-    (path / "tokenizer.json").write_text(_train_tokenizer(min(text["vocab_size"], 1024), seed, _SPECIALS),
-                                         encoding="utf-8")
-    tokenizer_config = _tokenizer_config(_SPECIALS, CHAT_TEMPLATE)
-    tokenizer_config.update(boi_token=BOI, eoi_token=EOI, image_token=IMAGE,
-                            extra_special_tokens={"boi_token": BOI, "eoi_token": EOI, "image_token": IMAGE})
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
-    PreTrainedTokenizerFast.from_pretrained(str(path))  # the tokenizer loads
+    path, fields, text, _ = start_folder(
+        path, arch, preset, ARCHITECTURES, PRESETS, "Gemma 3 vision", seed, overrides, _SPECIALS, CHAT_TEMPLATE,
+        boi_token=BOI, eoi_token=EOI, image_token=IMAGE,
+        extra_special_tokens={"boi_token": BOI, "eoi_token": EOI, "image_token": IMAGE})
     pattern = text.pop("sliding_window_pattern")
     layer_types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
                    for i in range(text["num_hidden_layers"])]
@@ -87,8 +68,7 @@ def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides
     model = Gemma3ForConditionalGeneration(config).eval()
     _redraw(model, seed, text["hidden_size"])
     _tied_head(model, seed, text["hidden_size"])
-    model.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype])
-    model.save_pretrained(str(path), safe_serialization=True)
+    save_weights(model, path, dtype)
     _hub_names(path / "model.safetensors")
     # vocab_size at the top too: mlx-lm reads a gemma3 folder as text from there (default 262208,
     # the real vocabulary, which Hub configs leave out).
@@ -107,8 +87,7 @@ def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides
     (path / "preprocessor_config.json").write_text(json.dumps(image, indent=2, sort_keys=True))
     (path / "processor_config.json").write_text(json.dumps(
         {"image_seq_length": fields["mm_tokens_per_image"], "processor_class": "Gemma3Processor"}, indent=2))
-    (path / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))
-    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0}))
+    write_template_files(path, CHAT_TEMPLATE)
     return path
 
 
@@ -120,8 +99,6 @@ def _tied_head(model, seed, hidden_size) -> None:
     test models. Gemma's RMSNorm multiplies by ``1 + weight``."""
     import numpy as np
     import torch
-
-    from inference.model_factory_vlm import _LOGIT_STD
 
     rng = np.random.default_rng(seed + 1)
     with torch.no_grad():

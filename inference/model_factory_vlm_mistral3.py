@@ -23,20 +23,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.model_factory import _SPECIAL_TOKENS, _tokenizer_config, _train_tokenizer
+from inference.model_factory import _SPECIAL_TOKENS
+from inference.model_factory_vlm import _redraw, chat_template, save_weights, start_folder, write_template_files
 
 ARCHITECTURES = ("mistral3",)
 IMAGE_TOKENS = ("[IMG]", "[IMG_BREAK]", "[IMG_END]")
 _SPECIALS = _SPECIAL_TOKENS + IMAGE_TOKENS
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
-    "{%- if message.content is string %}{{ message.content }}"
-    "{%- else %}{%- for part in message.content %}"
-    "{%- if part.type == 'image' %}[IMG]{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
-    "{%- endfor %}{%- endif %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
+CHAT_TEMPLATE = chat_template("[IMG]")
 
 PRESETS = {
     "tiny": dict(
@@ -54,22 +48,10 @@ def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrid
     of the language model. Pictures are sized to fit ``image_size`` (112) pixels in whole
     28-pixel merged patches: a 60x60 picture is 3x3 = 9 image tokens."""
     import torch
-    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PreTrainedTokenizerFast
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 
-    from inference.model_factory_vlm import _redraw
-
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown Mistral 3 vision architecture {arch!r}; expected one of {ARCHITECTURES}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for {arch}; expected one of {tuple(PRESETS)}")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    fields = PRESETS[preset]
-    text = dict(fields["text"], **(overrides or {}))
-    (path / "tokenizer.json").write_text(_train_tokenizer(min(text["vocab_size"], 1024), seed, _SPECIALS),
-                                         encoding="utf-8")
-    (path / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(_SPECIALS, CHAT_TEMPLATE), indent=2))
-    PreTrainedTokenizerFast.from_pretrained(str(path))  # the tokenizer loads
+    path, fields, text, _ = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "Mistral 3 vision", seed,
+                                         overrides, _SPECIALS, CHAT_TEMPLATE)
     lm = dict(text, model_type="mistral", rms_norm_eps=1e-5, rope_theta=1000000000.0, bos_token_id=0,
               eos_token_id=2, pad_token_id=0, tie_word_embeddings=False, sliding_window=None, hidden_act="silu")
     vision = dict(fields["vision"], model_type="pixtral", rope_theta=10000.0, hidden_act="gelu", num_channels=3)
@@ -81,8 +63,7 @@ def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrid
     torch.manual_seed(seed)
     model = Mistral3ForConditionalGeneration(config).eval()
     _redraw(model, seed, text["hidden_size"])
-    model.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype])
-    model.save_pretrained(str(path), safe_serialization=True)
+    save_weights(model, path, dtype)
     _hub_names(path / "model.safetensors")
     hub = dict(architectures=["Mistral3ForConditionalGeneration"], model_type="mistral3", torch_dtype=dtype,
                eos_token_id=2, tie_word_embeddings=False, text_config=lm, vision_config=vision, **top)
@@ -97,8 +78,7 @@ def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrid
     (path / "processor_config.json").write_text(json.dumps(
         {"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
          "patch_size": patch, "processor_class": "PixtralProcessor", "spatial_merge_size": merge}, indent=2))
-    (path / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))
-    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0}))
+    write_template_files(path, CHAT_TEMPLATE)
     return path
 
 

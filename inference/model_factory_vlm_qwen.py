@@ -25,22 +25,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.model_factory import _SPECIAL_TOKENS, _tokenizer_config, _train_tokenizer
+from inference.model_factory import _SPECIAL_TOKENS
+from inference.model_factory_vlm import _redraw, chat_template, save_weights, start_folder, write_template_files
 
 ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 _SPECIALS = _SPECIAL_TOKENS + VISION_TOKENS
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = (_SPECIALS.index(t) for t in VISION_TOKENS)
 
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
-    "{%- if message.content is string %}{{ message.content }}"
-    "{%- else %}{%- for part in message.content %}"
-    "{%- if part.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
-    "{%- endfor %}{%- endif %}<|im_end|>\n{%- endfor %}"
-    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
-)
+CHAT_TEMPLATE = chat_template("<|vision_start|><|image_pad|><|vision_end|>")
 
 _TEXT = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=128, vocab_size=1024, max_position_embeddings=4096)
@@ -54,27 +47,13 @@ def build(path, arch="qwen2_5_vl", preset="tiny", seed=0, dtype="float32", overr
     """Write the folder to ``path`` and return it as a Path. ``overrides``: fields of the
     language model (e.g. ``num_hidden_layers``)."""
     import torch
-    from transformers import PreTrainedTokenizerFast
 
-    from inference.model_factory_vlm import _redraw
-
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown Qwen vision architecture {arch!r}; expected one of {ARCHITECTURES}")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for {arch}; expected one of {tuple(PRESETS)}")
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    fields = PRESETS[preset]
-    text = dict(fields["text"], **(overrides or {}))
-    (path / "tokenizer.json").write_text(_train_tokenizer(min(text["vocab_size"], 1024), seed, _SPECIALS),
-                                         encoding="utf-8")
-    (path / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(_SPECIALS, CHAT_TEMPLATE), indent=2))
-    PreTrainedTokenizerFast.from_pretrained(str(path))  # the tokenizer loads
+    path, fields, text, _ = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "Qwen vision", seed,
+                                         overrides, _SPECIALS, CHAT_TEMPLATE)
     model, hub_config = _model(arch, text, fields)
     torch.manual_seed(seed)
     _redraw(model, seed, text["hidden_size"])
-    model.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype])
-    model.save_pretrained(str(path), safe_serialization=True)
+    save_weights(model, path, dtype)
     _hub_names(path / "model.safetensors", arch)
     hub_config["torch_dtype"] = dtype
     (path / "config.json").write_text(json.dumps(hub_config, indent=2, sort_keys=True))
@@ -158,8 +137,7 @@ def _processor_files(path: Path, arch: str, fields: dict) -> None:
     video.pop("image_processor_type")
     (path / "video_preprocessor_config.json").write_text(json.dumps(video, indent=2, sort_keys=True))
     (path / "processor_config.json").write_text(json.dumps({"processor_class": _PROCESSOR[arch]}, indent=2))
-    (path / "chat_template.json").write_text(json.dumps({"chat_template": CHAT_TEMPLATE}, indent=2))
-    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0}))
+    write_template_files(path, CHAT_TEMPLATE)
 
 
 _PROCESSOR = {"qwen2_vl": "Qwen2VLProcessor", "qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
