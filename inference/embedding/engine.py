@@ -2,9 +2,10 @@
 queue of jobs that it coalesces into batched forward passes.
 
 The loop: wait for a job; take every job queued by then (and, with ``max_batch_wait_ms``, those
-that arrive within that time after the first, until ``MAX_BATCH_ROWS`` sequences wait); pool the sequences of all of them, sort them by length (less
-padding), cut them into batches of at most ``max_batch_tokens`` padded tokens, run each batch
-once and hand every job its own rows, in its own order. Jobs that arrive while a batch runs make
+that arrive within that time after the first, until ``MAX_BATCH_ROWS`` sequences wait); pool the
+sequences of all of them, sort them by length (less padding), cut them into batches of at most
+``max_batch_tokens`` padded tokens and ``MAX_BATCH_ROWS`` sequences, run each batch once and
+hand every job its own rows, in its own order. Jobs that arrive while a batch runs make
 the next batch, so concurrent requests share forward passes without a fixed wait.
 
 The model pool (``inference.pool``) manages it like a text engine: ``num_active``,

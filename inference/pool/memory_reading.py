@@ -4,11 +4,12 @@ that applies (the memory guard's input, ``memory_guard``).
 Each limit is a `Bound`: what is counted against it now, and where the OS acts.
 
     cgroup          the memory cgroup of this process or an ancestor's, the one with the least
-                    room (v2: memory.max / memory.current; v1: memory.limit_in_bytes /
-                    memory.usage_in_bytes), less its inactive file pages (page cache the kernel
-                    reclaims before it kills): the OOM killer acts here. Read by cache/ram.py,
-                    whose ``total_ram()`` (the lowest cgroup limit, else physical RAM) is what
-                    the pool's default limits and every "% of RAM" are taken of.
+                    room (v2: memory.max / memory.current; v1: memory.limit_in_bytes or
+                    hierarchical_memory_limit / memory.usage_in_bytes), less its inactive file
+                    pages (page cache the kernel reclaims before it kills): the OOM killer acts
+                    here. Read by cache/ram.py, whose ``total_ram()`` (the lowest cgroup limit,
+                    else physical RAM) is what the pool's default limits and every "% of RAM"
+                    are taken of.
     rlimit-as       RLIMIT_AS against the process's virtual size (VmSize): allocations fail.
     rlimit-data     RLIMIT_DATA against its data segment (VmData): allocations fail.
     system          MemTotal less MemAvailable against MemTotal (Linux /proc/meminfo, else
