@@ -2,7 +2,8 @@
 
 Each `Setting` row gives a setting's key in ``$OMLX_HOME/settings.json``, its environment variable
 (also the name of the Django setting that holds its value), its `omlx serve` / `omlx worker` flag,
-its kind (how a value is parsed and checked), default and help. The CLI's flags, omlx_site.settings,
+its kind (how a value is parsed: omlx_site/setting_kinds.py), the check of its value
+(omlx_site/setting_checks.py), default and help. The CLI's flags, omlx_site.settings,
 docs/settings.md (``python -m omlx_site.config > docs/settings.md``) and tests/test_docs.py are all
 built from `SETTINGS`: adding a setting is adding one row.
 
