@@ -24,7 +24,8 @@ import json
 from pathlib import Path
 
 from inference.model_factory import _SPECIAL_TOKENS
-from inference.model_factory_vlm import _LOGIT_STD, _redraw, chat_template, save_weights, start_folder, write_template_files
+from inference.model_factory_vlm import (_LOGIT_STD, _redraw, chat_template, save_weights, start_folder,
+                                          write_template_files)
 
 ARCHITECTURES = ("gemma3",)
 BOI, EOI, IMAGE = "<start_of_image>", "<end_of_image>", "<image_soft_token>"

@@ -1,5 +1,6 @@
 """Runs the model: the prefill chunks of a step (inference.engine.prefill), the first token of
-each request whose prompt they finish, and one batched decode step for all decoding requests. All of it happens on the engine thread."""
+each request whose prompt they finish, and one batched decode step for all decoding requests.
+All of it happens on the engine thread."""
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
