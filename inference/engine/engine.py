@@ -360,8 +360,9 @@ class Engine(EngineControls):
                                                       self.scheduler.costs.piece_tokens())
             else:
                 snapshots, done = self.runner.prefill(out.prefill)
-            # What was computed: less than asked for when a background prefill gave way.
-            out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill]
+            # What was computed: less than asked for (or nothing) when a background prefill gave way.
+            out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill
+                           if request.num_computed > done_before[request]]
             seconds = time.perf_counter() - start
             for request, _ in out.prefill:
                 request.prefill_seconds += seconds
