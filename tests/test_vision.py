@@ -12,37 +12,17 @@ anthropic SDKs.
   broken data: URL.
 """
 import base64
-import io
 import shutil
 
 import anthropic
 import httpx
-import numpy as np
 import openai
 import pytest
 
 from tests.conftest import ServerProcess
+from tests.vision_pictures import PROMPT, data_url, image_message, noise_png
 
-PROMPT = "What is in this picture? Describe it."
 MAX_TOKENS = 12
-
-
-def _png(seed: int) -> bytes:
-    from PIL import Image
-
-    pixels = (np.random.default_rng(seed).random((60, 60, 3)) * 255).astype("uint8")
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="PNG")
-    return out.getvalue()
-
-
-def _data_url(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode()
-
-
-def _image_message(url: str, text: str = PROMPT) -> list:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                         {"type": "text", "text": text}]}]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +52,7 @@ def images(tmp_path_factory):
     paths = []
     for seed in (1, 2):
         path = folder / f"image{seed}.png"
-        path.write_bytes(_png(seed))
+        path.write_bytes(noise_png(seed))
         paths.append(path)
     return paths
 
@@ -112,18 +92,18 @@ def test_discovery_marks_the_vision_model(server):
 
 
 def test_image_output_equals_mlx_vlm_generate(client, images, reference):
-    first = _chat(client, _image_message(_data_url(images[0].read_bytes())))
+    first = _chat(client, image_message(data_url(images[0].read_bytes())))
     want = reference(images[0])
     assert first.choices[0].message.content == want
-    second = _chat(client, _image_message(str(images[1])))  # a file path
+    second = _chat(client, image_message(str(images[1])))  # a file path
     assert second.choices[0].message.content == reference(images[1])
     assert want != reference(images[1])  # the image decides the output
-    third = _chat(client, _image_message(images[1].as_uri()))  # a file:// URL
+    third = _chat(client, image_message(images[1].as_uri()))  # a file:// URL
     assert third.choices[0].message.content == second.choices[0].message.content
 
 
 def test_streamed_image_answer_equals_the_whole_one(client, images, reference):
-    stream = client.chat.completions.create(model="vlm", messages=_image_message(str(images[0])),
+    stream = client.chat.completions.create(model="vlm", messages=image_message(str(images[0])),
                                             max_tokens=MAX_TOKENS, temperature=0, stream=True)
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == reference(images[0])
@@ -134,12 +114,12 @@ def test_repeated_image_hits_and_changed_image_misses(client, images, vlm_dir):
     messages = lambda url: [{"role": "user", "content": [  # noqa: E731
         {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}},
         {"type": "text", "text": PROMPT}]}]
-    first = _chat(client, messages(_data_url(images[0].read_bytes())))
+    first = _chat(client, messages(data_url(images[0].read_bytes())))
     prompt_tokens = first.usage.prompt_tokens
-    again = _chat(client, messages(_data_url(images[0].read_bytes())))
+    again = _chat(client, messages(data_url(images[0].read_bytes())))
     assert again.usage.prompt_tokens_details.cached_tokens == prompt_tokens - 1
     assert again.choices[0].message.content == first.choices[0].message.content
-    changed = _chat(client, messages(_data_url(images[1].read_bytes())))
+    changed = _chat(client, messages(data_url(images[1].read_bytes())))
     # The text before the image may hit; nothing from the image on.
     from transformers import AutoTokenizer
 
@@ -175,7 +155,7 @@ def test_anthropic_base64_image_block(server, images, reference):
 
 def test_responses_input_image(client, images, reference):
     response = client.responses.create(model="vlm", max_output_tokens=MAX_TOKENS, temperature=0, input=[
-        {"role": "user", "content": [{"type": "input_image", "image_url": _data_url(images[1].read_bytes()),
+        {"role": "user", "content": [{"type": "input_image", "image_url": data_url(images[1].read_bytes()),
                                       "detail": "auto"},
                                      {"type": "input_text", "text": PROMPT}]}])
     assert response.output_text == reference(images[1])
@@ -185,20 +165,20 @@ def test_responses_input_image(client, images, reference):
 
 def test_remote_images_are_refused_by_default(client):
     with pytest.raises(openai.BadRequestError) as info:
-        _chat(client, _image_message("https://example.com/cat.png"))
+        _chat(client, image_message("https://example.com/cat.png"))
     assert "allow_remote_images" in str(info.value)
 
 
 def test_images_to_a_text_model_are_refused(client, images):
     with pytest.raises(openai.BadRequestError) as info:
-        _chat(client, _image_message(_data_url(images[0].read_bytes())), model="tiny")
+        _chat(client, image_message(data_url(images[0].read_bytes())), model="tiny")
     assert "does not read images" in str(info.value)
 
 
 def test_images_outside_user_messages_are_refused(client, images):
     with pytest.raises(openai.BadRequestError) as info:
         _chat(client, [{"role": "system", "content": [
-            {"type": "image_url", "image_url": {"url": _data_url(images[0].read_bytes())}}]},
+            {"type": "image_url", "image_url": {"url": data_url(images[0].read_bytes())}}]},
             {"role": "user", "content": "hi"}])
     assert "user messages only" in str(info.value)
 
@@ -211,5 +191,5 @@ def test_images_outside_user_messages_are_refused(client, images):
 ])
 def test_bad_images_get_a_400(client, url, message):
     with pytest.raises(openai.BadRequestError) as info:
-        _chat(client, _image_message(url))
+        _chat(client, image_message(url))
     assert message in str(info.value)

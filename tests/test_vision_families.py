@@ -21,19 +21,10 @@ import openai
 import pytest
 
 from tests.conftest import ServerProcess
+from tests.vision_pictures import PROMPT, data_url, image_message, noise_png
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")
-PROMPT = "What is in this picture? Describe it."
 MAX_TOKENS = 12
-
-
-def _png(seed: int, shape=(60, 60)) -> bytes:
-    from PIL import Image
-
-    pixels = (np.random.default_rng(seed).random(shape + (3,)) * 255).astype("uint8")
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="PNG")
-    return out.getvalue()
 
 
 def _gradient_png() -> bytes:
@@ -45,15 +36,6 @@ def _gradient_png() -> bytes:
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="PNG")
     return out.getvalue()
-
-
-def _data_url(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode()
-
-
-def _image_message(url: str, text: str = PROMPT) -> list:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                         {"type": "text", "text": text}]}]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +67,7 @@ def images(tmp_path_factory):
     paths = []
     for seed, shape in ((1, (60, 60)), (2, (60, 120))):
         path = folder / f"image{seed}.png"
-        path.write_bytes(_png(seed, shape))
+        path.write_bytes(noise_png(seed, shape))
         paths.append(path)
     return paths
 
@@ -129,10 +111,10 @@ def test_the_model_list_says_which_models_read_images(server, client):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_image_output_equals_mlx_vlm_generate(client, images, reference, family):
-    first = _chat(client, _image_message(_data_url(images[0].read_bytes())), family)
+    first = _chat(client, image_message(data_url(images[0].read_bytes())), family)
     want = reference(family, images[0])
     assert first.choices[0].message.content == want
-    second = _chat(client, _image_message(str(images[1])), family)  # a file path
+    second = _chat(client, image_message(str(images[1])), family)  # a file path
     assert second.choices[0].message.content == reference(family, images[1])
     assert want != second.choices[0].message.content  # the image decides the output
 
@@ -140,7 +122,7 @@ def test_image_output_equals_mlx_vlm_generate(client, images, reference, family)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_responses_and_anthropic_images(server, client, images, reference, family):
     response = client.responses.create(model=family, max_output_tokens=MAX_TOKENS, temperature=0, input=[
-        {"role": "user", "content": [{"type": "input_image", "image_url": _data_url(images[1].read_bytes()),
+        {"role": "user", "content": [{"type": "input_image", "image_url": data_url(images[1].read_bytes()),
                                       "detail": "auto"},
                                      {"type": "input_text", "text": PROMPT}]}])
     assert response.output_text == reference(family, images[1])
@@ -163,9 +145,9 @@ def test_repeated_image_hits_and_changed_image_misses(client, images, folders, f
     messages = lambda url: [{"role": "user", "content": [  # noqa: E731
         {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}},
         {"type": "text", "text": PROMPT}]}]
-    first = _chat(client, messages(_data_url(images[0].read_bytes())), family)
+    first = _chat(client, messages(data_url(images[0].read_bytes())), family)
     prompt_tokens = first.usage.prompt_tokens
-    again = _chat(client, messages(_data_url(images[0].read_bytes())), family)
+    again = _chat(client, messages(data_url(images[0].read_bytes())), family)
     assert again.usage.prompt_tokens_details.cached_tokens == prompt_tokens - 1
     assert again.choices[0].message.content == first.choices[0].message.content
     from transformers import AutoTokenizer
@@ -173,7 +155,7 @@ def test_repeated_image_hits_and_changed_image_misses(client, images, folders, f
     tokenizer = AutoTokenizer.from_pretrained(str(folders[family]))
     text_before = len(tokenizer.encode("<|im_start|>user" + text, add_special_tokens=False))
     assert text_before > 8
-    changed = _chat(client, messages(_data_url(_gradient_png())), family)  # same size, other pixels
+    changed = _chat(client, messages(data_url(_gradient_png())), family)  # same size, other pixels
     assert changed.usage.prompt_tokens == prompt_tokens
     assert changed.usage.prompt_tokens_details.cached_tokens <= text_before + 1
     assert changed.choices[0].message.content != first.choices[0].message.content
