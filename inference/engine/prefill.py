@@ -152,28 +152,35 @@ class Prefill:
         return _Lazy(self.gate, out, last)
 
     def _forward(self, rows: Sequence[Tuple[Request, int]]) -> "_Lazy":
-        """Several rows' next tokens in one pass (see the module docstring); each row's caches
-        are replaced by its extracted caches."""
-        lengths = [n for _, n in rows]
+        """Several rows' next tokens in one pass; each row's caches are replaced by its
+        extracted caches."""
+        pieces = [r.all_token_ids[r.num_computed : r.num_computed + n] for r, n in rows]
+        out, last, caches = self._together([r.cache for r, _ in rows], pieces)
+        for (request, _), cache in zip(rows, caches):
+            request.cache = cache
+        self.forwards += 1
+        self.rows += len(rows)
+        return _Lazy(self.gate, out, last)
+
+    def _together(self, caches: Sequence[list], pieces: Sequence[List[int]]):
+        """One forward pass of each row's ``pieces[i]`` on top of its ``caches[i]`` (see the
+        module docstring): (the gated output, the last real position of each row, each row's
+        caches extracted again)."""
+        lengths = [len(p) for p in pieces]
         width = max(lengths)
         padding = [width - n for n in lengths]
-        batch = [type(layer[0]).merge(list(layer)) for layer in zip(*(r.cache for r, _ in rows))]
+        batch = [type(layer[0]).merge(list(layer)) for layer in zip(*caches)]
         if max(padding):
             for c in batch:
                 c.prepare(lengths=lengths, right_padding=padding)
-        tokens = mx.array([r.all_token_ids[r.num_computed : r.num_computed + n] + [0] * (width - n)
-                           for r, n in rows])
+        tokens = mx.array([p + [0] * (width - len(p)) for p in pieces])
         last = mx.array([n - 1 for n in lengths])
         with self.gate.only(last):
             out = self.model(tokens, cache=batch)
         if max(padding):
             for c in batch:
                 c.finalize()
-        for i, (request, _) in enumerate(rows):
-            request.cache = [c.extract(i) for c in batch]
-        self.forwards += 1
-        self.rows += len(rows)
-        return _Lazy(self.gate, out, last)
+        return out, last, [[c.extract(i) for c in batch] for i in range(len(pieces))]
 
     def _agrees(self) -> bool:
         """Whether two rows prefilled together (histories of 3 and 0 tokens, chunks of 5 and
@@ -192,18 +199,11 @@ class Prefill:
             cache = fresh(i)
             first = self.model(mx.array([chunks[i]]), cache=cache)[0, -1]
             want += [first, self.model(mx.array([more[i]]), cache=cache)[0, -1]]
-        caches = [fresh(0), fresh(1)]
-        lengths = [len(c) for c in chunks]
-        batch = [type(layer[0]).merge(list(layer)) for layer in zip(*caches)]
-        for c in batch:
-            c.prepare(lengths=lengths, right_padding=[max(lengths) - n for n in lengths])
-        out = self.model(mx.array([chunks[0], chunks[1] + [0] * 3]), cache=batch)
-        for c in batch:
-            c.finalize()
+        out, last, caches = self._together([fresh(0), fresh(1)], chunks)
+        logits = self.gate.pick(out, last)
         got = []
         for i in range(2):
-            cache = [c.extract(i) for c in batch]
-            got += [out[i, lengths[i] - 1], self.model(mx.array([more[i]]), cache=cache)[0, -1]]
+            got += [logits[i], self.model(mx.array([more[i]]), cache=caches[i])[0, -1]]
         want, got = mx.stack(want).astype(mx.float32), mx.stack(got).astype(mx.float32)
         scale = mx.max(mx.abs(want)).item() or 1.0
         tolerance = 1e-3 if self.loaded.dtype == "float32" else 3e-2
