@@ -11,7 +11,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from cache.prefix_cache import KVSnapshot
 
-from . import cache_io
+from . import cache_io, cpu_attention
 from .head_gate import HeadGate
 from .model_loader import LoadedModel
 from .prefill import Prefill
@@ -189,6 +189,8 @@ class ModelRunner:
         mixed = block_size if layout is not None and not layout.plain else None
         self.snapshot_every = mixed
         self.batch = DecodeBatch(self.model, self.sampler, mixed)
+        # Before the checks below, which then run through it: this thread's attention on the CPU.
+        self.cpu_attention = cpu_attention.setup(self.model)
         self.gate = HeadGate(self.model)
         self.prefiller = Prefill(loaded, self.gate, block_size)
 

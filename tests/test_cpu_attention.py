@@ -1,0 +1,126 @@
+"""The engine's CPU attention (inference.engine.cpu_attention) against MLX's own fast attention:
+every shape of head grouping and every kind of mask mlx-lm's models pass, the routing (the
+engine's thread takes it, any other thread mlx-lm's function, a quantized KV cache or attention
+sinks always mlx-lm's), and a loaded engine's greedy output with it on equal to mlx-lm's own
+generation. Greedy output against transformers goes through it too (test_engine_reference*)."""
+import threading
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+from mlx_lm.models import base
+from mlx_lm.utils import load as mlx_lm_load
+
+from inference.engine import LLM, SamplingParams, cpu_attention
+
+# (batch, query heads, key/value heads, queries, keys, head size)
+SHAPES = [
+    (1, 14, 2, 1, 300, 64),    # a decode step of one row, 7 query heads per KV head
+    (4, 14, 2, 1, 700, 64),    # a decode batch
+    (2, 8, 8, 5, 5, 32),       # no grouping (multi-head)
+    (3, 16, 4, 17, 40, 128),   # a prefill chunk after a cached prefix
+    (1, 4, 1, 9, 9, 64),       # one KV head (multi-query)
+]
+
+
+def _masks(B, H, L, Lk):
+    key = mx.random.key(B * 1000 + L)
+    keep = mx.random.uniform(shape=(B, 1, L, Lk), key=key) > 0.3
+    keep = keep | (mx.arange(Lk) == Lk - 1)  # every query sees at least one key
+    per_head = (mx.random.uniform(shape=(B, H, L, Lk), key=key) > 0.2) | (mx.arange(Lk) == 0)
+    return {
+        "none": None,
+        "causal": "causal",
+        "bool [B,1,L,Lk]": keep,
+        "bool [L,Lk]": keep[0, 0],
+        "additive [B,1,L,Lk]": mx.where(keep, 0.0, -1e9).astype(mx.float32),
+        "bool [B,H,L,Lk]": per_head,
+    }
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_attention_equals_mlx_fast_attention(shape):
+    B, H, KV, L, Lk, D = shape
+    q = mx.random.normal((B, H, L, D), key=mx.random.key(1))
+    k = mx.random.normal((B, KV, Lk, D), key=mx.random.key(2))
+    v = mx.random.normal((B, KV, Lk, D), key=mx.random.key(3))
+    scale = D ** -0.5
+    for name, mask in _masks(B, H, L, Lk).items():
+        want = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+        got = cpu_attention.attention(q, k, v, scale, mask)
+        assert got.shape == want.shape, name
+        assert mx.max(mx.abs(got - want)).item() < 1e-5, name
+
+
+def test_masked_keys_get_no_weight():
+    """A key the mask hides changes nothing (values there are huge: any weight would show)."""
+    q = mx.random.normal((1, 4, 3, 16), key=mx.random.key(4))
+    k = mx.random.normal((1, 2, 6, 16), key=mx.random.key(5))
+    v = mx.random.normal((1, 2, 6, 16), key=mx.random.key(6))
+    hidden = mx.concatenate([v[:, :, :4], mx.full((1, 2, 2, 16), 1e6)], axis=2)
+    mask = mx.arange(6)[None, :] < 4
+    a = cpu_attention.attention(q, k, v, 0.25, mask)
+    b = cpu_attention.attention(q, k, hidden, 0.25, mask)
+    assert mx.max(mx.abs(a - b)).item() < 1e-5
+
+
+def _count_calls(monkeypatch):
+    calls = []
+    real = cpu_attention.attention
+
+    def counted(*args, **kwargs):
+        calls.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_attention, "attention", counted)
+    return calls
+
+
+def test_routing_by_thread_cache_and_sinks(model_dir, monkeypatch):
+    model, _ = mlx_lm_load(str(model_dir()))
+    assert cpu_attention.install(model)
+    module = __import__(type(model).__module__, fromlist=["x"])
+    assert module.scaled_dot_product_attention is cpu_attention._routed
+    calls = _count_calls(monkeypatch)
+    q = mx.random.normal((1, 4, 1, 16))
+    k = v = mx.random.normal((1, 2, 5, 16))
+
+    module.scaled_dot_product_attention(q, k, v, None, scale=0.25, mask=None)
+    assert calls == []  # a thread that did not ask for it: mlx-lm's own
+
+    def on_a_thread():
+        cpu_attention.enable_on_this_thread()
+        module.scaled_dot_product_attention(q, k, v, None, scale=0.25, mask=None)
+
+        class Quantized:
+            bits, group_size = 8, 64
+
+        with pytest.raises(Exception):  # mlx-lm's quantized attention, handed plain arrays
+            module.scaled_dot_product_attention(q, k, v, Quantized(), scale=0.25, mask=None)
+        module.scaled_dot_product_attention(q, k, v, None, scale=0.25, mask=None, sinks=mx.zeros((4,)))
+
+    worker = threading.Thread(target=on_a_thread, name="enabled")
+    worker.start()
+    worker.join()
+    assert calls == ["enabled"]  # neither the quantized cache nor the sinks came here
+    assert not cpu_attention.enabled_on_this_thread()
+    assert base.scaled_dot_product_attention is cpu_attention._ORIGINAL  # mlx-lm's module untouched
+
+
+def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch):
+    """A GQA model (4 query heads over 2) in the engine: the check at load passes, the engine's
+    thread computes attention here, and greedy output equals mlx-lm's generate_step (which, on
+    this test's thread, runs mlx-lm's own attention in the same process)."""
+    path = model_dir()
+    calls = _count_calls(monkeypatch)
+    prompts = [[5, 9, 33, 7, 100, 12, 48, 3, 77], list(range(40, 71))]
+    with LLM(path, prefix_cache=False) as llm:
+        assert llm.engine.runner.cpu_attention is True
+        out = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    assert calls and set(calls) == {"omlx-engine"}
+    del calls[:]
+    model, _ = mlx_lm_load(str(path))
+    for prompt, result in zip(prompts, out):
+        want = [int(token) for (token, _), _ in zip(generate_step(mx.array(prompt), model, max_tokens=12), range(12))]
+        assert result.token_ids == want
+    assert calls == []
