@@ -6,6 +6,9 @@ Measures, on a Qwen2.5-0.5B-shaped model with random weights (float32 on disk):
   - aggregate decode tokens/s of 4, 16 and 32 concurrent streams;
   - a burst of 32 short prompts (16 to 47 tokens) arriving at once: seconds to the last of
     their first tokens;
+  - with --context N: 4 streams with N-token prompts (an agent's conversation), the seconds to
+    the last of their first tokens and their aggregate decode tokens/s, where attention over
+    the context is a large part of each step;
 for omlx's engine, mlx-lm's generate_step (1 stream) and mlx-lm's BatchGenerator (batches),
 all in one process on omlx's default Linux CPU path (OpenBLAS, float32). Each round measures the
 two engines back to back (which goes first alternates); a ratio is omlx / mlx-lm of one round
@@ -20,7 +23,7 @@ Aggregate decode is measured the same way for both engines: per-token timestamps
 the window in which every stream is decoding (after the last first token, before the first last
 token), so prefill never enters the decode figure.
 
-    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--speedup N] [--json FILE]
+    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--context N] [--speedup N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -174,6 +177,14 @@ def measure_burst(engine, n, seed):
     return max(ts[0] for ts in stamps) - start
 
 
+def measure_context(engine, n_prompt, max_tokens, seed, streams=4):
+    """(seconds to the last first token, aggregate decode tok/s) of ``streams`` prompts of
+    ``n_prompt`` tokens submitted at once."""
+    prompts = [prompt_ids(n_prompt, seed + i) for i in range(streams)]
+    start, stamps = engine.run(prompts, max_tokens)
+    return max(ts[0] for ts in stamps) - start, steady_rate(stamps)
+
+
 def main_default(args):
     """Each round measures both engines back to back (which goes first alternates), and the
     figure reported for a measurement is the median over rounds of omlx / mlx-lm: slow drifts
@@ -201,10 +212,17 @@ def main_default(args):
             seconds = measure_burst(engine, args.burst, seed=5000 + 100 * r)
             rates.setdefault(("burst", name), []).append(seconds)
             print(f"  round {r}: {name:7s} burst of {args.burst}: last first token after {seconds:6.2f} s", flush=True)
+        for name, engine in turn if args.context else ():
+            seconds, rate = measure_context(engine, args.context, args.decode_tokens, seed=7000 + 100 * r)
+            rates.setdefault(("context prefill", name), []).append(seconds)
+            rates.setdefault(("context decode", name), []).append(rate)
+            print(f"  round {r}: {name:7s} 4 x {args.context}-token prompts: last first token after "
+                  f"{seconds:6.2f} s, decode {rate:6.2f} tok/s", flush=True)
     for engine in engines.values():
         engine.close()
     results = {}
-    for measurement in ["prefill"] + [f"decode@{b}" for b in streams] + ["burst"]:
+    context = ["context prefill", "context decode"] if args.context else []
+    for measurement in ["prefill"] + [f"decode@{b}" for b in streams] + ["burst"] + context:
         ours, theirs = rates[(measurement, "omlx")], rates[(measurement, "mlx-lm")]
         results[measurement] = {
             "omlx": statistics.median(ours), "mlx-lm": statistics.median(theirs),
@@ -256,6 +274,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--context", type=int, default=0, metavar="N",
+                        help="also measure 4 streams with N-token prompts: time to the last first token, decode tok/s")
     parser.add_argument("--speedup", type=int, default=0, metavar="N",
                         help="also measure the Linux speed-up over stock mlx-cpu, N interleaved rounds")
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
@@ -289,6 +309,12 @@ def main():
     b = results["burst"]
     lines.append(f"| burst of {args.burst} prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
                  f"{b['omlx']:.2f} | {b['mlx-lm']:.2f} | {b['ratio']:.3f} |")
+    if args.context:
+        c, d = results["context prefill"], results["context decode"]
+        lines.append(f"| 4 x {args.context}-token prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
+                     f"{c['omlx']:.2f} | {c['mlx-lm']:.2f} | {c['ratio']:.3f} |")
+        lines.append(f"| decode, 4 streams at {args.context}-token context (tok/s, mlx-lm BatchGenerator) | "
+                     f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |")
     if args.speedup:
         print("Linux speed-up over stock mlx-cpu ...", flush=True)
         results["speedup"] = sp = main_speedup(args)
