@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 import time
 from concurrent.futures import Future
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from inference import metrics
+
+from inference.engine.engine_thread import EngineThread
 
 from .encoder_model import EncoderModel, Seq, load_encoder
 
@@ -47,7 +48,7 @@ class _Job:
         self.future: Future = Future()
 
 
-class EncoderEngine:
+class EncoderEngine(EngineThread):
     """Serves one embedding or reranker model (``kind``). ``submit`` may be called from any
     thread; the forward passes run on the engine's thread."""
 
@@ -62,74 +63,34 @@ class EncoderEngine:
         self.loaded: Optional[EncoderModel] = None
         self.batches = 0  # forward passes run (tests and benchmarks read it)
         self.rows = 0
-        self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        self._active = 0
-        self._active_lock = threading.Lock()
-        self._last_activity = time.monotonic()
-        self._ready = threading.Event()
-        self._load_error: Optional[BaseException] = None
-        self._thread = threading.Thread(target=self._main, args=(model_path, dtype), name="omlx-encoder",
-                                        daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._load_error is not None:
-            raise self._load_error
+        self._start("omlx-encoder", model_path, dtype)
 
     # -- any thread ----------------------------------------------------------------------------
 
     def submit(self, seqs: Sequence[Seq]) -> Future:
         """Queue token sequences; the future's result has one row per sequence, in order
         (embeddings [n, dim] or scores [n])."""
-        if not self._thread.is_alive():
-            raise RuntimeError("the engine is closed")
+        self._check_open()
         job = _Job(seqs)
         if not job.seqs:
             raise ValueError("no sequences to run")
-        with self._active_lock:
-            self._active += 1
-            self._last_activity = time.monotonic()
+        self._count(1)
         job.future.add_done_callback(self._finished)
         self._inbox.put(("job", job))
         return job.future
 
-    def num_active(self) -> int:
-        with self._active_lock:
-            return self._active
-
-    def idle_since(self) -> Optional[float]:
-        with self._active_lock:
-            return None if self._active else self._last_activity
-
-    def call(self, fn: Callable[["EncoderEngine"], object], timeout: Optional[float] = None):
-        if not self._thread.is_alive():
-            raise RuntimeError("the engine is closed")
-        done: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        self._inbox.put(("call", (fn, done)))
-        ok, value = done.get(timeout=timeout)
-        if not ok:
-            raise value
-        return value
-
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self._inbox.put(("close", None))
-            self._thread.join()
-
     def _finished(self, _future) -> None:
-        with self._active_lock:
-            self._active -= 1
-            self._last_activity = time.monotonic()
+        self._count(-1)
 
     # -- the engine thread ---------------------------------------------------------------------
 
     def _main(self, model_path, dtype) -> None:
         try:
             self.loaded = load_encoder(model_path, self.kind, dtype)
-        except BaseException as exc:
-            self._load_error = exc
+        except BaseException as exc:  # reported to the constructor's caller
+            self._loaded(exc)
             return
-        finally:
-            self._ready.set()
+        self._loaded()
         while True:
             messages = [self._inbox.get()]
             deadline = time.monotonic() + self.max_batch_wait
@@ -154,11 +115,7 @@ class EncoderEngine:
                 self._run(jobs)
             for kind, value in messages:
                 if kind == "call":
-                    fn, done = value
-                    try:
-                        done.put((True, fn(self)))
-                    except BaseException as exc:
-                        done.put((False, exc))
+                    self._answer(value)
                 elif kind == "close":
                     self._fail_queued()
                     return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import random
 import threading
@@ -21,6 +20,7 @@ from cache.sizes import parse_size, total_ram
 
 from .config import EngineConfig
 from .controls import EngineControls, give_back_memory
+from .engine_thread import EngineThread
 from .grammar import compiler_for
 from .model_loader import LoadedModel, load_model
 from .model_runner import ModelRunner
@@ -33,20 +33,6 @@ logger = logging.getLogger("omlx.engine")
 _ids = itertools.count()
 
 Prompt = Union[str, Sequence[int]]
-
-
-def _wait_for_os_thread_exit(native_id: Optional[int], timeout: float = 5.0) -> None:
-    """Wait until the engine's OS thread is really gone, not just its Python side.
-
-    After join() returns, the thread still runs its C++ thread-local destructors, and MLX's
-    compile cache among them takes the GIL; if the interpreter is finalizing by then, CPython
-    kills the thread inside a noexcept destructor and the whole process aborts. Linux shows
-    threads in /proc; elsewhere there is nothing to poll and this returns at once.
-    """
-    task = f"/proc/self/task/{native_id}"
-    deadline = time.monotonic() + timeout
-    while native_id and os.path.exists(task) and time.monotonic() < deadline:
-        time.sleep(0.001)
 
 
 class RequestStream:
@@ -72,7 +58,7 @@ class RequestStream:
         self.engine.abort(self.request_id)
 
 
-class Engine(EngineControls):
+class Engine(EngineControls, EngineThread):
     """Serves one model. ``submit`` may be called from any thread; everything that touches
     MLX runs on the engine's own thread (MLX streams are not thread-safe).
 
@@ -90,27 +76,17 @@ class Engine(EngineControls):
             raise ValueError("pass either config or individual settings, not both")
         self.config = config
         self.prefix_cache: PrefixCache = PrefixCache()
-        self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
         self._tokenizer_lock = threading.Lock()
-        self._ready = threading.Event()
-        self._load_error: Optional[BaseException] = None
         self.loaded: Optional[LoadedModel] = None
         self.steps = 0  # counters for tests, benchmarks and (later) the admin panel
         self.prefill_chunks = 0  # prompt chunks computed
-        self._active = 0  # requests submitted and not yet finished (any thread reads it)
-        self._active_lock = threading.Lock()
         # The most urgent priority submitted since the engine last drained its inbox (None:
         # nothing): a background prefill checks it between its pieces (_yields_to_arrival).
         self._arrived: Optional[int] = None
-        self._last_activity = time.monotonic()  # last submit or finish
         # Set by the memory guard while memory is critical: a step then runs one prefill chunk
         # (the most urgent), so a step that began before the pressure cannot run past the limit.
         self.memory_critical = threading.Event()
-        self._thread = threading.Thread(target=self._main, args=(model_path,), name="omlx-engine", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._load_error is not None:
-            raise self._load_error
+        self._start("omlx-engine", model_path)
 
     # -- public API (any thread) -------------------------------------------------------------
 
@@ -128,8 +104,7 @@ class Engine(EngineControls):
                vision=None) -> RequestStream:
         """Queue a request; raises ValueError for a bad prompt or parameters. ``vision``: a
         prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids)."""
-        if not self._thread.is_alive():
-            raise RuntimeError("the engine is closed")
+        self._check_open()
         params = params if params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
@@ -155,17 +130,6 @@ class Engine(EngineControls):
         self._inbox.put(("add", request))
         return stream
 
-    def num_active(self) -> int:
-        """Requests submitted and not finished yet (queued, waiting or running): the model pool
-        never unloads an engine while this is above zero."""
-        with self._active_lock:
-            return self._active
-
-    def idle_since(self) -> Optional[float]:
-        """``time.monotonic()`` of the last submit or finish when no request is active, else None."""
-        with self._active_lock:
-            return None if self._active else self._last_activity
-
     def compile_grammar(self, structured: dict):
         """The compiled grammar of a ``SamplingParams.structured`` value (cached per schema);
         ValueError when this model's tokenizer cannot serve it. ``submit`` calls it too: calling
@@ -174,24 +138,6 @@ class Engine(EngineControls):
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
-
-    def call(self, fn: Callable[["Engine"], object], timeout: Optional[float] = None):
-        """Run ``fn(engine)`` on the engine thread between two steps and return its result
-        (for work on engine-owned state: flushing the cache tiers, reading statistics)."""
-        if not self._thread.is_alive():
-            raise RuntimeError("the engine is closed")
-        done: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
-        self._inbox.put(("call", (fn, lambda ok, value: done.put((ok, value)))))
-        ok, value = done.get(timeout=timeout)
-        if not ok:
-            raise value
-        return value
-
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self._inbox.put(("close", None))
-            self._thread.join()
-            _wait_for_os_thread_exit(self._thread.native_id)
 
     def validate_prompt(self, prompt: Prompt) -> List[int]:
         """The prompt's token ids; ValueError if it is empty, has ids outside the vocabulary or
@@ -231,10 +177,9 @@ class Engine(EngineControls):
             self.runner = ModelRunner(self.loaded, block_size)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
         except BaseException as exc:  # reported to the constructor's caller
-            self._load_error = exc
-            self._ready.set()
+            self._loaded(exc)
             return
-        self._ready.set()
+        self._loaded()
         was_idle = True
         while True:
             idle = not self.scheduler.has_work()
@@ -305,12 +250,7 @@ class Engine(EngineControls):
             if kind == "add":
                 self.scheduler.add(item)
             elif kind == "call":
-                fn, done = item
-                try:
-                    result = (True, fn(self))
-                except Exception as exc:
-                    result = (False, exc)
-                done(*result)
+                self._answer(item)
             elif kind == "abort":
                 request = self.scheduler.find(item)
                 if request is not None:
@@ -446,9 +386,7 @@ class Engine(EngineControls):
         in the prefix cache, free it (one batch filter for all), send each its last event
         (with the text still held back)."""
         requests = [request for request, _, _, _ in ended]
-        with self._active_lock:
-            self._active -= len(requests)
-            self._last_activity = time.monotonic()
+        self._count(-len(requests))
         for request in requests:
             self._keep_kv(request)
         self.runner.drop(requests)
