@@ -23,7 +23,8 @@ Aggregate decode is measured the same way for both engines: per-token timestamps
 the window in which every stream is decoding (after the last first token, before the first last
 token), so prefill never enters the decode figure.
 
-    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--context N] [--speedup N] [--json FILE]
+    .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--streams 4,16,32] [--context N]
+        [--speedup N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -192,7 +193,7 @@ def main_default(args):
     path = model_path(args.preset)
     streams = [1] + args.streams
     rates = {}  # (measurement, engine) -> [rate per round]
-    engines = {cls.name: cls(path, max(streams)) for cls in (Omlx, MlxLm)}
+    engines = {cls.name: cls(path, max(streams + [args.burst])) for cls in (Omlx, MlxLm)}
     for engine in engines.values():  # warm-up: first calls pay for allocation and compile
         measure_prefill(engine, 64, seed=1)
         for b in streams:
@@ -274,6 +275,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--streams", default="4,16,32", metavar="LIST",
+                        help="the batch sizes of the aggregate decode rows, comma-separated ('' for none; "
+                             "the 1-stream row always runs)")
     parser.add_argument("--context", type=int, default=0, metavar="N",
                         help="also measure 4 streams with N-token prompts: time to the last first token, decode tok/s")
     parser.add_argument("--speedup", type=int, default=0, metavar="N",
@@ -284,7 +288,7 @@ def main():
     args.preset = "small" if args.quick else "qwen2.5-0.5b"
     args.prompt = 512
     args.speedup_prompt = 256
-    args.streams = [4, 16, 32]
+    args.streams = [int(n) for n in args.streams.split(",") if n.strip()]
     args.burst = 32
     args.decode_prompt = 32
     args.decode_tokens = 16 if args.quick else 32

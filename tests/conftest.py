@@ -50,9 +50,9 @@ class ServerProcess:
         self._serving = threading.Event()
         self.url = None
         threading.Thread(target=self._read, daemon=True).start()
-        if not self._serving.wait(120):
-            self.stop()
-            raise RuntimeError("omlx serve did not start:\n" + "".join(self.output))
+        if not self._serving.wait(120) or self.url is None:  # no URL: the process ended first
+            code = self.stop()
+            raise RuntimeError(f"omlx serve did not start (exit code {code}):\n" + "".join(self.output))
 
     def _read(self):
         for line in self.process.stdout:
