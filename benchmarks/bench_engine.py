@@ -178,10 +178,13 @@ def measure_burst(engine, n, seed):
     return max(ts[0] for ts in stamps) - start
 
 
-def measure_context(engine, n_prompt, max_tokens, seed, streams=4):
-    """(seconds to the last first token, aggregate decode tok/s) of ``streams`` prompts of
-    ``n_prompt`` tokens submitted at once."""
-    prompts = [prompt_ids(n_prompt, seed + i) for i in range(streams)]
+CONTEXT_STREAMS = 4  # the streams of the --context rows
+
+
+def measure_context(engine, n_prompt, max_tokens, seed):
+    """(seconds to the last first token, aggregate decode tok/s) of ``CONTEXT_STREAMS`` prompts
+    of ``n_prompt`` tokens submitted at once."""
+    prompts = [prompt_ids(n_prompt, seed + i) for i in range(CONTEXT_STREAMS)]
     start, stamps = engine.run(prompts, max_tokens)
     return max(ts[0] for ts in stamps) - start, steady_rate(stamps)
 
@@ -217,7 +220,7 @@ def main_default(args):
             seconds, rate = measure_context(engine, args.context, args.decode_tokens, seed=7000 + 100 * r)
             rates.setdefault(("context prefill", name), []).append(seconds)
             rates.setdefault(("context decode", name), []).append(rate)
-            print(f"  round {r}: {name:7s} 4 x {args.context}-token prompts: last first token after "
+            print(f"  round {r}: {name:7s} {CONTEXT_STREAMS} x {args.context}-token prompts: last first token after "
                   f"{seconds:6.2f} s, decode {rate:6.2f} tok/s", flush=True)
     for engine in engines.values():
         engine.close()
@@ -315,9 +318,9 @@ def main():
                  f"{b['omlx']:.2f} | {b['mlx-lm']:.2f} | {b['ratio']:.3f} |")
     if args.context:
         c, d = results["context prefill"], results["context decode"]
-        lines.append(f"| 4 x {args.context}-token prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
+        lines.append(f"| {CONTEXT_STREAMS} x {args.context}-token prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
                      f"{c['omlx']:.2f} | {c['mlx-lm']:.2f} | {c['ratio']:.3f} |")
-        lines.append(f"| decode, 4 streams at {args.context}-token context (tok/s, mlx-lm BatchGenerator) | "
+        lines.append(f"| decode, {CONTEXT_STREAMS} streams at {args.context}-token context (tok/s, mlx-lm BatchGenerator) | "
                      f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |")
     if args.speedup:
         print("Linux speed-up over stock mlx-cpu ...", flush=True)

@@ -107,6 +107,18 @@ def test_routing_by_thread_cache_and_sinks(model_dir, monkeypatch):
     assert base.scaled_dot_product_attention is cpu_attention._ORIGINAL  # mlx-lm's module untouched
 
 
+def test_load_check_sees_a_wrong_mask_in_a_batch(model_dir, monkeypatch):
+    """The check at load runs the model the way the engine does (rows of different lengths in
+    one batch cache: a mask array), so a path that gets such masks wrong is left off; a prompt
+    alone (a causal mask) would not show it."""
+    model, _ = mlx_lm_load(str(model_dir()))
+    cpu_attention.install(model)
+    assert cpu_attention.agrees(model)
+    grouped = cpu_attention._grouped
+    monkeypatch.setattr(cpu_attention, "_grouped", lambda mask, kv, r: grouped(mask[:1], kv, r))  # row 0's for all
+    assert not cpu_attention.agrees(model)
+
+
 def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch):
     """A GQA model (4 query heads over 2) in the engine: the check at load passes, the engine's
     thread computes attention here, and greedy output equals mlx-lm's generate_step (which, on

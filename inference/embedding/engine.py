@@ -24,7 +24,6 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from inference import metrics
-
 from inference.engine.engine_thread import EngineThread
 
 from .encoder_model import EncoderModel, Seq, load_encoder

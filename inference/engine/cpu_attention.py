@@ -107,20 +107,30 @@ def enabled_on_this_thread() -> bool:
     return getattr(_local, "on", False)
 
 
+def _probe(model: nn.Module) -> mx.array:
+    """Logits of a probe run the way the engine runs a model: two prompts of different lengths,
+    each prefilled alone (a causal mask), then one decode step of both in batch caches merged as
+    the decode batch merges them (the shorter row left-padded: a mask array)."""
+    rows = [[1, 2, 3, 4, 5], [6, 7, 8]]
+    caches, last = [], []
+    for row in rows:
+        cache = make_prompt_cache(model)
+        last.append(model(mx.array([row]), cache=cache)[0, -1])
+        caches.append(cache)
+    batch = [type(layer[0]).merge(list(layer)) for layer in zip(*caches)]
+    step = model(mx.array([[row[-1]] for row in rows]), cache=batch)[:, -1]
+    return mx.concatenate([mx.stack(last), step]).astype(mx.float32)
+
+
 def agrees(model: nn.Module) -> bool:
-    """Whether ``model``'s logits through this path match mlx-lm's own on a probe (two rows, a
-    prompt then one decode step: a causal prefill and a decode against a cache). Run on the
+    """Whether ``model``'s logits through this path match mlx-lm's own on ``_probe``. Run on the
     thread that will use it; leaves that thread's setting as it found it."""
-    tokens = mx.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
     before = enabled_on_this_thread()
     out = {}
     try:
         for on in (False, True):
             enable_on_this_thread(on)
-            cache = make_prompt_cache(model)
-            first = model(tokens, cache=cache)
-            second = model(tokens[:, -1:], cache=cache)
-            out[on] = mx.concatenate([first[:, -1], second[:, -1]]).astype(mx.float32)
+            out[on] = _probe(model)
     finally:
         enable_on_this_thread(before)
     want, got = out[False], out[True]
