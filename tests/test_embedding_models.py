@@ -187,3 +187,26 @@ def test_build_model_cli_writes_the_same_bytes_as_the_factory(tmp_path, model_di
     assert files == sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     for name in files:
         assert (out / name).read_bytes() == (built / name).read_bytes(), name
+
+
+def test_call_runs_on_the_engine_thread_and_raises_what_fn_raised(folders, model_dir):
+    """The thread base both engines share (inference.engine.engine_thread): ``call`` runs on the
+    engine's own thread, returns the result, raises the function's exception in the caller, and
+    the engine carries on; after ``close`` it refuses work."""
+    import threading
+
+    from inference.engine import Engine
+
+    engines = [EncoderEngine(folders / "bert-embedding", "embedding", dtype="float32"),
+               Engine(model_dir(), prefix_cache=False)]
+    for engine in engines:
+        try:
+            assert engine.call(lambda e: threading.current_thread().name) == engine._thread.name
+            with pytest.raises(ZeroDivisionError):
+                engine.call(lambda e: 1 / 0)
+            assert engine.call(lambda e: e is engine) is True
+            assert engine.num_active() == 0 and engine.idle_since() is not None
+        finally:
+            engine.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            engine.call(lambda e: None)
