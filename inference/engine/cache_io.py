@@ -123,9 +123,13 @@ def attention_bytes_per_token(caches) -> int:
                for c in leaves(caches) if not isinstance(c, ArraysCache) and c.keys is not None)
 
 
+def snapshot_arrays(snapshots: List[KVSnapshot]) -> List[mx.array]:
+    return [a for s in snapshots for layer in s.layers if layer is not None
+            for a in layer if isinstance(a, mx.array)]
+
+
 def materialize(snapshots: List[KVSnapshot]) -> None:
     """Queue the evaluation of snapshot arrays (they are slices of live caches)."""
-    arrays = [a for s in snapshots for layer in s.layers if layer is not None
-              for a in layer if isinstance(a, mx.array)]
+    arrays = snapshot_arrays(snapshots)
     if arrays:
         mx.async_eval(arrays)

@@ -323,6 +323,7 @@ class Engine(EngineControls, EngineThread):
         ahead = not any(r.params.priority > 0 for r in self.runner.batch.rows)
         ended = [end for request, token, logprob in self.runner.decode_step(ahead)
                  if (end := self._on_token(request, token, logprob)) is not None]
+        self.runner.launch()  # on the CPU the step's pass is queued once the tokens before it are out
         if ended:
             self._finish_all(ended)
 
@@ -367,10 +368,7 @@ class Engine(EngineControls, EngineThread):
             text, stopped = request.text_stream.add(token)
             if stopped or (request.matcher is not None and request.matcher.finished):
                 reason = "stop"
-        if reason is None and (
-            len(request.output_token_ids) >= request.params.max_tokens
-            or (self.loaded.context_length and request.num_tokens >= self.loaded.context_length)
-        ):
+        if reason is None and request.length_left(self.loaded.context_length) <= 0:
             reason = "length"
         event = RequestOutput(request.request_id, text, [token], [logprob] if logprob else None)
         if reason is None:

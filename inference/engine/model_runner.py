@@ -39,12 +39,30 @@ class DecodeBatch:
     a row that reaches a multiple of it takes a snapshot of those layers into
     ``request.snapshots``: at the end of the request the windows have moved on and the state
     is the final one, and the block cache needs both at every block boundary.
+
+    ``report_first`` (on the CPU): there ``mx.async_eval`` returns only when most of the forward
+    pass it queues has run (MLX's CPU stream takes a graph's tasks about as fast as it runs
+    them), so queueing step n+1 before handing out step n's tokens would hold every token back
+    for most of a step, and a stream's first decode interval would be two steps. So ``step``
+    waits for the previous tokens (the tail of their pass, which ran while this step's graph was
+    built), returns them, and queues this step's pass only when the caller calls ``launch``
+    after reporting them. Elsewhere ``step`` queues the pass before it waits, and ``launch``
+    does nothing. And when a row's unreported token is its last by length, ``step`` only
+    reports (``_report``): a pass would compute nothing but that token's KV, and the token
+    would wait for it.
     """
 
-    def __init__(self, model, sampler: Sampler, snapshot_every: Optional[int] = None):
+    def __init__(self, model, sampler: Sampler, snapshot_every: Optional[int] = None,
+                 report_first: bool = False, context_length: Optional[int] = None):
         self.model = model
         self.sampler = sampler
         self.snapshot_every = snapshot_every
+        self.report_first = report_first
+        self.context_length = context_length
+        self._clear()
+
+    def _clear(self) -> None:
+        self._unlaunched: Optional[list] = None  # report_first: what launch() queues
         self.rows: List[Request] = []
         self.kv_len: List[int] = []
         self.deltas: List[int] = []
@@ -85,7 +103,7 @@ class DecodeBatch:
         if len(keep) == len(self.rows):
             return
         if not keep:
-            self.__init__(self.model, self.sampler, self.snapshot_every)
+            self._clear()
             return
         for c in self._cache:
             c.filter(keep)
@@ -102,45 +120,58 @@ class DecodeBatch:
         i = self.rows.index(request)
         return cache_io.batch_snapshot(self._cache, i, self.kv_len[i])
 
-    def _take_snapshots(self) -> None:
+    def _take_snapshots(self) -> List[KVSnapshot]:
+        """Count this step's input into every row's KV; the snapshots taken at block boundaries
+        (their arrays are queued with the step's pass)."""
         every = self.snapshot_every
+        taken = []
         for i, request in enumerate(self.rows):
             self.kv_len[i] += 1
             if every and self.kv_len[i] % every == 0:
-                snap = cache_io.batch_snapshot(self._cache, i, self.kv_len[i], full=False)
-                request.snapshots.append(snap)
-                cache_io.materialize([snap])
+                taken.append(cache_io.batch_snapshot(self._cache, i, self.kv_len[i], full=False))
+                request.snapshots.append(taken[-1])
+        return taken
 
     def step(self, ahead: bool = True) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
-        """Queue one decode step; return the (request, token, logprob) now known on the host:
-        the tokens of the previous step, computed while the host handled its results.
+        """Queue one decode step (with ``report_first``: build it, for ``launch`` to queue);
+        return the (request, token, logprob) now known on the host: the tokens of the previous
+        step, computed while the host handled its results.
 
         A batch with structured-output rows cannot sample ahead: a row's mask for this step
         depends on its previous token. So the forward pass is queued first, the previous
         tokens are waited for, the matchers advanced and the masks built while the forward
-        runs, and only then is this step's sampling queued. Batches without such rows keep
-        the plain pipeline. A matcher advances by each token exactly when it reaches the host.
+        runs (with ``report_first``: before it runs), and only then is this step's sampling
+        queued. Batches without such rows keep the plain pipeline. A matcher advances by each
+        token exactly when it reaches the host.
 
         ``ahead=False``: this step's tokens are waited for and returned too, so nothing is left
         running when the step returns (the engine asks for it while background rows decode: a
         more urgent request arriving meanwhile then waits for one decode step, not two).
         """
+        if self.report_first and self._last_by_length():
+            return self._report()
         extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
         logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
-        self._take_snapshots()
+        snapshots = self._take_snapshots()
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
         matchers = [s.matcher for s in self._states]
         structured = any(m is not None for m in matchers)
         host = masks = None
         if structured:
-            mx.async_eval(logits)
+            if not self.report_first:
+                mx.async_eval(logits)
             host = previous.tolist()
             for i, kind in enumerate(kinds):
                 if kind is NEW and matchers[i] is not None:
                     matchers[i].advance(host[i])
             masks = grammar_masks(matchers, self.sampler.vocab_size)
         tokens, logprobs = self.sampler.sample(logits, self._states, masks)
-        mx.async_eval(tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None])
+        pending = [tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None],
+                   cache_io.snapshot_arrays(snapshots)]
+        if self.report_first:
+            self._unlaunched = pending
+        else:
+            mx.async_eval(*pending)
         self._inputs, self._logprobs = tokens, logprobs
         self._kinds = [NEW] * len(self.rows)
         out = []
@@ -150,6 +181,7 @@ class DecodeBatch:
             out = [(self.rows[i], host[i], _to_host(previous_lp[i], host[i]))
                    for i, kind in enumerate(kinds) if kind is NEW]
         if not ahead:
+            self.launch()
             now = tokens.tolist()
             for i, token in enumerate(now):
                 if matchers[i] is not None:
@@ -157,6 +189,37 @@ class DecodeBatch:
                 out.append((self.rows[i], token, _to_host(logprobs[i], token)))
             self._kinds = [REPORTED] * len(self.rows)
         return out
+
+    def _last_by_length(self) -> bool:
+        """Whether a row's unreported token is its last (max_tokens, the context)."""
+        return any(kind is NEW and request.length_left(self.context_length) <= 1
+                   for request, kind in zip(self.rows, self._kinds))
+
+    def _report(self) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+        """Wait for the unreported tokens and return them, queueing no pass: the step after
+        runs the batch without the rows they end. (For those rows the pass would compute only
+        the KV of their last token, and on the CPU that last token would wait for it.)"""
+        host = self._inputs.tolist()
+        out = []
+        for i, kind in enumerate(self._kinds):
+            if kind is NEW:
+                matcher = self._states[i].matcher
+                if matcher is not None:
+                    matcher.advance(host[i])
+                out.append((self.rows[i], host[i], _to_host(self._logprobs[i], host[i])))
+        self._kinds = [REPORTED] * len(self.rows)
+        return out
+
+    @property
+    def unlaunched(self) -> bool:
+        """Whether the last ``step``'s pass is built but not queued yet (``report_first``)."""
+        return self._unlaunched is not None
+
+    def launch(self) -> None:
+        """Queue the pass of the last ``step`` if it is not queued yet (``report_first``)."""
+        if self._unlaunched is not None:
+            mx.async_eval(*self._unlaunched)
+            self._unlaunched = None
 
 
 def grammar_masks(matchers, vocab_size: int) -> np.ndarray:
@@ -188,11 +251,17 @@ class ModelRunner:
         layout = loaded.cache_layout
         mixed = block_size if layout is not None and not layout.plain else None
         self.snapshot_every = mixed
-        self.batch = DecodeBatch(self.model, self.sampler, mixed)
+        # MLX's CPU stream runs a graph about as fast as async_eval queues it (DecodeBatch).
+        self.report_first = mx.default_device() == mx.cpu
+        self.batch = self._new_batch()
         # Before the checks below, which then run through it: this thread's attention on the CPU.
         self.cpu_attention = cpu_attention.setup(self.model)
         self.gate = HeadGate(self.model)
         self.prefiller = Prefill(loaded, self.gate, block_size)
+
+    def _new_batch(self) -> DecodeBatch:
+        return DecodeBatch(self.model, self.sampler, self.snapshot_every, self.report_first,
+                           self.loaded.context_length)
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
         """Start a request's caches from a cached prefix of ``num_tokens`` tokens (per layer
@@ -257,10 +326,14 @@ class ModelRunner:
             r.snapshots = []
 
     def decode_step(self, ahead: bool = True):
+        """One decode step (``DecodeBatch.step``); call ``launch`` once its tokens are reported."""
         if not len(self.batch):
             return []
         return self.batch.step(ahead)
 
+    def launch(self) -> None:
+        self.batch.launch()
+
     def reset(self) -> None:
-        self.batch = DecodeBatch(self.model, self.sampler, self.snapshot_every)
+        self.batch = self._new_batch()
         mx.clear_cache()

@@ -144,6 +144,14 @@ class Request:
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
+    def length_left(self, context_length: Optional[int]) -> int:
+        """Tokens it may still generate before it ends by length (max_tokens, or the model's
+        context when ``context_length`` is given)."""
+        left = self.params.max_tokens - len(self.output_token_ids)
+        if context_length:
+            left = min(left, context_length - self.num_tokens)
+        return left
+
     @property
     def num_to_prefill(self) -> int:
         """Tokens still to run through the model before this request's next token is sampled."""
