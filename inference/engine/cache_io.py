@@ -14,7 +14,6 @@ import mlx.core as mx
 from mlx_lm.models.cache import (
     ArraysCache,
     BatchKVCache,
-    BatchRotatingKVCache,
     CacheList,
     KVCache,
     RotatingKVCache,
