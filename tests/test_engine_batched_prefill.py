@@ -4,11 +4,13 @@ one-by-one prefill gives and that HF transformers gives, with and without prefix
 different lengths; seeded sampling gives the same tokens in a batch as alone; and the first
 token of a prompt comes from the logits of its last prefill chunk (no extra forward pass)."""
 import json
+import threading
 
 import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
+from tests.engine_control import hold
 from tests.hf_reference import hf_greedy
 
 NEW = 8
@@ -95,6 +97,43 @@ def test_batched_prefill_equals_one_by_one_and_transformers(family, arch, chunk)
         assert hits == [12, 27, 9, 0, 0, 0]
     else:  # a hit ends where the windows or states were kept: block boundaries, one before the end
         assert hits[3:] == [0, 0, 0] and all(0 < h <= want for h, want in zip(hits, [12, 27, 9]))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3_text", "qwen3_5"])
+def test_rows_of_different_lengths_split_into_passes_of_similar_lengths(family, arch):
+    """With a pass worth 16 prompt tokens (set by hand: the speeds it is learned from differ
+    from machine to machine), six prompts of 1 to 45 tokens admitted together prefill in three
+    passes (1 | 17, 21 | 30, 39, 45 tokens), shortest first; the output equals transformers';
+    and each prompt's first token is sent right after its own pass, before the passes of
+    longer ones (callbacks run on the engine thread, so the pass count they read is exact)."""
+    path, prompts, _, expected = family(arch)
+    with LLM(path, prefix_cache=False, step_token_budget=4096) as llm:
+        engine = llm.engine
+        engine.call(lambda e: setattr(e.scheduler.costs, "pass_tokens", lambda: 16))
+        prefill = engine.runner.prefiller
+        base = engine.call(lambda e: e.runner.prefiller.forwards)
+        at_first, results, done = {}, {}, threading.Event()
+
+        def callback(i):
+            def on_event(event):
+                if event.token_ids and i not in at_first:
+                    at_first[i] = prefill.forwards - base
+                results.setdefault(i, []).extend(event.token_ids)
+                if event.finished and len(results) == len(prompts) and all(
+                        len(t) == NEW for t in results.values()):
+                    done.set()
+            return on_event
+
+        release = hold(engine)
+        for i, prompt in enumerate(prompts):
+            engine.submit(prompt, SamplingParams(**GREEDY), callback=callback(i))
+        release.set()
+        assert done.wait(120)
+        passes = prefill.forwards - base
+    assert [results[i] for i in range(len(prompts))] == expected
+    assert passes == 3
+    by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    assert [at_first[i] for i in by_length] == [1, 2, 2, 3, 3, 3]
 
 
 def test_a_family_whose_layers_ignore_the_padding_prefills_one_by_one(model_dir):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
+from tests.engine_control import hold
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 
@@ -53,24 +54,10 @@ class Recorder:
         return [n for n, k in self.events if k == kind]
 
 
-def _hold(engine):
-    """Block the engine thread until the returned event is set, so that everything submitted
-    meanwhile reaches the scheduler in one go."""
-    release, held = threading.Event(), threading.Event()
-
-    def block(e):
-        held.set()
-        release.wait(30)
-
-    threading.Thread(target=engine.call, args=(block,), daemon=True).start()
-    assert held.wait(30)
-    return release
-
-
 def test_more_urgent_requests_are_admitted_first(path):
     with LLM(path, max_concurrent_requests=1) as llm:
         rec = Recorder(llm.engine)
-        release = _hold(llm.engine)
+        release = hold(llm.engine)
         for i, priority in enumerate([5, 0, 9, -2, 0]):
             rec.submit(f"r{i}", _ids(12, i), max_tokens=3, priority=priority)
         release.set()
@@ -106,7 +93,7 @@ def test_aging_lets_a_background_request_through(path):
                             finished.set()
                 return handle
 
-            release = _hold(llm.engine)
+            release = hold(llm.engine)
             llm.engine.submit(_ids(10, 99), SamplingParams(max_tokens=2, priority=10, **GREEDY),
                               request_id="background", callback=on_event("background"))
             submit_chat()
@@ -124,7 +111,7 @@ def test_preemption_takes_the_least_urgent_request(path):
         expected = [r.token_ids for r in off.generate(prompts, SamplingParams(max_tokens=20, **GREEDY))]
     with LLM(path, max_kv_tokens=140, max_concurrent_requests=3, prefix_cache=False) as llm:
         rec = Recorder(llm.engine)
-        release = _hold(llm.engine)
+        release = hold(llm.engine)
         for name, prompt, priority in zip(("urgent", "background", "normal"), prompts, (0, 7, 3)):
             rec.submit(name, prompt, max_tokens=20, priority=priority)
         release.set()
@@ -151,7 +138,7 @@ def test_batch_wait_holds_new_requests_until_due_or_a_batch_is_full(path):
         assert rec.order("end") == ["a"]
 
         # Three waiting requests fill the three free slots: admitted at once, together.
-        release = _hold(llm.engine)
+        release = hold(llm.engine)
         for name in ("b", "c", "d"):
             rec.submit(name, _ids(10, ord(name)), max_tokens=2)
         release.set()
@@ -168,9 +155,9 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
         def spy(e):
             prefill, decode = e.runner.prefill, e.runner.decode_step
 
-            def recording(chunks, *args):
+            def recording(chunks, *args, **kwargs):
                 timeline.append(("prefill", tuple((r.request_id, n) for r, n in chunks)))
-                return prefill(chunks, *args)
+                return prefill(chunks, *args, **kwargs)
 
             def decoding(*args):
                 if e.runner.batch.rows:
@@ -190,7 +177,7 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
                     done[name].set()
             return on_event
 
-        release = _hold(llm.engine)
+        release = hold(llm.engine)
         for name, size in (("one", 10), ("two", 30)):
             llm.engine.submit(_ids(size, size), SamplingParams(max_tokens=3, **GREEDY), request_id=name,
                               callback=callback(name))

@@ -49,11 +49,11 @@ class Chunks:
     def _install(self, engine):
         prefill = engine.runner.prefill
 
-        def recording(chunks, *args):
+        def recording(chunks, *args, **kwargs):
             self.steps.append([(r.request_id, n) for r, n in chunks])
             if self.on_chunk:
                 self.on_chunk(engine, self.steps)
-            return prefill(chunks, *args)
+            return prefill(chunks, *args, **kwargs)
 
         engine.runner.prefill = recording
 

@@ -295,27 +295,33 @@ class Engine(EngineControls, EngineThread):
             start = time.perf_counter()
             done_before = {request: request.num_computed for request, _ in out.prefill}
             level = min(request.params.priority for request, _ in out.prefill)
-            if level > 0:  # background work gives way to a more urgent arrival
-                snapshots, done = self.runner.prefill(out.prefill, lambda: self._yields_to_arrival(level),
-                                                      self.scheduler.costs.piece_tokens())
-            else:
-                snapshots, done = self.runner.prefill(out.prefill)
+            handled = set()
+
+            def prompts_done(snapshots, done):
+                """Prompts a pass finished: stored, and their first tokens sent, before the
+                step's other passes run."""
+                now = time.perf_counter()
+                for request, _ in done:
+                    handled.add(request)
+                    request.prefill_seconds += now - start
+                    if self.prefix_cache.wants_kv:
+                        self._store_prompt(request, snapshots[request])
+                self._first_tokens(done)
+
+            costs = self.scheduler.costs
+            stop = (lambda: self._yields_to_arrival(level)) if level > 0 else None  # background gives way
+            snapshots, _ = self.runner.prefill(out.prefill, stop, costs.piece_tokens() if stop else None,
+                                               pass_tokens=costs.pass_tokens(), on_done=prompts_done)
             # What was computed: less than asked for (or nothing) when a background prefill gave way.
             out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill
                            if request.num_computed > done_before[request]]
             seconds = time.perf_counter() - start
-            for request, _ in out.prefill:
-                request.prefill_seconds += seconds
             self.prefill_chunks += len(out.prefill)
             self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), seconds)
             for request, _ in out.prefill:
-                if request.num_to_prefill == 0:
-                    if self.prefix_cache.wants_kv:
-                        self._store_prompt(request, snapshots[request])
-                else:
+                if request not in handled:
+                    request.prefill_seconds += seconds
                     self._store_whole_blocks(request, done_before[request], snapshots[request])
-            if done:
-                self._first_tokens(done)
             if level > 0 and self._yields_to_arrival(level):
                 return  # the newcomer is admitted next; this step's decode would only delay it
         # While background rows decode, the batch does not sample ahead: nothing is left running

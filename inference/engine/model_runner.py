@@ -270,13 +270,14 @@ class ModelRunner:
         cache_io.seed(cache, layers, num_tokens)
         request.cache = cache
 
-    def prefill(self, chunks: Sequence[Tuple[Request, int]], stop=None, piece=None) -> Tuple[dict, List[Tuple[Request, mx.array]]]:
-        """Run the next n not-yet-computed tokens of each (request, n), in as few forward
-        passes as the model allows (inference.engine.prefill). Returns ({request: snapshots of
-        its caches where its computation stopped}, [(request, logits [V] of its last token)]
-        for the requests whose tokens are now all computed, in the order given: their next
-        token is sampled from these logits). ``stop``/``piece``: see ``Prefill.run``."""
-        return self.prefiller.run(chunks, stop, piece)
+    def prefill(self, chunks: Sequence[Tuple[Request, int]], stop=None, piece=None, **passes) -> Tuple[dict, List[Tuple[Request, mx.array]]]:
+        """Run the next n not-yet-computed tokens of each (request, n), in forward passes shared
+        as the model allows (inference.engine.prefill). Returns ({request: snapshots of its
+        caches where its computation stopped}, [(request, logits [V] of its last token)] for
+        the requests whose tokens are now all computed, in the order given: their next token is
+        sampled from these logits). ``stop``/``piece``, ``pass_tokens``/``on_done``: see
+        ``Prefill.run``."""
+        return self.prefiller.run(chunks, stop, piece, **passes)
 
     def first_tokens(self, done: Sequence[Tuple[Request, mx.array]]) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
         """Sample the next token of each request whose tokens are all computed, from the

@@ -12,12 +12,19 @@ computation stops, and the block cache keeps it at block boundaries); for a mode
 sliding-window or recurrent layers also one token before the end of the prompt (an identical
 prompt later hits up to there and computes only its last token: a hit must leave one).
 
-Together: the rows of a step advance in rounds, each to its next cut, all rows of a round in
-one forward pass: their caches merged into mlx-lm batch caches (histories of different lengths
-left-padded), the pieces right-padded to the longest (mlx-lm's ``prepare``/``finalize`` keep
-the padding out of every row's attention, sliding window and recurrent state), the rows'
-caches extracted again. A plain-attention model has one cut per row, so one pass a step. The
-merge and the extraction copy the rows' caches: memory traffic, small next to the arithmetic.
+Together: the rows of a step advance in rounds, each to its next cut. The rows of a round share
+forward passes: their caches merged into mlx-lm batch caches (histories of different lengths
+left-padded), the pieces right-padded to the longest of the pass (mlx-lm's ``prepare``/
+``finalize`` keep the padding out of every row's attention, sliding window and recurrent
+state), the rows' caches extracted again. Padding is computed like any token, so a round's rows
+are split into passes of similar lengths where that costs less (``passes``): each pass costs
+about ``pass_tokens`` prompt tokens more (it reads every weight once more), and each row costs
+the width of its pass. A round of equal lengths is one pass; a plain-attention model has one
+round a step. The merge and the extraction copy the rows' caches: memory traffic, small next to
+the arithmetic.
+
+After each pass the rows whose prompts it finished are handed to ``on_done`` (the engine samples
+and sends their first tokens then), not after the step's last pass.
 
 Not every family's layers honour mlx-lm's padding (a recurrent layer that ignores the lengths
 mask would fold the padding into its state), so for models with anything but plain attention
@@ -81,7 +88,9 @@ class Prefill:
         return cuts
 
     def run(self, chunks: Sequence[Tuple[Request, int]], stop: Optional[Callable[[], bool]] = None,
-            piece: Optional[int] = None) -> Tuple[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]]:
+            piece: Optional[int] = None, pass_tokens: int = 128,
+            on_done: Optional[Callable[[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]], None]] = None,
+            ) -> Tuple[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]]:
         """Compute the next n tokens of each (request, n). Returns ({request: snapshots of its
         caches at each cut}, [(request, logits [V] of its last token)] for the requests whose
         tokens are now all computed, in the order given).
@@ -90,7 +99,11 @@ class Prefill:
         ``piece`` tokens, each pass is computed before the check, and when it says True the
         rest of the chunks is left for later steps (a request's ``num_computed`` says where it
         stopped). The engine uses it to let a more urgent request that arrives meanwhile go
-        first, instead of waiting for a whole step of background prefill."""
+        first, instead of waiting for a whole step of background prefill.
+
+        ``pass_tokens``: what one more forward pass costs, in prompt tokens (``passes``).
+        ``on_done(snapshots, finished)``: called after each pass that finished some prompts,
+        with those (request, logits); the requests are then left out of the result."""
         for request, _ in chunks:
             if request.cache is None:
                 request.cache = make_prompt_cache(self.model)
@@ -105,23 +118,31 @@ class Prefill:
 
         def advance(rows, logits) -> bool:
             """Record a pass; True when the rest must wait (``stop``)."""
+            now = []
             for i, (request, n) in enumerate(rows):
                 request.num_computed += n
                 snapshots[request].append(cache_io.snapshot(request.cache, request.num_computed))
                 if request.num_computed == request.num_tokens:
-                    finished[request] = logits[i]
+                    now.append((request, logits[i]))
+            if now and on_done is not None:
+                on_done(snapshots, now)
+            else:
+                finished.update(now)
             if stop is None:
                 return False
-            mx.eval([c.state for request, _ in rows for c in request.cache])
+            mx.eval([c.state for request, _ in rows if request.cache is not None for c in request.cache])
             return stop()
 
         if self.together and len(chunks) > 1 and not any(r.vision is not None for r, _ in chunks):
-            while True:  # rounds: every row with a cut left advances to its next one
+            stopped = False
+            while not stopped:  # rounds: every row with a cut left advances to its next one
                 rows = [(request, cuts.pop(0) - request.num_computed) for request, cuts in plans if cuts]
                 if not rows:
                     break
-                if advance(rows, self._forward(rows) if len(rows) > 1 else self._forward_one(*rows[0])):
-                    break
+                for group in passes(rows, pass_tokens):
+                    stopped = advance(group, self._forward(group) if len(group) > 1 else self._forward_one(*group[0]))
+                    if stopped:
+                        break
         else:
             stopped = False
             for request, cuts in plans:
@@ -208,6 +229,31 @@ class Prefill:
         scale = mx.max(mx.abs(want)).item() or 1.0
         tolerance = 1e-3 if self.loaded.dtype == "float32" else 3e-2
         return mx.max(mx.abs(want - got)).item() <= tolerance * scale
+
+
+def passes(rows: Sequence[Tuple[Request, int]], pass_tokens: int) -> List[List[Tuple[Request, int]]]:
+    """The rows (request, n) of a round split into forward passes at the least estimated cost:
+    a pass of B rows padded to width W costs B x W + ``pass_tokens`` prompt tokens. The best split
+    puts rows of consecutive widths together: a dynamic programme over the distinct widths,
+    shortest first (a pass holds every row of each width it takes)."""
+    widths = sorted({n for _, n in rows})
+    if len(widths) == 1:
+        return [list(rows)]
+    count = [sum(1 for _, n in rows if n == w) for w in widths]
+    best = [0] + [None] * len(widths)  # best[j]: cost of the first j widths
+    start = [0] * (len(widths) + 1)  # where the last pass of that best begins
+    for j in range(1, len(widths) + 1):
+        rows_in = 0
+        for i in range(j, 0, -1):  # the last pass takes widths i-1 .. j-1
+            rows_in += count[i - 1]
+            cost = best[i - 1] + pass_tokens + rows_in * widths[j - 1]
+            if best[j] is None or cost < best[j]:
+                best[j], start[j] = cost, i - 1
+    bounds, j = [], len(widths)
+    while j:
+        bounds.append((widths[start[j]], widths[j - 1]))
+        j = start[j]
+    return [[(r, n) for r, n in rows if lo <= n <= hi] for lo, hi in reversed(bounds)]
 
 
 class _Lazy:

@@ -65,6 +65,15 @@ class StepCosts:
             return self.DEFAULT_PIECE
         return max(self.MIN_PREFILL_TOKENS, int(self.decode_seconds * self.prefill_rate))
 
+    def pass_tokens(self) -> int:
+        """What one more forward pass costs, in prompt tokens: a decode step less its rows (a
+        pass reads every weight once, whatever it computes). How the prefill weighs padding
+        against one more pass (inference.engine.prefill.passes); ``DEFAULT_PIECE`` until both
+        speeds are known."""
+        if self.decode_seconds is None or self.prefill_rate is None:
+            return self.DEFAULT_PIECE
+        return max(1, int(self.decode_seconds * self.prefill_rate) - self.decode_rows)
+
     def snapshot(self) -> dict:
         return {"decode_step_seconds": self.decode_seconds, "decode_rows": self.decode_rows,
                 "prefill_tokens_per_second": self.prefill_rate}
