@@ -60,6 +60,34 @@ def test_no_pass_after_a_rows_last_token(llm, lengths):
     assert sum(counter.rows) == sum(n - 1 for n in lengths)
 
 
+def test_the_step_costs_see_every_decode_pass_and_no_report_only_step(llm):
+    """What a decode step costs is learned from the steps that ran a decode pass, with all its
+    rows (those whose prompts the same step finished too); the report-only step at the end of
+    a request is not a decode step."""
+    engine = llm.engine
+    seen = []
+
+    def spy(e):
+        observe = e.scheduler.costs.observe
+
+        def recording(decode_rows, prefill_tokens, *args):
+            if decode_rows or prefill_tokens:  # not an empty step (a step that only reports is one)
+                seen.append((decode_rows, prefill_tokens))
+            return observe(decode_rows, prefill_tokens, *args)
+
+        e.scheduler.costs.observe = recording
+        return e.runner.batch.passes
+
+    passes = engine.call(spy)
+    try:
+        llm.generate([[4, 4, 4]], SamplingParams(max_tokens=6, **GREEDY))
+        passes = engine.call(lambda e: e.runner.batch.passes) - passes
+    finally:
+        engine.call(lambda e: e.scheduler.costs.__dict__.pop("observe"))
+    assert passes == 5  # tokens 2 to 6
+    assert seen == [(1, 3)] + [(1, 0)] * 4  # the prefill step also decodes the new row
+
+
 def test_tokens_are_out_before_the_next_pass_is_queued(llm):
     """Every decoded token but a request's last reaches its stream while the pass that follows
     it is built and not yet queued (on the CPU queueing it would run most of it first)."""

@@ -38,6 +38,25 @@ def test_costs_model_a_step_as_decode_plus_prefill():
     assert costs.decode_seconds == pytest.approx(0.75 * 0.1 + 0.25 * 0.3)
 
 
+def test_a_pass_is_priced_from_small_decode_steps_and_tokens_from_prefill_steps():
+    costs = StepCosts()
+    assert costs.pass_tokens() == StepCosts.DEFAULT_PIECE  # nothing measured
+    costs.observe(1, 0, 0.3)  # one row: a pass, about
+    assert costs.pass_seconds == 0.3 and costs.pass_tokens() == StepCosts.DEFAULT_PIECE
+    costs.observe(0, 400, 5.3, passes=1, computed=500)  # 100 of the 500 tokens were padding
+    assert costs.token_seconds == pytest.approx(5.0 / 500)
+    assert costs.pass_tokens() == 30
+    costs.observe(32, 0, 0.9)  # a large batch: its rows overlap the weights, it says nothing
+    assert costs.pass_seconds == 0.3
+    costs.observe(2, 0, 0.4)  # two rows: less their tokens
+    assert costs.pass_seconds == pytest.approx(0.75 * 0.3 + 0.25 * (0.4 - 2 * 0.01))
+    costs.observe(0, 0, 0.05)  # a step that ran no pass (it only reported tokens): ignored
+    assert costs.pass_seconds == pytest.approx(0.75 * 0.3 + 0.25 * 0.38)
+    costs.observe(4, 100, 2.0, passes=2, computed=100)  # prefill next to decode: less both
+    assert costs.token_seconds == pytest.approx(0.75 * 0.01 + 0.25 * (2.0 - costs.decode_seconds
+                                                                       - 2 * costs.pass_seconds) / 100)
+
+
 class Chunks:
     """Records the (request id, tokens) of every prefill chunk, step by step."""
 

@@ -264,13 +264,16 @@ class Engine(EngineControls, EngineThread):
         # from a step that prefills until one ends with no prompt left to compute.
         if out.prefill:
             self.prefix_cache.engine_busy(True)
+        prefiller = self.runner.prefiller
+        passes, computed = prefiller.forwards, prefiller.tokens
         start = time.perf_counter()
         try:
             self._run_step(out)
         finally:
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
         self.scheduler.costs.observe(out.num_decoding, sum(n for _, n in out.prefill),
-                                     time.perf_counter() - start)
+                                     time.perf_counter() - start, prefiller.forwards - passes,
+                                     prefiller.tokens - computed)
 
     def _run_step(self, out) -> None:
         self.steps += 1
@@ -323,12 +326,18 @@ class Engine(EngineControls, EngineThread):
                     request.prefill_seconds += seconds
                     self._store_whole_blocks(request, done_before[request], snapshots[request])
             if level > 0 and self._yields_to_arrival(level):
+                out.num_decoding = 0
                 return  # the newcomer is admitted next; this step's decode would only delay it
         # While background rows decode, the batch does not sample ahead: nothing is left running
         # when the step returns, so a more urgent arrival waits for one decode step, not two.
-        ahead = not any(r.params.priority > 0 for r in self.runner.batch.rows)
+        batch = self.runner.batch
+        ahead = not any(r.params.priority > 0 for r in batch.rows)
+        rows, passes = len(batch), batch.passes
         ended = [end for request, token, logprob in self.runner.decode_step(ahead)
                  if (end := self._on_token(request, token, logprob)) is not None]
+        # The rows of this step's decode pass (with those whose prompts it finished); none when
+        # the step only reported tokens: what the step costs (StepCosts.observe) is then prefill.
+        out.num_decoding = rows if batch.passes > passes else 0
         self.runner.launch()  # on the CPU the step's pass is queued once the tokens before it are out
         if ended:
             self._finish_all(ended)

@@ -59,6 +59,7 @@ class DecodeBatch:
         self.snapshot_every = snapshot_every
         self.report_first = report_first
         self.context_length = context_length
+        self.passes = 0  # forward passes run (a step that only reports runs none)
         self._clear()
 
     def _clear(self) -> None:
@@ -152,6 +153,7 @@ class DecodeBatch:
             return self._report()
         extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
         logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
+        self.passes += 1
         snapshots = self._take_snapshots()
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
         matchers = [s.matcher for s in self._states]

@@ -55,7 +55,8 @@ logger = logging.getLogger("omlx.engine")
 class Prefill:
     """See the module docstring. ``together``: whether several rows share forward passes;
     ``forwards`` counts the forward passes run, ``rows`` the rows they computed (one for each
-    request and cut): fewer passes than rows is work done together."""
+    request and cut): fewer passes than rows is work done together; ``tokens`` the tokens they
+    computed, padding included."""
 
     def __init__(self, loaded: LoadedModel, gate: HeadGate, block_size: Optional[int]):
         self.loaded = loaded
@@ -66,6 +67,7 @@ class Prefill:
         self.split_at = block_size if layout is not None and layout.has_state else None
         self.forwards = 0
         self.rows = 0
+        self.tokens = 0
         self.together = False
         if layout is not None:
             try:
@@ -170,6 +172,7 @@ class Prefill:
             out = self.model(tokens, cache=request.cache, **extra)
         self.forwards += 1
         self.rows += 1
+        self.tokens += n
         return _Lazy(self.gate, out, last)
 
     def _forward(self, rows: Sequence[Tuple[Request, int]]) -> "_Lazy":
@@ -181,6 +184,7 @@ class Prefill:
             request.cache = cache
         self.forwards += 1
         self.rows += len(rows)
+        self.tokens += len(rows) * max(n for _, n in rows)
         return _Lazy(self.gate, out, last)
 
     def _together(self, caches: Sequence[list], pieces: Sequence[List[int]]):

@@ -26,7 +26,8 @@ class SchedulerOutput:
     # (request, n): run the next n (>= 1) tokens of the request, all in one forward pass where
     # the model allows; a request whose last token this computes samples its next token.
     prefill: List[Tuple[Request, int]] = field(default_factory=list)
-    # Rows of the decode batch this step (each generates one token).
+    # Rows of the decode batch this step (each generates one token); the engine sets what its
+    # decode pass ran: with the rows whose prompts the step's prefill finished, 0 without a pass.
     num_decoding: int = 0
 
 

@@ -22,30 +22,47 @@ class StepCosts:
     # Prompt tokens a step always grants while streams decode, however tight the bound: every
     # prefill progresses.
     MIN_PREFILL_TOKENS = 32
-    # Background prefill is cut this finely before any speed is known (``piece_tokens``).
+    # Background prefill is cut this finely before any speed is known (``piece_tokens``), and
+    # a forward pass is priced at this many prompt tokens (``pass_tokens``).
     DEFAULT_PIECE = 128
+    SMALL_BATCH = 4  # decode steps of at most this many rows measure ``pass_seconds``
 
     def __init__(self):
         self.decode_seconds: Optional[float] = None  # one step of the decode batch alone
         self.decode_rows = 0  # the batch size that estimate was last measured at
         self.prefill_rate: Optional[float] = None  # prompt tokens per second within a step
+        # How the prefill prices a forward pass against padding (``pass_tokens``): a pass costs
+        # ``pass_seconds`` whatever it computes (it reads every weight once), and each token it
+        # computes, padding included, ``token_seconds`` more. ``pass_seconds`` comes from decode
+        # steps of at most SMALL_BATCH rows (in a larger one the rows' arithmetic overlaps the
+        # reading of the weights), ``token_seconds`` from prefill steps, less their passes.
+        self.pass_seconds: Optional[float] = None
+        self.token_seconds: Optional[float] = None
 
     def _mix(self, old: Optional[float], new: float) -> float:
         return new if old is None else (1 - self.ALPHA) * old + self.ALPHA * new
 
-    def observe(self, decode_rows: int, prefill_tokens: int, seconds: float) -> None:
-        """One engine step: the rows it decoded, the prompt tokens it computed, its wall time."""
+    def observe(self, decode_rows: int, prefill_tokens: int, seconds: float,
+                passes: int = 0, computed: int = 0) -> None:
+        """One engine step: the rows it decoded, the prompt tokens it computed, its wall time;
+        with the forward passes its prefill ran and the tokens they computed (padding included)."""
         if seconds <= 0:
             return
         if prefill_tokens == 0:
             if decode_rows:
                 self.decode_seconds = self._mix(self.decode_seconds, seconds)
                 self.decode_rows = decode_rows
+            if 0 < decode_rows <= self.SMALL_BATCH:
+                rows = decode_rows * (self.token_seconds or 0.0)
+                self.pass_seconds = self._mix(self.pass_seconds, max(seconds - rows, seconds / 2))
             return
         decode = self.decode_seconds if decode_rows and self.decode_seconds else 0.0
         spent = seconds - decode
         if spent > 0:
             self.prefill_rate = self._mix(self.prefill_rate, prefill_tokens / spent)
+            if self.pass_seconds is not None and computed:
+                tokens = max(spent - passes * self.pass_seconds, spent / 2)
+                self.token_seconds = self._mix(self.token_seconds, tokens / computed)
 
     def prefill_allowance(self, max_step_ms: float) -> Optional[int]:
         """Prompt tokens one step may compute next to the running decode batch so that the step
@@ -66,14 +83,15 @@ class StepCosts:
         return max(self.MIN_PREFILL_TOKENS, int(self.decode_seconds * self.prefill_rate))
 
     def pass_tokens(self) -> int:
-        """What one more forward pass costs, in prompt tokens: a decode step less its rows (a
-        pass reads every weight once, whatever it computes). How the prefill weighs padding
-        against one more pass (inference.engine.prefill.passes); ``DEFAULT_PIECE`` until both
-        speeds are known."""
-        if self.decode_seconds is None or self.prefill_rate is None:
+        """What one more forward pass costs, in prompt tokens (``pass_seconds`` /
+        ``token_seconds``): how the prefill weighs padding against one more pass
+        (inference.engine.prefill.passes). ``DEFAULT_PIECE`` until both are measured: too few
+        passes only leave the padding one pass would have had anyway; too many cost a pass each."""
+        if self.pass_seconds is None or self.token_seconds is None:
             return self.DEFAULT_PIECE
-        return max(1, int(self.decode_seconds * self.prefill_rate) - self.decode_rows)
+        return max(1, round(self.pass_seconds / self.token_seconds))
 
     def snapshot(self) -> dict:
         return {"decode_step_seconds": self.decode_seconds, "decode_rows": self.decode_rows,
-                "prefill_tokens_per_second": self.prefill_rate}
+                "prefill_tokens_per_second": self.prefill_rate, "pass_seconds": self.pass_seconds,
+                "token_seconds": self.token_seconds}
