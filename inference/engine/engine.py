@@ -313,8 +313,8 @@ class Engine(EngineControls, EngineThread):
 
             costs = self.scheduler.costs
             stop = (lambda: self._yields_to_arrival(level)) if level > 0 else None  # background gives way
-            snapshots, _ = self.runner.prefill(out.prefill, stop, costs.piece_tokens() if stop else None,
-                                               pass_tokens=costs.pass_tokens(), on_done=prompts_done)
+            snapshots = self.runner.prefill(out.prefill, prompts_done, stop, costs.piece_tokens() if stop else None,
+                                            costs.pass_tokens())
             # What was computed: less than asked for (or nothing) when a background prefill gave way.
             out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill
                            if request.num_computed > done_before[request]]

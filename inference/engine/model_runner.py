@@ -180,8 +180,7 @@ class DecodeBatch:
         if NEW in kinds:
             if host is None:
                 host = previous.tolist()
-            out = [(self.rows[i], host[i], _to_host(previous_lp[i], host[i]))
-                   for i, kind in enumerate(kinds) if kind is NEW]
+            out = self._reported(host, kinds, previous_lp)
         if not ahead:
             self.launch()
             now = tokens.tolist()
@@ -202,15 +201,17 @@ class DecodeBatch:
         runs the batch without the rows they end. (For those rows the pass would compute only
         the KV of their last token, and on the CPU that last token would wait for it.)"""
         host = self._inputs.tolist()
-        out = []
-        for i, kind in enumerate(self._kinds):
-            if kind is NEW:
-                matcher = self._states[i].matcher
-                if matcher is not None:
-                    matcher.advance(host[i])
-                out.append((self.rows[i], host[i], _to_host(self._logprobs[i], host[i])))
+        for state, kind, token in zip(self._states, self._kinds, host):
+            if kind is NEW and state.matcher is not None:
+                state.matcher.advance(token)
+        out = self._reported(host, self._kinds, self._logprobs)
         self._kinds = [REPORTED] * len(self.rows)
         return out
+
+    def _reported(self, host: List[int], kinds: List[str], logprobs: list) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+        """(request, token, logprob) of the rows whose input ``host`` holds and was NEW."""
+        return [(self.rows[i], host[i], _to_host(logprobs[i], host[i]))
+                for i, kind in enumerate(kinds) if kind is NEW]
 
     @property
     def unlaunched(self) -> bool:
@@ -272,14 +273,14 @@ class ModelRunner:
         cache_io.seed(cache, layers, num_tokens)
         request.cache = cache
 
-    def prefill(self, chunks: Sequence[Tuple[Request, int]], stop=None, piece=None, **passes) -> Tuple[dict, List[Tuple[Request, mx.array]]]:
+    def prefill(self, chunks: Sequence[Tuple[Request, int]], on_done, stop=None, piece=None,
+                pass_tokens: int = 128) -> dict:
         """Run the next n not-yet-computed tokens of each (request, n), in forward passes shared
-        as the model allows (inference.engine.prefill). Returns ({request: snapshots of its
-        caches where its computation stopped}, [(request, logits [V] of its last token)] for
-        the requests whose tokens are now all computed, in the order given: their next token is
-        sampled from these logits). ``stop``/``piece``, ``pass_tokens``/``on_done``: see
-        ``Prefill.run``."""
-        return self.prefiller.run(chunks, stop, piece, **passes)
+        as the model allows (inference.engine.prefill); ``on_done`` gets the requests whose
+        tokens are now all computed, with the logits of their last token, after the pass that
+        finished them. Returns {request: snapshots of its caches where its computation
+        stopped}. See ``Prefill.run``."""
+        return self.prefiller.run(chunks, on_done, stop, piece, pass_tokens)
 
     def first_tokens(self, done: Sequence[Tuple[Request, mx.array]]) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
         """Sample the next token of each request whose tokens are all computed, from the

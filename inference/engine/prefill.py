@@ -89,13 +89,14 @@ class Prefill:
             cuts.insert(-1, end - 1)
         return cuts
 
-    def run(self, chunks: Sequence[Tuple[Request, int]], stop: Optional[Callable[[], bool]] = None,
-            piece: Optional[int] = None, pass_tokens: int = 128,
-            on_done: Optional[Callable[[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]], None]] = None,
-            ) -> Tuple[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]]:
-        """Compute the next n tokens of each (request, n). Returns ({request: snapshots of its
-        caches at each cut}, [(request, logits [V] of its last token)] for the requests whose
-        tokens are now all computed, in the order given).
+    def run(self, chunks: Sequence[Tuple[Request, int]],
+            on_done: Callable[[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]], None],
+            stop: Optional[Callable[[], bool]] = None, piece: Optional[int] = None,
+            pass_tokens: int = 128) -> Dict[Request, List[KVSnapshot]]:
+        """Compute the next n tokens of each (request, n). Returns {request: snapshots of its
+        caches at each cut}. ``on_done(snapshots, finished)`` is called after each pass that
+        finished some prompts, with those (request, logits [V] of its last token): their next
+        token is sampled from these logits.
 
         ``stop`` (with ``piece``): a check between forward passes; the rows are also cut every
         ``piece`` tokens, each pass is computed before the check, and when it says True the
@@ -103,9 +104,7 @@ class Prefill:
         stopped). The engine uses it to let a more urgent request that arrives meanwhile go
         first, instead of waiting for a whole step of background prefill.
 
-        ``pass_tokens``: what one more forward pass costs, in prompt tokens (``passes``).
-        ``on_done(snapshots, finished)``: called after each pass that finished some prompts,
-        with those (request, logits); the requests are then left out of the result."""
+        ``pass_tokens``: what one more forward pass costs, in prompt tokens (``passes``)."""
         for request, _ in chunks:
             if request.cache is None:
                 request.cache = make_prompt_cache(self.model)
@@ -116,20 +115,17 @@ class Prefill:
                 cuts = sorted(set(cuts) | set(range(request.num_computed + piece, cuts[-1], piece)))
             plans.append((request, cuts))
         snapshots = {request: [] for request, _ in chunks}
-        finished = {}
 
         def advance(rows, logits) -> bool:
             """Record a pass; True when the rest must wait (``stop``)."""
-            now = []
+            finished = []
             for i, (request, n) in enumerate(rows):
                 request.num_computed += n
                 snapshots[request].append(cache_io.snapshot(request.cache, request.num_computed))
                 if request.num_computed == request.num_tokens:
-                    now.append((request, logits[i]))
-            if now and on_done is not None:
-                on_done(snapshots, now)
-            else:
-                finished.update(now)
+                    finished.append((request, logits[i]))
+            if finished:
+                on_done(snapshots, finished)
             if stop is None:
                 return False
             mx.eval([c.state for request, _ in rows if request.cache is not None for c in request.cache])
@@ -156,8 +152,7 @@ class Prefill:
                 if stopped:
                     break
         mx.eval([c.state for request, _ in chunks if request.cache is not None for c in request.cache])
-        done = [(request, finished[request]) for request, _ in chunks if request in finished]
-        return snapshots, done
+        return snapshots
 
     def _forward_one(self, request: Request, n: int) -> "_Lazy":
         """One row's next n tokens on its own caches."""
