@@ -24,7 +24,7 @@ the window in which every stream is decoding (after the last first token, before
 token), so prefill never enters the decode figure.
 
     .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--streams 4,16,32] [--context N]
-        [--speedup N] [--json FILE]
+        [--decode-tokens N] [--speedup N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -285,6 +285,9 @@ def main():
                         help="also measure 4 streams with N-token prompts: time to the last first token, decode tok/s")
     parser.add_argument("--speedup", type=int, default=0, metavar="N",
                         help="also measure the Linux speed-up over stock mlx-cpu, N interleaved rounds")
+    parser.add_argument("--decode-tokens", type=int, default=0, metavar="N",
+                        help="tokens generated per stream in the decode rows (default 32, 16 with --quick); "
+                             "more makes each round's single-stream figure a longer, steadier window")
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -294,7 +297,7 @@ def main():
     args.streams = [int(n) for n in args.streams.split(",") if n.strip()]
     args.burst = 32
     args.decode_prompt = 32
-    args.decode_tokens = 16 if args.quick else 32
+    args.decode_tokens = args.decode_tokens or (16 if args.quick else 32)
     if args.stock:
         return main_stock(args)
 

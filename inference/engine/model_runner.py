@@ -284,8 +284,8 @@ class ModelRunner:
 
     def first_tokens(self, done: Sequence[Tuple[Request, mx.array]]) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
         """Sample the next token of each request whose tokens are all computed, from the
-        logits of its last token (``prefill``'s second result), all in one sampling pass with
-        one wait for the host. Returns (request, token, logprob or None, the row's sampling
+        logits of its last token (what ``prefill`` hands to ``on_done``), all in one sampling
+        pass with one wait for the host. Returns (request, token, logprob or None, the row's sampling
         state for ``join``) in order."""
         states = []
         for request, _ in done:
