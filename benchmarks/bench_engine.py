@@ -291,6 +291,8 @@ def main():
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.decode_tokens < 0:
+        parser.error("--decode-tokens must be positive")
     args.preset = "small" if args.quick else "qwen2.5-0.5b"
     args.prompt = 512
     args.speedup_prompt = 256
