@@ -273,8 +273,8 @@ class ModelRunner:
         cache_io.seed(cache, layers, num_tokens)
         request.cache = cache
 
-    def prefill(self, chunks: Sequence[Tuple[Request, int]], on_done, stop=None, piece=None,
-                pass_tokens: int = 128) -> dict:
+    def prefill(self, chunks: Sequence[Tuple[Request, int]], on_done, stop, piece,
+                pass_tokens: int) -> dict:
         """Run the next n not-yet-computed tokens of each (request, n), in forward passes shared
         as the model allows (inference.engine.prefill); ``on_done`` gets the requests whose
         tokens are now all computed, with the logits of their last token, after the pass that
@@ -285,8 +285,8 @@ class ModelRunner:
     def first_tokens(self, done: Sequence[Tuple[Request, mx.array]]) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
         """Sample the next token of each request whose tokens are all computed, from the
         logits of its last token (what ``prefill`` hands to ``on_done``), all in one sampling
-        pass with one wait for the host. Returns (request, token, logprob or None, the row's sampling
-        state for ``join``) in order."""
+        pass with one wait for the host. Returns (request, token, logprob or None, the row's
+        sampling state for ``join``) in order."""
         states = []
         for request, _ in done:
             if request.grammar is not None:  # replayed: after a preemption the output is not empty

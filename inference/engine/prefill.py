@@ -91,18 +91,19 @@ class Prefill:
 
     def run(self, chunks: Sequence[Tuple[Request, int]],
             on_done: Callable[[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]], None],
-            stop: Optional[Callable[[], bool]] = None, piece: Optional[int] = None,
-            pass_tokens: int = 128) -> Dict[Request, List[KVSnapshot]]:
+            stop: Optional[Callable[[], bool]], piece: Optional[int],
+            pass_tokens: int) -> Dict[Request, List[KVSnapshot]]:
         """Compute the next n tokens of each (request, n). Returns {request: snapshots of its
         caches at each cut}. ``on_done(snapshots, finished)`` is called after each pass that
         finished some prompts, with those (request, logits [V] of its last token): their next
         token is sampled from these logits.
 
-        ``stop`` (with ``piece``): a check between forward passes; the rows are also cut every
-        ``piece`` tokens, each pass is computed before the check, and when it says True the
-        rest of the chunks is left for later steps (a request's ``num_computed`` says where it
-        stopped). The engine uses it to let a more urgent request that arrives meanwhile go
-        first, instead of waiting for a whole step of background prefill.
+        ``stop`` (with ``piece``; both None to run the chunks whole): a check between forward
+        passes; the rows are also cut every ``piece`` tokens, each pass is computed before the
+        check, and when it says True the rest of the chunks is left for later steps (a
+        request's ``num_computed`` says where it stopped). The engine uses it to let a more
+        urgent request that arrives meanwhile go first, instead of waiting for a whole step of
+        background prefill.
 
         ``pass_tokens``: what one more forward pass costs, in prompt tokens (``passes``)."""
         for request, _ in chunks:
