@@ -182,6 +182,7 @@ class Engine(EngineControls, EngineThread):
         hot = getattr(cache, "hot", None)
         if hot is not None:  # a block cache (prefix caching on)
             out.fingerprint, out.hot_capacity_bytes = cache.fingerprint.hex, hot.capacity_bytes
+            out.block_size = cache.block_size
             cold = cache.cold
             if cold is not None and cold.enabled:
                 out.cold_dir = str(cold.dir)

@@ -29,6 +29,7 @@ class EngineStats:
     shedding: bool = False  # a preemption for memory waits for the next step
     cache: dict = field(default_factory=dict)
     fingerprint: Optional[str] = None  # hex of the model fingerprint; None: caching off
+    block_size: Optional[int] = None  # tokens per KV block; None: caching off
     hot_capacity_bytes: Optional[int] = None  # the hot tier's budget; None: caching off
     cold_dir: Optional[str] = None  # the cold tier's directory; None: no cold tier or it is off
     held_blocks: Optional[int] = None  # hot blocks referenced by a request (asked for: a walk)
