@@ -265,7 +265,8 @@ class EngineCollector:
         for model_id, c in sorted(counts.items()):
             if "lookups" not in c:
                 continue  # caching off for this model
-            looked, hot, cold = c.get("lookup_tokens", 0), c.get("hot_hit_tokens", 0), c.get("cold_hit_tokens", 0)
+            looked = c.get("lookup_tokens", 0)
+            hot, cold = c.get("hot_hit_tokens", 0), c.get("cold_hit_tokens", 0)
             lookups.add_metric([model_id], c.get("lookups", 0))
             lookup_tokens.add_metric([model_id], looked)
             hits.add_metric([model_id, "hot"], hot)
@@ -279,11 +280,13 @@ class EngineCollector:
                 writes.add_metric([model_id], c["cold_writes"])
                 reads.add_metric([model_id], c.get("cold_reads", 0))
                 write_errors.add_metric([model_id], c.get("cold_write_errors", 0))
-        yield from (lookups, lookup_tokens, hits, misses, evictions, evicted_bytes, writes, reads, write_errors)
+        yield from (lookups, lookup_tokens, hits, misses, evictions, evicted_bytes, writes, reads,
+                    write_errors)
 
         stored = GaugeMetricFamily("omlx_cache_bytes", "Bytes of KV blocks held now: hot, in RAM; "
                                    "cold, block files on disk", labels=["model", "tier"])
-        blocks = GaugeMetricFamily("omlx_cache_blocks", "KV blocks held now, by tier", labels=["model", "tier"])
+        blocks = GaugeMetricFamily("omlx_cache_blocks", "KV blocks held now, by tier",
+                                   labels=["model", "tier"])
         capacity = GaugeMetricFamily("omlx_cache_capacity_bytes", "The hot tier's budget "
                                      "(--hot-cache-max-size)", labels=["model", "tier"])
         for model_id, engine in sorted(live, key=lambda pair: pair[0]):
