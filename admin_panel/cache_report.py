@@ -89,21 +89,21 @@ def rows(pool, root: Optional[Path]) -> List[CacheRow]:
     loaded: List[CacheRow] = []
     off: List[CacheRow] = []
     for model_id, engine in loaded_caches(pool).items():
-        cache = engine.prefix_cache
-        hot = getattr(cache, "hot", None)
-        if hot is None:
+        stats = engine.stats()
+        if stats.hot_capacity_bytes is None:  # caching off
             off.append(CacheRow(model_id, None, loaded=True))
             continue
-        row = CacheRow(model_id, cache.fingerprint.hex, loaded=True, hot_blocks=len(hot),
-                       hot_bytes=hot.used_bytes, hot_capacity=hot.capacity_bytes,
-                       hot_evictions=hot.stats.evictions, lookup_tokens=cache.stats.lookup_tokens,
-                       hot_hit_tokens=cache.stats.hot_hit_tokens, cold_hit_tokens=cache.stats.cold_hit_tokens)
-        cold = cache.cold
-        if cold is not None and cold.enabled:
-            s = cold.stats
-            row.cold_files, row.cold_bytes = s.files, s.bytes
-            row.cold_writes, row.cold_reads = s.writes, s.reads
-            row.cold_errors, row.cold_dropped = s.read_errors + s.write_errors, s.dropped
+        hot, counts = stats.cache.get("hot", {}), stats.cache.get("lookups", {})
+        row = CacheRow(model_id, stats.fingerprint, loaded=True, hot_blocks=hot.get("blocks", 0),
+                       hot_bytes=hot.get("bytes", 0), hot_capacity=stats.hot_capacity_bytes,
+                       hot_evictions=hot.get("evictions", 0), lookup_tokens=counts.get("lookup_tokens", 0),
+                       hot_hit_tokens=counts.get("hot_hit_tokens", 0),
+                       cold_hit_tokens=counts.get("cold_hit_tokens", 0))
+        s = stats.cache.get("cold")
+        if stats.cold_dir is not None and s is not None:
+            row.cold_files, row.cold_bytes = s["files"], s["bytes"]
+            row.cold_writes, row.cold_reads = s["writes"], s["reads"]
+            row.cold_errors, row.cold_dropped = s["read_errors"] + s["write_errors"], s["dropped"]
         loaded.append(row)
     for row in loaded:
         row.shared_with = [r.name for r in loaded if r.fingerprint == row.fingerprint and r is not row]
@@ -141,16 +141,17 @@ def model_facts(pool) -> List[ModelFacts]:
     status = {r["id"]: r for r in pool.status()["data"]}
     facts = []
     for model_id, engine in loaded_caches(pool).items():
-        cache = engine.prefix_cache
-        if getattr(cache, "hot", None) is None or engine.loaded is None:
+        stats = engine.stats()
+        if stats.hot_capacity_bytes is None or engine.loaded is None:
             continue
         row = status.get(model_id) or {}
         weights = row.get("measured_weights_bytes") or ((row.get("memory_estimate") or {}).get("weights_bytes") or 0)
+        speeds = stats.cache.get("speeds", {})
         facts.append(ModelFacts(
             model_id, weights_bytes=weights, kv_bytes_per_token=engine.loaded.kv_bytes_per_token,
-            block_tokens=cache.block_size, hot_capacity_bytes=cache.hot.capacity_bytes,
-            prefill_tokens_per_s=cache.speeds.prefill_tokens_per_s,
-            cold_read_bytes_per_s=cache.speeds.read_bytes_per_s))
+            block_tokens=stats.block_size, hot_capacity_bytes=stats.hot_capacity_bytes,
+            prefill_tokens_per_s=speeds.get("prefill_tokens_per_s", 0.0),
+            cold_read_bytes_per_s=speeds.get("read_bytes_per_s", 0.0)))
     return facts
 
 

@@ -36,22 +36,20 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     if fail_interrupted_runs():
         logger.warning("benchmark runs left unfinished by the last server were marked failed (interrupted)")
 
-    from inference.api import limits
+    from inference import lifecycle
+    from inference.dispatch import get_backend
     from inference.model_registry import close_registry, get_registry
 
     registry = get_registry()
     models = registry.models()
     logger.info("models in %s: %s", os.pathsep.join(map(str, registry.model_dirs)), ", ".join(models))
     # Pinned models load once the server listens; until then GET /health answers 503 "starting".
-    load_pinned = settings.OMLX_HUEY_WORKERS > 0 or settings.OMLX_API_HANDOFF == "direct"  # inference runs here
+    backend = get_backend()
+    load_pinned = backend.runs_models  # inference runs here
     if load_pinned:
-        limits.begin_start()
+        lifecycle.begin_start()
 
-    consumer = None
-    if settings.OMLX_API_HANDOFF == "huey" and settings.OMLX_HUEY_WORKERS > 0:
-        from inference.huey_consumer import start_embedded_consumer
-
-        consumer = start_embedded_consumer()
+    consumer = backend.start_consumer()
     from admin_panel.history import get_history
 
     get_history()  # the admin Status page's charts start now (a daemon thread, a point every 5 s)
@@ -60,7 +58,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         from inference.pool.memory_guard import start_guard
 
         start_guard(registry)
-    if settings.OMLX_REDIS_URL:
+    if backend.networked:
         logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
                     settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")
 
@@ -87,7 +85,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         # SIGTERM / SIGINT drain the running requests first (after Twisted installed its handlers).
         reactor.callWhenRunning(GracefulShutdown(reactor, server, settings.OMLX_SHUTDOWN_GRACE_SECONDS).install)
         # New requests get a 503 from the moment the shutdown starts.
-        reactor.addSystemEventTrigger("before", "shutdown", limits.start_shutdown)
+        reactor.addSystemEventTrigger("before", "shutdown", lifecycle.start_shutdown)
 
     interface = host.replace(":", r"\:")
     server = Server(application, endpoints=[f"tcp:port={port}:interface={interface}"],
@@ -95,7 +93,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     try:
         server.run()
     finally:
-        limits.start_shutdown()
+        lifecycle.start_shutdown()
         if mcp is not None:  # the MCP servers stop with omlx (a stdio server's process ends)
             from inference.mcp import manager
 
@@ -109,11 +107,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
         stop_guard()
         close_registry()
-        if settings.OMLX_REDIS_URL:
-            from inference import relay, worker_presence
-
-            worker_presence.stop_heartbeat()
-            relay.flush(5.0)
+        backend.close()
         print("omlx stopped", flush=True)
     if not server.listening_addresses:
         print(f"omlx: cannot listen on {host}:{port}", file=sys.stderr, flush=True)
@@ -141,11 +135,11 @@ def _start_mcp():
 
 
 def _load_pinned(registry) -> None:
-    from inference.api import limits
+    from inference import lifecycle
 
     try:
         for model_id in registry.load_pinned():
             logger.info("pinned model %s loaded", model_id)
     finally:
-        limits.end_start()
+        lifecycle.end_start()
     logger.info("ready (GET /health answers 200)")

@@ -146,6 +146,7 @@ LOGGING = {
 # (OMLX_COLD_CACHE_MAX_BYTES) and the TTL (OMLX_COLD_CACHE_TTL_SECONDS) cover every model's blocks.
 # OMLX_API_HANDOFF "huey": the view submits a Huey task and the worker hands it to the engine (the
 # design); "direct": the view hands it to the engine itself (same code, no queue; for comparisons).
+# inference/dispatch/ reads it, with OMLX_REDIS_URL, once: one backend per process.
 OMLX_API_KEY = _values["api_key"] or None
 # Huey worker threads of the consumer inside `omlx serve` (`--workers`): 2 by default; with Redis
 # 0 by default (separate `omlx worker` processes run the inference), and `omlx worker --threads`.

@@ -1,6 +1,6 @@
 """Graceful stop of `omlx serve` on SIGTERM (and SIGINT).
 
-The first signal starts the drain: new requests get a 503 at once (``limits.start_shutdown``),
+The first signal starts the drain: new requests get a 503 at once (``lifecycle.start_shutdown``),
 requests already running may finish for up to ``OMLX_SHUTDOWN_GRACE_SECONDS``; those still running
 then are aborted, so each stream ends with a well-formed error event (code
 ``server_shutting_down``) instead of a cut connection. When no HTTP request is left (or a few more
@@ -43,10 +43,10 @@ class GracefulShutdown:
             self.reactor.callFromThread(self._stop, f"{name} again: stopping now")
 
     def _begin(self, name: str) -> None:
-        from inference.api import limits
+        from inference import lifecycle
 
         self.started = time.monotonic()
-        limits.start_shutdown()
+        lifecycle.start_shutdown()
         logger.info("%s: not taking new requests; waiting up to %g s for %d running", name,
                     self.grace_seconds, self._busy(), extra={"event": "shutdown"})
         self._poll()

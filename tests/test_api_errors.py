@@ -226,21 +226,21 @@ def test_503_while_shutting_down(tmp_path_factory, model_dir):
     """In process: once the shutdown has begun, requests get a 503 in the envelope."""
     from django.test import AsyncClient, override_settings
 
-    from inference.api import limits
+    from inference import lifecycle
     from inference.model_registry import close_registry
 
     models = tmp_path_factory.mktemp("shutdown-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     close_registry()
     with override_settings(OMLX_MODEL_DIR=models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None):
-        limits.start_shutdown()
+        lifecycle.start_shutdown()
         try:
             async def go():
                 return await AsyncClient().post(COMPLETIONS, json.dumps({"model": "tiny", "prompt": "hi"}),
                                                 content_type="application/json")
             response = asyncio.run(go())
         finally:
-            limits._shutting_down.clear()
+            lifecycle._shutting_down.clear()
         close_registry()
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "server_shutting_down"

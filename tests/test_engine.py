@@ -174,6 +174,23 @@ def test_abort_frees_the_request(llm):
     assert not llm.engine.scheduler.has_work()
 
 
+def test_stats_follow_a_request(llm):
+    """Engine.stats(): a decoding request counts as running and holds KV; none once it ends."""
+    stream = llm.engine.submit("Count me", SamplingParams(max_tokens=100000, **GREEDY))
+    it = iter(stream)
+    next(it)
+    next(it)  # decoding: the engine thread published its second token
+    during = llm.engine.stats(held_blocks=True)
+    stream.abort()
+    for _ in it:
+        pass
+    assert during.active == 1 and during.running == 1 and during.waiting == 0
+    assert during.kv_tokens > 0
+    after = llm.engine.stats()
+    assert (after.active, after.running, after.decode_rows, after.kv_tokens) == (0, 0, 0, 0)
+    assert after.cache["lookups"]["lookups"] >= 1 and after.fingerprint is not None
+
+
 def test_long_prompt_does_not_stall_running_streams(path):
     with LLM(path, step_token_budget=16, prefill_chunk_size=16) as llm:
         running = llm.engine.submit("keep going", SamplingParams(max_tokens=400, **GREEDY))

@@ -74,7 +74,7 @@ def test_health_is_503_while_shutting_down(tmp_path, models, monkeypatch):
 def test_starting_lasts_until_the_pinned_models_are_loaded(tmp_path, model_dir):
     from django.test import Client
 
-    from inference.api import limits
+    from inference import lifecycle
     from inference.pool import ModelPool, model_settings
     from omlx_site.server import _load_pinned
 
@@ -83,21 +83,21 @@ def test_starting_lasts_until_the_pinned_models_are_loaded(tmp_path, model_dir):
 
     class ObservedPool(ModelPool):  # the real pool; notes what /health would say as loading starts
         def load_pinned(self):
-            seen.append((limits.starting(), Client().get("/health").json()["status"]))
+            seen.append((lifecycle.starting(), Client().get("/health").json()["status"]))
             return super().load_pinned()
 
     pinned = {"tiny": {**model_settings.defaults(), "pinned": True}}
     pool = ObservedPool([tmp_path / "models"], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": None},
                         read_settings=lambda: pinned)
-    limits.begin_start()  # what `omlx serve` does before it listens
+    lifecycle.begin_start()  # what `omlx serve` does before it listens
     try:
         _load_pinned(pool)
         assert seen == [(True, "starting")]
-        assert not limits.starting() and pool.states() == {"tiny": "loaded"}
+        assert not lifecycle.starting() and pool.states() == {"tiny": "loaded"}
         # No Huey consumer runs in this test process: no worker can take a request.
         after = Client().get("/health")
         assert after.status_code == 503
         assert (after.json()["status"], after.json()["detail"]) == ("unavailable", "No worker is running in this server")
     finally:
-        limits.end_start()
+        lifecycle.end_start()
         pool.close()

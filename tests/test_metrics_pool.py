@@ -8,6 +8,7 @@ import pytest
 
 from inference import metrics
 from inference.engine import SamplingParams
+from inference.metrics import EngineCollector
 from inference.pool import ModelPool
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -72,7 +73,7 @@ def test_engine_series_follow_the_pool(pool):
     prompt = list(range(10, 60))
     run(engine, prompt)
     run(engine, prompt)  # hot hits
-    series = {s.name: s for f in metrics._EngineCollector()._cache_series() for s in f.samples
+    series = {s.name: s for f in EngineCollector()._cache_series() for s in f.samples
               if s.labels.get("model") == "m-one" and s.labels.get("tier", "hot") == "hot"}
     hot_hits = series["omlx_cache_hit_tokens_total"].value
     assert hot_hits > 0
@@ -83,7 +84,7 @@ def test_engine_series_follow_the_pool(pool):
     assert pool.loaded_models()["m-one"]["memory_bytes"] == pool.used_bytes()
 
     pool.engine("m-two")  # m-one unloaded (lru): its counts are kept, its gauges go
-    after = {(s.name, s.labels.get("tier")): s.value for f in metrics._EngineCollector()._cache_series()
+    after = {(s.name, s.labels.get("tier")): s.value for f in EngineCollector()._cache_series()
              for s in f.samples if s.labels.get("model") == "m-one"}
     assert after[("omlx_cache_hit_tokens_total", "hot")] == hot_hits
     assert after[("omlx_cache_lookup_tokens_total", None)] == looked

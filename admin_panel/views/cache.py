@@ -109,9 +109,9 @@ def _clear(target: str, messages: List[Message]) -> int:
         return 400
     engines: dict = {}  # fingerprint -> the loaded engines with it (copies of a model share it)
     for engine in cache_report.loaded_caches(pool).values():
-        fingerprint = getattr(engine.prefix_cache, "fingerprint", None)  # None: caching off
+        fingerprint = engine.stats().fingerprint  # None: caching off
         if fingerprint is not None:
-            engines.setdefault(fingerprint.hex, []).append(engine)
+            engines.setdefault(fingerprint, []).append(engine)
     total = Cleared()
     for fingerprint in dict.fromkeys(r.fingerprint for r in chosen):
         try:

@@ -26,40 +26,31 @@ def cache_status(request):
     for model_id in registry.ids():
         engine = registry.loaded(model_id)
         if engine is not None:
-            rows.append(dict(_cache_row(engine.prefix_cache), in_use=_in_use(engine), id=model_id))
+            stats = engine.stats(held_blocks=True)
+            rows.append(dict(_cache_row(stats), in_use=_in_use(stats), id=model_id))
     return {"object": "list", "data": rows}
 
 
-def _cache_row(cache) -> dict:
-    hot = getattr(cache, "hot", None)
-    if hot is None:  # prefix caching is off for this model
+def _cache_row(stats) -> dict:
+    if stats.hot_capacity_bytes is None:  # prefix caching is off for this model
         return {"fingerprint": None, "hot": None, "cold": None, "stats": None}
-    cold = cache.cold
-    stats = cache.stats
+    hot, cold, lookups = stats.cache.get("hot", {}), stats.cache.get("cold"), stats.cache.get("lookups", {})
     return {
-        "fingerprint": cache.fingerprint.hex,
-        "hot": {"blocks": len(hot), "bytes": hot.used_bytes, "capacity_bytes": hot.capacity_bytes,
-                "evictions": hot.stats.evictions},
-        "cold": None if cold is None or not cold.enabled else {
-            "dir": str(cold.dir), "files": cold.stats.files, "bytes": cold.stats.bytes,
-            "writes": cold.stats.writes, "reads": cold.stats.reads, "queue_depth": cold.stats.queue_depth},
-        "stats": {"lookups": stats.lookups, "lookup_tokens": stats.lookup_tokens,
-                  "hot_hit_tokens": stats.hot_hit_tokens, "cold_hit_tokens": stats.cold_hit_tokens,
-                  "hit_rate": round(stats.hit_rate, 4)},
+        "fingerprint": stats.fingerprint,
+        "hot": {"blocks": hot.get("blocks", 0), "bytes": hot.get("bytes", 0),
+                "capacity_bytes": stats.hot_capacity_bytes, "evictions": hot.get("evictions", 0)},
+        "cold": None if stats.cold_dir is None or cold is None else {
+            "dir": stats.cold_dir, "files": cold["files"], "bytes": cold["bytes"],
+            "writes": cold["writes"], "reads": cold["reads"], "queue_depth": cold["queue_depth"]},
+        "stats": {"lookups": lookups.get("lookups", 0), "lookup_tokens": lookups.get("lookup_tokens", 0),
+                  "hot_hit_tokens": lookups.get("hot_hit_tokens", 0),
+                  "cold_hit_tokens": lookups.get("cold_hit_tokens", 0),
+                  "hit_rate": round(stats.cache.get("hit_rate", 0.0), 4)},
     }
 
 
-def _in_use(engine) -> dict:
+def _in_use(stats) -> dict:
     """What requests hold now: requests submitted and not finished, those the scheduler runs,
     rows of the decode batch, KV token slots they take, hot blocks referenced by a request."""
-    scheduler = getattr(engine, "scheduler", None)
-    runner = getattr(engine, "runner", None)
-    hot = getattr(engine.prefix_cache, "hot", None)
-    running = list(scheduler.running) if scheduler is not None else []
-    return {
-        "requests": engine.num_active(),
-        "running": len(running),
-        "decode_rows": len(runner.batch) if runner is not None else 0,
-        "kv_tokens": scheduler.kv_demand(running) if scheduler is not None else 0,
-        "held_blocks": sum(1 for block in hot.blocks() if block.ref_count > 0) if hot is not None else 0,
-    }
+    return {"requests": stats.active, "running": stats.running, "decode_rows": stats.decode_rows,
+            "kv_tokens": stats.kv_tokens, "held_blocks": stats.held_blocks or 0}

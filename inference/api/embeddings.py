@@ -23,9 +23,9 @@ from asgiref.sync import sync_to_async
 from ninja import Router, Schema
 from pydantic import ConfigDict, Field
 
+from inference import lifecycle
 from inference.model_registry import get_registry
 
-from . import limits
 from .auth import check_api_key
 from .errors import ApiError
 
@@ -135,7 +135,7 @@ async def rerank(request, body: RerankRequest):
 async def _run(name: str, kind: str, prepare):
     """Lease ``name``'s engine, build its sequences with ``prepare(model)`` and run them; the
     result rows (in order) and the sequences."""
-    if limits.shutting_down():
+    if lifecycle.shutting_down():
         raise ApiError(503, "The server is shutting down", code="server_shutting_down")
     _check_kind(name, kind)
     future, seqs = await sync_to_async(_submit, thread_sensitive=False)(name, prepare)

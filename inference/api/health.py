@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 
+from inference import lifecycle
 from omlx_site.version import version
 
 from . import limits
@@ -23,9 +24,9 @@ def view(request):
         response["Allow"] = "GET, HEAD"
         return response
     status, detail = "ok", None
-    if limits.shutting_down():
+    if lifecycle.shutting_down():
         status, detail = "shutting_down", "the server is stopping: new requests get a 503"
-    elif limits.starting():
+    elif lifecycle.starting():
         status, detail = "starting", "pinned models are still loading"
     else:
         try:

@@ -1,5 +1,6 @@
 """Admission control of the API: how many choices of one model may be in flight in this server,
-and whether a worker can take a job at all.
+and whether a worker can take a job at all (the dispatch backend says, ``inference.dispatch``).
+The server's lifecycle (starting, shutting down) is ``inference.lifecycle``.
 
 A model may have ``OMLX_MAX_CONCURRENT_REQUESTS`` choices running plus ``OMLX_MAX_QUEUED_REQUESTS``
 waiting; a request that would go beyond is refused before it is queued (429, Retry-After). While
@@ -14,13 +15,14 @@ from typing import Dict
 
 from django.conf import settings
 
+from inference import lifecycle
+from inference.dispatch import NoWorker, get_backend
+
 from .errors import ApiError
 
 _in_flight: Dict[str, int] = {}
 _jobs: Dict[str, object] = {}  # request id -> job admitted and not released (a stopping server aborts them)
 _lock = threading.Lock()
-_shutting_down = threading.Event()
-_starting = threading.Event()  # set while `omlx serve` loads its pinned models (GET /health: 503)
 
 
 def capacity() -> int:
@@ -84,52 +86,18 @@ def jobs_in_flight() -> list:
         return list(_jobs.values())
 
 
-def begin_start() -> None:
-    """The server listens but is not ready yet (GET /health answers 503 "starting")."""
-    _starting.set()
-
-
-def end_start() -> None:
-    _starting.clear()
-
-
-def starting() -> bool:
-    return _starting.is_set()
-
-
-def start_shutdown() -> None:
-    """From now on requests get a 503 (the server is stopping)."""
-    _shutting_down.set()
-
-
-def shutting_down() -> bool:
-    return _shutting_down.is_set()
-
-
 def failure_message(event: dict) -> str:
     """What a client is told about a choice that ended with "error" or "abort"."""
-    if event["finish_reason"] == "abort" and shutting_down():  # omlx_site/shutdown.py aborted it
+    if event["finish_reason"] == "abort" and lifecycle.shutting_down():  # omlx_site/shutdown.py aborted it
         return "The server is shutting down; the request was aborted"
     return f"Generation failed: {event.get('error') or event['finish_reason']}"
 
 
 def check_workers() -> None:
     """ApiError 503 when the server is stopping or no worker would take a job (blocking: Redis)."""
-    if _shutting_down.is_set():
+    if lifecycle.shutting_down():
         raise ApiError(503, "The server is shutting down", code="server_shutting_down")
-    if settings.OMLX_API_HANDOFF == "direct":
-        return
-    if settings.OMLX_REDIS_URL:
-        from inference.worker_presence import any_worker_alive
-
-        alive = any_worker_alive()
-        if alive is None:
-            raise ApiError(503, "The queue (Redis) cannot be reached", code="queue_unavailable")
-        if not alive:
-            raise ApiError(503, "No worker is running: start one with `omlx worker`",
-                           code="no_worker")
-        return
-    from inference.huey_consumer import running
-
-    if not running():
-        raise ApiError(503, "No worker is running in this server", code="no_worker")
+    try:
+        get_backend().available()
+    except NoWorker as exc:
+        raise ApiError(503, str(exc), code=exc.code) from None

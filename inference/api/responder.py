@@ -14,11 +14,12 @@ from typing import AsyncIterator, Dict, List
 from django.conf import settings
 from django.http import JsonResponse
 
+from inference import lifecycle
 from inference.generation import GenerationJob
 from inference.metrics import GenerationObserver
 from inference.relay import Subscription
 
-from . import handoff, limits
+from . import handoff
 from .errors import ApiError
 from .openai_format import usage_body
 from .streaming import EventStreamResponse
@@ -101,7 +102,7 @@ async def _collect(job: GenerationJob, subscription: Subscription) -> List[dict]
 
 
 def _check_finished(event: dict) -> None:
-    if event["finish_reason"] == "abort" and limits.shutting_down():  # omlx_site/shutdown.py
+    if event["finish_reason"] == "abort" and lifecycle.shutting_down():  # omlx_site/shutdown.py
         raise ApiError(503, "The server is shutting down; the request was aborted",
                        code="server_shutting_down")
     if event["finish_reason"] in ("error", "abort"):

@@ -9,7 +9,7 @@ hand every job its own rows, in its own order. Jobs that arrive while a batch ru
 the next batch, so concurrent requests share forward passes without a fixed wait.
 
 The model pool (``inference.pool``) manages it like a text engine: ``num_active``,
-``idle_since``, ``call``, ``close`` and ``loaded.model``. Each forward pass is counted in /metrics
+``idle_since``, ``stats``, ``call``, ``close`` and ``loaded.model``. Each forward pass is counted in /metrics
 under the model's name (``omlx_embedding_forward_passes_total``, ``omlx_embedding_sequences_total``):
 their ratio is the batch size requests actually got.
 """
@@ -25,6 +25,7 @@ import numpy as np
 
 from inference import metrics
 from inference.engine.engine_thread import EngineThread
+from inference.engine.stats import EngineStats
 
 from .encoder_model import EncoderModel, Seq, load_encoder
 
@@ -77,6 +78,10 @@ class EncoderEngine(EngineThread):
         job.future.add_done_callback(self._finished)
         self._inbox.put(("job", job))
         return job.future
+
+    def stats(self, held_blocks: bool = False) -> EngineStats:
+        """Jobs submitted and not finished; no KV cache, no running generations."""
+        return EngineStats(active=self.num_active())
 
     def _finished(self, _future) -> None:
         self._count(-1)

@@ -10,8 +10,9 @@ from .llm import LLM, GenerationResult
 from .model_loader import ModelLoadError, load_model
 from .request import RequestOutput, TokenLogprob, Usage
 from .sampling_params import SamplingParams
+from .stats import EngineStats
 
 __all__ = [
     "LLM", "SamplingParams", "Engine", "EngineConfig", "RequestStream", "RequestOutput",
-    "GenerationResult", "TokenLogprob", "Usage", "ModelLoadError", "load_model",
+    "GenerationResult", "TokenLogprob", "Usage", "ModelLoadError", "load_model", "EngineStats",
 ]

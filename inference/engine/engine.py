@@ -27,6 +27,7 @@ from .model_runner import ModelRunner
 from .request import Request, RequestOutput, RequestStatus
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
+from .stats import EngineStats
 from .text_stream import TextStream, streaming_detokenizer
 
 logger = logging.getLogger("omlx.engine")
@@ -160,6 +161,34 @@ class Engine(EngineControls, EngineThread):
             raise ValueError(f"This model's maximum context length is {limit} tokens; the prompt has "
                              f"{len(ids)} tokens")
         return ids
+
+    def stats(self, held_blocks: bool = False) -> EngineStats:
+        """The engine's figures now (any thread; see ``EngineStats``). ``held_blocks`` also
+        counts the hot blocks that requests reference (a walk over the hot tier)."""
+        scheduler = getattr(self, "scheduler", None)  # None until loaded
+        runner = getattr(self, "runner", None)  # None once closed
+        cache = self.prefix_cache
+        try:
+            snapshot = cache.snapshot()
+        except Exception:  # read while the engine thread changes it: skip these figures
+            snapshot = {}
+        out = EngineStats(active=self.num_active(), cache=snapshot)
+        if scheduler is not None:
+            running = scheduler.running
+            out.prefilling, out.decoding = len(scheduler.prefilling), len(scheduler.decoding)
+            out.kv_tokens, out.shedding = scheduler.kv_demand(running), scheduler.shedding
+        if runner is not None:
+            out.decode_rows = len(runner.batch)
+        hot = getattr(cache, "hot", None)
+        if hot is not None:  # a block cache (prefix caching on)
+            out.fingerprint, out.hot_capacity_bytes = cache.fingerprint.hex, hot.capacity_bytes
+            out.block_size = cache.block_size
+            cold = cache.cold
+            if cold is not None and cold.enabled:
+                out.cold_dir = str(cold.dir)
+            if held_blocks:
+                out.held_blocks = sum(1 for block in hot.blocks() if block.ref_count > 0)
+        return out
 
     def _validate_vision(self, vision) -> List[int]:
         if self.loaded.vision is None:

@@ -262,18 +262,15 @@ class MemoryGuard:
 
 def _running(engine) -> int:
     """Running requests, read from another thread: a hint for choosing a step, not a count."""
-    scheduler = getattr(engine, "scheduler", None)
-    return len(scheduler.prefilling) + len(scheduler.decoding) if scheduler is not None else 0
+    return engine.stats().running
 
 
 def _shedding(engine) -> bool:
-    scheduler = getattr(engine, "scheduler", None)
-    return scheduler is not None and scheduler.shedding
+    return engine.stats().shedding
 
 
 def _hot_bytes(engine) -> int:
-    hot = getattr(getattr(engine, "prefix_cache", None), "hot", None)
-    return hot.used_bytes if hot is not None else 0
+    return engine.stats().hot_bytes
 
 
 def _quietly(fn: Callable[[], object]) -> None:

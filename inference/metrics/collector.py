@@ -1,144 +1,49 @@
-"""Prometheus metrics of this process: GET /metrics (``view``), the admin Status page's sampler
-(admin_panel/history.py reads ``totals()``). docs/metrics.md lists every series.
+"""The series of /metrics read at scrape time (``EngineCollector``) and the console's figures
+(``totals``, which admin_panel/history.py samples), from the loaded engines of this process.
 
-Two kinds of series, one registry of their own (never prometheus_client's global one):
+An engine's cache counters vanish with the engine, so when a model is unloaded its final counts
+join a retained total: the counters stay monotonic across unloads and reloads. In Redis mode
+without worker threads in the server, the server has no engines, and these series are absent.
 
-- Counted when something happens, in the server process: HTTP requests (the middleware in
-  omlx_site/middleware.py), tokens, time to first token and inter-token latency (a
-  ``GenerationObserver`` on each API request's subscription, so they work whichever process runs
-  the model), model loads and unloads (the pool).
-- Read when scraped, from the loaded engines of this process (``_EngineCollector``): queue depth,
-  memory, and the block cache's counters. An engine's cache counters vanish with the engine, so
-  when a model is unloaded its final counts join a retained total: the counters stay monotonic
-  across unloads and reloads. In Redis mode without worker threads in the server, the server has
-  no engines, and these series are absent.
+The direction of the imports: the pool and the engines publish into this module
+(``model_loaded``, ``model_unloaded``, ``encoder_batch``), and what it reads of the rest of the
+process (the pool, the API's admission counts, the memory guard) is handed to it once at start
+(``connect``, from inference/apps.py). It imports none of them.
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-# 5 ms to 60 s: a cached prompt's first token on a fast machine up to a cold load of a large model.
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0,
-                   10.0, 20.0, 30.0, 60.0)
-UNLOAD_REASONS = ("lru", "ttl", "manual", "memory", "shutdown")
-
-REGISTRY = CollectorRegistry(auto_describe=True)
-
-HTTP_REQUESTS = Counter(
-    "omlx_http_requests", "HTTP requests answered, by route pattern, method and status code",
-    ["endpoint", "method", "status"], registry=REGISTRY)
-PROMPT_TOKENS = Counter(
-    "omlx_prompt_tokens", "Prompt tokens of finished API requests (each prompt once)", ["model"],
-    registry=REGISTRY)
-CACHED_PROMPT_TOKENS = Counter(
-    "omlx_prompt_cached_tokens", "Prompt tokens of finished API requests served from the KV cache",
-    ["model"], registry=REGISTRY)
-GENERATION_TOKENS = Counter(
-    "omlx_generation_tokens", "Tokens generated for API requests (every choice)", ["model"],
-    registry=REGISTRY)
-GENERATIONS = Counter(
-    "omlx_generations", "Choices that ended, by finish reason (stop, length, tool_calls, error, abort)",
-    ["model", "finish_reason"], registry=REGISTRY)
-TTFT = Histogram(
-    "omlx_time_to_first_token_seconds",
-    "From the API request handed to a worker to its first generated token (queueing and any model "
-    "load included)", ["model"], buckets=LATENCY_BUCKETS, registry=REGISTRY)
-ITL = Histogram(
-    "omlx_inter_token_latency_seconds",
-    "Time between generated tokens of a choice, per token", ["model"], buckets=LATENCY_BUCKETS,
-    registry=REGISTRY)
-REQUEST_PHASE = Histogram(
-    "omlx_request_phase_seconds",
-    "Where a finished generation's time went in the engine, by phase: queue (waiting for admission), "
-    "restore (cached KV loaded), prefill (its forward passes), prefill_wait (admitted, before its first "
-    "token, while the engine ran other work), decode (first token to the end)", ["model", "phase"],
-    buckets=LATENCY_BUCKETS, registry=REGISTRY)
-MODEL_LOADS = Counter("omlx_model_loads", "Models loaded by the pool", ["model"], registry=REGISTRY)
-MODEL_LOAD_FAILURES = Counter("omlx_model_load_failures", "Model loads that failed", ["model"],
-                              registry=REGISTRY)
-MODEL_LOAD_SECONDS = Histogram("omlx_model_load_seconds", "Time to load a model", ["model"],
-                               buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300), registry=REGISTRY)
-MODEL_UNLOADS = Counter(
-    "omlx_model_unloads", "Models unloaded by the pool, by reason: lru (room for another model), ttl "
-    "(idle past its TTL), manual (the API or admin panel), memory (the memory guard), shutdown",
-    ["model", "reason"],
-    registry=REGISTRY)
-ENCODER_BATCHES = Counter(
-    "omlx_embedding_forward_passes", "Forward passes of embedding and reranker models (each runs the "
-    "sequences of every request that met in one batch)", ["model"], registry=REGISTRY)
-ENCODER_SEQUENCES = Counter(
-    "omlx_embedding_sequences", "Sequences (inputs, query-document pairs) run by embedding and "
-    "reranker models; divided by the forward passes: the batch size requests got", ["model"],
-    registry=REGISTRY)
-
-# Recent first-token times for the Status page's percentiles (histogram buckets are too coarse).
-_recent_ttft: Deque[Tuple[float, float]] = deque(maxlen=20_000)  # (time.time(), seconds)
+from .definitions import (ENCODER_BATCHES, ENCODER_SEQUENCES, GENERATION_TOKENS, GENERATIONS, HTTP_REQUESTS,
+                          MODEL_LOAD_FAILURES, MODEL_LOAD_SECONDS, MODEL_LOADS, MODEL_UNLOADS, PROMPT_TOKENS,
+                          REGISTRY)
 
 
-def render() -> bytes:
-    return generate_latest(REGISTRY)
+@dataclass
+class Sources:
+    """What the collector reads of the rest of the process; each a function called at read time.
+    Until ``connect`` is called (outside Django): no pool, no guard, nothing in flight."""
+
+    pool: Callable[[], object] = lambda: None  # the process's pool (built on first use)
+    in_flight: Callable[[], Dict[str, int]] = dict  # model -> choices the API admitted, not finished
+    guard: Callable[[], object] = lambda: None  # the memory guard while it runs, else None
+    serves_models: Callable[[], bool] = lambda: False  # whether this process runs inference
+    process_rss: Callable[[], Optional[int]] = lambda: None  # resident memory of this process
 
 
-# -- generation: observed in the view, for every API ---------------------------------------------
-
-class GenerationObserver:
-    """Times one API request from its hand-off: the first event with tokens (TTFT), the gaps
-    between a choice's token events divided by their tokens (ITL), and the usage of each finished
-    choice. ``Subscription.receive`` calls ``observe`` for every event."""
-
-    def __init__(self, model: str, n: int = 1):
-        self.model = model  # until the worker's "accepted" names the model id
-        self.n = n
-        self.started = time.perf_counter()
-        self.accepted = False
-        self._first = False
-        self._last: Dict[int, float] = {}  # choice index -> time of its last token event
-
-    def observe(self, event: dict) -> None:
-        kind = event.get("kind")
-        if kind == "accepted":
-            self.accepted = True
-            self.model = event.get("model") or self.model
-            return
-        if kind != "delta" or not self.accepted:
-            return
-        now = time.perf_counter()
-        tokens = len(event.get("token_ids") or ())
-        index = event.get("index", 0)
-        if tokens:
-            if not self._first:
-                self._first = True
-                TTFT.labels(self.model).observe(now - self.started)
-                _recent_ttft.append((time.time(), now - self.started))
-            last = self._last.get(index)
-            if last is not None:
-                ITL.labels(self.model).observe((now - last) / tokens)
-            self._last[index] = now
-        if event.get("finish_reason") is not None:
-            GENERATIONS.labels(self.model, event["finish_reason"]).inc()
-            usage = event.get("usage") or {}
-            GENERATION_TOKENS.labels(self.model).inc(usage.get("completion_tokens") or 0)
-            if index % self.n == 0:  # each prompt once, as the API's usage counts it
-                PROMPT_TOKENS.labels(self.model).inc(usage.get("prompt_tokens") or 0)
-                CACHED_PROMPT_TOKENS.labels(self.model).inc(usage.get("cached_tokens") or 0)
-            for phase, seconds in (usage.get("timings") or {}).items():
-                REQUEST_PHASE.labels(self.model, phase).observe(seconds)
+_sources = Sources()
 
 
-def recent_ttfts(since: float) -> List[float]:
-    """First-token times (seconds) of requests whose first token came after ``since`` (time.time())."""
-    return [seconds for at, seconds in list(_recent_ttft) if at > since]
+def connect(**sources: Callable) -> None:
+    """Hand the collector what it reads (the fields of ``Sources``); called once at start."""
+    global _sources
+    _sources = Sources(**sources)
 
-
-# -- the model pool: loads, unloads, live engines ------------------------------------------------
 
 # Counters of the block cache (cache/block_cache.py snapshot()): (metric, help, section, field).
 _CACHE_COUNTERS = (
@@ -191,36 +96,13 @@ def model_unloaded(model_id: str, engine, reason: str) -> None:
 
 
 def _cache_counts(engine) -> Dict[str, int]:
-    snapshot = _snapshot(engine)
+    snapshot = engine.stats().cache
     out = {}
     for name, _, section, key in _CACHE_COUNTERS:
         values = snapshot.get(section)
         if values is not None:
             out[name] = int(values.get(key, 0))
     return out
-
-
-def _snapshot(engine) -> dict:
-    cache = getattr(engine, "prefix_cache", None)
-    try:
-        return cache.snapshot() if cache is not None else {}
-    except Exception:  # read while the engine thread changes it: skip this scrape's figures
-        return {}
-
-
-def _engine_queue(engine) -> Tuple[int, int]:
-    """(running, waiting) requests of an engine; waiting includes those not yet in its scheduler."""
-    scheduler = getattr(engine, "scheduler", None)
-    running = len(scheduler.prefilling) + len(scheduler.decoding) if scheduler is not None else 0
-    return running, max(0, engine.num_active() - running)
-
-
-def _serves_models() -> bool:
-    """Whether this process runs inference (as omlx_site/server.py decides): else its pool never
-    loads anything and its engine-side series would only mislead."""
-    from django.conf import settings
-
-    return settings.OMLX_HUEY_WORKERS > 0 or settings.OMLX_API_HANDOFF == "direct"
 
 
 @dataclass
@@ -253,24 +135,20 @@ def _sum(counter, name: str = "_total") -> float:
 
 def totals(pool=None) -> Totals:
     """The figures of this process now (``pool`` defaults to the process's pool)."""
-    from inference.api import limits
-    from inference.pool.memory import process_rss
-
     out = Totals(at=time.time(), http_requests=int(_sum(HTTP_REQUESTS)), generations=int(_sum(GENERATIONS)),
                  generated_tokens=int(_sum(GENERATION_TOKENS)), prompt_tokens=int(_sum(PROMPT_TOKENS)),
-                 api_in_flight=sum(limits.in_flight_by_model().values()), serves_models=_serves_models(),
-                 process_memory=process_rss())
+                 api_in_flight=sum(_sources.in_flight().values()), serves_models=_sources.serves_models(),
+                 process_memory=_sources.process_rss())
     cache = _cache_totals()
     out.lookup_tokens = cache.get("lookup_tokens", 0)
     out.hot_hit_tokens = cache.get("hot_hit_tokens", 0)
     out.cold_hit_tokens = cache.get("cold_hit_tokens", 0)
     if pool is None and out.serves_models:
-        from inference.pool import get_pool
-
-        pool = get_pool()
+        pool = _sources.pool()
     if pool is not None:
         for model_id, info in pool.loaded_models().items():
-            running, waiting = _engine_queue(info["engine"])
+            stats = info["engine"].stats()
+            running, waiting = stats.running, stats.waiting
             out.running += running
             out.waiting += waiting
             out.models[model_id] = {"memory_bytes": info["memory_bytes"], "running": running,
@@ -302,16 +180,14 @@ def _cache_counts_by_model() -> Dict[str, Dict[str, int]]:
     return out
 
 
-class _EngineCollector:
+class EngineCollector:
     """Series read at scrape time: memory, queue depth and the block cache per model."""
 
     def describe(self) -> Iterable:
         return []  # series depend on what is loaded
 
     def collect(self) -> Iterable:
-        from inference.api import limits
-
-        in_flight = limits.in_flight_by_model()
+        in_flight = _sources.in_flight()
         with _lock:
             _seen_models.update(in_flight)
             seen = sorted(_seen_models)
@@ -321,16 +197,13 @@ class _EngineCollector:
         for model_id in seen:
             jobs.add_metric([model_id], in_flight.get(model_id, 0))
         yield jobs
-        if not _serves_models():
+        if not _sources.serves_models():
             return
         yield from self._pool_series()
         yield from self._cache_series()
 
     def _pool_series(self) -> Iterable:
-        from inference.pool import get_pool
-        from inference.pool.memory import process_rss
-
-        pool = get_pool()
+        pool = _sources.pool()
         loaded = pool.loaded_models()
         yield GaugeMetricFamily("omlx_models_loaded", "Models loaded in this process", value=len(loaded))
         memory = GaugeMetricFamily("omlx_model_memory_bytes", "Memory counted for a loaded model "
@@ -342,7 +215,8 @@ class _EngineCollector:
                                     "not running yet", labels=["model"])
         for model_id, info in sorted(loaded.items()):
             memory.add_metric([model_id], info["memory_bytes"])
-            r, w = _engine_queue(info["engine"])
+            stats = info["engine"].stats()
+            r, w = stats.running, stats.waiting
             running.add_metric([model_id], r)
             waiting.add_metric([model_id], w)
         yield from (memory, running, waiting)
@@ -351,7 +225,7 @@ class _EngineCollector:
         if pool.max_model_memory is not None:
             yield GaugeMetricFamily("omlx_model_memory_limit_bytes", "--max-model-memory",
                                     value=pool.max_model_memory)
-        rss = process_rss()
+        rss = _sources.process_rss()
         if rss is not None:
             yield GaugeMetricFamily("omlx_process_memory_bytes", "Resident memory of this process", value=rss)
         import mlx.core as mx  # the server process has it loaded already (it serves models)
@@ -391,7 +265,8 @@ class _EngineCollector:
         for model_id, c in sorted(counts.items()):
             if "lookups" not in c:
                 continue  # caching off for this model
-            looked, hot, cold = c.get("lookup_tokens", 0), c.get("hot_hit_tokens", 0), c.get("cold_hit_tokens", 0)
+            looked = c.get("lookup_tokens", 0)
+            hot, cold = c.get("hot_hit_tokens", 0), c.get("cold_hit_tokens", 0)
             lookups.add_metric([model_id], c.get("lookups", 0))
             lookup_tokens.add_metric([model_id], looked)
             hits.add_metric([model_id, "hot"], hot)
@@ -405,22 +280,23 @@ class _EngineCollector:
                 writes.add_metric([model_id], c["cold_writes"])
                 reads.add_metric([model_id], c.get("cold_reads", 0))
                 write_errors.add_metric([model_id], c.get("cold_write_errors", 0))
-        yield from (lookups, lookup_tokens, hits, misses, evictions, evicted_bytes, writes, reads, write_errors)
+        yield from (lookups, lookup_tokens, hits, misses, evictions, evicted_bytes, writes, reads,
+                    write_errors)
 
         stored = GaugeMetricFamily("omlx_cache_bytes", "Bytes of KV blocks held now: hot, in RAM; "
                                    "cold, block files on disk", labels=["model", "tier"])
-        blocks = GaugeMetricFamily("omlx_cache_blocks", "KV blocks held now, by tier", labels=["model", "tier"])
+        blocks = GaugeMetricFamily("omlx_cache_blocks", "KV blocks held now, by tier",
+                                   labels=["model", "tier"])
         capacity = GaugeMetricFamily("omlx_cache_capacity_bytes", "The hot tier's budget "
                                      "(--hot-cache-max-size)", labels=["model", "tier"])
         for model_id, engine in sorted(live, key=lambda pair: pair[0]):
-            snapshot = _snapshot(engine)
-            hot, cold = snapshot.get("hot"), snapshot.get("cold")
+            stats = engine.stats()
+            hot, cold = stats.cache.get("hot"), stats.cache.get("cold")
             if hot is not None:
                 stored.add_metric([model_id, "hot"], hot.get("bytes", 0))
                 blocks.add_metric([model_id, "hot"], hot.get("blocks", 0))
-                hot_pool = getattr(engine.prefix_cache, "hot", None)
-                if hot_pool is not None:
-                    capacity.add_metric([model_id, "hot"], hot_pool.capacity_bytes)
+                if stats.hot_capacity_bytes is not None:
+                    capacity.add_metric([model_id, "hot"], stats.hot_capacity_bytes)
             if cold is not None:
                 stored.add_metric([model_id, "cold"], cold.get("bytes", 0))
                 blocks.add_metric([model_id, "cold"], cold.get("files", 0))
@@ -430,9 +306,7 @@ class _EngineCollector:
 def _guard_series() -> Iterable:
     """The memory guard's figures (inference/pool/memory_guard.py); only the on/off gauge when
     it is off."""
-    from inference.pool.memory_guard import ACTIONS, current
-
-    guard = current()
+    guard = _sources.guard()
     yield GaugeMetricFamily("omlx_memory_guard_enabled", "Whether the memory guard runs",
                             value=int(guard is not None))
     if guard is None:
@@ -454,29 +328,9 @@ def _guard_series() -> Iterable:
     actions = CounterMetricFamily("omlx_memory_guard_actions", "What the memory guard did: reject "
                                   "(requests refused), preempt (requests preempted), shrink (hot "
                                   "tiers halved), unload (models unloaded)", labels=["action"])
-    for action in ACTIONS:
-        actions.add_metric([action], state["counts"][action])
+    for action, count in state["counts"].items():
+        actions.add_metric([action], count)
     yield actions
 
 
-REGISTRY.register(_EngineCollector())
-
-
-# -- GET /metrics -----------------------------------------------------------------------------------
-
-def view(request):
-    """GET /metrics: every series in Prometheus' text format; the API key when one is set."""
-    from django.http import HttpResponse, HttpResponseNotAllowed
-
-    from inference.api.auth import check_api_key
-    from inference.api.errors import ApiError
-
-    if request.method not in ("GET", "HEAD"):
-        return HttpResponseNotAllowed(["GET", "HEAD"])
-    try:
-        check_api_key(request)
-    except ApiError as exc:
-        response = exc.response()
-        response["WWW-Authenticate"] = "Bearer"
-        return response
-    return HttpResponse(render(), content_type=CONTENT_TYPE)
+REGISTRY.register(EngineCollector())

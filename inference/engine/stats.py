@@ -1,0 +1,48 @@
+"""What an engine reports to the rest of the process: ``Engine.stats()`` (and
+``EncoderEngine.stats()``) returns an ``EngineStats``, plain data that /metrics, the memory guard,
+GET /v1/cache/status and the console read instead of the engine's scheduler, runner and caches.
+
+Read from any thread without stopping the engine: each figure is read once, as those readers
+always did, so the figures of one ``EngineStats`` may be a step apart (a hint, not a count).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class EngineStats:
+    """One engine's figures at one instant.
+
+    ``active >= prefilling + decoding``: the requests submitted and not finished include those
+    still in the inbox or waiting for admission. ``cache`` is the block cache's ``snapshot()``
+    (sections "lookups", "hot", "cold", "hit_rate", "speeds"), empty when caching is off for the
+    model (or the read met the engine thread changing it: that read's figures are skipped).
+    """
+
+    active: int = 0  # requests submitted and not finished (queued, waiting or running)
+    prefilling: int = 0  # requests the scheduler runs whose prompt is not computed yet
+    decoding: int = 0  # requests the scheduler runs that generate tokens
+    decode_rows: int = 0  # rows of the decode batch
+    kv_tokens: int = 0  # KV token slots the running requests take after one more step
+    shedding: bool = False  # a preemption for memory waits for the next step
+    cache: dict = field(default_factory=dict)
+    fingerprint: Optional[str] = None  # hex of the model fingerprint; None: caching off
+    block_size: Optional[int] = None  # tokens per KV block; None: caching off
+    hot_capacity_bytes: Optional[int] = None  # the hot tier's budget; None: caching off
+    cold_dir: Optional[str] = None  # the cold tier's directory; None: no cold tier or it is off
+    held_blocks: Optional[int] = None  # hot blocks referenced by a request (asked for: a walk)
+
+    @property
+    def running(self) -> int:
+        return self.prefilling + self.decoding
+
+    @property
+    def waiting(self) -> int:
+        """Requests not running yet, those not in the scheduler yet included."""
+        return max(0, self.active - self.running)
+
+    @property
+    def hot_bytes(self) -> int:
+        return (self.cache.get("hot") or {}).get("bytes", 0)

@@ -1,0 +1,22 @@
+"""GET /metrics (omlx_site/urls.py)."""
+from __future__ import annotations
+
+from .definitions import CONTENT_TYPE, render
+
+
+def view(request):
+    """GET /metrics: every series in Prometheus' text format; the API key when one is set."""
+    from django.http import HttpResponse, HttpResponseNotAllowed
+
+    from inference.api.auth import check_api_key
+    from inference.api.errors import ApiError
+
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    try:
+        check_api_key(request)
+    except ApiError as exc:
+        response = exc.response()
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    return HttpResponse(render(), content_type=CONTENT_TYPE)
