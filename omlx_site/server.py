@@ -37,9 +37,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         logger.warning("benchmark runs left unfinished by the last server were marked failed (interrupted)")
 
     from inference.api import limits
-    from inference.model_registry import close_registry, get_registry
+    from inference.pool import close_pool, get_pool
 
-    registry = get_registry()
+    registry = get_pool()
     models = registry.models()
     logger.info("models in %s: %s", os.pathsep.join(map(str, registry.model_dirs)), ", ".join(models))
     # Pinned models load once the server listens; until then GET /health answers 503 "starting".
@@ -108,7 +108,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         from inference.pool.memory_guard import stop_guard
 
         stop_guard()
-        close_registry()
+        close_pool()
         if settings.OMLX_REDIS_URL:
             from inference import relay, worker_presence
 
