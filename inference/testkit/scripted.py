@@ -99,7 +99,7 @@ def build_scripted_model(path, script, arch="qwen3", seed=0, dtype="float32") ->
 
 
 def _tokenizer(path):
-    require_test_extra("a scripted model", ("transformers",))
+    require_test_extra("building a scripted model", ("transformers",))
     from transformers import PreTrainedTokenizerFast  # a dependency of mlx-lm: installed with it
 
     return PreTrainedTokenizerFast.from_pretrained(str(path))

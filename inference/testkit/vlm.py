@@ -65,7 +65,7 @@ def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=
     """Write the folder to ``path`` and return it as a Path. ``overrides``: LlamaConfig fields of
     the language model (e.g. ``num_hidden_layers``). The image is ``image_size`` pixels square
     and becomes ``(image_size / patch_size) ** 2`` tokens (16 for the tiny preset)."""
-    require_test_extra("a LLaVA test model")
+    require_test_extra("building a LLaVA test model")
     import torch
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration, LlavaProcessor)

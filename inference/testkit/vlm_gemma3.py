@@ -52,7 +52,7 @@ def preset_names(arch):
 def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: Gemma3TextConfig
     fields (e.g. ``num_hidden_layers``)."""
-    require_test_extra("a Gemma 3 vision test model")
+    require_test_extra("building a Gemma 3 vision test model")
     import torch
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 

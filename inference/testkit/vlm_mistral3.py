@@ -51,7 +51,7 @@ def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrid
     """Write the folder to ``path`` and return it as a Path. ``overrides``: MistralConfig fields
     of the language model. Pictures are sized to fit ``image_size`` (112) pixels in whole
     28-pixel merged patches: a 60x60 picture is 3x3 = 9 image tokens."""
-    require_test_extra("a Mistral 3 vision test model")
+    require_test_extra("building a Mistral 3 vision test model")
     import torch
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 

@@ -50,7 +50,7 @@ def preset_names(arch):
 def build(path, arch="qwen2_5_vl", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: fields of the
     language model (e.g. ``num_hidden_layers``)."""
-    require_test_extra("a Qwen vision test model")
+    require_test_extra("building a Qwen vision test model")
     import torch
 
     path, fields, text, _ = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "Qwen vision", seed,
