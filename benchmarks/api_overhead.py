@@ -1,6 +1,6 @@
 """Where the time of one API request goes on a model with negligible compute (a breakdown helper).
 
-Starts `omlx serve` on a model_factory model (tiny by default) and times, over one keep-alive
+Starts `omlx serve` on a testkit model (inference.testkit) (tiny by default) and times, over one keep-alive
 HTTP connection, one request after the other (no concurrency):
 
 - ``GET /v1/models``: HTTP server + middleware + a ninja view, no generation (the floor);
@@ -99,7 +99,7 @@ def main() -> int:
     if args.url:
         results = measure(args.url.rstrip("/"), "model", args.requests, args.decode_tokens)
     else:
-        from inference.model_factory import build_model
+        from inference.testkit.registry import build_model
 
         with tempfile.TemporaryDirectory(prefix="omlx-api-overhead-") as tmp:
             work = Path(tmp)

@@ -99,7 +99,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (4 x 3 turns, 256-token system prompt, "
                         "16 tokens per turn, 2 at a time) and the tiny model unless --model-preset/--model")
-    parser.add_argument("--model-preset", help="model_factory preset of the model (tiny, small, qwen2.5-0.5b; "
+    parser.add_argument("--model-preset", help="testkit preset of the model (tiny, small, qwen2.5-0.5b; "
                         "default small, tiny with --quick)")
     parser.add_argument("--model", help="a model folder instead of a built one")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (at least 3)")
@@ -117,7 +117,7 @@ def main() -> int:
         if args.model:
             folder = Path(args.model).resolve()
         else:
-            from inference.model_factory import build_model
+            from inference.testkit.registry import build_model
 
             folder = build_model(work / "built", preset=model_preset)
         bias = {str(i): -1e4 for i in eos_ids(folder)}

@@ -9,7 +9,7 @@ Shapes are those of a Qwen2.5-0.5B-shaped model (hidden 896, intermediate 4864, 
 14 heads, 2 KV heads of 64): prefill products over 512 tokens, decode products for 1 and 16
 sequences. Weights are (out, in) and used as x @ w.T, as mlx.nn.Linear does. The model rows are
 prefill throughput over one prompt through real mlx-lm models with random weights (all layers
-over all tokens, logits of the last token): inference.model_factory's "small" qwen2 preset and
+over all tokens, logits of the last token): inference.testkit's "small" qwen2 preset and
 the Qwen2.5-0.5B geometry cut to 2 layers.
 
 Every cell is timed the same way (``measure``): one untimed warm-up call, then ``--rounds``
@@ -250,8 +250,8 @@ class WorkerCell:
 # -- the driver ---------------------------------------------------------------------------------
 
 def build_small_model() -> str:
-    """Write model_factory's "small" qwen2 folder once, for every worker."""
-    from inference.model_factory import build_model
+    """Write the testkit's "small" qwen2 folder once, for every worker."""
+    from inference.testkit.registry import build_model
 
     folder = Path(tempfile.mkdtemp(prefix="bench_blas_")) / "qwen2-small"
     return str(build_model(folder, "qwen2", "small"))

@@ -37,7 +37,7 @@ ARCHS = ("qwen2", "gemma3_text", "qwen3_5")
 
 
 def model_path(arch: str, preset: str) -> Path:
-    from inference.model_factory import build_model
+    from inference.testkit.registry import build_model
 
     path = REPO / "benchmarks" / "out" / "models" / f"{arch}-{preset}"
     if not (path / "config.json").exists():

@@ -49,10 +49,10 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def texts(count: int, words: int, seed: int = 0):
-    from inference.model_factory import _WORDS
+    from inference.testkit.tokenizer import WORDS
 
     rng = random.Random(seed)
-    return [" ".join(rng.choice(_WORDS) for _ in range(words)) + f" {i}." for i in range(count)]
+    return [" ".join(rng.choice(WORDS) for _ in range(words)) + f" {i}." for i in range(count)]
 
 
 def process_cpu(pid: int) -> float:
@@ -136,7 +136,7 @@ def main() -> int:
     parser.add_argument("--st-share", type=float, default=0.25,
                         help="share of a round's texts sentence-transformers runs at batch 1 (it is slow)")
     args = parser.parse_args()
-    from inference.model_factory import build_model
+    from inference.testkit.registry import build_model
 
     k = args.concurrency
     items = texts(args.requests, args.words)

@@ -46,7 +46,7 @@ from benchmarks.rounds import Comparison, order  # noqa: E402
 
 
 def model_path(preset: str) -> Path:
-    from inference.model_factory import build_model
+    from inference.testkit.registry import build_model
 
     path = REPO / "benchmarks" / "out" / "models" / f"qwen2-{preset}"
     if not (path / "config.json").exists():

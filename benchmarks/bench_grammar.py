@@ -13,7 +13,7 @@ vocabulary (batch 1, measured in the same run).
 Vocabularies: the tiny test tokenizer (1,024 tokens, tiny model) and a synthetic byte-level
 vocabulary of 151,936 tokens (Qwen2.5's size: words, numbers, JSON punctuation, whitespace runs,
 CJK) next to the Qwen2.5-0.5B-shaped random model. The model folders come from
-inference/model_factory.py (benchmarks/out/models of the main checkout if built, else /tmp).
+inference/testkit/ (benchmarks/out/models of the main checkout if built, else /tmp).
 
 Tokens are chosen by a random walk: random logits, masked, argmax; a matcher that finishes is
 restarted. outlines-core compiles regular expressions only, so its "json_object" is the regex
@@ -65,7 +65,7 @@ GRAMMARS = {"json_object": {"type": "object"}, "json_schema": SCHEMA}
 # -- vocabularies --------------------------------------------------------------------------
 
 def model_folder(preset: str) -> Path:
-    from inference.model_factory import build_model
+    from inference.testkit.registry import build_model
 
     for base in (Path("/work/main/benchmarks/out/models"), REPO / "benchmarks" / "out" / "models",
                  Path("/tmp/omlx-bench-grammar")):

@@ -81,7 +81,7 @@ def bench_scrape(count: int) -> float:
 
     from django.test import AsyncClient, override_settings
 
-    from inference.model_factory import build_model
+    from inference.testkit.registry import build_model
     from inference.pool import close_pool, get_pool
 
     models = Path(tempfile.mkdtemp(prefix="omlx-bench-models-"))

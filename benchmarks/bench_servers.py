@@ -126,7 +126,7 @@ def stop_servers(servers: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default", help="the benchmark's sizes")
-    parser.add_argument("--model-preset", default="small", help="model_factory preset of the model (tiny, small)")
+    parser.add_argument("--model-preset", default="small", help="testkit preset of the model (tiny, small)")
     parser.add_argument("--model", help="a model folder instead of a built one")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5; odd keeps the "
                         "median a real round's ratio)")
@@ -140,7 +140,7 @@ def main() -> int:
         if args.model:
             folder = Path(args.model).resolve()
         else:
-            from inference.model_factory import build_model
+            from inference.testkit.registry import build_model
 
             folder = build_model(work / "built", preset=args.model_preset)
         servers = start_servers(folder, work)

@@ -111,14 +111,14 @@ def _main(argv=None) -> int:
     if args.command == "worker":
         return _worker(parser, args)
     if args.command == "build-model":
-        from inference.model_factory import build_model, build_quantized
+        from inference.testkit.registry import build_model, build_quantized
 
         build_args = dict(arch=args.arch, preset=args.preset, seed=args.seed, dtype=args.dtype)
         try:
             if args.script is not None:
                 if args.quantize:
                     parser.error("--script and --quantize do not go together")
-                from inference.model_factory_scripted import build_scripted_model
+                from inference.testkit.scripted import build_scripted_model
 
                 path = build_scripted_model(args.out, args.script, arch=args.arch, seed=args.seed, dtype=args.dtype)
             elif args.quantize:
@@ -247,7 +247,7 @@ def _worker(parser, args) -> int:
 
 def _demo(args) -> int:
     from inference import platform
-    from inference.demo_model import demo_model_path
+    from inference.testkit.demo import demo_model_path
     from inference.engine import LLM, ModelLoadError, SamplingParams
 
     info = platform.describe()

@@ -38,9 +38,9 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
     from inference import lifecycle
     from inference.dispatch import get_backend
-    from inference.model_registry import close_registry, get_registry
+    from inference.pool import close_pool, get_pool
 
-    registry = get_registry()
+    registry = get_pool()
     models = registry.models()
     logger.info("models in %s: %s", os.pathsep.join(map(str, registry.model_dirs)), ", ".join(models))
     # Pinned models load once the server listens; until then GET /health answers 503 "starting".
@@ -106,7 +106,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         from inference.pool.memory_guard import stop_guard
 
         stop_guard()
-        close_registry()
+        close_pool()
         backend.close()
         print("omlx stopped", flush=True)
     if not server.listening_addresses:

@@ -35,10 +35,10 @@ def run_worker(threads: int = 2) -> int:
     from huey.contrib.djhuey import HUEY
 
     from inference import relay, worker_presence
-    from inference.model_registry import close_registry, get_registry
+    from inference.pool import close_pool, get_pool
 
     autodiscover_modules("tasks")
-    registry = get_registry()
+    registry = get_pool()
     logger.info("worker %d: models in %s: %s", os.getpid(), os.pathsep.join(map(str, registry.model_dirs)),
                 ", ".join(registry.models()))
     for model_id in registry.load_pinned():
@@ -57,7 +57,7 @@ def run_worker(threads: int = 2) -> int:
     finally:
         worker_presence.stop_heartbeat()
         stop_guard()
-        close_registry()
+        close_pool()
         relay.flush(5.0)
         print("omlx worker stopped", flush=True)
     return 0

@@ -9,7 +9,7 @@ import pytest
 # that wants one passes --hf-cache DIR.
 os.environ["OMLX_HF_CACHE"] = "off"
 
-from inference.model_factory import build_model
+from inference.testkit.registry import build_model
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from django.test import AsyncClient, Client, override_settings
 from admin_panel.chat import parse_form
 from inference.api import limits
 from inference.generation import GenerationJob
-from inference.model_registry import close_registry, get_registry
+from inference.pool import close_pool, get_pool
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,11 +32,11 @@ def chat_models(tmp_path_factory, model_dir):
 
 @pytest.fixture
 def chat(chat_models, tmp_path):
-    close_registry()
+    close_pool()
     with override_settings(OMLX_MODEL_DIR=chat_models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None,
                            OMLX_COLD_CACHE_DIR=tmp_path / "cold"):
         yield
-    close_registry()
+    close_pool()
 
 
 class Page:
@@ -230,7 +230,7 @@ def test_a_closed_socket_aborts_its_answer(chat):
         page = await open_page()
         await page.send(max_tokens="3000", system="", message=LONG)  # greedy: no end in sight
         await page.until(r'<span id="answer-1-text"')
-        engine = get_registry().loaded("tiny")
+        engine = get_pool().loaded("tiny")
         assert engine.num_active() == 1
         await page.comm.disconnect()
         for _ in range(500):  # the abort reaches the engine thread within a step

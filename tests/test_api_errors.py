@@ -227,11 +227,11 @@ def test_503_while_shutting_down(tmp_path_factory, model_dir):
     from django.test import AsyncClient, override_settings
 
     from inference import lifecycle
-    from inference.model_registry import close_registry
+    from inference.pool import close_pool
 
     models = tmp_path_factory.mktemp("shutdown-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    close_registry()
+    close_pool()
     with override_settings(OMLX_MODEL_DIR=models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None):
         lifecycle.start_shutdown()
         try:
@@ -241,7 +241,7 @@ def test_503_while_shutting_down(tmp_path_factory, model_dir):
             response = asyncio.run(go())
         finally:
             lifecycle._shutting_down.clear()
-        close_registry()
+        close_pool()
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "server_shutting_down"
 
@@ -250,18 +250,18 @@ def test_django_body_limit_is_a_413_too(tmp_path_factory, model_dir):
     """Without the ASGI middleware (Django's own limit, DATA_UPLOAD_MAX_MEMORY_SIZE): 413, not 400."""
     from django.test import AsyncClient, override_settings
 
-    from inference.model_registry import close_registry
+    from inference.pool import close_pool
 
     models = tmp_path_factory.mktemp("django-limit-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    close_registry()
+    close_pool()
     with override_settings(OMLX_MODEL_DIR=models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None,
                            DATA_UPLOAD_MAX_MEMORY_SIZE=2048):
         async def go():
             return await AsyncClient().post(COMPLETIONS, json.dumps({"model": "tiny", "prompt": "a" * 5000}),
                                             content_type="application/json")
         response = asyncio.run(go())
-        close_registry()
+        close_pool()
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
     assert "2048 bytes" in response.json()["error"]["message"]

@@ -9,7 +9,7 @@ from django.test import AsyncClient, override_settings
 
 from inference import relay
 from inference.api import handoff
-from inference.model_registry import close_registry
+from inference.pool import close_pool
 
 CHAT = [{"role": "user", "content": "hello"}]
 
@@ -24,10 +24,10 @@ def served_models(tmp_path_factory, model_dir):
 @pytest.fixture
 def api(served_models):
     """Settings for an in-process API over the tiny model; the registry is rebuilt from them."""
-    close_registry()
+    close_pool()
     with override_settings(OMLX_MODEL_DIR=served_models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None):
         yield
-    close_registry()
+    close_pool()
 
 
 def request(method, path, body=None, raw=None, **headers):

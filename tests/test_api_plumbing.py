@@ -11,7 +11,7 @@ from huey import MemoryHuey
 from inference import relay
 from inference.generation import GenerationJob, abort_job, run_job
 from inference.huey_consumer import EmbeddedConsumer
-from inference.model_registry import close_registry, get_registry
+from inference.pool import close_pool, get_pool
 
 
 def test_relay_keeps_order_across_threads():
@@ -55,10 +55,10 @@ def test_embedded_consumer_runs_tasks_from_a_worker_thread():
 @pytest.fixture
 def tiny_registry(tmp_path, model_dir):
     shutil.copytree(model_dir("qwen2", "tiny"), tmp_path / "tiny")
-    close_registry()
+    close_pool()
     with override_settings(OMLX_MODEL_DIR=tmp_path):
         yield
-    close_registry()
+    close_pool()
 
 
 def collect(job):
@@ -78,7 +78,7 @@ def collect(job):
 
 def test_run_job_events(tiny_registry):
     events = collect(GenerationJob("job-1", "tiny", {"max_tokens": 3, "temperature": 0}, prompts=["hi"]))
-    assert events[0] == {"kind": "accepted", "prompt_tokens": [len(get_registry().engine("tiny").encode("hi"))],
+    assert events[0] == {"kind": "accepted", "prompt_tokens": [len(get_pool().engine("tiny").encode("hi"))],
                          "model": "tiny"}
     assert [e["index"] for e in events[1:]] == [0, 0, 0]
     assert events[-1]["finish_reason"] == "length"

@@ -1,5 +1,5 @@
 """Tool calls, reasoning, end-of-sequence and stop strings that a model really writes, end to end:
-one live `omlx serve` with two scripted qwen3 models (inference/model_factory_scripted.py: greedy
+one live `omlx serve` with two scripted qwen3 models (inference/testkit/scripted.py: greedy
 decoding writes a fixed text, then <|im_end|>), driven by the official openai and anthropic SDKs
 (strict response validation) through OpenAI chat completions, OpenAI Responses and Anthropic
 messages, each streaming and not.
@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 
-from inference.model_factory_scripted import build_scripted_model
+from inference.testkit.scripted import build_scripted_model
 from tests.conftest import ServerProcess
 
 ARGS = {"city": "Paris", "unit": "c"}

@@ -4,7 +4,7 @@ import threading
 import time
 from django.test import override_settings
 
-from inference.model_registry import close_registry, get_registry
+from inference.pool import close_pool, get_pool
 from tests.test_api_inprocess import api, request, served_models  # noqa: F401  (fixtures)
 
 WORDS = ("the cache keeps every block of a long prompt so that the next request finds it and "
@@ -16,14 +16,14 @@ def test_chat_n_choices_compute_the_prompt_once(api, tmp_path):  # noqa: F811
         try:
             _chat_n_choices()
         finally:
-            close_registry()
+            close_pool()
 
 
 def _chat_n_choices():
     content = " ".join(WORDS[i % len(WORDS)] for i in range(700))
     body = {"model": "tiny", "messages": [{"role": "user", "content": content}], "n": 4,
             "max_tokens": 6, "temperature": 0}
-    engine = get_registry().engine("tiny")
+    engine = get_pool().engine("tiny")
 
     def hold(e):
         # Keep the engine thread between two steps until all four choices are in its inbox, so

@@ -1,5 +1,5 @@
 """Tool results fed back through every API reach each family's template: a live `omlx serve` with
-one test model per family of ``inference.tool_family_templates`` (a qwen2 test model whose
+one test model per family of ``tests.support.tool_family_templates`` (a qwen2 test model whose
 tokenizer carries the family's template), driven by the official openai and anthropic SDKs in
 strict mode. The prompt the server computes must be exactly the family's rendering of the
 conversation, tool call and tool result included (same token count as rendering it here).
@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from inference.chat.template import template_messages
-from inference.tool_family_templates import CHAT_TEMPLATES
+from tests.support.tool_family_templates import CHAT_TEMPLATES
 from tests.conftest import ServerProcess
 
 FAMILIES = tuple(CHAT_TEMPLATES)

@@ -252,12 +252,7 @@ def test_pulled_model_is_served(tmp_path, hub):
     assert out.returncode == 0, out.stderr
     import httpx
 
-    from inference import model_registry
-
-    if hasattr(model_registry, "discover"):  # the model pool's discovery: ORG/NAME at depth 2
-        serve_dir, model_id = models, REPO
-    else:  # the registry's looks one level down
-        serve_dir, model_id = models / "test-org", "tiny-chat"
+    serve_dir, model_id = models, REPO  # the model pool's discovery finds ORG/NAME at depth 2
     server = ServerProcess(["--model-dir", str(serve_dir)], tmp_path / "serve-home")
     try:
         ids = [m["id"] for m in httpx.get(f"{server.url}/v1/models", timeout=60).json()["data"]]

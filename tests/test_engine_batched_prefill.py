@@ -47,7 +47,7 @@ def family(model_dir):
     def get(arch):
         if arch not in built:
             if FAMILIES[arch] == "transformers":
-                from inference.model_factory_hf import load_transformers
+                from inference.testkit.hf import load_transformers
 
                 path = model_dir(arch=arch, preset="tiny")
                 load = load_transformers
@@ -140,7 +140,7 @@ def test_a_family_whose_layers_ignore_the_padding_prefills_one_by_one(model_dir)
     """nemotron_h's Mamba2 mixer folds right padding into its state: the load-time check sees
     that the batched path does not reproduce one-by-one logits and turns it off, and the
     output still equals transformers'."""
-    from inference.model_factory_hf import load_transformers
+    from inference.testkit.hf import load_transformers
 
     path = model_dir(arch="nemotron_h", preset="tiny")
     prompts, _ = _prompts(path, n=4)

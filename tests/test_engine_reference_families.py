@@ -1,5 +1,5 @@
 """Greedy output of the engine equals HF transformers (PyTorch, float32) token for token for the
-families built with transformers' classes (inference.model_factory_hf): sliding-window attention
+families built with transformers' classes (inference.testkit.hf): sliding-window attention
 (gemma3_text, gpt_oss), Gated DeltaNet hybrid (qwen3_5), Mamba2 hybrid (nemotron_h) and mixtures
 of experts (qwen3_moe, gpt_oss), for a batch of prompts of which two are longer than the
 16-token sliding window, with and without chunked prefill, and run twice with the prefix cache on.
@@ -20,8 +20,9 @@ from mlx_lm.utils import load as mlx_lm_load
 from cache.prefix_cache import PrefixCache
 from inference.engine import LLM, SamplingParams
 from inference.engine.model_loader import load_model
-from inference.model_factory import TRANSFORMERS_BUILT, quantize_model
-from inference.model_factory_hf import load_transformers
+from inference.testkit.quantize import quantize_model
+from inference.testkit.registry import TRANSFORMERS_BUILT
+from inference.testkit.hf import load_transformers
 from inference.pool.memory import estimate
 from tests.hf_reference import hf_greedy
 

@@ -11,8 +11,8 @@ from mlx_lm.generate import generate_step
 from mlx_lm.utils import load
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from inference import model_factory
-from inference.model_factory import HAND_WRITTEN, build_model
+from inference.testkit import base
+from inference.testkit.registry import HAND_WRITTEN, build_model
 
 NEW_TOKENS = 24
 TEXT = (
@@ -126,7 +126,7 @@ def test_config_matches_the_architecture(model_dir):
 
 
 def test_tied_sharded_model_with_larger_vocab_loads_in_both(tmp_path, monkeypatch):
-    monkeypatch.setattr(model_factory, "_MAX_SHARD_BYTES", 200_000)
+    monkeypatch.setattr(base, "MAX_SHARD_BYTES", 200_000)
     path = build_model(tmp_path, arch="qwen2", tie_word_embeddings=True, vocab_size=1500)
     assert len(list(tmp_path.glob("model-0000*-of-*.safetensors"))) > 1
     assert (path / "model.safetensors.index.json").exists() and not (path / "model.safetensors").exists()

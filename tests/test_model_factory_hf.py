@@ -1,4 +1,4 @@
-"""The families built with transformers' classes (inference.model_factory_hf): each folder loads
+"""The families built with transformers' classes (inference.testkit.hf): each folder loads
 in transformers and mlx-lm, both compute the same logits with a wide top-1 margin, the folder
 has the layout of the family's checkpoints, and building them without torch fails clearly."""
 import io
@@ -14,8 +14,8 @@ import torch
 from django.core.management import call_command
 from mlx_lm.utils import load
 
-from inference.model_factory import TRANSFORMERS_BUILT, build_model
-from inference.model_factory_hf import load_transformers
+from inference.testkit.registry import TRANSFORMERS_BUILT, build_model
+from inference.testkit.hf import load_transformers
 from tests.hf_reference import hf_next
 from tests.test_engine_reference_families import STEPWISE
 
@@ -113,7 +113,7 @@ def test_bad_arguments_raise_value_error(tmp_path, kwargs):
 def test_without_torch_the_new_families_say_what_to_install(tmp_path, model_dir):
     script = (
         "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
-        "from inference.model_factory import build_model\n"
+        "from inference.testkit.registry import build_model\n"
         f"build_model({str(tmp_path / 'qwen2')!r}, arch='qwen2')\n"
         "try:\n"
         f"    build_model({str(tmp_path / 'q35')!r}, arch='qwen3_5')\n"

@@ -1,11 +1,11 @@
-"""The scripted test model (inference/model_factory_scripted.py): mlx-lm and transformers, loading
+"""The scripted test model (inference/testkit/scripted.py): mlx-lm and transformers, loading
 the folder with their own loaders, both decode exactly the script then end-of-sequence, after
 short and long prompts, with and without tools in the template."""
 import filecmp
 
 import pytest
 
-from inference.model_factory_scripted import build_scripted_model
+from inference.testkit.scripted import build_scripted_model
 
 SCRIPT = ('The user asks for the weather in Paris. I will call the tool.\n</think>\n\n<tool_call>\n'
           '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>')

@@ -7,7 +7,7 @@ import shutil
 import openai
 import pytest
 
-from inference.model_factory import quantize_model
+from inference.testkit.quantize import quantize_model
 from tests.conftest import ServerProcess
 
 SYSTEM = ("You are a careful assistant for a coding agent. Read the request, think about the files it "

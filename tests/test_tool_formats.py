@@ -1,5 +1,5 @@
 """The tool-call formats of Qwen3-Coder/3.5 XML, GLM 4.5+, Kimi K2, DeepSeek V3.1, Gemma 3 and 4 and
-gpt-oss Harmony: real renderings of each family's template (``inference.tool_family_templates``,
+gpt-oss Harmony: real renderings of each family's template (``tests.support.tool_family_templates``,
 rendered by a test model's tokenizer) parsed at every split point, the families' reference
 examples, typed arguments, malformed calls, and the rule that picks a model's format."""
 import json
@@ -13,7 +13,7 @@ from inference.chat.output import OutputParser, ParsedDelta
 from inference.chat.reasoning import prompt_opens_reasoning
 from inference.chat.template import template_messages
 from inference.chat.tool_parsers import FORMATS, detect_tool_format
-from inference.tool_family_templates import CHAT_TEMPLATES
+from tests.support.tool_family_templates import CHAT_TEMPLATES
 
 THINK = ("<think>", "</think>")
 WEATHER = {"city": "Paris", "unit": "celsius", "note": "naïve \"quotes\" <tags> & {braces}"}

@@ -1,5 +1,5 @@
 """Vision-language models end to end (issue 14 item 4): a live `omlx serve` with a random-weight
-LLaVA (inference.model_factory_vlm) and a text model, driven by the official openai and
+LLaVA (inference.testkit.vlm) and a text model, driven by the official openai and
 anthropic SDKs.
 
 - An image request gives the same greedy text as mlx-vlm's own ``generate`` on the same inputs

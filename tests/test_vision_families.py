@@ -1,6 +1,6 @@
 """Qwen2.5-VL, Qwen3-VL, Gemma 3 and Mistral 3 end to end (issue 14 item 4): a live `omlx serve`
-with random-weight folders of these families (inference.model_factory_vlm_qwen, _gemma3,
-_mistral3) and a text model, driven by the official openai and anthropic SDKs. (Qwen2-VL shares
+with random-weight folders of these families (inference.testkit.vlm_qwen, vlm_gemma3,
+vlm_mistral3) and a text model, driven by the official openai and anthropic SDKs. (Qwen2-VL shares
 Qwen2.5-VL's code path; the engine tests, tests/test_vision_engine.py, cover it too.)
 
 - An image request gives the same greedy text as mlx-vlm's own ``generate`` on the same prompt

@@ -454,7 +454,7 @@ class ModelPool:
     def _scan(self, sig) -> None:
         folders = discover(self.model_dirs, self._kind_overrides(), self.hf_cache_dir)
         if not any(f.servable for f in folders.values()):
-            from inference.demo_model import DEMO_MODEL_NAME, demo_model_path
+            from inference.testkit.demo import DEMO_MODEL_NAME, demo_model_path
 
             path = demo_model_path()
             demo = inspect(DEMO_MODEL_NAME, path) if path.is_dir() else None

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -30,29 +29,13 @@ def add_parser(subparsers) -> None:
 
 
 def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> List[dict]:
-    """Model folders on disk as rows: id, path, type, size_bytes, servable, reason.
+    """Model folders on disk as rows: id, path, type, size_bytes, servable, reason (the model
+    pool's discovery: depth 1 and 2, kinds, reasons)."""
+    from inference.pool.discovery import discover as discover_folders
 
-    Uses the model pool's discovery (depth 1 and 2, kinds, reasons) where it exists, else the
-    registry's (depth 1, servable folders only).
-    """
-    try:
-        from inference.model_registry import discover as discover_folders
-    except ImportError:
-        discover_folders = None
-    if discover_folders is not None:
-        return [{"id": f.id, "path": str(f.path), "type": f.kind, "size_bytes": f.size_bytes,
-                 "servable": f.servable, "reason": f.reason}
-                for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()]
-    from inference.model_registry import discover_models
-
-    rows = []
-    for model_dir in model_dirs:
-        for model_id, path in discover_models(Path(model_dir)).items():
-            if any(r["id"] == model_id for r in rows):
-                continue
-            rows.append({"id": model_id, "path": str(path), "type": "llm",
-                         "size_bytes": folder_size(path), "servable": True, "reason": None})
-    return rows
+    return [{"id": f.id, "path": str(f.path), "type": f.kind, "size_bytes": f.size_bytes,
+             "servable": f.servable, "reason": f.reason}
+            for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()]
 
 
 def _hf_cache_dir() -> Optional[Path]:
@@ -60,17 +43,6 @@ def _hf_cache_dir() -> Optional[Path]:
     from omlx_site import config
 
     return config.load()["hf_cache"]
-
-
-def folder_size(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def run(args) -> int:

@@ -128,7 +128,7 @@ def test_a_llama_with_sliding_window_layers_is_cached(tmp_path):
     is split into blocks like any other: hits, and the same tokens as alone and uncached."""
     import json
 
-    from inference.model_factory import build_model
+    from inference.testkit.registry import build_model
 
     model = build_model(tmp_path / "swa", arch="llama", preset="tiny")
     config = json.loads((model / "config.json").read_text())

@@ -26,7 +26,7 @@ def _ids(n, seed):
 @pytest.fixture(scope="module")
 def family_dir(model_dir, tmp_path_factory):
     """family_dir(name) -> the folder of a tiny model of that family ("-4bit": quantized)."""
-    from inference.model_factory import quantize_model
+    from inference.testkit.quantize import quantize_model
 
     built = {}
 

@@ -1,10 +1,11 @@
-"""``manage.py build_test_model OUT_DIR``: write a random-weight model folder (inference.model_factory)."""
+"""``manage.py build_test_model OUT_DIR``: write a random-weight model folder (inference.testkit)."""
 import json
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inference.model_factory import ARCHITECTURES, PRESETS, TRANSFORMERS_BUILT, build_model, build_quantized
+from inference.testkit.registry import ARCHITECTURES, TRANSFORMERS_BUILT, build_model, build_quantized
+from inference.testkit.text import PRESETS
 
 
 class Command(BaseCommand):
@@ -49,7 +50,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--script", default=None, metavar="TEXT",
             help="instead of random weights: a model whose greedy output after the chat template's "
-            "generation prompt is TEXT, then end-of-sequence (inference/model_factory_scripted.py; "
+            "generation prompt is TEXT, then end-of-sequence (inference/testkit/scripted.py; "
             "llama, mistral, qwen2, qwen3; --preset, --set and --quantize do not apply)",
         )
 
@@ -59,7 +60,7 @@ class Command(BaseCommand):
             raise CommandError("--script does not go with --quantize or --set")
         try:
             if script is not None:
-                from inference.model_factory_scripted import build_scripted_model
+                from inference.testkit.scripted import build_scripted_model
 
                 path = build_scripted_model(out_dir, script, arch=arch, seed=seed, dtype=dtype)
                 self.stdout.write(f"Wrote scripted {arch} model to {path.resolve()}")

@@ -3,7 +3,7 @@ and a llama language model), built with transformers' own classes, for tests and
 build-model --arch llava``.
 
 The folder is what a LLaVA checkpoint on the Hub holds: ``config.json`` (``LlavaConfig``), the
-weights in safetensors, the byte-level BPE tokenizer of ``inference.model_factory`` with one more
+weights in safetensors, the byte-level BPE tokenizer of ``inference.testkit.tokenizer`` with one more
 special token, ``<image>`` (id 3, the config's ``image_token_index``), and the processor files
 (``preprocessor_config.json`` for the CLIP image processor, ``processor_config.json``) so that
 mlx-vlm's and transformers' ``AutoProcessor`` expand one ``<image>`` into the image's patch tokens.
@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from inference.model_factory import _SPECIAL_TOKENS, _tokenizer_config, _train_tokenizer
+from inference.testkit.base import COMMON_SPECIALS, require_test_extra
+from inference.testkit.tokenizer import tokenizer_config, train_tokenizer
 
 ARCHITECTURES = ("llava",)
 IMAGE_TOKEN = "<image>"
-_SPECIALS = _SPECIAL_TOKENS + (IMAGE_TOKEN,)
+_SPECIALS = COMMON_SPECIALS + (IMAGE_TOKEN,)
 _LOGIT_STD = 16.0
 
 
@@ -56,10 +57,15 @@ PRESETS = {
 }
 
 
+def preset_names(arch):
+    return tuple(PRESETS)
+
+
 def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: LlamaConfig fields of
     the language model (e.g. ``num_hidden_layers``). The image is ``image_size`` pixels square
     and becomes ``(image_size / patch_size) ** 2`` tokens (16 for the tiny preset)."""
+    require_test_extra("building a LLaVA test model")
     import torch
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration, LlavaProcessor)
@@ -107,11 +113,11 @@ def start_folder(path, arch, preset, architectures, presets, family, seed, overr
     path.mkdir(parents=True, exist_ok=True)
     fields = presets[preset]
     text = dict(fields["text"], **(overrides or {}))
-    (path / "tokenizer.json").write_text(_train_tokenizer(min(text["vocab_size"], 1024), seed, specials),
+    (path / "tokenizer.json").write_text(train_tokenizer(min(text["vocab_size"], 1024), seed, specials),
                                          encoding="utf-8")
-    tokenizer_config = _tokenizer_config(specials, template)
-    tokenizer_config.update(tokenizer_fields)
-    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    config_json = tokenizer_config(specials, template)
+    config_json.update(tokenizer_fields)
+    (path / "tokenizer_config.json").write_text(json.dumps(config_json, indent=2))
     return path, fields, text, PreTrainedTokenizerFast.from_pretrained(str(path))
 
 

@@ -1,4 +1,4 @@
-"""Chat templates of the test models built by ``inference.model_factory``, one per family, each in
+"""Chat templates of the test models built by ``inference.testkit``, one per family, each in
 the family's own format for tools and reasoning (written for omlx, in the spirit of each family's
 published template):
 

@@ -1,4 +1,5 @@
-"""The built-in demo model: random weights, built on first use under OMLX_HOME.
+"""The built-in demo model: random weights, built on first use under OMLX_HOME (a hand-written
+qwen2 of ``inference.testkit.text``: neither torch nor transformers is needed).
 
 It exists so that omlx runs on a fresh machine with no model downloaded. Its output is
 gibberish by design; it is named ``omlx-demo`` everywhere so nobody mistakes it for a model.
@@ -10,6 +11,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from inference.testkit.registry import build_model
 
 DEMO_MODEL_NAME = "omlx-demo"
 DEMO_ARCH = "qwen2"
@@ -24,8 +27,6 @@ def omlx_home() -> Path:
 
 def demo_model_path() -> Path:
     """The demo model's folder, built (atomically) if it is not there yet."""
-    from inference.model_factory import build_model
-
     path = omlx_home() / "demo" / DEMO_MODEL_NAME
     if (path / "config.json").is_file():
         return path

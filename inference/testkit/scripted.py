@@ -2,7 +2,7 @@
 the chat template's generation prompt produces exactly ``script``, then the end-of-sequence token.
 
 ``build_scripted_model(path, script, arch="qwen3")`` writes a folder of the same format as
-``inference.model_factory.build_model`` (config.json, model.safetensors with Hugging Face names,
+``inference.testkit.registry.build_model`` (config.json, model.safetensors with Hugging Face names,
 the family's tokenizer and chat template), loaded by the same loaders (mlx-lm, transformers) with
 no code of its own. It exists so that tests see a model *write* tool-call markup, reasoning blocks
 and end-of-sequence, which the random models never do.
@@ -45,9 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-from inference.model_factory import (
-    HAND_WRITTEN, _DTYPES, _EOS, _config, _special_tokens, _write_json, _write_weights, write_tokenizer,
-)
+from inference.testkit.base import DTYPES, EOS, require_test_extra, write_json, write_weights
+from inference.testkit.text import ARCHITECTURES as HAND_WRITTEN
+from inference.testkit.text import build_config
+from inference.testkit.tokenizer import write_tokenizer
 
 _ROPE_BASE = 2.0  # frequencies 2**(-2i/head_dim): all in (0.5, 1] rad per position
 _PEAK = 160.0  # attention logit at the wanted distance
@@ -68,14 +69,14 @@ def build_scripted_model(path, script, arch="qwen3", seed=0, dtype="float32") ->
     """
     if arch not in HAND_WRITTEN:
         raise ValueError(f"a scripted model is one of {HAND_WRITTEN}, not {arch!r}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(_DTYPES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(DTYPES)}")
     if not script:
         raise ValueError("the script is empty")
     path = Path(path)
     vocab = write_tokenizer(path, arch, 1024, seed)
     prefix, tokens = _generation_suffix(path), _encode(path, script)
-    eos = vocab[_EOS]
+    eos = vocab[EOS]
     plan = _plan(prefix, tokens, eos)
     head_dim = 64 if plan["slots"] <= 64 else 128
     layout = 1 + (plan["k"] + 1) * plan["slots"] + len(plan["outputs"])
@@ -87,18 +88,19 @@ def build_scripted_model(path, script, arch="qwen3", seed=0, dtype="float32") ->
     )
     if arch != "qwen2":
         overrides["head_dim"] = head_dim
-    config = _config(arch, "tiny", dtype, overrides)
-    _write_json(path / "config.json", config)
-    _write_json(path / "generation_config.json", {
+    config = build_config(arch, "tiny", dtype, overrides)
+    write_json(path / "config.json", config)
+    write_json(path / "generation_config.json", {
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["bos_token_id"],
     })
-    _write_weights(path, _weights(arch, config, plan, len(vocab), eos), dtype)
+    write_weights(path, _weights(arch, config, plan, len(vocab), eos), dtype)
     return path
 
 
 def _tokenizer(path):
-    from transformers import PreTrainedTokenizerFast  # a dependency of mlx-lm: always installed
+    require_test_extra("building a scripted model", ("transformers",))
+    from transformers import PreTrainedTokenizerFast  # a dependency of mlx-lm: installed with it
 
     return PreTrainedTokenizerFast.from_pretrained(str(path))
 
@@ -169,7 +171,7 @@ def _check_margin(head_dim, k):
 
 
 def _weights(arch, config, plan, vocab_len, eos):
-    """Yield (name, float32 array) in Hugging Face order and naming (as model_factory._weights)."""
+    """Yield (name, float32 array) in Hugging Face order and naming (as text._weights)."""
     d, heads = config["hidden_size"], config["num_attention_heads"]
     head_dim = d // heads if config.get("head_dim") is None else config["head_dim"]
     kv_dim = config["num_key_value_heads"] * head_dim

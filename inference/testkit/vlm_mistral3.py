@@ -7,7 +7,7 @@ The folder is what a Mistral 3.1 checkpoint in transformers' format holds
 ``text_config``, ``vision_config`` of ``model_type`` ``pixtral``, ``image_token_index``,
 ``spatial_merge_size``), the weights under the Hub's names (``language_model.model.*``,
 ``language_model.lm_head.*``, ``vision_tower.*``, ``multi_modal_projector.*``), the byte-level
-BPE tokenizer of ``inference.model_factory`` with Pixtral's ``[IMG]``, ``[IMG_BREAK]``,
+BPE tokenizer of ``inference.testkit.tokenizer`` with Pixtral's ``[IMG]``, ``[IMG_BREAK]``,
 ``[IMG_END]`` (ids 3 to 5), ``preprocessor_config.json`` (the Pixtral image processor: a picture
 keeps its aspect ratio within ``longest_edge``, in patches) and ``processor_config.json``
 (``patch_size``, ``spatial_merge_size``). The processor expands each ``[IMG]`` into rows of
@@ -15,7 +15,7 @@ keeps its aspect ratio within ``longest_edge``, in patches) and ``processor_conf
 ``[IMG_END]``, so the number of image tokens follows the picture's size.
 
 The chat template is ChatML with an image part rendered as ``[IMG]``. Weights are redrawn as
-the LLaVA model's (``model_factory_vlm._redraw``). The files are a pure function of the
+the LLaVA model's (``vlm._redraw``). The files are a pure function of the
 arguments.
 """
 from __future__ import annotations
@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.model_factory import _SPECIAL_TOKENS
-from inference.model_factory_vlm import _redraw, chat_template, save_weights, start_folder, write_template_files
+from inference.testkit.base import COMMON_SPECIALS, require_test_extra
+from inference.testkit.vlm import _redraw, chat_template, save_weights, start_folder, write_template_files
 
 ARCHITECTURES = ("mistral3",)
 IMAGE_TOKENS = ("[IMG]", "[IMG_BREAK]", "[IMG_END]")
-_SPECIALS = _SPECIAL_TOKENS + IMAGE_TOKENS
+_SPECIALS = COMMON_SPECIALS + IMAGE_TOKENS
 
 CHAT_TEMPLATE = chat_template("[IMG]")
 
@@ -43,10 +43,15 @@ PRESETS = {
 }
 
 
+def preset_names(arch):
+    return tuple(PRESETS)
+
+
 def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: MistralConfig fields
     of the language model. Pictures are sized to fit ``image_size`` (112) pixels in whole
     28-pixel merged patches: a 60x60 picture is 3x3 = 9 image tokens."""
+    require_test_extra("building a Mistral 3 vision test model")
     import torch
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 

@@ -8,7 +8,7 @@ The folder is what the family's checkpoint on the Hub holds, in the Hub's format
   published Qwen/Qwen2.5-VL-*-Instruct configs); Qwen3-VL nests them in ``text_config``.
 - the weights under the Hub's names (``visual.*`` and ``model.*`` for Qwen2/2.5-VL,
   ``model.visual.*`` and ``model.language_model.*`` for Qwen3-VL), in safetensors;
-- the byte-level BPE tokenizer of ``inference.model_factory`` with the family's vision tokens
+- the byte-level BPE tokenizer of ``inference.testkit.tokenizer`` with the family's vision tokens
   ``<|vision_start|>``, ``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>`` (ids 3 to 6);
 - ``preprocessor_config.json`` (the Qwen2-VL image processor: patch size, merge size and pixel
   bounds; a picture becomes ``(h/patch) * (w/patch) / merge**2`` ``<|image_pad|>`` tokens),
@@ -16,7 +16,7 @@ The folder is what the family's checkpoint on the Hub holds, in the Hub's format
   loads the folder without the network.
 
 The chat template renders an image part as ``<|vision_start|><|image_pad|><|vision_end|>``, as
-the family's does. Weights are redrawn like the LLaVA model's (``model_factory_vlm._redraw``):
+the family's does. Weights are redrawn like the LLaVA model's (``vlm._redraw``):
 outputs depend visibly on the image, and greedy decoding is stable between two MLX computations
 of different chunking. The files are a pure function of the arguments.
 """
@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inference.model_factory import _SPECIAL_TOKENS
-from inference.model_factory_vlm import _redraw, chat_template, save_weights, start_folder, write_template_files
+from inference.testkit.base import COMMON_SPECIALS, require_test_extra
+from inference.testkit.vlm import _redraw, chat_template, save_weights, start_folder, write_template_files
 
 ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
-_SPECIALS = _SPECIAL_TOKENS + VISION_TOKENS
+_SPECIALS = COMMON_SPECIALS + VISION_TOKENS
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = (_SPECIALS.index(t) for t in VISION_TOKENS)
 
 CHAT_TEMPLATE = chat_template("<|vision_start|><|image_pad|><|vision_end|>")
@@ -43,9 +43,14 @@ _PATCH = {"qwen2_vl": 14, "qwen2_5_vl": 14, "qwen3_vl": 16}
 _MEAN, _STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 
 
+def preset_names(arch):
+    return tuple(PRESETS)
+
+
 def build(path, arch="qwen2_5_vl", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: fields of the
     language model (e.g. ``num_hidden_layers``)."""
+    require_test_extra("building a Qwen vision test model")
     import torch
 
     path, fields, text, _ = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "Qwen vision", seed,

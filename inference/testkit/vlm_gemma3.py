@@ -6,7 +6,7 @@ The folder is what a Gemma 3 checkpoint on the Hub holds (google/gemma-3-4b-it's
 ``config.json`` (``Gemma3Config``: ``text_config``, ``vision_config``, ``mm_tokens_per_image``,
 ``boi_token_index``, ``eoi_token_index``, ``image_token_index``), the weights under the Hub's
 names (``language_model.model.*``, ``vision_tower.vision_model.*``, ``multi_modal_projector.*``),
-the byte-level BPE tokenizer of ``inference.model_factory`` with Gemma 3's image tokens
+the byte-level BPE tokenizer of ``inference.testkit.tokenizer`` with Gemma 3's image tokens
 ``<start_of_image>``, ``<end_of_image>``, ``<image_soft_token>`` (ids 3 to 5, named in the
 tokenizer config as ``boi_token``, ``eoi_token``, ``image_token``), ``preprocessor_config.json``
 (the Gemma 3 image processor, no pan and scan) and ``processor_config.json``
@@ -16,20 +16,20 @@ tokenizer config as ``boi_token``, ``eoi_token``, ``image_token``), ``preprocess
 The chat template is ChatML with an image part rendered as ``<start_of_image>``. The tiny preset
 has one sliding-window layer (window 16) and one global layer, so prompts longer than the window
 exercise the block cache's sliding-window snapshots. Weights are redrawn as the LLaVA model's
-(``model_factory_vlm._redraw``). The files are a pure function of the arguments.
+(``vlm._redraw``). The files are a pure function of the arguments.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from inference.model_factory import _SPECIAL_TOKENS
-from inference.model_factory_vlm import (_LOGIT_STD, _redraw, chat_template, save_weights, start_folder,
+from inference.testkit.base import COMMON_SPECIALS, require_test_extra
+from inference.testkit.vlm import (_LOGIT_STD, _redraw, chat_template, save_weights, start_folder,
                                           write_template_files)
 
 ARCHITECTURES = ("gemma3",)
 BOI, EOI, IMAGE = "<start_of_image>", "<end_of_image>", "<image_soft_token>"
-_SPECIALS = _SPECIAL_TOKENS + (BOI, EOI, IMAGE)
+_SPECIALS = COMMON_SPECIALS + (BOI, EOI, IMAGE)
 
 CHAT_TEMPLATE = chat_template(BOI)
 
@@ -45,9 +45,14 @@ PRESETS = {
 }
 
 
+def preset_names(arch):
+    return tuple(PRESETS)
+
+
 def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides=None) -> Path:
     """Write the folder to ``path`` and return it as a Path. ``overrides``: Gemma3TextConfig
     fields (e.g. ``num_hidden_layers``)."""
+    require_test_extra("building a Gemma 3 vision test model")
     import torch
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
@@ -96,7 +101,7 @@ def _tied_head(model, seed, hidden_size) -> None:
     """Gemma's output head is its embedding (tied) and the embeddings enter scaled by
     sqrt(hidden): embeddings of std 1/sqrt(hidden) enter at unit variance (at unit std they
     would drown the layers and the model would repeat its input), and the final norm's gain
-    spreads the logits over tens of units (``model_factory_vlm._LOGIT_STD``) as in the other
+    spreads the logits over tens of units (``vlm._LOGIT_STD``) as in the other
     test models. Gemma's RMSNorm multiplies by ``1 + weight``."""
     import numpy as np
     import torch

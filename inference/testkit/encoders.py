@@ -1,7 +1,7 @@
 """Random-weight embedding and reranker folders, for tests and benchmarks: the four kinds omlx
 serves on ``/v1/embeddings`` and ``/v1/rerank``.
 
-``inference.model_factory.build_model`` is the entry point; it calls ``build`` here for:
+``inference.testkit.registry.build_model`` is the entry point; it calls ``build`` here for:
 
 - ``bert_embedding``: a sentence-transformers folder around transformers' ``BertModel`` (mean
   pooling, Normalize; ``modules.json``, ``1_Pooling/config.json``), with a WordPiece tokenizer
@@ -26,9 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from inference import model_factory as mf
+from inference.testkit import text
+from inference.testkit.base import MAX_TOKENIZER_VOCAB, PAD, require_test_extra, write_json, write_weights
+from inference.testkit.tokenizer import WORDS, added_token
 
-ENCODER_BUILT = mf.ENCODER_BUILT
+ARCHITECTURES = ("bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_reranker")
 
 _BERT_PRESETS = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
@@ -40,6 +42,10 @@ PRESETS = {"bert_embedding": _BERT_PRESETS, "bert_reranker": _BERT_PRESETS,
            "qwen3_embedding": {"tiny": {}, "small": {}}, "qwen3_reranker": {"tiny": {}}}
 _BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _ST_VERSION = {"sentence_transformers": "3.0.0", "transformers": "4.50.0", "pytorch": "2.5.0"}
+
+
+def preset_names(arch):
+    return tuple(PRESETS[arch])
 
 
 def build(path, arch, preset, seed, dtype, overrides) -> Path:
@@ -56,9 +62,7 @@ def build(path, arch, preset, seed, dtype, overrides) -> Path:
 # -- BERT ---------------------------------------------------------------------------------------
 
 def _build_bert(path, arch, preset, seed, dtype, overrides):
-    from inference.model_factory_hf import _require_transformers
-
-    _require_transformers()
+    require_test_extra("building the BERT embedding and reranker folders")
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
@@ -74,12 +78,12 @@ def _build_bert(path, arch, preset, seed, dtype, overrides):
     weights = [(name, _draw_bert(name, tuple(t.shape), rng, config.hidden_size))
                for name, t in model.state_dict().items() if not name.endswith(("position_ids", "token_type_ids"))]
     path.mkdir(parents=True, exist_ok=True)
-    _write_wordpiece(path, min(config.vocab_size, mf._MAX_TOKENIZER_VOCAB), seed, config.max_position_embeddings)
-    mf._write_weights(path, weights, dtype)
+    _write_wordpiece(path, min(config.vocab_size, MAX_TOKENIZER_VOCAB), seed, config.max_position_embeddings)
+    write_weights(path, weights, dtype)
     data = config.to_dict()
     data.update(architectures=["BertForSequenceClassification" if reranker else "BertModel"], torch_dtype=dtype)
     data.pop("transformers_version", None)
-    mf._write_json(path / "config.json", data)
+    write_json(path / "config.json", data)
     if not reranker:
         _write_sentence_transformers(path, "mean", config.max_position_embeddings)
     return path
@@ -106,7 +110,7 @@ def _write_wordpiece(path, vocab_size, seed, max_length):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     chars = [chr(c) for c in range(0x21, 0x7F) if not chr(c).isupper()]
-    words = sorted({w.lower() for w in mf._WORDS} - set(chars))
+    words = sorted({w.lower() for w in WORDS} - set(chars))
     order = list(_BERT_SPECIALS) + chars + ["##" + c for c in chars] + words
     if vocab_size < len(_BERT_SPECIALS) + 2 * len(chars):
         raise ValueError(f"vocab_size must be at least {len(_BERT_SPECIALS) + 2 * len(chars)} for bert")
@@ -118,25 +122,25 @@ def _write_wordpiece(path, vocab_size, seed, max_length):
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
     (path / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
-    mf._write_json(path / "tokenizer_config.json", {
+    write_json(path / "tokenizer_config.json", {
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
         "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
         "mask_token": "[MASK]", "do_lower_case": True, "clean_up_tokenization_spaces": False,
         "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
     })
-    mf._write_json(path / "special_tokens_map.json", {
+    write_json(path / "special_tokens_map.json", {
         "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
         "mask_token": "[MASK]"})
 
 
 def _write_sentence_transformers(path, mode, max_length):
-    mf._write_json(path / "modules.json", [
+    write_json(path / "modules.json", [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
     ])
-    mf._write_json(path / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
-    mf._write_json(path / "config_sentence_transformers.json",
+    write_json(path / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
+    write_json(path / "config_sentence_transformers.json",
                    {"__version__": _ST_VERSION, "prompts": {}, "default_prompt_name": None,
                     "similarity_fn_name": "cosine"})
     hidden = json.loads((path / "config.json").read_text())["hidden_size"]
@@ -144,7 +148,7 @@ def _write_sentence_transformers(path, mode, max_length):
     modes = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max", "mean_sqrt_len_tokens": None,
              "weightedmean_tokens": None, "lasttoken": "lasttoken"}
     flags = {f"pooling_mode_{key}": value == mode for key, value in modes.items()}
-    mf._write_json(path / "1_Pooling" / "config.json",
+    write_json(path / "1_Pooling" / "config.json",
                    dict({"word_embedding_dimension": hidden}, **flags, include_prompt=True))
     (path / "2_Normalize").mkdir(exist_ok=True)
 
@@ -154,21 +158,21 @@ def _write_sentence_transformers(path, mode, max_length):
 def _build_qwen3_embedding(path, preset, seed, dtype, overrides):
     from safetensors.numpy import load_file
 
-    mf.build_model(path, arch="qwen3", preset=preset, seed=seed, dtype="float32", **overrides)
+    text.build(path, "qwen3", preset, seed, "float32", overrides)
     tensors = load_file(str(path / "model.safetensors"))
     base = [(name[len("model."):], array) for name, array in tensors.items() if name.startswith("model.")]
-    mf._write_weights(path, base, dtype)
+    write_weights(path, base, dtype)
     config = json.loads((path / "config.json").read_text())
     config["torch_dtype"] = dtype
-    mf._write_json(path / "config.json", config)
+    write_json(path / "config.json", config)
     tokenizer = json.loads((path / "tokenizer.json").read_text())
-    end = next(t["id"] for t in tokenizer["added_tokens"] if t["content"] == mf._PAD)
+    end = next(t["id"] for t in tokenizer["added_tokens"] if t["content"] == PAD)
     tokenizer["post_processor"] = {  # Qwen3-Embedding's: every text ends with <|endoftext|>
         "type": "TemplateProcessing",
-        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": mf._PAD, "type_id": 0}}],
-        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": mf._PAD, "type_id": 0}},
-                 {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": mf._PAD, "type_id": 1}}],
-        "special_tokens": {mf._PAD: {"id": mf._PAD, "ids": [end], "tokens": [mf._PAD]}},
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": PAD, "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": PAD, "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": PAD, "type_id": 1}}],
+        "special_tokens": {PAD: {"id": PAD, "ids": [end], "tokens": [PAD]}},
     }
     (path / "tokenizer.json").write_text(json.dumps(tokenizer, indent=2), encoding="utf-8")
     _write_sentence_transformers(path, "lasttoken", config["max_position_embeddings"])
@@ -179,13 +183,13 @@ def _build_qwen3_reranker(path, seed, dtype, overrides):
     from safetensors.numpy import load_file
 
     overrides = dict({"vocab_size": 1088}, **overrides)  # room for "yes" and "no" past the 1024 BPE tokens
-    mf.build_model(path, arch="qwen3", preset="tiny-close", seed=seed, dtype="float32", **overrides)
+    text.build(path, "qwen3", "tiny-close", seed, "float32", overrides)
     tokenizer = json.loads((path / "tokenizer.json").read_text())
     size = len(tokenizer["model"]["vocab"]) + len(
         [t for t in tokenizer["added_tokens"] if t["content"] not in tokenizer["model"]["vocab"]])
     words = {"yes": size, "no": size + 1}
     for word, i in words.items():  # Qwen's vocabulary has both words as single tokens
-        tokenizer["added_tokens"].append(dict(mf._added_token(word), id=i, special=False))
+        tokenizer["added_tokens"].append(dict(added_token(word), id=i, special=False))
     (path / "tokenizer.json").write_text(json.dumps(tokenizer, indent=2), encoding="utf-8")
     tensors = load_file(str(path / "model.safetensors"))
     rng = np.random.default_rng(seed + 1)
@@ -196,7 +200,7 @@ def _build_qwen3_reranker(path, seed, dtype, overrides):
         table = tensors[name]
         for i in words.values():  # rows like the drawn ones (the tokenizer's rows past it are zero)
             table[i] = table[rng.integers(3, size)] + 0.1 * rng.standard_normal(table.shape[1])
-    mf._write_weights(path, list(tensors.items()), dtype)
+    write_weights(path, list(tensors.items()), dtype)
     config["torch_dtype"] = dtype
-    mf._write_json(path / "config.json", config)
+    write_json(path / "config.json", config)
     return path

@@ -2,11 +2,11 @@
 (``gemma3_text``, ``gpt_oss``), hybrid linear attention (``qwen3_5``, Gated DeltaNet), Mamba2
 hybrids (``nemotron_h``) and mixtures of experts (``qwen3_moe``, ``gpt_oss``).
 
-``inference.model_factory.build_model`` is the entry point; it calls ``build`` here for these
+``inference.testkit.registry.build_model`` is the entry point; it calls ``build`` here for these
 architectures. The config comes from transformers' own config class and the model from
 ``AutoModelForCausalLM.from_config`` (so every weight name and shape is the one transformers
 expects), then every weight is redrawn with a seeded numpy generator under the same rules as
-the hand-written families (see ``inference.model_factory``): logits spread over tens of units,
+the hand-written families (see ``inference.testkit.text``): logits spread over tens of units,
 unit-variance attention scores, only printable ASCII and ``<|im_end|>`` can win the argmax.
 The folder is then written as a checkpoint of the family looks on the Hub, loadable by mlx-lm:
 
@@ -30,7 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from inference import model_factory as mf
+from inference.testkit.base import (LOGIT_STD, emitted_mask, require_test_extra, special_tokens, write_json,
+                                    write_weights)
+from inference.testkit.tokenizer import write_tokenizer
+
+ARCHITECTURES = ("gemma3_text", "gpt_oss", "nemotron_h", "qwen3_5", "qwen3_moe")
 
 # The chat template (and its special tokens) of each family, borrowed from a hand-written one:
 # Qwen3.5 and Qwen3-MoE use Qwen3's format; the others get ChatML.
@@ -86,17 +90,15 @@ _ROUTER_STD = 3.0  # router logits spread well apart, so top-k picks the same ex
 
 
 def _require_transformers():
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as e:
-        raise ImportError(
-            "building these model families needs torch and transformers: pip install 'omlx[test]'"
-        ) from e
+    require_test_extra("building these model families")
+
+
+def preset_names(arch):
+    return tuple(PRESETS[arch])
 
 
 def build(path, arch, preset, seed, dtype, overrides) -> Path:
-    """Write the folder (see the module docstring); ``inference.model_factory.build_model`` checks
+    """Write the folder (see the module docstring); ``inference.testkit.registry.build_model`` checks
     ``dtype`` and documents the arguments."""
     if preset not in PRESETS[arch]:
         raise ValueError(f"unknown preset {preset!r} for {arch}; expected one of {tuple(PRESETS[arch])}")
@@ -109,16 +111,16 @@ def build(path, arch, preset, seed, dtype, overrides) -> Path:
         period = "sliding_window_pattern" if arch == "gemma3_text" else "full_attention_interval"
         raise ValueError(f"{arch}: set {period} instead of layer_types")
     fields.update(overrides)
-    if fields["vocab_size"] < 256 + len(mf._special_tokens(TEMPLATE_FAMILY[arch])):
+    if fields["vocab_size"] < 256 + len(special_tokens(TEMPLATE_FAMILY[arch])):
         raise ValueError("vocab_size must hold the 256 bytes and the special tokens")
     _require_transformers()
     config = _hf_config(arch, fields)
     path = Path(path)
-    vocab = mf.write_tokenizer(path, TEMPLATE_FAMILY[arch], config.vocab_size, seed)
-    weights = _draw(arch, config, vocab, seed, mf._special_tokens(TEMPLATE_FAMILY[arch]))
-    mf._write_weights(path, _checkpoint_weights(arch, weights), dtype)
-    mf._write_json(path / "config.json", _config_json(arch, config, fields, dtype))
-    mf._write_json(path / "generation_config.json", {
+    vocab = write_tokenizer(path, TEMPLATE_FAMILY[arch], config.vocab_size, seed)
+    weights = _draw(arch, config, vocab, seed, special_tokens(TEMPLATE_FAMILY[arch]))
+    write_weights(path, _checkpoint_weights(arch, weights), dtype)
+    write_json(path / "config.json", _config_json(arch, config, fields, dtype))
+    write_json(path / "generation_config.json", {
         "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0,
     })
     return path
@@ -218,8 +220,8 @@ def _redraw(arch, config, state, vocab, seed, specials):
     """
     rng = np.random.default_rng(seed)
     d = config.hidden_size
-    embed_std = mf._LOGIT_STD / np.sqrt(d)
-    emitted = mf._emitted(vocab, specials)
+    embed_std = LOGIT_STD / np.sqrt(d)
+    emitted = emitted_mask(vocab, specials)
     tied = config.get_text_config().tie_word_embeddings
 
     def normal(shape, std):
