@@ -104,7 +104,7 @@ def _show(value, unit) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (4 x 3 turns, 256-token system prompt, "
-                        "16 tokens per turn, 2 at a time) and the tiny model unless --model-preset/--model")
+                        "16 tokens per turn, 2 in flight) and the tiny model unless --model-preset/--model")
     parser.add_argument("--model-preset", help="model_factory preset of the model (tiny, small, qwen2.5-0.5b; "
                         "default small, tiny with --quick)")
     parser.add_argument("--model", help="a model folder instead of a built one")
@@ -151,7 +151,8 @@ def main() -> int:
     s = settings
     print(f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
           f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
-          f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} rounds"
+          f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
+          f"{'s' if args.rounds > 1 else ''}"
           f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}; "
           f"ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values of the round "
           f"that has it")
