@@ -5,18 +5,23 @@ Both servers serve the same model folder at the same time (started as in bench_s
 OpenBLAS preloaded; mlx-lm's model name is ``default_model``). The same scenario
 (admin_panel.bench.agentic over the OpenAI URL target: streamed /v1/chat/completions with the
 tool definitions as text in the system prompt, so both see identical prompts) runs against each,
-alternating which goes first, ``--rounds`` times (at least 3); every run has its own session
-nonce, so no run reuses the cache of an earlier one. Each figure is printed as the median over
+alternating which goes first, ``--rounds`` times (3 for a figure; fewer is a smoke run); every
+run has its own session nonce, so no run reuses the cache of an earlier one. ``--mode closed``
+(the default, issue 24) runs ``--burst`` clients that each send their conversation's next turn as
+soon as their own answer has ended; ``--mode burst`` (issue 12's runs) sends ``--burst`` requests
+at once and the next burst when all have answered. Each figure is printed as the median over
 rounds of each server (a table of its own), and as the median of the per-round ratios omlx / mlx-lm
-(TTFT and ITL: below 1 is omlx faster; output tokens/s: above 1 is omlx faster) next to the two
-values of the round that has that ratio and every round's ratio (benchmarks/rounds.py).
+(TTFT, request latency and ITL: below 1 is omlx faster; output tokens/s: above 1 is omlx faster)
+next to the two values of the round that has that ratio and every round's ratio
+(benchmarks/rounds.py). Request latency: a request's first byte sent to its last token received.
 
 Same output length on both: omlx gets ``ignore_eos``; mlx-lm's server does not know it, so it
 gets ``logit_bias`` -1e4 on the model's end-of-sequence tokens instead (it applies logit_bias),
 and the completion tokens of each side are printed to show they match.
 
     .venv/bin/python benchmarks/bench_agentic.py [--quick] [--model-preset tiny|small|qwen2.5-0.5b]
-        [--model FOLDER] [--rounds 3] [--conversations N --turns T --system-tokens S ...] [--json out.json]
+        [--model FOLDER] [--rounds 3] [--mode closed|burst]
+        [--conversations N --turns T --system-tokens S ...] [--json out.json]
 """
 from __future__ import annotations
 
@@ -58,7 +63,8 @@ def figures(results: dict) -> dict:
     """The compared figures of one run: name -> (value, unit)."""
     s = results["summary"]
     return {"TTFT p50": (s["ttft_s"]["p50"], "ms"), "TTFT p95": (s["ttft_s"]["p95"], "ms"),
-            "TTFT p99": (s["ttft_s"]["p99"], "ms"), "ITL p50": (s["itl_s"]["p50"], "ms"),
+            "TTFT p99": (s["ttft_s"]["p99"], "ms"), "request latency p50": (s["latency_s"]["p50"], "ms"),
+            "request latency p95": (s["latency_s"]["p95"], "ms"), "ITL p50": (s["itl_s"]["p50"], "ms"),
             "ITL p95": (s["itl_s"]["p95"], "ms"), "output tok/s": (s["output_tokens_per_s"], "tok/s")}
 
 
@@ -98,19 +104,24 @@ def _show(value, unit) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (4 x 3 turns, 256-token system prompt, "
-                        "16 tokens per turn, 2 at a time) and the tiny model unless --model-preset/--model")
+                        "16 tokens per turn, 2 in flight) and the tiny model unless --model-preset/--model")
     parser.add_argument("--model-preset", help="testkit preset of the model (tiny, small, qwen2.5-0.5b; "
                         "default small, tiny with --quick)")
     parser.add_argument("--model", help="a model folder instead of a built one")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (at least 3)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (3 for a figure; 1 or 2: a "
+                        "smoke run)")
+    parser.add_argument("--mode", choices=AgenticSettings.MODES, help="closed (default): each of --burst "
+                        "clients sends its next turn when its own answer has ended; burst: --burst requests "
+                        "at once, the next burst when all have answered")
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
     args = parser.parse_args()
-    if args.rounds < 3:
-        parser.error("--rounds: at least 3")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     settings = QUICK if args.quick else AGENTIC_PRESETS["default"]
-    settings = replace(settings, **{n: getattr(args, n) for n in SIZE_FLAGS if getattr(args, n) is not None})
+    settings = replace(settings, **{n: getattr(args, n) for n in SIZE_FLAGS + ("mode",)
+                                    if getattr(args, n) is not None})
     model_preset = args.model_preset or ("tiny" if args.quick else "small")
     with tempfile.TemporaryDirectory(prefix="omlx-bench-agentic-") as tmp:
         work = Path(tmp)
@@ -140,7 +151,9 @@ def main() -> int:
     s = settings
     print(f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
           f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
-          f"{s.burst} at a time; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} rounds; "
+          f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
+          f"{'s' if args.rounds > 1 else ''}"
+          f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}; "
           f"ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values of the round "
           f"that has it")
     table = [compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])

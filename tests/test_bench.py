@@ -189,8 +189,9 @@ def test_cli_help():
     out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "bench", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     for flag in ("--url", "--model", "--api-key", "--concurrency", "--prompt-tokens", "--gen-tokens", "--repeats",
-                 "--output", "--plot", "--preset"):
+                 "--output", "--plot", "--preset", "--scenario", "--mode", "--burst"):
         assert flag in out.stdout
+    assert "{closed,burst}" in out.stdout  # --mode's choices
 
 
 def test_cli_refused_key(tmp_path, bench_server):

@@ -1,19 +1,20 @@
-"""The agentic scenario (admin_panel.bench.agentic): bursts, histories that grow by the answer as
-the server returned it, the prompt tokens and cached tokens the target reports, in-process and
-over HTTP against a live `omlx serve` and a live mlx-lm server, and `omlx bench --scenario
-agentic` as the real command line."""
+"""The agentic scenario (admin_panel.bench.agentic): the closed loop and bursts, histories that
+grow by the answer as the server returned it, the prompt tokens and cached tokens the target
+reports, in-process and over HTTP against a live `omlx serve` and a live mlx-lm server, and
+`omlx bench --scenario agentic` as the real command line."""
 import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from admin_panel.bench import (AGENTIC_PRESETS, AgenticSettings, EngineTarget, OpenAITarget, TargetError,
-                               plan_bursts, run_agentic)
+from admin_panel.bench import (AGENTIC_PRESETS, AgenticSettings, EngineTarget, OpenAITarget, Target,
+                               TargetError, plan_bursts, run_agentic)
 from tests.test_bench import omlx_bench
 
-SMALL = AGENTIC_PRESETS["small"]  # 3 conversations x 2 turns, 64-token system prompt, 2 at a time
+SMALL = AGENTIC_PRESETS["small"]  # 3 conversations x 2 turns, 64-token system prompt, 2 in flight, closed
 THREE_TURNS = AgenticSettings(conversations=3, turns=3, system_tokens=64, context_tokens=16, new_tokens=16,
                               gen_tokens=6, burst=2)
 
@@ -31,11 +32,14 @@ def test_bursts_and_settings():
             assert len({c for c, _ in burst}) == len(burst)
             for c, t in burst:  # turn t of c comes in a later burst than turn t - 1
                 assert t == 0 or any((c, t - 1) in earlier for earlier in bursts[:i])
+    # the load of issue 24 (and 12), closed loop by default
     assert AgenticSettings() == AgenticSettings(conversations=12, turns=3, system_tokens=1024, context_tokens=128,
-                                                new_tokens=64, gen_tokens=32, burst=4)
+                                                new_tokens=64, gen_tokens=32, burst=4, mode="closed")
     assert AgenticSettings.from_dict(SMALL.to_dict()) == SMALL
-    assert SMALL.total_steps() == 1 + 3
-    for bad in ({"conversations": 0}, {"burst": 0}, {"turns": "2"}, {"system_tokens": 8}, {"ignore_eos": 1}):
+    assert SMALL.mode == "closed" and SMALL.total_steps() == 1 + 6  # a step per request
+    assert AgenticSettings(**dict(SMALL.to_dict(), mode="burst")).total_steps() == 1 + 3  # a step per burst
+    for bad in ({"conversations": 0}, {"burst": 0}, {"turns": "2"}, {"system_tokens": 8}, {"ignore_eos": 1},
+                {"mode": "open"}):
         with pytest.raises(ValueError):
             AgenticSettings(**bad)
     with pytest.raises(ValueError, match="unknown agentic settings: nope"):
@@ -62,13 +66,13 @@ def reference_tokens(folder):
 def check_agentic(results, settings, transcripts, folder, cached="omlx"):
     """What every run has, whoever the target. ``cached``: "omlx" (the whole previous prompt is
     reused on the next turn) or "reported" (a number, whatever it is)."""
-    assert results["version"] == 1 and results["scenario"] == "agentic" and results["errors"] == []
+    assert results["version"] == 2 and results["scenario"] == "agentic" and results["errors"] == []
     assert results["settings"] == settings.to_dict() and results["finished_at"] and results["duration_s"] > 0
     n, turns = settings.conversations, settings.turns
     total = results["summary"]
     assert total["requests"] == total["sent"] == total["ok"] == n * turns and total["errors"] == total["skipped"] == 0
     assert total["output_tokens"] == n * turns * settings.gen_tokens  # ignore_eos: exactly gen_tokens per turn
-    for name in ("ttft_s", "itl_s"):
+    for name in ("ttft_s", "itl_s", "latency_s"):
         s = total[name]
         assert 0 <= s["p50"] <= s["p95"] <= s["p99"] <= s["max"], (name, s)
     assert total["output_tokens_per_s"] == pytest.approx(total["output_tokens"] / total["wall_s"])
@@ -81,6 +85,14 @@ def check_agentic(results, settings, transcripts, folder, cached="omlx"):
     assert total["computed_tokens"] == total["prompt_tokens"] - total["cached_tokens"]
     assert [t["turn"] for t in results["turns"]] == list(range(1, turns + 1))
     assert all(r["completion_tokens"] == settings.gen_tokens and r["decode_s"] >= 0 for r in rows)
+    for r in rows:  # request latency: sent to last token, so its TTFT and decode time are inside it
+        assert r["latency_s"] == pytest.approx(r["ended_s"] - r["sent_s"]) and r["latency_s"] >= r["ttft_s"]
+        assert r["latency_s"] == pytest.approx(r["ttft_s"] + r["decode_s"])
+    closed = settings.mode == "closed"
+    assert all((r["client"] is not None, r["burst"] is None) == (closed, closed) for r in rows)
+    for c in range(1, n + 1):  # by order, in both modes: a conversation's turn t + 1 after turn t ended
+        mine = sorted((r for r in rows if r["conversation"] == c), key=lambda r: r["turn"])
+        assert all(b["sent_s"] >= a["ended_s"] for a, b in zip(mine, mine[1:])), mine
 
     count, encode = reference_tokens(folder)
     # the template's own tokens around one more assistant answer and user message
@@ -136,11 +148,80 @@ def test_in_process(model_dir):
         assert t["queue"] + t["restore"] + t["prefill"] + t["prefill_wait"] <= row["ttft_s"] + 1e-3
 
 
+class HeldTarget(Target):
+    """An engine target that holds the answer to the first conversation's first turn (the first
+    run request it gets) until another conversation has sent its second turn; it logs, in order,
+    ("sent" | "answered", conversation, turn), 0-based, conversations numbered as first seen."""
+
+    GUARD = 60.0  # seconds: only a loop that waits for every client ever gets here
+
+    def __init__(self, inner):
+        self.inner, self.log, self.held, self.names = inner, [], None, {}
+        self.lock, self.other_moved = threading.Lock(), threading.Event()
+
+    def describe(self):
+        return self.inner.describe()
+
+    def count_chat_tokens(self, messages):
+        return self.inner.count_chat_tokens(messages)
+
+    def chat(self, conversations, max_tokens, ignore_eos=True):
+        messages = conversations[0]
+        if len(conversations) != 1 or messages[0]["role"] != "system":  # the warm-up, a burst
+            return self.inner.chat(conversations, max_tokens, ignore_eos)
+        turn = (len(messages) - 2) // 2
+        with self.lock:
+            key = self.names.setdefault(messages[1]["content"], len(self.names))
+            self.log.append(("sent", key, turn))
+            self.held = key if self.held is None else self.held
+            if key != self.held and turn == 1:
+                self.other_moved.set()
+        results = self.inner.chat(conversations, max_tokens, ignore_eos)
+        if key == self.held and turn == 0:
+            self.other_moved.wait(self.GUARD)
+        with self.lock:
+            self.log.append(("answered", key, turn))
+        return results
+
+
+def test_closed_loop_sends_each_turn_after_its_own_answer(model_dir):
+    """Two clients, two conversations of two turns: each client sends its turn 2 once its own
+    turn 1 has been answered, without waiting for the other's. Checked by order only: the log of
+    the target and the recorded send / end times."""
+    settings = AgenticSettings(conversations=2, turns=2, system_tokens=64, context_tokens=16, new_tokens=16,
+                               gen_tokens=4, burst=2, mode="closed")
+    folder = model_dir("qwen2", "tiny")
+    with EngineTarget.from_folder(folder, "tiny", settings={"paged_ssd_cache_dir": None}) as inner:
+        target = HeldTarget(inner)
+        transcripts = []
+        results = run_agentic(target, settings, transcripts=transcripts)
+    check_agentic(results, settings, transcripts, folder)
+    log = target.log
+    keys = sorted({key for _, key, _ in log})
+    assert keys == [0, 1] and len(log) == 8 and target.held == 0, log
+    for key in keys:  # a conversation's turn 2 is sent after its turn 1 was answered
+        assert log.index(("sent", key, 1)) > log.index(("answered", key, 0)), log
+    held, other = target.held, next(k for k in keys if k != target.held)
+    # ...and the other client did not wait for the held answer: its turn 2 went first
+    assert log.index(("sent", other, 1)) < log.index(("answered", held, 0)), log
+    rows = results["requests"]
+    assert sorted(r["client"] for r in rows) == [1, 1, 2, 2]
+    for client in (1, 2):  # the recorded times, per client, by order
+        mine = sorted((r for r in rows if r["client"] == client), key=lambda r: r["sent_s"])
+        assert [r["turn"] for r in mine] == [1, 2] and len({r["conversation"] for r in mine}) == 1
+        assert mine[0]["sent_s"] <= mine[0]["ended_s"] <= mine[1]["sent_s"] <= mine[1]["ended_s"], mine
+    latency = results["summary"]["latency_s"]
+    assert latency["p50"] is not None and latency["p50"] <= latency["p95"]
+
+
 def test_url_omlx_serve(omlx_server, model_dir):
+    """In bursts (the closed loop runs in-process and through the command line)."""
+    bursts = AgenticSettings(**dict(SMALL.to_dict(), mode="burst"))
     transcripts = []
     with OpenAITarget(omlx_server.url, "tiny") as target:
-        results = run_agentic(target, SMALL, transcripts=transcripts)
-    check_agentic(results, SMALL, transcripts, model_dir("qwen2", "tiny"))
+        results = run_agentic(target, bursts, transcripts=transcripts)
+    check_agentic(results, bursts, transcripts, model_dir("qwen2", "tiny"))
+    assert sorted(r["burst"] for r in results["requests"]) == [1, 1, 2, 2, 3, 3]
     assert results["target"]["url"] == omlx_server.url + "/v1"
     # over HTTP omlx reports cached tokens, not which tier they came from
     assert results["summary"]["hot_cached_tokens"] is None and results["requests"][0]["hot_cached_tokens"] is None
@@ -191,16 +272,19 @@ def test_cli_url(tmp_path, omlx_server):
     results = json.loads((tmp_path / "r.json").read_text())
     settings = AgenticSettings(**dict(SMALL.to_dict(), turns=3, gen_tokens=6))
     assert results["settings"] == settings.to_dict() and results["summary"]["ok"] == 9
-    for key in ("ttft_s", "itl_s", "output_tokens_per_s", "prompt_tokens", "cached_tokens", "computed_tokens"):
+    for key in ("ttft_s", "latency_s", "itl_s", "output_tokens_per_s", "prompt_tokens", "cached_tokens",
+                "computed_tokens"):
         assert results["summary"][key] is not None, key
-    assert {"conversation", "turn", "burst", "sent_s", "ttft_s", "decode_s", "prompt_tokens", "cached_tokens",
-            "prompt_growth"} <= set(results["requests"][0])
-    for text in ("3 conversations x 3 turns", "TTFT p50 ms", "ITL p50 ms", "output tok/s", "computed vs reused",
-                 "per turn"):
+    assert {"conversation", "turn", "burst", "client", "sent_s", "ttft_s", "decode_s", "ended_s", "latency_s",
+            "prompt_tokens", "cached_tokens", "prompt_growth"} <= set(results["requests"][0])
+    for text in ("3 conversations x 3 turns", "closed loop: 2 clients", "TTFT p50 ms", "ITL p50 ms",
+                 "latency p50 ms", "output tok/s", "computed vs reused", "per turn"):
         assert text in out.stdout, (text, out.stdout)
     lines = out.stdout.splitlines()
     load = lines[lines.index("load") + 2].split()
     assert load[:4] == ["9", "9", "0", "0"]  # requests, ok, errors, skipped
+    latency = results["summary"]["latency_s"]
+    assert load[9:11] == [f"{latency['p50'] * 1000:.1f}", f"{latency['p95'] * 1000:.1f}"]
     reuse = lines[lines.index("prompt tokens: computed vs reused (usage.prompt_tokens_details.cached_tokens)") + 2]
     summary = results["summary"]
     assert reuse.split()[:3] == [str(summary["prompt_tokens"]), str(summary["cached_tokens"]),
@@ -212,18 +296,21 @@ def test_cli_local_engine(tmp_path, model_dir):
     home = tmp_path / "home"
     (home / "models").mkdir(parents=True)
     os.symlink(model_dir("qwen2", "tiny"), home / "models" / "tiny")
-    out = omlx_bench(home, "tiny", "--scenario", "agentic", "--preset", "small", "--output", str(tmp_path / "r.json"))
+    out = omlx_bench(home, "tiny", "--scenario", "agentic", "--preset", "small", "--mode", "burst",
+                     "--output", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["target"]["kind"] == "local" and results["summary"]["ok"] == 6
+    assert results["settings"]["mode"] == "burst"
     assert results["summary"]["hot_cached_tokens"] is not None  # the tiers, in-process
-    assert "local engine" in out.stdout and "4/4 burst 3/3" in out.stderr
+    assert "local engine" in out.stdout and "bursts of 2" in out.stdout and "4/4 burst 3/3" in out.stderr
 
 
 def test_cli_errors(tmp_path):
     cases = [(("tiny", "--scenario", "agentic", "--concurrency", "1,2"), "--concurrency is for the default scenario"),
              (("tiny", "--scenario", "agentic", "--plot", "x.png"), "--plot is for the default scenario"),
              (("tiny", "--turns", "2", "--burst", "3"), "--turns, --burst are for --scenario agentic"),
+             (("tiny", "--mode", "closed"), "--mode is for --scenario agentic"),
              (("tiny", "--scenario", "agentic", "--burst", "0"), "burst=0: must be an integer in [1, 256]"),
              (("--url", "http://127.0.0.1:9/v1", "--model", "tiny", "--scenario", "agentic", "--endpoint",
                "completions"), "always streams /v1/chat/completions")]

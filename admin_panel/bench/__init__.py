@@ -1,6 +1,6 @@
 """The benchmark of issue 6, without Django: targets (``targets``: this process's engines or
 model pool, or any OpenAI-compatible URL), scenarios and results (``runner``; the agentic
-load of issue 12: ``agentic``, its prompts ``agentic_prompts``), percentiles
+load of issues 12 and 24, closed loop or bursts: ``agentic``, its prompts ``agentic_prompts``), percentiles
 (``stats``) and the PNG plot of `omlx bench` (``plot``). The admin page runs it as a Huey task
 (``admin_panel.tasks``); `omlx bench` runs it in the terminal (omlx_site/commands/bench.py).
 docs/cli.md and docs/admin.md describe the scenarios for users."""

@@ -1,12 +1,17 @@
 """The agentic scenario: the load of a coding agent, many multi-turn conversations that share a
 long system prompt with tool definitions (``agentic_prompts``).
 
-How requests arrive (closed loop, in bursts): the requests of the run are ordered turn by turn
-(turn 1 of every conversation, then turn 2, ...). A burst takes the first ``burst`` requests of
-that order whose conversation is not already in the burst, sends them all at once (streamed chat
-completions), and the next burst is sent when every answer of this one has ended. So requests
-arrive ``burst`` at a time, a conversation's next turn always starts after its previous answer
-ended, and every server gets the same arrival pattern whatever its speed.
+How requests arrive, ``mode`` (in both, a conversation's next turn starts only after its
+previous answer ended):
+- ``closed`` (the default): ``burst`` clients (C requests in flight). Each takes the next
+  conversation not yet started (in order), sends its turns one after the other, each as soon as
+  its own previous answer has ended (streamed chat completions), then takes the next one. No
+  client waits for another's answer, so arrivals follow the target's answers: an agent's loop.
+- ``burst``: the requests of the run are ordered turn by turn (turn 1 of every conversation,
+  then turn 2, ...). A burst takes the first ``burst`` requests of that order whose
+  conversation is not already in the burst, sends them all at once, and the next burst is sent
+  when every answer of this one has ended: requests arrive ``burst`` at a time, the same
+  pattern whatever the target's speed.
 
 A conversation's history grows by the answer as the target returned it: after turn t its
 messages are the ones sent for turn t, the assistant message (the answer's text, and its tool
@@ -14,23 +19,28 @@ calls where a server parsed some), then the user message of turn t+1. A request 
 its conversation (its later turns are counted as skipped).
 
 What is reported (``run_agentic`` returns plain data, ``AGENTIC_RESULTS_VERSION``):
-- ``summary``: TTFT p50/p95/p99 over all requests; inter-token latency p50/p95/p99 over every gap
-  between two successive pieces of output of a stream, pooled; output tokens/s = all completion
-  tokens / the run's wall time (first request sent to last token); prompt tokens in all, cached
-  (reused) tokens as the target reported them (None when it reported none: "n/a"), computed =
-  prompt - cached; hot / cold cached tokens where the target tells the tiers apart (the local
-  engine); ``phases_s``, where the local engine says it: the mean seconds per request spent
-  queued, restoring cached KV, in prefill forward passes, admitted but waiting for other work
-  (other prompts' chunks, decode steps) before the first token, and decoding.
+- ``summary``: TTFT p50/p95/p99 over all requests; request latency p50/p95/p99 (request sent to
+  its last token); inter-token latency p50/p95/p99 over every gap between two successive pieces
+  of output of a stream, pooled; output tokens/s = all completion tokens / the run's wall time
+  (first request sent to last token); prompt tokens in all, cached (reused) tokens as the target
+  reported them (None when it reported none: "n/a"), computed = prompt - cached; hot / cold
+  cached tokens where the target tells the tiers apart (the local engine); ``phases_s``, where
+  the local engine says it: the mean seconds per request spent queued, restoring cached KV, in
+  prefill forward passes, admitted but waiting for other work (other prompts' chunks, decode
+  steps) before the first token, and decoding.
 - ``turns``: per turn, prompt and cached tokens, the growth of the prompt over the previous turn
   of the same conversation, TTFT.
-- ``requests``: per request, where its time went (sent at, TTFT, decode time) and its tokens.
+- ``requests``: per request, in the order they were collected: who sent it (``burst`` or
+  ``client``, 1-based, the other None), where its time went (sent at, TTFT, decode time, ended
+  at, latency) and its tokens.
 """
 from __future__ import annotations
 
 import datetime as dt
 import secrets
+import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Dict, List, Optional
 
@@ -38,7 +48,7 @@ from .agentic_prompts import PromptBook
 from .stats import summary
 from .targets import StreamResult, Target, TargetError
 
-AGENTIC_RESULTS_VERSION = 1
+AGENTIC_RESULTS_VERSION = 2  # 2: mode, client, ended_s, latency_s
 _MAX_ERRORS_KEPT = 10
 Progress = Callable[[int, int, str, dict], None]
 
@@ -50,7 +60,8 @@ class AgenticSettings:
     conversations x turns requests; system_tokens: the shared system prompt with the tool
     definitions; context_tokens: each conversation's own context (in its first user message);
     new_tokens: the new user text of every turn; gen_tokens: tokens generated per turn (exactly,
-    with ignore_eos where the target knows it); burst: requests sent at once.
+    with ignore_eos where the target knows it); burst: requests in flight (closed: clients;
+    burst: requests sent at once); mode: ``closed`` or ``burst``.
     """
 
     conversations: int = 12
@@ -61,6 +72,9 @@ class AgenticSettings:
     gen_tokens: int = 32
     burst: int = 4
     ignore_eos: bool = True
+    mode: str = "closed"
+
+    MODES = ("closed", "burst")
 
     LIMITS = {"conversations": (1, 1000), "turns": (1, 100), "system_tokens": (16, 1_000_000),
               "context_tokens": (1, 1_000_000), "new_tokens": (1, 1_000_000), "gen_tokens": (1, 100_000),
@@ -73,6 +87,8 @@ class AgenticSettings:
                 raise ValueError(f"{name}={value!r}: must be an integer in [{low}, {high}]")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError("ignore_eos must be true or false")
+        if self.mode not in self.MODES:
+            raise ValueError(f"mode={self.mode!r}: must be one of {', '.join(self.MODES)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,8 +101,16 @@ class AgenticSettings:
             raise ValueError(f"unknown agentic settings: {', '.join(unknown)}")
         return cls(**values)
 
+    def arrival(self) -> str:
+        """How the requests arrive, in words (for a report's header)."""
+        if self.mode == "closed":
+            return f"closed loop: {self.burst} clients, each sending its next turn when its own answer ends"
+        return f"bursts of {self.burst}: the next burst when all have answered"
+
     def total_steps(self) -> int:
-        """Progress steps: calibration, then one per burst."""
+        """Progress steps: calibration, then one per burst (burst) or per request (closed)."""
+        if self.mode == "closed":
+            return 1 + self.conversations * self.turns
         return 1 + len(plan_bursts(self.conversations, self.turns, self.burst))
 
 
@@ -94,7 +118,8 @@ AGENTIC_PRESETS: Dict[str, AgenticSettings] = {
     # a quick look (and the tests)
     "small": AgenticSettings(conversations=3, turns=2, system_tokens=64, context_tokens=16, new_tokens=16,
                              gen_tokens=8, burst=2),
-    # the load of issue 12: a Qwen2.5-0.5B-sized agent, 12 conversations x 3 turns, 4 at a time
+    # the load of issues 12 and 24: a Qwen2.5-0.5B-sized agent, 12 conversations x 3 turns, 4 in
+    # flight (issue 12 measured it with mode="burst")
     "default": AgenticSettings(),
 }
 
@@ -127,12 +152,15 @@ def _assistant(result: StreamResult) -> dict:
     return message
 
 
-def _request_row(conversation: int, turn: int, burst: int, result: StreamResult, started: float,
-                 previous_prompt: Optional[int]) -> dict:
+def _request_row(conversation: int, turn: int, burst: Optional[int], client: Optional[int],
+                 result: StreamResult, started: float, previous_prompt: Optional[int]) -> dict:
     ok = result.error is None and result.ttft is not None
     decode = result.token_times[-1] - result.token_times[0] if ok else None
-    return {"conversation": conversation + 1, "turn": turn + 1, "burst": burst + 1,
-            "sent_s": result.sent_at - started, "ttft_s": result.ttft, "decode_s": decode,
+    ended = result.ended_at - started if ok else None
+    return {"conversation": conversation + 1, "turn": turn + 1,
+            "burst": None if burst is None else burst + 1, "client": None if client is None else client + 1,
+            "sent_s": result.sent_at - started, "ttft_s": result.ttft, "decode_s": decode, "ended_s": ended,
+            "latency_s": result.ended_at - result.sent_at if ok else None,
             "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
             "cached_tokens": result.cached_tokens if result.cached_known else None,
             "computed_tokens": result.prompt_tokens - result.cached_tokens if result.cached_known else None,
@@ -154,7 +182,8 @@ def _summary(rows: List[dict], gaps: List[float], span: Optional[float], setting
     cached = _total(ok, "cached_tokens")
     return {"requests": settings.conversations * settings.turns, "sent": len(rows), "ok": len(ok),
             "errors": len(rows) - len(ok), "skipped": settings.conversations * settings.turns - len(rows),
-            "ttft_s": summary(r["ttft_s"] for r in ok), "itl_s": summary(gaps),
+            "ttft_s": summary(r["ttft_s"] for r in ok), "latency_s": summary(r["latency_s"] for r in ok),
+            "itl_s": summary(gaps),
             "output_tokens": output, "wall_s": span,
             "output_tokens_per_s": output / span if span else None,
             "prompt_tokens": prompt, "cached_tokens": cached,
@@ -193,6 +222,102 @@ def empty_results(target: dict, settings: AgenticSettings) -> dict:
             "prompts": None, "summary": None, "turns": [], "requests": [], "errors": []}
 
 
+class _Run:
+    """The state of one run that both arrival modes share: every conversation's history, the
+    request rows, the pooled inter-token gaps. ``record`` takes one answer (under a lock: in the
+    closed loop the clients' threads call it) and says whether the conversation goes on."""
+
+    def __init__(self, target: Target, settings: AgenticSettings, book: PromptBook, results: dict,
+                 progress: Optional[Progress], total: int):
+        self.target, self.settings, self.book, self.results = target, settings, book, results
+        self.progress, self.total, self.steps = progress, total, 1
+        self.histories = [[book.system_message(), book.user_message(c, 0)]
+                          for c in range(settings.conversations)]
+        self.failed, self.last_prompt = set(), {}
+        self.rows, self.gaps = [], []
+        self.first_sent = self.last_token = None
+        self.lock = threading.Lock()
+        self.started = time.perf_counter()  # request rows' sent_s and ended_s count from here
+
+    def send(self, conversations: List[int]) -> List[StreamResult]:
+        """The next turn of every conversation in ``conversations``, sent at once."""
+        with self.lock:
+            messages = [list(self.histories[c]) for c in conversations]
+        if not messages:
+            return []
+        return self.target.chat(messages, self.settings.gen_tokens, self.settings.ignore_eos)
+
+    def record(self, c: int, t: int, result: StreamResult, burst: Optional[int] = None,
+               client: Optional[int] = None) -> bool:
+        with self.lock:
+            self.rows.append(_request_row(c, t, burst, client, result, self.started, self.last_prompt.get(c)))
+            if result.error is not None:
+                self.failed.add(c)
+                errors = self.results["errors"]
+                if len(errors) < _MAX_ERRORS_KEPT and result.error not in errors:
+                    errors.append(result.error)
+                return False
+            self.last_prompt[c] = result.prompt_tokens
+            self.gaps += [b - a for a, b in zip(result.token_times, result.token_times[1:])]
+            self.first_sent = min(self.first_sent or result.sent_at, result.sent_at)
+            self.last_token = max(self.last_token or result.ended_at, result.ended_at)
+            self.histories[c].append(_assistant(result))
+            if t + 1 < self.settings.turns:
+                self.histories[c].append(self.book.user_message(c, t + 1))
+            return True
+
+    def step(self, message: Optional[str] = None) -> None:
+        """The results so far, to the progress callback (``message`` None: "request k/n")."""
+        with self.lock:
+            span = self.last_token - self.first_sent if self.first_sent is not None else None
+            self.results["requests"] = self.rows
+            self.results["summary"] = _summary(self.rows, self.gaps, span, self.settings)
+            self.results["turns"] = _turn_rows(self.rows, self.settings.turns)
+            self.steps += 1
+            if self.progress is not None:
+                message = message or f"request {self.steps - 1}/{self.total - 1}"
+                self.progress(self.steps, self.total, message, self.results)
+
+
+def _run_bursts(run: _Run) -> None:
+    bursts = plan_bursts(run.settings.conversations, run.settings.turns, run.settings.burst)
+    for b, burst in enumerate(bursts):
+        burst = [(c, t) for c, t in burst if c not in run.failed]
+        for (c, t), result in zip(burst, run.send([c for c, _ in burst])):
+            run.record(c, t, result, burst=b)
+        run.step(f"burst {b + 1}/{len(bursts)}")
+
+
+def _run_closed(run: _Run) -> None:
+    """``burst`` clients, each its conversations' turns back to back (the module docstring)."""
+    waiting = deque(range(run.settings.conversations))
+    failures = []
+
+    def client(i: int) -> None:
+        try:
+            while True:
+                with run.lock:
+                    if not waiting:
+                        return
+                    c = waiting.popleft()
+                for t in range(run.settings.turns):
+                    going_on = run.record(c, t, run.send([c])[0], client=i)
+                    run.step()
+                    if not going_on:
+                        break
+        except BaseException as exc:  # noqa: BLE001  (raised again in the caller's thread)
+            failures.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"omlx-bench-client-{i + 1}", daemon=True)
+               for i in range(min(run.settings.burst, run.settings.conversations))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
 def run_agentic(target: Target, settings: AgenticSettings, progress: Optional[Progress] = None,
                 transcripts: Optional[list] = None) -> dict:
     """Run the agentic scenario against ``target``; TargetError when calibration or the warm-up
@@ -201,50 +326,22 @@ def run_agentic(target: Target, settings: AgenticSettings, progress: Optional[Pr
     included) as sent and answered."""
     results = empty_results(target.describe(), settings)
     started_run = time.perf_counter()
-    bursts = plan_bursts(settings.conversations, settings.turns, settings.burst)
-    total = 1 + len(bursts)
+    total = settings.total_steps()
     if progress is not None:
         progress(0, total, "calibrating the prompts", results)
     book = PromptBook.calibrate(target.count_chat_tokens, settings.system_tokens, settings.context_tokens,
                                 settings.new_tokens)
-    warm = target.chat([[{"role": "user", "content": f"{secrets.token_hex(4)} hello"}]], 2, settings.ignore_eos)
+    hello = [{"role": "user", "content": f"{secrets.token_hex(4)} hello"}]
+    warm = target.chat([hello], 2, settings.ignore_eos)
     if warm[0].error is not None:
         raise TargetError(warm[0].error)
     results["prompts"] = dict(asdict(book.sizes), system_chars=len(book.system))
     if progress is not None:
         progress(1, total, "calibrated", results)
-
-    histories = [[book.system_message(), book.user_message(c, 0)] for c in range(settings.conversations)]
-    failed, last_prompt = set(), {}
-    rows, gaps = [], []
-    started = time.perf_counter()  # request rows' sent_s count from here
-    first_sent = last_token = None
-    for b, burst in enumerate(bursts):
-        burst = [(c, t) for c, t in burst if c not in failed]
-        answers = target.chat([list(histories[c]) for c, _ in burst], settings.gen_tokens,
-                              settings.ignore_eos) if burst else []
-        for (c, t), result in zip(burst, answers):
-            rows.append(_request_row(c, t, b, result, started, last_prompt.get(c)))
-            if result.error is not None:
-                failed.add(c)
-                if len(results["errors"]) < _MAX_ERRORS_KEPT and result.error not in results["errors"]:
-                    results["errors"].append(result.error)
-                continue
-            last_prompt[c] = result.prompt_tokens
-            gaps += [b2 - a for a, b2 in zip(result.token_times, result.token_times[1:])]
-            first_sent = result.sent_at if first_sent is None else min(first_sent, result.sent_at)
-            last_token = max(last_token or result.ended_at, result.ended_at)
-            histories[c].append(_assistant(result))
-            if t + 1 < settings.turns:
-                histories[c].append(book.user_message(c, t + 1))
-        span = last_token - first_sent if first_sent is not None else None
-        results["requests"] = rows
-        results["summary"] = _summary(rows, gaps, span, settings)
-        results["turns"] = _turn_rows(rows, settings.turns)
-        if progress is not None:
-            progress(2 + b, total, f"burst {b + 1}/{len(bursts)}", results)
+    run = _Run(target, settings, book, results, progress, total)
+    (_run_closed if settings.mode == "closed" else _run_bursts)(run)
     if transcripts is not None:
-        transcripts.extend(histories)
+        transcripts.extend(run.histories)
     results["finished_at"] = _iso_now()
     results["duration_s"] = time.perf_counter() - started_run
     return results

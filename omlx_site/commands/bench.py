@@ -24,9 +24,11 @@ tokens/s per stream and aggregate), cold vs cached (one unique prompt of
 benchmarked (nothing answers, the key is refused, the model is unknown).
 --scenario agentic runs the load of a coding agent instead: --conversations x --turns
 streamed chat completions sharing a --system-tokens system prompt with tool definitions, each
-conversation's history growing by the previous answer, --burst requests at a time (the next
-burst when all have answered), --gen-tokens per turn; it reports TTFT p50/p95/p99, inter-token
-latency, output tokens/s and prompt tokens computed vs reused (cached)."""
+conversation's history growing by the previous answer, --gen-tokens per turn, --burst requests
+in flight: --mode closed (the default) runs --burst clients, each sending its next turn as soon
+as its own answer has ended; --mode burst sends --burst requests at once and the next burst when
+all have answered. It reports TTFT p50/p95/p99, request latency (sent to last token) p50/p95,
+inter-token latency, output tokens/s and prompt tokens computed vs reused (cached)."""
 
 
 def add_parser(subparsers) -> None:
@@ -41,7 +43,7 @@ def add_parser(subparsers) -> None:
                    "the model name (same as --model)")
     p.add_argument("--scenario", choices=("default", "agentic"), default="default",
                    help="default: prefill, decode, cold vs cached; agentic: multi-turn conversations "
-                   "sharing a system prompt, in bursts (see below)")
+                   "sharing a system prompt, closed loop or bursts (see below)")
     p.add_argument("--url", help="an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 "
                    "(/v1 is added to a URL without a path)")
     p.add_argument("--model", dest="model_name", help="the model name to send to --url")

@@ -6,7 +6,8 @@ import sys
 
 # flag -> AgenticSettings field
 FLAGS = {"--conversations": "conversations", "--turns": "turns", "--system-tokens": "system_tokens",
-         "--context-tokens": "context_tokens", "--new-tokens": "new_tokens", "--burst": "burst"}
+         "--context-tokens": "context_tokens", "--new-tokens": "new_tokens", "--burst": "burst",
+         "--mode": "mode"}
 # flags of the default scenario that mean nothing here
 DEFAULT_ONLY = {"--concurrency": "concurrency", "--prompt-tokens": "prompt_tokens", "--repeats": "repeats",
                 "--cache-prompt-tokens": "cache_prompt_tokens", "--cached-repeats": "cached_repeats",
@@ -23,8 +24,11 @@ def add_arguments(p) -> None:
                        "first user message (default 128; small: 16)")
     group.add_argument("--new-tokens", type=int, help="tokens of the new user text of every turn (default 64; "
                        "small: 16)")
-    group.add_argument("--burst", type=int, help="requests sent at once; the next burst when all have answered "
-                       "(default 4; small: 2)")
+    group.add_argument("--burst", type=int, help="requests in flight: with --mode closed the clients, "
+                       "with --mode burst the requests sent at once (default 4; small: 2)")
+    group.add_argument("--mode", choices=("closed", "burst"), help="closed (default): each client sends "
+                       "its conversation's next turn as soon as its own answer has ended; burst: --burst "
+                       "requests at once, the next burst when all have answered")
 
 
 def check_flags(args, agentic: bool) -> None:
@@ -64,6 +68,8 @@ def _n(value) -> str:
 
 def print_summary(results: dict, table) -> None:
     """The compact table of one run; ``table(title, head, rows)`` prints one table."""
+    from admin_panel.bench import AgenticSettings
+
     target, s, total = results["target"], results["settings"], results["summary"]
     where = target["url"] or f"local engine, {target.get('path')}"
     print(f"omlx bench --scenario agentic: {target['model']} ({where}), {results['started_at']}, "
@@ -71,14 +77,15 @@ def print_summary(results: dict, table) -> None:
     print(f"{s['conversations']} conversations x {s['turns']} turns, a shared {s['system_tokens']}-token system "
           f"prompt with {results['prompts']['tools']} tool definitions, {s['context_tokens']} tokens of context per "
           f"conversation, {s['new_tokens']} new and {s['gen_tokens']} generated tokens per turn"
-          f"{' (ignore_eos)' if s['ignore_eos'] else ''}, {s['burst']} requests at a time")
-    ttft, itl = total["ttft_s"], total["itl_s"]
+          f"{' (ignore_eos)' if s['ignore_eos'] else ''}, {AgenticSettings.from_dict(s).arrival()}")
+    ttft, itl, latency = total["ttft_s"], total["itl_s"], total["latency_s"]
     rate = total["output_tokens_per_s"]
     table("load", ("requests", "ok", "errors", "skipped", "TTFT p50 ms", "p95", "p99", "ITL p50 ms", "p95",
-                   "output tokens", "output tok/s"),
+                   "latency p50 ms", "p95", "output tokens", "output tok/s"),
           [(total["requests"], total["ok"], total["errors"], total["skipped"], _ms(ttft["p50"]), _ms(ttft["p95"]),
-            _ms(ttft["p99"]), _ms(itl["p50"]), _ms(itl["p95"]), total["output_tokens"],
-            "-" if rate is None else f"{rate:.2f}")])
+            _ms(ttft["p99"]), _ms(itl["p50"]), _ms(itl["p95"]), _ms(latency["p50"]), _ms(latency["p95"]),
+            total["output_tokens"], "-" if rate is None else f"{rate:.2f}")])
+    print("latency: a request's first byte sent to its last token received")
     share = total["reused_share"]
     table("prompt tokens: computed vs reused (usage.prompt_tokens_details.cached_tokens)",
           ("prompt", "cached", "computed", "reused", "hot", "cold"),
