@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from inference import metrics
-from inference.api import health
+from inference.api.omlx import health
 from omlx_site import static_files
 
 urlpatterns: list = [

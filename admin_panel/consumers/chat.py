@@ -31,8 +31,8 @@ from django.utils.html import format_html
 from admin_panel.chat import AnswerStats, parse_form
 from admin_panel.chat_tools import MAX_TOOL_ROUNDS, assistant_message, offered_tools, run_call
 from inference.api import handoff
-from inference.api.errors import ApiError
-from inference.api.responder import start_generation, stop_generation
+from inference.api.common.errors import ApiError
+from inference.api.common.responder import start_generation, stop_generation
 from inference.generation import GenerationJob
 
 from . import AdminConsumer

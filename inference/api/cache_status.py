@@ -13,7 +13,7 @@ from ninja import Router
 
 from inference.model_registry import get_registry
 
-from .auth import check_api_key
+from .common.auth import check_api_key
 
 router = Router(tags=["omlx cache"])
 

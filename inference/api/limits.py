@@ -14,7 +14,7 @@ from typing import Dict
 
 from django.conf import settings
 
-from .errors import ApiError
+from .common.errors import ApiError
 
 _in_flight: Dict[str, int] = {}
 _jobs: Dict[str, object] = {}  # request id -> job admitted and not released (a stopping server aborts them)

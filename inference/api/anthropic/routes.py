@@ -1,6 +1,6 @@
 """Anthropic-compatible routes: POST /v1/messages (streaming and not) and
 POST /v1/messages/count_tokens. Mounted on a NinjaAPI of their own (inference/urls.py) so that
-every error leaves in Anthropic's envelope (anthropic_errors.py)."""
+every error leaves in Anthropic's envelope (anthropic/errors.py)."""
 from __future__ import annotations
 
 import logging
@@ -12,17 +12,17 @@ from django.http import JsonResponse
 from ninja import Router
 
 from inference.generation import GenerationJob
-from inference.model_registry import get_registry
+from inference.pool import get_pool
 
-from .anthropic_format import PING, MessageBuilder, error_event, sse
-from .anthropic_input import chat_messages, openai_tool_choice, openai_tools, sampling_values, template_kwargs
-from .anthropic_schemas import CountTokensRequest, MessagesRequest
-from .anthropic_tokens import count_prompt_tokens
-from .auth import check_api_key
-from . import limits
-from .errors import ApiError
-from .responder import start_generation, stop_generation
-from .streaming import EventStreamResponse
+from .format import PING, MessageBuilder, error_event, sse
+from .input import chat_messages, openai_tool_choice, openai_tools, sampling_values, template_kwargs
+from .schemas import CountTokensRequest, MessagesRequest
+from .tokens import count_prompt_tokens
+from inference.api.common.auth import check_api_key
+from inference.api import limits
+from inference.api.common.errors import ApiError
+from inference.api.common.responder import start_generation, stop_generation
+from inference.api.common.streaming import EventStreamResponse
 
 logger = logging.getLogger("omlx.api")
 
@@ -63,8 +63,8 @@ async def count_tokens(request, body: CountTokensRequest):
 
 
 def _check_model(model_id: str) -> None:
-    if get_registry().path(model_id) is None:
-        raise ApiError(404, get_registry().not_found_message(model_id), param="model")
+    if get_pool().path(model_id) is None:
+        raise ApiError(404, get_pool().not_found_message(model_id), param="model")
 
 
 def _job(body, request_id: str, params: dict) -> GenerationJob:

@@ -12,8 +12,8 @@ from django.http import JsonResponse
 
 from omlx_site.version import version
 
-from . import limits
-from .errors import ApiError
+from inference.api import limits
+from inference.api.common.errors import ApiError
 
 
 def view(request):

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import List, Optional
 
-from . import limits
+from inference.api import limits
 
 
 def _item_id(prefix: str) -> str:

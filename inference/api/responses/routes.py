@@ -1,8 +1,8 @@
 """POST /v1/responses: OpenAI's Responses API over the same generation path as chat completions.
 
-The request becomes one chat ``GenerationJob`` (``responses_input``); its events become the
-Response object or its stream of typed events (``responses_format``). Finished responses are
-stored (``responses_store``) unless ``store`` is false, so that ``previous_response_id`` can
+The request becomes one chat ``GenerationJob`` (``responses.input``); its events become the
+Response object or its stream of typed events (``responses.format``). Finished responses are
+stored (``responses.store``) unless ``store`` is false, so that ``previous_response_id`` can
 continue a conversation; GET / DELETE /v1/responses/{id} and .../input_items read and remove them.
 """
 from __future__ import annotations
@@ -16,18 +16,18 @@ from django.http import JsonResponse
 from ninja import Router
 
 from inference.generation import GenerationJob
-from inference.model_registry import get_registry
+from inference.pool import get_pool
 from inference.relay import Subscription
 
-from .auth import check_api_key
-from .errors import ApiError
-from . import responses_store
-from .responder import start_generation, stop_generation
-from .responses_format import ResponseBuilder
-from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
-from .responses_schemas import ResponsesRequest
-from .sampling import checked_params
-from .streaming import EventStreamResponse
+from inference.api.common.auth import check_api_key
+from inference.api.common.errors import ApiError
+from . import store
+from inference.api.common.responder import start_generation, stop_generation
+from .format import ResponseBuilder
+from .input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
+from .schemas import ResponsesRequest
+from inference.api.common.sampling import checked_params
+from inference.api.common.streaming import EventStreamResponse
 
 router = Router(tags=["OpenAI"])
 
@@ -35,11 +35,11 @@ router = Router(tags=["OpenAI"])
 @router.post("/responses")
 async def create_response(request, body: ResponsesRequest):
     check_api_key(request)
-    if get_registry().path(body.model) is None:
-        raise ApiError(404, get_registry().not_found_message(body.model), param="model", code="model_not_found")
+    if get_pool().path(body.model) is None:
+        raise ApiError(404, get_pool().not_found_message(body.model), param="model", code="model_not_found")
     context = []
     if body.previous_response_id is not None:
-        context = await responses_store.context(body.previous_response_id)
+        context = await store.context(body.previous_response_id)
     job, echo = _job(body, context)
     builder = ResponseBuilder(job.request_id, body.model, echo)
     saver = _Saver(body)
@@ -62,13 +62,13 @@ async def create_response(request, body: ResponsesRequest):
 @router.get("/responses/{response_id}")
 async def retrieve_response(request, response_id: str):
     check_api_key(request)
-    return JsonResponse((await responses_store.get(response_id)).body)
+    return JsonResponse((await store.get(response_id)).body)
 
 
 @router.delete("/responses/{response_id}")
 async def delete_response(request, response_id: str):
     check_api_key(request)
-    await responses_store.delete(response_id)
+    await store.delete(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
@@ -82,7 +82,7 @@ async def list_input_items(request, response_id: str, limit: int = 20, order: st
         raise ApiError(400, f"limit={limit}: must be in [1, 100]", param="limit")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order={order!r}: must be 'asc' or 'desc'", param="order")
-    items = (await responses_store.get(response_id)).input_items
+    items = (await store.get(response_id)).input_items
     if order == "desc":
         items = items[::-1]
     if after is not None:
@@ -104,7 +104,7 @@ class _Saver:
 
     async def save(self, builder: ResponseBuilder) -> None:
         if self.items is not None and builder.status in ("completed", "incomplete"):
-            await responses_store.save(builder.body(), self.items)
+            await store.save(builder.body(), self.items)
 
 
 def _job(body: ResponsesRequest, context: List[dict]):

@@ -18,9 +18,10 @@ from inference.generation import GenerationJob
 from inference.metrics import GenerationObserver
 from inference.relay import Subscription
 
-from . import handoff, limits
+from inference.api import handoff
+from inference.api import limits
 from .errors import ApiError
-from .openai_format import usage_body
+from inference.api.openai.format import usage_body
 from .streaming import EventStreamResponse
 
 logger = logging.getLogger("omlx.api")

@@ -11,14 +11,14 @@ from inference.chat.structured import (check_tool_choice, check_tools, response_
                                        tool_choice_structured)
 from inference.chat.template import check_template_kwargs
 from inference.generation import GenerationJob
-from inference.model_registry import get_registry
+from inference.pool import get_pool
 
-from .auth import check_api_key
-from .errors import ApiError
-from .openai_format import ChatFormat, CompletionFormat
-from .responder import respond
+from inference.api.common.auth import check_api_key
+from inference.api.common.errors import ApiError
+from .format import ChatFormat, CompletionFormat
+from inference.api.common.responder import respond
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .sampling import checked_params
+from inference.api.common.sampling import checked_params
 
 router = Router(tags=["OpenAI"])
 _started = int(time.time())
@@ -31,9 +31,9 @@ def list_models(request):
     entry says whether the model reads images (``vision``, docs/vision.md); the SDKs keep such
     extra fields."""
     check_api_key(request)
-    registry = get_registry()
-    ids = registry.ids()
-    folders = registry.folders()
+    pool = get_pool()
+    ids = pool.ids()
+    folders = pool.folders()
     vision = {model_id: bool(folders[model_id].vision) if model_id in folders else False for model_id in ids}
     if "anthropic-version" in request.headers:
         created = datetime.fromtimestamp(_started, tz=timezone.utc).isoformat().replace("+00:00", "Z")
@@ -85,8 +85,8 @@ async def completions(request, body: CompletionRequest):
 
 
 def _check_model(model_id: str) -> None:
-    if get_registry().path(model_id) is None:
-        raise ApiError(404, get_registry().not_found_message(model_id), param="model", code="model_not_found")
+    if get_pool().path(model_id) is None:
+        raise ApiError(404, get_pool().not_found_message(model_id), param="model", code="model_not_found")
 
 
 def _chat_options(body):
