@@ -15,10 +15,12 @@ from inference.pool import get_pool
 
 from inference.api.common.auth import check_api_key
 from inference.api.common.errors import ApiError
-from .format import ChatFormat, CompletionFormat
-from inference.api.common.responder import respond
-from .schemas import ChatCompletionRequest, CompletionRequest
+from inference.api.common.model_check import check_model
 from inference.api.common.sampling import checked_params
+from inference.api.common.stream import respond
+
+from .format import ChatFormat, CompletionFormat
+from .schemas import ChatCompletionRequest, CompletionRequest
 
 router = Router(tags=["OpenAI"])
 _started = int(time.time())
@@ -49,7 +51,7 @@ def list_models(request):
 @router.post("/chat/completions")
 async def chat_completions(request, body: ChatCompletionRequest):
     check_api_key(request)
-    _check_model(body.model)
+    check_model(body.model)
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
     try:
@@ -63,14 +65,13 @@ async def chat_completions(request, body: ChatCompletionRequest):
                         _params(body, max_tokens, logprobs, structured), body.n, messages=messages,
                         tools=tools, tool_choice=tool_choice, chat_template_kwargs=template_kwargs,
                         parallel_tool_calls=body.parallel_tool_calls)
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await respond(job, ChatFormat(job.request_id, body.model), body.stream, include_usage)
+    return await respond(job, _format(ChatFormat, job, body), body.stream)
 
 
 @router.post("/completions")
 async def completions(request, body: CompletionRequest):
     check_api_key(request)
-    _check_model(body.model)
+    check_model(body.model)
     if body.echo:
         raise ApiError(400, "echo is not supported", param="echo")
     prompts = body.prompt
@@ -80,13 +81,12 @@ async def completions(request, body: CompletionRequest):
         raise ApiError(400, "the prompt is empty", param="prompt")
     job = GenerationJob(f"cmpl-{uuid.uuid4().hex}", body.model, _params(body, body.max_tokens, body.logprobs),
                         body.n, prompts=list(prompts))
+    return await respond(job, _format(CompletionFormat, job, body), body.stream)
+
+
+def _format(cls, job: GenerationJob, body) -> ChatFormat:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await respond(job, CompletionFormat(job.request_id, body.model), body.stream, include_usage)
-
-
-def _check_model(model_id: str) -> None:
-    if get_pool().path(model_id) is None:
-        raise ApiError(404, get_pool().not_found_message(model_id), param="model", code="model_not_found")
+    return cls(job.request_id, body.model, len(job.choice_ids()), job.n, include_usage)
 
 
 def _chat_options(body):

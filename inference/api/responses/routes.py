@@ -7,27 +7,23 @@ continue a conversation; GET / DELETE /v1/responses/{id} and .../input_items rea
 """
 from __future__ import annotations
 
-import json
 import uuid
-from typing import AsyncIterator, List, Optional
+from typing import List, Optional
 
-from django.conf import settings
 from django.http import JsonResponse
 from ninja import Router
 
-from inference.generation import GenerationJob
-from inference.pool import get_pool
-from inference.relay import Subscription
-
 from inference.api.common.auth import check_api_key
 from inference.api.common.errors import ApiError
+from inference.api.common.model_check import check_model
+from inference.api.common.sampling import checked_params
+from inference.api.common.stream import respond
+from inference.generation import GenerationJob
+
 from . import store
-from inference.api.common.responder import start_generation, stop_generation
 from .format import ResponseBuilder
 from .input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
 from .schemas import ResponsesRequest
-from inference.api.common.sampling import checked_params
-from inference.api.common.streaming import EventStreamResponse
 
 router = Router(tags=["OpenAI"])
 
@@ -35,28 +31,14 @@ router = Router(tags=["OpenAI"])
 @router.post("/responses")
 async def create_response(request, body: ResponsesRequest):
     check_api_key(request)
-    if get_pool().path(body.model) is None:
-        raise ApiError(404, get_pool().not_found_message(body.model), param="model", code="model_not_found")
+    check_model(body.model)
     context = []
     if body.previous_response_id is not None:
         context = await store.context(body.previous_response_id)
     job, echo = _job(body, context)
     builder = ResponseBuilder(job.request_id, body.model, echo)
-    saver = _Saver(body)
-    subscription = await start_generation(job)
-    if body.stream:
-        return EventStreamResponse(_sse(job, builder, subscription, saver))
-    done = False
-    try:
-        while not builder.finished:
-            builder.feed(await subscription.receive())
-        done = builder.status != "failed"
-    finally:
-        await stop_generation(job, subscription, done)
-    if builder.status == "failed":
-        raise ApiError(500, builder.error["message"])
-    await saver.save(builder)
-    return JsonResponse(builder.body())
+    saver = _Saver(body, builder)
+    return await respond(job, builder, body.stream, on_finish=saver.save)
 
 
 @router.get("/responses/{response_id}")
@@ -99,10 +81,12 @@ class _Saver:
     """Stores a finished response (before its last stream event goes out, so a client that
     continues from it at once finds it)."""
 
-    def __init__(self, body: ResponsesRequest):
+    def __init__(self, body: ResponsesRequest, builder: ResponseBuilder):
         self.items = stored_items(body.input) if body.store is not False else None
+        self.builder = builder
 
-    async def save(self, builder: ResponseBuilder) -> None:
+    async def save(self) -> None:
+        builder = self.builder
         if self.items is not None and builder.status in ("completed", "incomplete"):
             await store.save(builder.body(), self.items)
 
@@ -142,29 +126,3 @@ def _params(body: ResponsesRequest, structured) -> dict:
         "seed": body.seed, "stop": body.stop, "ignore_eos": body.ignore_eos, "structured": structured,
         "priority": body.priority,
     }, names={"max_tokens": "max_output_tokens", "structured": "text.format"})
-
-
-async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subscription,
-               saver: _Saver) -> AsyncIterator[str]:
-    keepalive = settings.OMLX_SSE_KEEPALIVE_SECONDS
-    done = False
-    try:
-        for event in builder.start():
-            yield _sse_event(event)
-        while not builder.finished:
-            event = await subscription.receive(keepalive)
-            if event is None:
-                yield ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
-                continue
-            events = builder.feed(event)
-            if builder.finished:
-                await saver.save(builder)
-            for out in events:
-                yield _sse_event(out)
-        done = builder.status != "failed"
-    finally:
-        await stop_generation(job, subscription, done)
-
-
-def _sse_event(event: dict) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"
