@@ -1,6 +1,7 @@
 """The Anthropic layer without a server: requests turned into GenerationJob terms
-(inference/api/anthropic/input.py), and generation events (contract 1) turned into Anthropic's Message and stream
-events (inference/api/anthropic/format.py), checked against the official SDK's types and its stream accumulator."""
+(inference/api/anthropic/input.py), and generation events (contract 1) turned into Anthropic's
+Message and stream events (inference/api/anthropic/format.py), checked against the official SDK's
+types and its stream accumulator."""
 import json
 
 import pytest

@@ -23,7 +23,8 @@ import asyncio
 import logging
 import uuid
 from contextlib import aclosing
-from typing import List, Optional
+from functools import partial
+from typing import Callable, List, Optional
 
 from asgiref.sync import sync_to_async
 from django.template.loader import render_to_string
@@ -32,6 +33,7 @@ from django.utils.html import format_html
 from admin_panel.chat import AnswerStats, parse_form
 from admin_panel.chat_tools import MAX_TOOL_ROUNDS, assistant_message, offered_tools, run_call
 from inference.api import handoff
+from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.stream import Formatter, frames, start_generation
 from inference.generation import GenerationJob
@@ -119,9 +121,8 @@ class ChatConsumer(AdminConsumer):
         try:
             while True:
                 choice = request.tool_choice if round_no == 1 else "auto"
-                job = GenerationJob(f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
-                                    messages=messages + added, tools=tools,
-                                    tool_choice=choice if tools else None)
+                job = partial(chat_job, f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
+                              messages=messages + added, tools=tools, tool_choice=choice if tools else None)
                 text = []
                 sent = loop.time()  # the numbers shown are the last round's
                 outcome = await self._round(job, turn, round_no, text, asked if round_no == 1 else None)
@@ -169,13 +170,16 @@ class ChatConsumer(AdminConsumer):
             if not self.closed:
                 await self._controls(running=False)
 
-    async def _round(self, job: GenerationJob, turn: int, round_no: int, text: List[str],
-                     asked: Optional[dict]):
+    async def _round(self, make_job: Callable[[], GenerationJob], turn: int, round_no: int,
+                     text: List[str], asked: Optional[dict]):
         """One generation streamed into the answer: (finish_reason, usage, error, tool calls,
         first token time, last token time), or None when the job was refused (an error shown;
         in the first round the message leaves the conversation)."""
-        self.job = job
         try:
+            try:
+                job = self.job = make_job()
+            except ValueError as exc:  # tools that cannot be offered (a name given twice)
+                raise ApiError(400, str(exc)) from None
             subscription = await start_generation(job)
         except ApiError as exc:
             if asked is not None:  # not answered: it does not stay in the conversation

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from ninja import Router
 
 from inference.api.common.auth import check_api_key
+from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
 from inference.api.common.stream import respond
@@ -47,6 +48,9 @@ def _job(body, request_id: str, params: dict) -> GenerationJob:
     if kwargs.get("enable_thinking") and tool_choice not in (None, "auto", "none"):
         # as Anthropic's API: a forced tool call leaves no room for thinking first
         raise ApiError(400, "thinking may not be enabled when tool_choice forces tool use", param="thinking")
-    extra = {"tools": tools, "tool_choice": tool_choice, "chat_template_kwargs": kwargs,
-             "parallel_tool_calls": not (body.tool_choice or {}).get("disable_parallel_tool_use", False)}
-    return GenerationJob(request_id, body.model, params, messages=messages, **extra)
+    parallel = not (body.tool_choice or {}).get("disable_parallel_tool_use", False)
+    try:
+        return chat_job(request_id, body.model, params, messages=messages, tools=tools,
+                        tool_choice=tool_choice, chat_template_kwargs=kwargs, parallel_tool_calls=parallel)
+    except ValueError as exc:  # tools the chat template cannot be offered (a name given twice)
+        raise ApiError(400, str(exc)) from None

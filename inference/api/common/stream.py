@@ -16,13 +16,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional
 from django.conf import settings
 from django.http import JsonResponse
 
+from inference.api import handoff
 from inference.generation import GenerationJob
 from inference.metrics import GenerationObserver
 from inference.relay import Subscription
-from inference.api import handoff
 
 from .errors import ApiError
-from .streaming import EventStreamResponse
+from .sse import EventStreamResponse
 
 logger = logging.getLogger("omlx.api")
 

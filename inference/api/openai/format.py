@@ -83,7 +83,8 @@ class ChatFormat(Formatter):
             self.failure = failure(event)
             if self.failure is not None:
                 exc = self.failure
-                return [{"error": {"message": exc.message, "type": exc.type, "param": None, "code": exc.code}}]
+                return [{"error": {"message": exc.message, "type": exc.type, "param": None,
+                                   "code": exc.code}}]
             self._usages[event["index"]] = event["usage"]
             self._pending.discard(event["index"])
         self._add(event)

@@ -7,17 +7,16 @@ import uuid
 
 from ninja import Router
 
-from inference.chat.structured import (check_tool_choice, check_tools, response_format_structured,
-                                       tool_choice_structured)
-from inference.chat.template import check_template_kwargs
-from inference.generation import GenerationJob
-from inference.pool import get_pool
-
 from inference.api.common.auth import check_api_key
+from inference.api.common.chat_job import tool_options
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
 from inference.api.common.sampling import checked_params
 from inference.api.common.stream import respond
+from inference.chat.structured import response_format_structured
+from inference.chat.template import check_template_kwargs
+from inference.generation import GenerationJob
+from inference.pool import get_pool
 
 from .format import ChatFormat, CompletionFormat
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -91,14 +90,14 @@ def _format(cls, job: GenerationJob, body) -> ChatFormat:
 
 def _chat_options(body):
     """tools, tool_choice, the structured-output constraint and the template kwargs of a chat
-    request, checked: bad values are a 400 before anything is queued."""
+    request, checked: bad values are a 400 before anything is queued (the worker takes them as
+    they are)."""
     try:
-        tools = check_tools(body.tools)
-        tool_choice = check_tool_choice(body.tool_choice, tools)
+        tools, tool_choice, forced = tool_options(body.tools, body.tool_choice)
         structured = response_format_structured(body.response_format)
-        if structured is not None and tool_choice_structured(tools, tool_choice) is not None:
+        if structured is not None and forced is not None:
             raise ValueError("response_format: cannot be combined with tool_choice 'required' or a named tool")
-        structured = structured or tool_choice_structured(tools, tool_choice)
+        structured = structured or forced
         template_kwargs = check_template_kwargs(body.chat_template_kwargs)
     except ValueError as exc:
         raise ApiError(400, str(exc), param=str(exc).split(":")[0].split(".")[0].split("[")[0]) from None

@@ -14,11 +14,11 @@ from django.http import JsonResponse
 from ninja import Router
 
 from inference.api.common.auth import check_api_key
+from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
 from inference.api.common.sampling import checked_params
 from inference.api.common.stream import respond
-from inference.generation import GenerationJob
 
 from . import store
 from .format import ResponseBuilder
@@ -107,7 +107,10 @@ def _job(body: ResponsesRequest, context: List[dict]):
         # Templates with a thinking switch (Qwen3 and others) honour it; the others ignore it.
         extra["chat_template_kwargs"] = {"enable_thinking": effort != "none"}
     params = _params(body, structured)
-    job = GenerationJob(f"resp_{uuid.uuid4().hex}", body.model, params, 1, messages=messages, **extra)
+    try:
+        job = chat_job(f"resp_{uuid.uuid4().hex}", body.model, params, 1, messages=messages, **extra)
+    except ValueError as exc:  # tools the chat template cannot be offered (a name given twice)
+        raise ApiError(400, str(exc)) from None
     echo = {
         "instructions": body.instructions, "tools": echo_tools, "tool_choice": echo_choice,
         "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
