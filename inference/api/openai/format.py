@@ -53,6 +53,7 @@ class ChatFormat(Formatter):
     choices per prompt (usage counts each prompt once)."""
 
     object = "chat.completion"
+    delta_key = "delta"  # a chunk's new output: a delta object
     keepalive = ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
 
     def __init__(self, response_id: str, model: str, choices: int = 1, n: int = 1,
@@ -127,9 +128,10 @@ class ChatFormat(Formatter):
     def start_chunks(self, count: int) -> List[dict]:
         return [self.chunk(i, {"role": "assistant", "content": ""}) for i in range(count)]
 
-    def chunk(self, index: int, delta: dict, logprobs=None, reason=None) -> dict:
+    def chunk(self, index: int, delta, logprobs=None, reason=None) -> dict:
+        """A stream chunk of one choice; ``delta`` is its new output (``delta_key``'s value)."""
         body = self._head("chat.completion.chunk")
-        body["choices"] = [{"index": index, "delta": delta, "logprobs": logprobs,
+        body["choices"] = [{"index": index, self.delta_key: delta, "logprobs": logprobs,
                             "finish_reason": finish_reason(reason)}]
         return body
 
@@ -178,6 +180,8 @@ class ChatFormat(Formatter):
 class CompletionFormat(ChatFormat):
     """text_completion chunks or body, as ChatFormat's."""
 
+    delta_key = "text"  # a chunk's new output: text
+
     def __init__(self, response_id: str, model: str, choices: int = 1, n: int = 1,
                  include_usage: bool = False):
         super().__init__(response_id, model, choices, n, include_usage)
@@ -201,12 +205,6 @@ class CompletionFormat(ChatFormat):
 
     def start_chunks(self, count: int) -> List[dict]:
         return []
-
-    def chunk(self, index: int, text: str, logprobs=None, reason=None) -> dict:
-        body = self._head("text_completion")
-        body["choices"] = [{"index": index, "text": text, "logprobs": logprobs,
-                            "finish_reason": finish_reason(reason)}]
-        return body
 
     def delta_chunk(self, event: dict) -> Optional[dict]:
         if not event["text"] and not event["logprobs"] and event["finish_reason"] is None:
