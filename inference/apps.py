@@ -23,7 +23,7 @@ def _pool():
 
 
 def _in_flight():
-    from inference.api import limits
+    from inference.api.common import limits
 
     return limits.in_flight_by_model()
 

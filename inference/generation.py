@@ -22,11 +22,12 @@ Events (plain dicts, the same over any channel layer):
 A chat job is rendered with the model's chat template (``inference.chat.template``) and each of
 its choices is parsed (``inference.chat.output``): tools are offered to the template unless
 tool_choice is "none"; with tool_choice "auto" the model's calls are parsed out of its output;
-"required" or a named function constrains the output (``SamplingParams.structured``) to one
-call. Plain prompts (text completions) are neither rendered nor parsed.
+"required" or a named function constrains the output (``SamplingParams.structured``, put in the
+params by the view) to one call. Plain prompts (text completions) are neither rendered nor parsed.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from inference.chat.capabilities import capabilities
 from inference.chat.harmony_output import HarmonyParser
 from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser
 from inference.chat.reasoning import prompt_opens_reasoning
-from inference.chat.structured import check_tool_choice, check_tools, forces_call, tool_choice_structured
+from inference.chat.structured import forces_call
 from inference.chat.template import render_prompt
 from inference.vision.parts import image_urls
 
@@ -51,11 +52,16 @@ ABORT_MEMORY_SECONDS = 600.0
 @dataclass
 class GenerationJob:
     """What the view asks of a worker. ``messages`` for chat, else ``prompts`` (strings or token
-    id lists); every prompt gets ``n`` choices, numbered prompt by prompt."""
+    id lists); every prompt gets ``n`` choices, numbered prompt by prompt.
+
+    The view sends it checked whole (``inference.api.common.chat_job``, ``sampling``): the worker
+    checks none of params, tools, tool_choice or the structured-output constraint again; it adds
+    the model's settings, renders and counts the prompt. Plain fields only: it crosses the Huey
+    queue as ``to_dict()``."""
 
     request_id: str
     model: str
-    params: dict  # SamplingParams fields, already validated by the view
+    params: dict  # SamplingParams fields, checked by the view; ``structured`` includes a forced tool call's
     n: int = 1
     messages: Optional[List[dict]] = None
     prompts: List[Union[str, List[int]]] = field(default_factory=list)
@@ -156,10 +162,8 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
     job = with_model_settings(job, settings)
     limit = settings.get("context_length")
     tokenizer = engine.tokenizer
-    structured = None
+    structured = job.params.get("structured")
     try:
-        check_tool_choice(job.tool_choice, check_tools(job.tools))
-        structured = job.params.get("structured") or tool_choice_structured(job.tools, job.tool_choice)
         prompt_text = None
         vision = None  # a prompt with images (inference.vision.prompt.VisionPrompt)
         if job.messages is not None:
@@ -177,21 +181,15 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
             if longest >= limit:
                 raise ValueError(f"This model's maximum context length is {limit} tokens (its "
                                  f"context_length setting); the prompt has {longest} tokens")
-        params = []
+        values = dict(job.params)
         stops = (capabilities(tokenizer, model_type, settings.get("tool_parser")).stop_token_ids
                  if job.messages is not None else ())  # Harmony's <|call|> ends the turn
-        for i in range(job.n):
-            values = dict(job.params)
-            if stops:
-                values["stop_token_ids"] = tuple(values.get("stop_token_ids") or ()) + stops
-            if structured is not None:
-                values["structured"] = structured
-            if values.get("seed") is not None:
-                values["seed"] += i  # n choices from one seed must differ
-            if limit is not None:  # prompt + output within the limit
-                values["max_tokens"] = min(values.get("max_tokens", SamplingParams.max_tokens),
-                                           limit - longest)
-            params.append(SamplingParams(**values))
+        if stops:
+            values["stop_token_ids"] = tuple(values.get("stop_token_ids") or ()) + stops
+        if limit is not None:  # prompt + output within the limit
+            values["max_tokens"] = min(values.get("max_tokens", SamplingParams.max_tokens), limit - longest)
+        base = SamplingParams(**values)  # the one check of the merged values (model settings included)
+        params = [_choice_params(base, i) for i in range(job.n)]
         if structured is not None:
             engine.compile_grammar(structured)  # cached: submit reuses it
     except ValueError as exc:
@@ -226,6 +224,15 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
     if _was_aborted(job.request_id):  # the abort came while the job was starting
         for choice_id in job.choice_ids():
             engine.abort(choice_id)
+
+
+def _choice_params(base, index: int):
+    """Choice ``index``'s copy of the job's checked SamplingParams: n choices from one seed
+    must differ (seed + index); a plain copy, not built and checked again."""
+    params = copy.copy(base)
+    if base.seed is not None:
+        params.seed = base.seed + index
+    return params
 
 
 def check_images(engine, messages: List[dict], model_id: str) -> None:
@@ -269,8 +276,7 @@ def chat_prompt(tokenizer, job: GenerationJob) -> Tuple[List[int], str]:
     """The prompt of a chat job as the engine receives it: (token ids, text). The template's
     text is encoded without added special tokens, as transformers does for chat templates.
     (POST /v1/messages/count_tokens counts with this too, so its count equals the usage.)"""
-    structured = job.params.get("structured") or tool_choice_structured(job.tools, job.tool_choice)
-    text = _render_chat(tokenizer, job, constrained=structured is not None)
+    text = _render_chat(tokenizer, job, constrained=job.params.get("structured") is not None)
     return list(tokenizer.encode(text, add_special_tokens=False)), text
 
 

@@ -3,15 +3,16 @@ Responses, models, cache status, embeddings and rerank; Anthropic Messages in it
 from django.urls import path
 from ninja import NinjaAPI
 
-from inference.api import anthropic_errors, errors
-from inference.api.anthropic import router as anthropic_router
-from inference.api.cache_status import router as cache_status_router
-from inference.api.embeddings import router as embeddings_router
-from inference.api.json_body import JsonBodyParser
-from inference.api.mcp import router as mcp_router
-from inference.api.models import router as models_router
-from inference.api.openai import router as openai_router
-from inference.api.responses import router as responses_router
+from inference.api.anthropic import errors as anthropic_errors
+from inference.api.common import errors
+from inference.api.anthropic.routes import router as anthropic_router
+from inference.api.omlx.cache_status import router as cache_status_router
+from inference.api.openai.embeddings import router as embeddings_router
+from inference.api.common.json_body import JsonBodyParser
+from inference.api.omlx.mcp import router as mcp_router
+from inference.api.omlx.models import router as models_router
+from inference.api.openai.routes import router as openai_router
+from inference.api.responses.routes import router as responses_router
 
 api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/v1/docs",
                 openapi_url="/v1/openapi.json", parser=JsonBodyParser())

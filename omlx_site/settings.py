@@ -154,7 +154,7 @@ OMLX_API_KEY = _values["api_key"] or None
 # server wake the workers at once; others wait at most this long (Redis queues block instead).
 OMLX_HUEY_WORKERS = _values["workers"] if _values["workers"] is not None else (0 if OMLX_REDIS_URL else 2)
 
-# Limits of the API (inference/api/limits.py). A body over OMLX_MAX_REQUEST_BYTES gets a 413; for one
+# Limits of the API (inference/api/common/limits.py). A body over OMLX_MAX_REQUEST_BYTES gets a 413; for one
 # model, choices in flight (running or waiting in this server) beyond max concurrent + max queued
 # get a 429 with Retry-After. Redis mode: a worker process counts as running while its heartbeat is
 # younger than OMLX_WORKER_HEARTBEAT_SECONDS; with none running, requests get a 503 at once.

@@ -67,7 +67,7 @@ class GracefulShutdown:
             self.reactor.callLater(POLL_SECONDS, self._poll)
 
     def _abort_all(self) -> None:
-        from inference.api import handoff, limits
+        from inference.api.common import handoff, limits
 
         self.aborted = True
         jobs = limits.jobs_in_flight()
@@ -81,7 +81,7 @@ class GracefulShutdown:
 
     def _busy(self) -> int:
         """Generations in flight plus HTTP requests in progress (websockets do not hold the stop)."""
-        from inference.api import limits
+        from inference.api.common import limits
 
         pending = 0
         for protocol, details in list(self.server.connections.items()):

@@ -2,8 +2,8 @@
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
+from inference.api.omlx import health
 from inference.metrics.view import view as metrics_view
-from inference.api import health
 from omlx_site import static_files
 
 urlpatterns: list = [

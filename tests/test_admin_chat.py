@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient, Client, override_settings
 
 from admin_panel.chat import parse_form
-from inference.api import limits
+from inference.api.common import limits
 from inference.generation import GenerationJob
 from inference.pool import close_pool, get_pool
 

@@ -1,6 +1,7 @@
 """The Anthropic layer without a server: requests turned into GenerationJob terms
-(anthropic_input), and generation events (contract 1) turned into Anthropic's Message and stream
-events (anthropic_format), checked against the official SDK's types and its stream accumulator."""
+(inference/api/anthropic/input.py), and generation events (contract 1) turned into Anthropic's
+Message and stream events (inference/api/anthropic/format.py), checked against the official SDK's
+types and its stream accumulator."""
 import json
 
 import pytest
@@ -8,10 +9,10 @@ from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from inference.api.anthropic_format import MessageBuilder, sse
-from inference.api.anthropic_input import (chat_messages, openai_tool_choice, openai_tools, template_kwargs)
-from inference.api.anthropic_schemas import InputMessage
-from inference.api.errors import ApiError
+from inference.api.anthropic.format import MessageBuilder, sse
+from inference.api.anthropic.input import (chat_messages, openai_tool_choice, openai_tools, template_kwargs)
+from inference.api.anthropic.schemas import InputMessage
+from inference.api.common.errors import ApiError
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
 

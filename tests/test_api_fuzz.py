@@ -308,8 +308,9 @@ def test_malformed_body_10mb_prompts(fuzz_server, name):
 
 
 def test_nesting_limit_names_the_limit_and_64_levels_are_served(fuzz_server):
-    """The bound of inference/api/json_body.py: at the limit served, one level deeper a 400 that says why."""
-    from inference.api.json_body import MAX_DEPTH
+    """The bound of inference/api/common/json_body.py: at the limit served, one level deeper a 400
+    that says why."""
+    from inference.api.common.json_body import MAX_DEPTH
 
     # body (1) > tools (2) > tool (3) > function (4) > parameters (5) > properties (6): 6 + depth
     at_limit = send(fuzz_server.url, "POST", CHAT, deep_tool(MAX_DEPTH - 6))

@@ -8,7 +8,7 @@ import pytest
 from django.test import AsyncClient, override_settings
 
 from inference import relay
-from inference.api import handoff
+from inference.api.common import handoff
 from inference.pool import close_pool
 
 CHAT = [{"role": "user", "content": "hello"}]

@@ -103,7 +103,7 @@ def test_event_stream_closes_its_generator_when_the_response_is_closed():
     behind it must run its finally (which aborts the request) then, not whenever it is collected."""
     from contextlib import aclosing
 
-    from inference.api.streaming import EventStreamResponse
+    from inference.api.common.sse import EventStreamResponse
 
     closed = []
 

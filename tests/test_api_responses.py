@@ -6,9 +6,9 @@ import httpx
 import openai
 import pytest
 
-from inference.api.errors import ApiError
-from inference.api.responses_format import ResponseBuilder
-from inference.api.responses_input import to_messages, to_structured, to_tool_choice, to_tools
+from inference.api.common.errors import ApiError
+from inference.api.responses.format import ResponseBuilder
+from inference.api.responses.input import to_messages, to_structured, to_tool_choice, to_tools
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
@@ -49,7 +49,7 @@ def test_items_become_chat_messages():
 
 
 def test_context_items_come_first_and_are_stored_typed():
-    from inference.api.responses_input import stored_items
+    from inference.api.responses.input import stored_items
 
     earlier = stored_items("Hi") + [{"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
                                      "content": [{"type": "output_text", "text": "Hello.", "annotations": []}]}]

@@ -6,7 +6,7 @@ import pytest
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from inference.api.openai_format import ChatFormat
+from inference.api.openai.format import ChatFormat
 from inference.chat.template import render_prompt
 from inference.engine.request import RequestOutput, Usage
 from inference.generation import GenerationJob, _parser, _sink

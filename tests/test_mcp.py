@@ -1,4 +1,4 @@
-"""MCP servers under `omlx serve --mcp-config` (inference/mcp/, inference/api/mcp.py), end to end:
+"""MCP servers under `omlx serve --mcp-config` (inference/mcp/, inference/api/omlx/mcp.py), end to end:
 a live omlx, a real stdio MCP server it starts itself and a real streamable-HTTP MCP server the
 test starts (tests/mcp_servers/, written with the official SDK), driven over HTTP."""
 import json

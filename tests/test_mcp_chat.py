@@ -142,7 +142,7 @@ def test_use_tools_without_mcp_servers_is_a_notice(chat):
 
 @pytest.mark.parametrize("mcp_tools", [["forecast"]], indirect=True)
 def test_stop_ends_the_answer_after_a_tool_call(chat, mcp_tools):
-    from inference.api import limits
+    from inference.api.common import limits
 
     async def go():
         page = await open_page()

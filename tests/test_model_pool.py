@@ -274,7 +274,7 @@ def test_count_tokens_uses_the_model_settings(tmp_path, model_dir, monkeypatch):
     """POST /v1/messages/count_tokens renders with the model's chat_template_kwargs too, so its
     count stays equal to the prompt tokens the worker reports."""
     from inference import pool as pool_module
-    from inference.api.anthropic_tokens import count_prompt_tokens
+    from inference.api.anthropic.tokens import count_prompt_tokens
 
     shutil.copytree(model_dir("qwen3", "tiny"), tmp_path / "models" / "q")
     pool = ModelPool([tmp_path / "models"], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": None})

@@ -2,7 +2,7 @@
 token by token.
 
 Each message becomes a ``GenerationJob`` handed off exactly as the API does it
-(``inference.api.responder``: admission limits, the Huey queue or the direct hand-off, Redis
+(``inference.api.common.stream``: admission limits, the Huey queue or the direct hand-off, Redis
 workers), and the job's events come back over the channel layer. The conversation lives in this
 consumer: one per socket; "New chat" or a new socket starts an empty one.
 
@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import List, Optional
+from contextlib import aclosing
+from functools import partial
+from typing import Callable, List, Optional
 
 from asgiref.sync import sync_to_async
 from django.template.loader import render_to_string
@@ -30,9 +32,10 @@ from django.utils.html import format_html
 
 from admin_panel.chat import AnswerStats, parse_form
 from admin_panel.chat_tools import MAX_TOOL_ROUNDS, assistant_message, offered_tools, run_call
-from inference.api import handoff
-from inference.api.errors import ApiError
-from inference.api.responder import start_generation, stop_generation
+from inference.api.common import handoff
+from inference.api.common.chat_job import chat_job
+from inference.api.common.errors import ApiError
+from inference.api.common.stream import Formatter, frames, start_generation
 from inference.generation import GenerationJob
 
 from . import AdminConsumer
@@ -118,9 +121,8 @@ class ChatConsumer(AdminConsumer):
         try:
             while True:
                 choice = request.tool_choice if round_no == 1 else "auto"
-                job = GenerationJob(f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
-                                    messages=messages + added, tools=tools,
-                                    tool_choice=choice if tools else None)
+                job = partial(chat_job, f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
+                              messages=messages + added, tools=tools, tool_choice=choice if tools else None)
                 text = []
                 sent = loop.time()  # the numbers shown are the last round's
                 outcome = await self._round(job, turn, round_no, text, asked if round_no == 1 else None)
@@ -168,15 +170,16 @@ class ChatConsumer(AdminConsumer):
             if not self.closed:
                 await self._controls(running=False)
 
-    async def _round(self, job: GenerationJob, turn: int, round_no: int, text: List[str],
-                     asked: Optional[dict]):
+    async def _round(self, make_job: Callable[[], GenerationJob], turn: int, round_no: int,
+                     text: List[str], asked: Optional[dict]):
         """One generation streamed into the answer: (finish_reason, usage, error, tool calls,
         first token time, last token time), or None when the job was refused (an error shown;
         in the first round the message leaves the conversation)."""
-        loop = asyncio.get_running_loop()
-        suffix = "" if round_no == 1 else f"-{round_no}"
-        self.job = job
         try:
+            try:
+                job = self.job = make_job()
+            except ValueError as exc:  # tools that cannot be offered (a name given twice)
+                raise ApiError(400, str(exc)) from None
             subscription = await start_generation(job)
         except ApiError as exc:
             if asked is not None:  # not answered: it does not stay in the conversation
@@ -185,35 +188,14 @@ class ChatConsumer(AdminConsumer):
             return None
         await self._render("admin_panel/partials/chat_status.html", turn=turn,
                            status="Writing…" if round_no == 1 else f"Writing (after the tool results, round {round_no})…")
-        first = last = None
-        usage, reason, error = None, None, None
-        calls: List[dict] = []
-        done = False
-        reasoning_shown = False
-        try:
-            while reason is None:
-                event = await subscription.receive()
-                if event.get("kind") != "delta":
-                    continue
-                if event["token_ids"]:
-                    last = loop.time()
-                    first = first or last
-                html = []
-                if event.get("reasoning"):
-                    html.append(_reasoning_html(turn, event["reasoning"], reasoning_shown, suffix))
-                    reasoning_shown = True
-                if event["text"]:
-                    text.append(event["text"])
-                    html.append(_append_html(turn, "text" + suffix, event["text"]))
-                if html:
-                    await self._send_html("".join(html))
-                calls += event.get("tool_calls") or []
-                reason, usage, error = event["finish_reason"], event.get("usage"), event.get("error")
-            done = reason != "error"  # an abort ended the engine's request already
-        finally:  # shielded: a cancel (Stop's grace, the socket closing) must not cut the clean-up
+        answer = AnswerFormatter(turn, round_no, text)
+        try:  # the job is stopped (shielded) as the frames end, however they end
+            async with aclosing(frames(job, answer, subscription)) as fragments:
+                async for html in fragments:
+                    await self._send_html(html)
+        finally:
             self.job = None
-            await asyncio.shield(stop_generation(job, subscription, done))
-        return reason, usage, error, calls, first, last
+        return answer.reason, answer.usage, answer.error, answer.calls, answer.first, answer.last
 
     async def _stop_answer(self) -> None:
         """Abort the answer being written; its last event (usage included) is awaited for a while."""
@@ -256,6 +238,50 @@ class ChatConsumer(AdminConsumer):
     async def _send_html(self, html: str) -> None:
         if not self.closed:
             await self.send_html(html)
+
+
+class AnswerFormatter(Formatter):
+    """One round of an answer as HTML fragments for the page (one websocket message per delta
+    with output), keeping what the round ends with: its text (into ``text``), tool calls,
+    finish_reason, usage, error and the times of its first and last tokens."""
+
+    def __init__(self, turn: int, round_no: int, text: List[str]):
+        self.turn = turn
+        self.suffix = "" if round_no == 1 else f"-{round_no}"
+        self.text = text
+        self.calls: List[dict] = []
+        self.reason: Optional[str] = None
+        self.usage: Optional[dict] = None
+        self.error: Optional[str] = None
+        self.first: Optional[float] = None
+        self.last: Optional[float] = None
+        self._reasoning_shown = False
+
+    @property
+    def finished(self) -> bool:
+        return self.reason is not None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason != "error"  # an abort ended the engine's request already
+
+    def feed(self, event: dict) -> List[str]:
+        if event["token_ids"]:
+            self.last = asyncio.get_running_loop().time()
+            self.first = self.first or self.last
+        html = []
+        if event.get("reasoning"):
+            html.append(_reasoning_html(self.turn, event["reasoning"], self._reasoning_shown, self.suffix))
+            self._reasoning_shown = True
+        if event["text"]:
+            self.text.append(event["text"])
+            html.append(_append_html(self.turn, "text" + self.suffix, event["text"]))
+        self.calls += event.get("tool_calls") or []
+        self.reason, self.usage, self.error = event["finish_reason"], event.get("usage"), event.get("error")
+        return ["".join(html)] if html else []
+
+    def frame(self, out: str) -> str:
+        return out
 
 
 def _append_html(turn: int, part: str, text: str) -> str:

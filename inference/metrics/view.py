@@ -8,8 +8,8 @@ def view(request):
     """GET /metrics: every series in Prometheus' text format; the API key when one is set."""
     from django.http import HttpResponse, HttpResponseNotAllowed
 
-    from inference.api.auth import check_api_key
-    from inference.api.errors import ApiError
+    from inference.api.common.auth import check_api_key
+    from inference.api.common.errors import ApiError
 
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])

@@ -1,7 +1,7 @@
 """Reading and changing per-model settings (the ``ModelSettings`` rows), checked, and applying
 them to loaded engines.
 
-The REST API (``inference.api.models``) and the admin console use these functions; the model
+The REST API (``inference.api.omlx.models``) and the admin console use these functions; the model
 pool keeps a snapshot of every row and reloads it (``reread``) after a change
 (``ModelPool.update_settings``) and at least every ``ModelPool.SETTINGS_MAX_AGE`` seconds from the
 worker, so other processes see changes too; each reload hands the changed engine settings to the

@@ -7,18 +7,19 @@ import uuid
 
 from ninja import Router
 
-from inference.chat.structured import (check_tool_choice, check_tools, response_format_structured,
-                                       tool_choice_structured)
+from inference.api.common.auth import check_api_key
+from inference.api.common.chat_job import tool_options
+from inference.api.common.errors import ApiError
+from inference.api.common.model_check import check_model
+from inference.api.common.sampling import checked_params
+from inference.api.common.stream import respond
+from inference.chat.structured import response_format_structured
 from inference.chat.template import check_template_kwargs
 from inference.generation import GenerationJob
-from inference.model_registry import get_registry
+from inference.pool import get_pool
 
-from .auth import check_api_key
-from .errors import ApiError
-from .openai_format import ChatFormat, CompletionFormat
-from .responder import respond
+from .format import ChatFormat, CompletionFormat
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .sampling import checked_params
 
 router = Router(tags=["OpenAI"])
 _started = int(time.time())
@@ -31,9 +32,9 @@ def list_models(request):
     entry says whether the model reads images (``vision``, docs/vision.md); the SDKs keep such
     extra fields."""
     check_api_key(request)
-    registry = get_registry()
-    ids = registry.ids()
-    folders = registry.folders()
+    pool = get_pool()
+    ids = pool.ids()
+    folders = pool.folders()
     vision = {model_id: bool(folders[model_id].vision) if model_id in folders else False for model_id in ids}
     if "anthropic-version" in request.headers:
         created = datetime.fromtimestamp(_started, tz=timezone.utc).isoformat().replace("+00:00", "Z")
@@ -49,7 +50,7 @@ def list_models(request):
 @router.post("/chat/completions")
 async def chat_completions(request, body: ChatCompletionRequest):
     check_api_key(request)
-    _check_model(body.model)
+    check_model(body.model)
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
     try:
@@ -63,14 +64,13 @@ async def chat_completions(request, body: ChatCompletionRequest):
                         _params(body, max_tokens, logprobs, structured), body.n, messages=messages,
                         tools=tools, tool_choice=tool_choice, chat_template_kwargs=template_kwargs,
                         parallel_tool_calls=body.parallel_tool_calls)
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await respond(job, ChatFormat(job.request_id, body.model), body.stream, include_usage)
+    return await respond(job, _format(ChatFormat, job, body), body.stream)
 
 
 @router.post("/completions")
 async def completions(request, body: CompletionRequest):
     check_api_key(request)
-    _check_model(body.model)
+    check_model(body.model)
     if body.echo:
         raise ApiError(400, "echo is not supported", param="echo")
     prompts = body.prompt
@@ -80,25 +80,24 @@ async def completions(request, body: CompletionRequest):
         raise ApiError(400, "the prompt is empty", param="prompt")
     job = GenerationJob(f"cmpl-{uuid.uuid4().hex}", body.model, _params(body, body.max_tokens, body.logprobs),
                         body.n, prompts=list(prompts))
+    return await respond(job, _format(CompletionFormat, job, body), body.stream)
+
+
+def _format(cls, job: GenerationJob, body) -> ChatFormat:
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return await respond(job, CompletionFormat(job.request_id, body.model), body.stream, include_usage)
-
-
-def _check_model(model_id: str) -> None:
-    if get_registry().path(model_id) is None:
-        raise ApiError(404, get_registry().not_found_message(model_id), param="model", code="model_not_found")
+    return cls(job.request_id, body.model, len(job.choice_ids()), job.n, include_usage)
 
 
 def _chat_options(body):
     """tools, tool_choice, the structured-output constraint and the template kwargs of a chat
-    request, checked: bad values are a 400 before anything is queued."""
+    request, checked: bad values are a 400 before anything is queued (the worker takes them as
+    they are)."""
     try:
-        tools = check_tools(body.tools)
-        tool_choice = check_tool_choice(body.tool_choice, tools)
+        tools, tool_choice, forced = tool_options(body.tools, body.tool_choice)
         structured = response_format_structured(body.response_format)
-        if structured is not None and tool_choice_structured(tools, tool_choice) is not None:
+        if structured is not None and forced is not None:
             raise ValueError("response_format: cannot be combined with tool_choice 'required' or a named tool")
-        structured = structured or tool_choice_structured(tools, tool_choice)
+        structured = structured or forced
         template_kwargs = check_template_kwargs(body.chat_template_kwargs)
     except ValueError as exc:
         raise ApiError(400, str(exc), param=str(exc).split(":")[0].split(".")[0].split("[")[0]) from None

@@ -25,8 +25,8 @@ from inference.mcp import connection
 from inference.mcp.manager import BadArguments, UnknownTool, get_manager
 from inference.mcp.tools import full_name, split_name
 
-from .auth import check_api_key
-from .errors import ApiError
+from inference.api.common.auth import check_api_key
+from inference.api.common.errors import ApiError
 
 router = Router(tags=["omlx MCP"])
 

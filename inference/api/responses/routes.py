@@ -1,33 +1,29 @@
 """POST /v1/responses: OpenAI's Responses API over the same generation path as chat completions.
 
-The request becomes one chat ``GenerationJob`` (``responses_input``); its events become the
-Response object or its stream of typed events (``responses_format``). Finished responses are
-stored (``responses_store``) unless ``store`` is false, so that ``previous_response_id`` can
+The request becomes one chat ``GenerationJob`` (``responses.input``); its events become the
+Response object or its stream of typed events (``responses.format``). Finished responses are
+stored (``responses.store``) unless ``store`` is false, so that ``previous_response_id`` can
 continue a conversation; GET / DELETE /v1/responses/{id} and .../input_items read and remove them.
 """
 from __future__ import annotations
 
-import json
 import uuid
-from typing import AsyncIterator, List, Optional
+from typing import List, Optional
 
-from django.conf import settings
 from django.http import JsonResponse
 from ninja import Router
 
-from inference.generation import GenerationJob
-from inference.model_registry import get_registry
-from inference.relay import Subscription
+from inference.api.common.auth import check_api_key
+from inference.api.common.chat_job import chat_job
+from inference.api.common.errors import ApiError
+from inference.api.common.model_check import check_model
+from inference.api.common.sampling import checked_params
+from inference.api.common.stream import respond
 
-from .auth import check_api_key
-from .errors import ApiError
-from . import responses_store
-from .responder import start_generation, stop_generation
-from .responses_format import ResponseBuilder
-from .responses_input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
-from .responses_schemas import ResponsesRequest
-from .sampling import checked_params
-from .streaming import EventStreamResponse
+from . import store
+from .format import ResponseBuilder
+from .input import stored_items, to_messages, to_structured, to_tool_choice, to_tools
+from .schemas import ResponsesRequest
 
 router = Router(tags=["OpenAI"])
 
@@ -35,40 +31,26 @@ router = Router(tags=["OpenAI"])
 @router.post("/responses")
 async def create_response(request, body: ResponsesRequest):
     check_api_key(request)
-    if get_registry().path(body.model) is None:
-        raise ApiError(404, get_registry().not_found_message(body.model), param="model", code="model_not_found")
+    check_model(body.model)
     context = []
     if body.previous_response_id is not None:
-        context = await responses_store.context(body.previous_response_id)
+        context = await store.context(body.previous_response_id)
     job, echo = _job(body, context)
     builder = ResponseBuilder(job.request_id, body.model, echo)
-    saver = _Saver(body)
-    subscription = await start_generation(job)
-    if body.stream:
-        return EventStreamResponse(_sse(job, builder, subscription, saver))
-    done = False
-    try:
-        while not builder.finished:
-            builder.feed(await subscription.receive())
-        done = builder.status != "failed"
-    finally:
-        await stop_generation(job, subscription, done)
-    if builder.status == "failed":
-        raise ApiError(500, builder.error["message"])
-    await saver.save(builder)
-    return JsonResponse(builder.body())
+    saver = _Saver(body, builder)
+    return await respond(job, builder, body.stream, on_finish=saver.save)
 
 
 @router.get("/responses/{response_id}")
 async def retrieve_response(request, response_id: str):
     check_api_key(request)
-    return JsonResponse((await responses_store.get(response_id)).body)
+    return JsonResponse((await store.get(response_id)).body)
 
 
 @router.delete("/responses/{response_id}")
 async def delete_response(request, response_id: str):
     check_api_key(request)
-    await responses_store.delete(response_id)
+    await store.delete(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 
@@ -82,7 +64,7 @@ async def list_input_items(request, response_id: str, limit: int = 20, order: st
         raise ApiError(400, f"limit={limit}: must be in [1, 100]", param="limit")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order={order!r}: must be 'asc' or 'desc'", param="order")
-    items = (await responses_store.get(response_id)).input_items
+    items = (await store.get(response_id)).input_items
     if order == "desc":
         items = items[::-1]
     if after is not None:
@@ -99,12 +81,14 @@ class _Saver:
     """Stores a finished response (before its last stream event goes out, so a client that
     continues from it at once finds it)."""
 
-    def __init__(self, body: ResponsesRequest):
+    def __init__(self, body: ResponsesRequest, builder: ResponseBuilder):
         self.items = stored_items(body.input) if body.store is not False else None
+        self.builder = builder
 
-    async def save(self, builder: ResponseBuilder) -> None:
+    async def save(self) -> None:
+        builder = self.builder
         if self.items is not None and builder.status in ("completed", "incomplete"):
-            await responses_store.save(builder.body(), self.items)
+            await store.save(builder.body(), self.items)
 
 
 def _job(body: ResponsesRequest, context: List[dict]):
@@ -123,7 +107,10 @@ def _job(body: ResponsesRequest, context: List[dict]):
         # Templates with a thinking switch (Qwen3 and others) honour it; the others ignore it.
         extra["chat_template_kwargs"] = {"enable_thinking": effort != "none"}
     params = _params(body, structured)
-    job = GenerationJob(f"resp_{uuid.uuid4().hex}", body.model, params, 1, messages=messages, **extra)
+    try:
+        job = chat_job(f"resp_{uuid.uuid4().hex}", body.model, params, 1, messages=messages, **extra)
+    except ValueError as exc:  # tools the chat template cannot be offered (a name given twice)
+        raise ApiError(400, str(exc)) from None
     echo = {
         "instructions": body.instructions, "tools": echo_tools, "tool_choice": echo_choice,
         "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
@@ -142,29 +129,3 @@ def _params(body: ResponsesRequest, structured) -> dict:
         "seed": body.seed, "stop": body.stop, "ignore_eos": body.ignore_eos, "structured": structured,
         "priority": body.priority,
     }, names={"max_tokens": "max_output_tokens", "structured": "text.format"})
-
-
-async def _sse(job: GenerationJob, builder: ResponseBuilder, subscription: Subscription,
-               saver: _Saver) -> AsyncIterator[str]:
-    keepalive = settings.OMLX_SSE_KEEPALIVE_SECONDS
-    done = False
-    try:
-        for event in builder.start():
-            yield _sse_event(event)
-        while not builder.finished:
-            event = await subscription.receive(keepalive)
-            if event is None:
-                yield ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
-                continue
-            events = builder.feed(event)
-            if builder.finished:
-                await saver.save(builder)
-            for out in events:
-                yield _sse_event(out)
-        done = builder.status != "failed"
-    finally:
-        await stop_generation(job, subscription, done)
-
-
-def _sse_event(event: dict) -> str:
-    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n"

@@ -13,9 +13,9 @@ from typing import Tuple
 
 from inference import generation
 from inference.generation import GenerationJob
-from inference.model_registry import get_registry
+from inference.pool import get_pool
 
-from .errors import ApiError
+from inference.api.common.errors import ApiError
 
 MAX_TOKENIZERS = 8  # models whose tokenizer stays loaded here; the least recently used goes first
 
@@ -47,10 +47,10 @@ def _tokenizer(path: Path) -> Tuple[object, threading.Lock]:
 def count_prompt_tokens(job: GenerationJob) -> int:
     """Tokens of the job's rendered prompt (blocking: run it off the event loop). ApiError 404
     for an unknown model, 400 when the chat template rejects the messages."""
-    path = get_registry().path(job.model)
+    path = get_pool().path(job.model)
     if path is None:
         raise ApiError(404, f"The model '{job.model}' does not exist", param="model")
-    job = generation.with_model_settings(job, get_registry().settings(job.model))  # as the worker
+    job = generation.with_model_settings(job, get_pool().settings(job.model))  # as the worker
     try:
         tokenizer, lock = _tokenizer(path)
     except Exception as exc:

@@ -10,6 +10,10 @@ import hashlib
 import json
 from typing import List, Optional, Sequence
 
+from inference.api.common import limits
+from inference.api.common.errors import ApiError
+from inference.api.common.stream import Formatter
+
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 
 
@@ -43,9 +47,10 @@ def _signature(thinking: str) -> str:
     return "omlx-" + hashlib.sha256(thinking.encode("utf-8")).hexdigest()
 
 
-class MessageBuilder:
+class MessageBuilder(Formatter):
     """Collects one choice's events into content blocks, in the order the model produced them,
-    and says which stream events each step adds.
+    and says which stream events each step adds (the ``Formatter`` of /v1/messages: SSE frames
+    with the event's type, pings to keep alive, the Message object as the body).
 
     Invariant: only the last block of ``content`` may be open (text or thinking growing); a
     tool_use block opens and closes within one step, since tool calls arrive complete.
@@ -61,6 +66,22 @@ class MessageBuilder:
         self.usage: Optional[dict] = None
         self._open = False
 
+    keepalive = sse(PING)  # keeps clients and proxies waiting through a long prefill
+
+    @property
+    def finished(self) -> bool:
+        return self.failure is not None or self.stop_reason is not None
+
+    def start(self, accepted: dict) -> List[dict]:
+        # message_start carries the prompt's token count, as the worker counted it when it took the job
+        return self.start_events(accepted["prompt_tokens"][0])
+
+    def frame(self, out: dict) -> str:
+        return sse(out)
+
+    def body(self) -> dict:
+        return self.message()
+
     def message(self, usage: Optional[dict] = None) -> dict:
         """The Message object (with ``usage`` in Anthropic's form; the final usage once finished)."""
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
@@ -73,8 +94,12 @@ class MessageBuilder:
         return [{"type": "message_start", "message": self.message(usage)}, PING]
 
     def feed(self, event: dict) -> List[dict]:
-        """The stream events for one delta event; when it finishes the choice, the closing ones too."""
+        """The stream events for one delta event; when it finishes the choice, the closing ones too
+        (an error event when it failed)."""
         finish = event.get("finish_reason")
+        if finish in ("error", "abort"):
+            self.failure = ApiError(500, limits.failure_message(event))
+            return [error_event("api_error", self.failure.message)]
         text, reasoning = event.get("text") or "", event.get("reasoning") or ""
         if finish == "stop" and self.stop_sequences:
             text, reasoning = self._strip_stop(text, reasoning)

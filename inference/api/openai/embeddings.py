@@ -24,10 +24,9 @@ from ninja import Router, Schema
 from pydantic import ConfigDict, Field
 
 from inference import lifecycle
-from inference.model_registry import get_registry
-
-from .auth import check_api_key
-from .errors import ApiError
+from inference.api.common.auth import check_api_key
+from inference.api.common.errors import ApiError
+from inference.pool import get_pool
 
 router = Router(tags=["Embeddings"])
 
@@ -150,7 +149,7 @@ def _submit(name: str, prepare):
     from inference.embedding.encoder_model import EncoderLoadError
     from inference.pool import InsufficientMemory, ModelUnavailable
 
-    pool = get_registry()
+    pool = get_pool()
     try:
         with pool.lease(name) as engine:
             seqs = prepare(engine.loaded)
@@ -166,7 +165,7 @@ def _submit(name: str, prepare):
 
 
 def _check_kind(name: str, kind: str) -> None:
-    pool = get_registry()
+    pool = get_pool()
     actual = pool.kind(name)
     if actual is None:
         raise ApiError(404, pool.not_found_message(name), param="model", code="model_not_found")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from .errors import ApiError
+from inference.api.common.errors import ApiError
 
 _ROLES = {"user", "assistant", "system", "developer"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}

@@ -1,9 +1,15 @@
 """OpenAI's response bodies and stream chunks, built from generation events
-(``inference.generation``), for chat completions and text completions."""
+(``inference.generation``), for chat completions and text completions: the ``Formatter``s of
+/v1/chat/completions and /v1/completions (``inference.api.common.stream``)."""
 from __future__ import annotations
 
+import json
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
+
+from inference import lifecycle
+from inference.api.common.errors import ApiError
+from inference.api.common.stream import Formatter
 
 
 def usage_body(usages: Dict[int, dict], n: int) -> dict:
@@ -31,14 +37,83 @@ def tool_call_body(call: dict, index: Optional[int] = None) -> dict:
     return body if index is None else {"index": index, **body}
 
 
-class ChatFormat:
-    object = "chat.completion"
+def failure(event: dict) -> Optional[ApiError]:
+    """The client's error for a choice that ended with "error" or "abort" (None: it did not)."""
+    if event["finish_reason"] not in ("error", "abort"):
+        return None
+    if event["finish_reason"] == "abort" and lifecycle.shutting_down():  # omlx_site/shutdown.py
+        return ApiError(503, "The server is shutting down; the request was aborted",
+                        code="server_shutting_down")
+    return ApiError(500, f"Generation failed: {event['error'] or event['finish_reason']}")
 
-    def __init__(self, response_id: str, model: str):
+
+class ChatFormat(Formatter):
+    """Chat completion chunks (``data: {json}`` frames, ``: keep-alive`` comments, ``[DONE]``
+    at the end) or the chat.completion body; ``choices`` is the job's choice count, ``n`` its
+    choices per prompt (usage counts each prompt once)."""
+
+    object = "chat.completion"
+    delta_key = "delta"  # a chunk's new output: a delta object
+    keepalive = ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
+
+    def __init__(self, response_id: str, model: str, choices: int = 1, n: int = 1,
+                 include_usage: bool = False):
         self.id = response_id
         self.model = model
         self.created = int(time.time())
+        self.n = n
+        self.include_usage = include_usage
         self._calls: Dict[int, int] = {}  # choice index -> tool calls streamed so far
+        self._pending = set(range(choices))
+        self._usages: Dict[int, dict] = {}
+        self._choices: Dict[int, dict] = {
+            i: {"index": i, "text": "", "reasoning": "", "tool_calls": [], "logprobs": None,
+                "finish_reason": None, "usage": None}
+            for i in range(choices)
+        }
+
+    @property
+    def finished(self) -> bool:
+        return self.failure is not None or not self._pending
+
+    def start(self, accepted: dict) -> List[dict]:
+        return self.start_chunks(len(self._choices))
+
+    def feed(self, event: dict) -> List[dict]:
+        if event["finish_reason"] is not None:
+            self.failure = failure(event)
+            if self.failure is not None:
+                exc = self.failure
+                return [{"error": {"message": exc.message, "type": exc.type, "param": None,
+                                   "code": exc.code}}]
+            self._usages[event["index"]] = event["usage"]
+            self._pending.discard(event["index"])
+        self._add(event)
+        chunk = self.delta_chunk(event)
+        return [] if chunk is None else [chunk]
+
+    def _add(self, event: dict) -> None:
+        """Every choice's events added up, for the body: {"index", "text", "reasoning",
+        "tool_calls", "logprobs", "finish_reason", "usage"}."""
+        choice = self._choices[event["index"]]
+        choice["text"] += event["text"]
+        choice["reasoning"] += event.get("reasoning") or ""
+        choice["tool_calls"] += event.get("tool_calls") or []
+        if event["logprobs"]:
+            choice["logprobs"] = (choice["logprobs"] or []) + event["logprobs"]
+        if event["finish_reason"] is not None:
+            choice.update(finish_reason=event["finish_reason"], usage=event["usage"])
+
+    def end(self) -> List[Union[dict, str]]:
+        usage = [self.usage_chunk(usage_body(self._usages, self.n))] if self.include_usage else []
+        return usage + ["[DONE]"]
+
+    def frame(self, out: Union[dict, str]) -> str:
+        return f"data: {out if isinstance(out, str) else json.dumps(out, separators=(',', ':'))}\n\n"
+
+    def body(self) -> dict:
+        choices = [self._choices[i] for i in sorted(self._choices)]
+        return self.response(choices, usage_body({c["index"]: c["usage"] for c in choices}, self.n))
 
     def _head(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
@@ -53,9 +128,10 @@ class ChatFormat:
     def start_chunks(self, count: int) -> List[dict]:
         return [self.chunk(i, {"role": "assistant", "content": ""}) for i in range(count)]
 
-    def chunk(self, index: int, delta: dict, logprobs=None, reason=None) -> dict:
+    def chunk(self, index: int, delta, logprobs=None, reason=None) -> dict:
+        """A stream chunk of one choice; ``delta`` is its new output (``delta_key``'s value)."""
         body = self._head("chat.completion.chunk")
-        body["choices"] = [{"index": index, "delta": delta, "logprobs": logprobs,
+        body["choices"] = [{"index": index, self.delta_key: delta, "logprobs": logprobs,
                             "finish_reason": finish_reason(reason)}]
         return body
 
@@ -102,8 +178,13 @@ class ChatFormat:
 
 
 class CompletionFormat(ChatFormat):
-    def __init__(self, response_id: str, model: str):
-        super().__init__(response_id, model)
+    """text_completion chunks or body, as ChatFormat's."""
+
+    delta_key = "text"  # a chunk's new output: text
+
+    def __init__(self, response_id: str, model: str, choices: int = 1, n: int = 1,
+                 include_usage: bool = False):
+        super().__init__(response_id, model, choices, n, include_usage)
         self._offsets = {}
 
     def _head(self, obj: str) -> dict:
@@ -124,12 +205,6 @@ class CompletionFormat(ChatFormat):
 
     def start_chunks(self, count: int) -> List[dict]:
         return []
-
-    def chunk(self, index: int, text: str, logprobs=None, reason=None) -> dict:
-        body = self._head("text_completion")
-        body["choices"] = [{"index": index, "text": text, "logprobs": logprobs,
-                            "finish_reason": finish_reason(reason)}]
-        return body
 
     def delta_chunk(self, event: dict) -> Optional[dict]:
         if not event["text"] and not event["logprobs"] and event["finish_reason"] is None:

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from inference.models import StoredResponse
 
-from .errors import ApiError
+from inference.api.common.errors import ApiError
 
 MAX_CHAIN = 10_000  # rows of one conversation: a guard against a corrupted chain, not a limit in practice
 

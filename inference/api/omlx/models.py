@@ -19,9 +19,9 @@ from ninja import Router
 from inference.engine import ModelLoadError
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 
-from . import json_body
-from .auth import check_api_key
-from .errors import ApiError
+from inference.api.common import json_body
+from inference.api.common.auth import check_api_key
+from inference.api.common.errors import ApiError
 
 router = Router(tags=["omlx models"])
 

@@ -16,8 +16,8 @@ import json
 from typing import Any, Dict, List, Optional, Union
 
 
-from .errors import ApiError
-from .sampling import checked_params
+from inference.api.common.errors import ApiError
+from inference.api.common.sampling import checked_params
 
 ROLES = ("user", "assistant", "system")
 

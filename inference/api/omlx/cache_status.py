@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from ninja import Router
 
-from inference.model_registry import get_registry
+from inference.pool import get_pool
 
-from .auth import check_api_key
+from ..common.auth import check_api_key
 
 router = Router(tags=["omlx cache"])
 
@@ -21,7 +21,7 @@ router = Router(tags=["omlx cache"])
 @router.get("/cache/status")
 def cache_status(request):
     check_api_key(request)
-    registry = get_registry()
+    registry = get_pool()
     rows = []
     for model_id in registry.ids():
         engine = registry.loaded(model_id)

@@ -1,6 +1,6 @@
 """API errors in Anthropic's envelope: {"type": "error", "error": {"type", "message"}}, with the
 status each kind of error has in Anthropic's API. Installed on the NinjaAPI of the Anthropic
-routes (inference/urls.py); the OpenAI routes keep OpenAI's envelope (errors.py)."""
+routes (inference/urls.py); the OpenAI routes keep OpenAI's envelope (common/errors.py)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from . import json_body
-from .errors import ApiError
+from inference.api.common import json_body
+from inference.api.common.errors import ApiError
 
 logger = logging.getLogger("omlx.api")
 

@@ -13,8 +13,8 @@ from django.http import JsonResponse
 from inference import lifecycle
 from omlx_site.version import version
 
-from . import limits
-from .errors import ApiError
+from inference.api.common import limits
+from inference.api.common.errors import ApiError
 
 
 def view(request):

@@ -9,18 +9,26 @@ one item is open (receiving deltas) at a time, output indexes are positions in `
 """
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import List, Optional
 
-from . import limits
+from inference.api.common import limits
+from inference.api.common.errors import ApiError
+from inference.api.common.stream import Formatter
 
 
 def _item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-class ResponseBuilder:
+class ResponseBuilder(Formatter):
+    """The ``Formatter`` of POST /v1/responses: typed SSE events (``event:`` and ``data:``
+    lines), ``: keep-alive`` comments, the Response object as the body."""
+
+    keepalive = ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
+
     def __init__(self, response_id: str, model: str, echo: dict):
         """``echo``: the request fields the Response object repeats (instructions, tools,
         tool_choice, parallel_tool_calls, temperature, top_p, max_output_tokens, text, reasoning,
@@ -63,7 +71,10 @@ class ResponseBuilder:
         self._sequence += 1
         return event
 
-    def start(self) -> List[dict]:
+    def frame(self, out: dict) -> str:
+        return f"event: {out['type']}\ndata: {json.dumps(out, separators=(',', ':'))}\n\n"
+
+    def start(self, accepted: Optional[dict] = None) -> List[dict]:
         return [self._event("response.created", response=self.body()),
                 self._event("response.in_progress", response=self.body())]
 
@@ -168,6 +179,7 @@ class ResponseBuilder:
         if reason in ("error", "abort"):
             self.status = "failed"
             self.error = {"code": "server_error", "message": limits.failure_message(event)}
+            self.failure = ApiError(500, self.error["message"])
             return [self._event("response.failed", response=self.body())]
         out: List[dict] = []
         if not self.output:  # nothing was generated: still one (empty) message
