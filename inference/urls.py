@@ -12,6 +12,7 @@ from inference.api.mcp import router as mcp_router
 from inference.api.models import router as models_router
 from inference.api.openai import router as openai_router
 from inference.api.responses import router as responses_router
+from inference.api.step_trace import router as step_trace_router
 
 api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/v1/docs",
                 openapi_url="/v1/openapi.json", parser=JsonBodyParser())
@@ -19,6 +20,7 @@ api.add_router("/v1/", openai_router)
 api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
 api.add_router("/v1/", cache_status_router)
+api.add_router("/v1/", step_trace_router)
 api.add_router("/v1/", mcp_router)
 api.add_router("/v1/", embeddings_router)
 errors.install(api)
