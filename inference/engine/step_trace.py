@@ -29,6 +29,7 @@ class StepClock:
     restore      loading cached prefixes into requests' caches;
     merge        moving requests whose prompts are done into the decode batch;
     store        handing computed KV to the prefix cache (with the block copies it evaluates).
+    Restore and merge build lazy copies: the copying runs with the next pass that reads them.
     """
 
     __slots__ = ("device_wait", "launch", "sampling", "restore", "merge", "store")
