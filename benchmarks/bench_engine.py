@@ -19,12 +19,17 @@ With --speedup N: the Linux speed-up, N rounds of prefill of the same 256-token 
 on stock mlx-cpu (the wheel's reference BLAS, in a child process, as a user gets it) and by omlx
 on its default path (OpenBLAS, this process), the two interleaved; ratio per round, median.
 
+With --step-trace N: only the cost of the engine's step trace (inference/engine/step_trace.py):
+the single-stream decode row on two omlx engines over the same weights, one with the trace off
+(the default) and one keeping the last N steps, measured back to back in each round; the
+ratio is on / off per round, median (1.0: the trace costs nothing measurable).
+
 Aggregate decode is measured the same way for both engines: per-token timestamps, counted over
 the window in which every stream is decoding (after the last first token, before the first last
 token), so prefill never enters the decode figure.
 
     .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--streams 4,16,32] [--context N]
-        [--decode-tokens N] [--speedup N] [--json FILE]
+        [--decode-tokens N] [--speedup N] [--step-trace N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -77,10 +82,11 @@ def steady_rate(timestamps):
 class Omlx:
     name = "omlx"
 
-    def __init__(self, path, max_streams):
+    def __init__(self, path, max_streams, **settings):
         from inference.engine import LLM
 
-        self.llm = LLM(path, max_concurrent_requests=max_streams, step_token_budget=max(2048, max_streams))
+        self.llm = LLM(path, max_concurrent_requests=max_streams, step_token_budget=max(2048, max_streams),
+                       **settings)
 
     def run(self, prompts, max_tokens):
         """Timestamps are taken by a callback on the engine thread as each event is published,
@@ -273,6 +279,34 @@ def main_speedup(args):
             "ratio": Comparison("speedup", ours, stock).ratio, "rounds": ratios}
 
 
+def main_step_trace(args):
+    """Single-stream decode with the step trace off and on, back to back in each round (which
+    goes first alternates); the figure is the median of the per-round ratios on / off."""
+    path = model_path(args.preset)
+    on = f"trace {args.step_trace}"
+    engines = {"trace off": Omlx(path, 1), on: Omlx(path, 1, step_trace=args.step_trace)}
+    for engine in engines.values():  # warm-up
+        measure_decode(engine, 1, 8, 4, seed=2)
+    rates = {name: [] for name in engines}
+    for r in range(args.rounds):
+        for name in order(list(engines), r):
+            rate = measure_decode(engines[name], 1, args.decode_prompt, args.decode_tokens, seed=9000 + r)
+            rates[name].append(rate)
+            print(f"  round {r}: {name:11s} decode x1: {rate:8.2f} tok/s", flush=True)
+    steps = len(engines[on].llm.engine.step_trace())
+    for engine in engines.values():
+        engine.close()
+    off, on = rates["trace off"], rates[on]
+    ratio = Comparison("step trace", on, off).ratio
+    print(f"| decode, 1 stream (tok/s, median of {args.rounds} rounds) | trace off | trace on "
+          f"(last {args.step_trace} steps) | on / off |\n|---|---|---|---|\n"
+          f"| {args.preset} | {statistics.median(off):.2f} | {statistics.median(on):.2f} | {ratio:.3f} |")
+    print("  per-round ratios " + " ".join(f"{a / b:.3f}" for a, b in zip(on, off))
+          + f"; {steps} steps kept")
+    return {"step trace": {"off": statistics.median(off), "on": statistics.median(on), "ratio": ratio,
+                           "rounds": {"off": off, "on": on}}}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
@@ -288,6 +322,9 @@ def main():
     parser.add_argument("--decode-tokens", type=int, default=0, metavar="N",
                         help="tokens generated per stream in the decode rows (default 32, 16 with --quick); "
                              "more makes each round's single-stream figure a longer, steadier window")
+    parser.add_argument("--step-trace", type=int, default=0, metavar="N",
+                        help="only measure the step trace's cost: single-stream decode with it off and "
+                             "keeping N steps, interleaved rounds")
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -306,6 +343,11 @@ def main():
     from inference import platform
 
     print(f"platform: {platform.describe()}; model preset {args.preset}", flush=True)
+    if args.step_trace:
+        results = main_step_trace(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
+        return
     results = main_default(args)
     p = results["prefill"]
     lines = [

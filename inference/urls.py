@@ -4,13 +4,14 @@ from django.urls import path
 from ninja import NinjaAPI
 
 from inference.api.anthropic import errors as anthropic_errors
-from inference.api.common import errors
 from inference.api.anthropic.routes import router as anthropic_router
-from inference.api.omlx.cache_status import router as cache_status_router
-from inference.api.openai.embeddings import router as embeddings_router
+from inference.api.common import errors
 from inference.api.common.json_body import JsonBodyParser
+from inference.api.omlx.cache_status import router as cache_status_router
 from inference.api.omlx.mcp import router as mcp_router
 from inference.api.omlx.models import router as models_router
+from inference.api.omlx.step_trace import router as step_trace_router
+from inference.api.openai.embeddings import router as embeddings_router
 from inference.api.openai.routes import router as openai_router
 from inference.api.responses.routes import router as responses_router
 
@@ -20,6 +21,7 @@ api.add_router("/v1/", openai_router)
 api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
 api.add_router("/v1/", cache_status_router)
+api.add_router("/v1/", step_trace_router)
 api.add_router("/v1/", mcp_router)
 api.add_router("/v1/", embeddings_router)
 errors.install(api)

@@ -143,6 +143,11 @@ SETTINGS: tuple[Setting, ...] = (
             "many milliseconds (from the speeds measured while serving), so streams keep a steady "
             "inter-token latency during long prefills; per model; 0 targets 4 decode steps",
             flag="--max-step-ms", commands=BOTH, check=checks.engine("max_step_ms"), applies="next load"),
+    Setting("step_trace", "OMLX_STEP_TRACE", INTEGER, 0,
+            "keep a record of each of the last N engine steps (rows decoding, prompt tokens, passes and "
+            "where the step's time went), read at GET /v1/engine/step_trace; 0: off",
+            flag="--step-trace", commands=BOTH, check=checks.engine("step_trace"), metavar="N",
+            applies="next load"),
     Setting("hot_cache_max_size", "OMLX_HOT_CACHE_MAX_SIZE", SIZE, "10%",
             "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
             flag="--hot-cache-max-size", commands=BOTH, check=checks.engine("hot_cache_max_size"),

@@ -65,7 +65,8 @@ def test_openapi_docs(api):
                                     "/v1/responses/{response_id}/input_items", "/v1/models/status",
                                     "/v1/models/rescan", "/v1/models/{model_id}/load",
                                     "/v1/models/{model_id}/unload", "/v1/models/{model_id}/settings",
-                                    "/v1/cache/status", "/v1/embeddings", "/v1/rerank",
+                                    "/v1/cache/status", "/v1/engine/step_trace",
+                                    "/v1/embeddings", "/v1/rerank",
                                     "/v1/mcp/servers", "/v1/mcp/tools", "/v1/mcp/execute"}
 
 

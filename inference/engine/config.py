@@ -38,6 +38,9 @@ class EngineConfig:
         near this many milliseconds, from the measured speeds (``step_costs.StepCosts``), so
         running streams keep a steady inter-token latency while long prompts are prefilled; 0
         (the default) targets 4 decode steps. Lower: steadier streams, slower first tokens.
+    step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
+        rows, prompt tokens, passes and where the step's time went; ``Engine.step_trace()``);
+        0 (the default) keeps none.
 
     ``LIVE`` names the settings an engine takes while running (``Engine.tune``).
     """
@@ -55,9 +58,11 @@ class EngineConfig:
     paged_ssd_cache_dir: Optional[str] = None
     max_batch_wait_ms: float = 0.0
     max_step_ms: float = 0.0
+    step_trace: int = 0
 
     LIVE = ("max_batch_wait_ms", "max_step_ms")
     DTYPES = ("float32", "bfloat16", "float16")
+    MAX_STEP_TRACE = 100_000  # records of about 300 bytes each
 
     def __post_init__(self):
         def positive_int(name):
@@ -87,5 +92,8 @@ class EngineConfig:
         step = self.max_step_ms
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step <= 600_000:
             raise ValueError(f"max_step_ms={step!r}: must be a number of milliseconds in [0, 600000]")
+        trace = self.step_trace
+        if not isinstance(trace, int) or isinstance(trace, bool) or not 0 <= trace <= self.MAX_STEP_TRACE:
+            raise ValueError(f"step_trace={trace!r}: must be a number of steps in [0, {self.MAX_STEP_TRACE}]")
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")

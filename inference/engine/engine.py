@@ -28,6 +28,7 @@ from .request import Request, RequestOutput, RequestStatus
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .stats import EngineStats
+from .step_trace import StepClock, StepRecord, StepTrace
 from .text_stream import TextStream, streaming_detokenizer
 
 logger = logging.getLogger("omlx.engine")
@@ -81,6 +82,10 @@ class Engine(EngineControls, EngineThread):
         self.loaded: Optional[LoadedModel] = None
         self.steps = 0  # counters for tests, benchmarks and (later) the admin panel
         self.prefill_chunks = 0  # prompt chunks computed
+        self.first_tokens = 0  # prompts finished (their first tokens sampled)
+        # Seconds by kind of work, always counted; kept per step only with config.step_trace.
+        self.clock = StepClock()
+        self._trace: Optional[StepTrace] = StepTrace(config.step_trace) if config.step_trace else None
         # The most urgent priority submitted since the engine last drained its inbox (None:
         # nothing): a background prefill checks it between its pieces (_yields_to_arrival).
         self._arrived: Optional[int] = None
@@ -190,6 +195,12 @@ class Engine(EngineControls, EngineThread):
                 out.held_blocks = sum(1 for block in hot.blocks() if block.ref_count > 0)
         return out
 
+    def step_trace(self, last: Optional[int] = None) -> List[StepRecord]:
+        """The records of the last ``config.step_trace`` steps (any thread; oldest first; with
+        ``last`` only that many of the newest); empty when the trace is off."""
+        trace = self._trace
+        return [] if trace is None else trace.records(last)
+
     def _validate_vision(self, vision) -> List[int]:
         if self.loaded.vision is None:
             raise ValueError(f"the model {self.loaded.path.name} does not read images")
@@ -203,7 +214,7 @@ class Engine(EngineControls, EngineThread):
             self.loaded = load_model(model_path, self.config.dtype)
             self.prefix_cache = self._make_prefix_cache()
             block_size = self.config.cache_block_size if self.prefix_cache.wants_kv else None
-            self.runner = ModelRunner(self.loaded, block_size)
+            self.runner = ModelRunner(self.loaded, block_size, self.clock)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
         except BaseException as exc:  # reported to the constructor's caller
             self._loaded(exc)
@@ -286,6 +297,7 @@ class Engine(EngineControls, EngineThread):
                     self._finish(request, "abort")
 
     def _step(self) -> None:
+        scheduled = time.perf_counter()
         out = self.scheduler.schedule()
         if len(out.prefill) > 1 and self.memory_critical.is_set():
             out.prefill = out.prefill[:1]  # the rest stay prefilling: the next steps take them up
@@ -295,14 +307,29 @@ class Engine(EngineControls, EngineThread):
             self.prefix_cache.engine_busy(True)
         prefiller = self.runner.prefiller
         passes, computed = prefiller.forwards, prefiller.tokens
+        trace = self._trace  # the step's one test of the trace: None when it is off
+        if trace is not None:
+            self.clock.reset()
+            before = (self.runner.batch.passes, self.first_tokens)
         start = time.perf_counter()
         try:
             self._run_step(out)
         finally:
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
-        self.scheduler.costs.observe(out.num_decoding, sum(n for _, n in out.prefill),
-                                     time.perf_counter() - start, prefiller.forwards - passes,
+        seconds = time.perf_counter() - start
+        prompt_tokens = sum(n for _, n in out.prefill)
+        self.scheduler.costs.observe(out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes,
                                      prefiller.tokens - computed)
+        if trace is not None:
+            trace.append(StepRecord(
+                step=self.steps, start=start, seconds=seconds, schedule_seconds=start - scheduled,
+                decode_rows=out.num_decoding, decode_passes=self.runner.batch.passes - before[0],
+                prefill_rows=len(out.prefill), prompt_tokens=prompt_tokens,
+                padded_tokens=prefiller.tokens - computed, prefill_passes=prefiller.forwards - passes,
+                first_tokens=self.first_tokens - before[1], restores=len(out.prefix_hits),
+                restored_tokens=sum(hit.num_tokens for _, hit in out.prefix_hits),
+                prefill_seconds=out.prefill_seconds, decode_seconds=out.decode_seconds,
+                **self.clock.seconds()))
 
     def _run_step(self, out) -> None:
         self.steps += 1
@@ -322,7 +349,9 @@ class Engine(EngineControls, EngineThread):
             start = time.perf_counter()
             self.runner.seed_cache(request, hit.layers, hit.num_tokens)
             self.prefix_cache.release(hit)
-            request.restore_seconds += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            request.restore_seconds += seconds
+            self.clock.restore += seconds
         if out.prefill:
             start = time.perf_counter()
             done_before = {request: request.num_computed for request, _ in out.prefill}
@@ -347,7 +376,7 @@ class Engine(EngineControls, EngineThread):
             # What was computed: less than asked for (or nothing) when a background prefill gave way.
             out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill
                            if request.num_computed > done_before[request]]
-            seconds = time.perf_counter() - start
+            seconds = out.prefill_seconds = time.perf_counter() - start
             self.prefill_chunks += len(out.prefill)
             self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), seconds)
             for request, _ in out.prefill:
@@ -359,6 +388,7 @@ class Engine(EngineControls, EngineThread):
                 return  # the newcomer is admitted next; this step's decode would only delay it
         # While background rows decode, the batch does not sample ahead: nothing is left running
         # when the step returns, so a more urgent arrival waits for one decode step, not two.
+        start = time.perf_counter()
         batch = self.runner.batch
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
@@ -368,6 +398,7 @@ class Engine(EngineControls, EngineThread):
         # the step only reported tokens: what the step costs (StepCosts.observe) is then prefill.
         out.num_decoding = rows if batch.passes > passes else 0
         self.runner.launch()  # on the CPU the step's pass is queued once the tokens before it are out
+        out.decode_seconds = time.perf_counter() - start
         if ended:
             self._finish_all(ended)
 
@@ -385,6 +416,7 @@ class Engine(EngineControls, EngineThread):
         decode batch (unless that token already ended it)."""
         ended = []
         sampled = self.runner.first_tokens(done)
+        self.first_tokens += len(sampled)
         now = time.perf_counter()
         for request, token, logprob, state in sampled:
             if request.first_token_at is None:
@@ -392,7 +424,9 @@ class Engine(EngineControls, EngineThread):
             self.scheduler.started_decoding(request)
             end = self._on_token(request, token, logprob)
             if end is None:
+                began = time.perf_counter()
                 self.runner.join(request, state)
+                self.clock.merge += time.perf_counter() - began
             else:
                 ended.append(end)
         if ended:
@@ -446,10 +480,12 @@ class Engine(EngineControls, EngineThread):
         """Store a computed prompt. A model with sliding-window or recurrent layers also took a
         snapshot one token before the end (``Prefill.cuts``): stored as its own tail
         block, so that the same prompt again computes only its last token."""
+        began = time.perf_counter()
         end = request.num_computed
         if any(s.end == end - 1 for s in snapshots):
             self.prefix_cache.store(request.all_token_ids[: end - 1], [s for s in snapshots if s.end < end])
         self.prefix_cache.store(request.all_token_ids[:end], snapshots)
+        self.clock.store += time.perf_counter() - began
 
     def _store_whole_blocks(self, request: Request, done_before: int, snapshots) -> None:
         """Store the blocks a prefill chunk completed, so that requests sharing this prefix
@@ -461,14 +497,18 @@ class Engine(EngineControls, EngineThread):
         if not self.prefix_cache.wants_kv or whole <= done_before // size * size:
             return
         if self.config.share_inflight_prefixes or not self.loaded.cache_layout.plain:
+            began = time.perf_counter()
             self.prefix_cache.store(request.all_token_ids[:whole], snapshots)
+            self.clock.store += time.perf_counter() - began
 
     def _keep_kv(self, request: Request) -> None:
         """Hand a running request's caches to the prefix cache before they are dropped."""
+        began = time.perf_counter()
         end = self.runner.kv_snapshot(request) if self.prefix_cache.wants_kv else None
         if end is not None:
             self.prefix_cache.store(request.all_token_ids[: end.end], request.snapshots + [end])
         request.snapshots = []
+        self.clock.store += time.perf_counter() - began
 
     def _fail_all(self, error: str, reason: str = "error") -> None:
         for request in list(self.scheduler.waiting + self.scheduler.running):

@@ -3,6 +3,7 @@ each request whose prompt they finish, and one batched decode step for all decod
 All of it happens on the engine thread."""
 from __future__ import annotations
 
+from time import perf_counter
 from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
@@ -17,6 +18,7 @@ from .model_loader import LoadedModel
 from .prefill import Prefill
 from .request import Request, RequestStatus, TokenLogprob
 from .sampler import RowState, Sampler
+from .step_trace import StepClock
 
 
 NEW = "new"  # a generated token the host has not seen yet
@@ -50,11 +52,16 @@ class DecodeBatch:
     does nothing. And when a row's unreported token is its last by length, ``step`` only
     reports (``_report``): a pass would compute nothing but that token's KV, and the token
     would wait for it.
+
+    ``clock`` (a ``StepClock``) counts the seconds spent queueing passes (``launch``), waiting
+    for tokens (``device_wait``) and building the sampling (``sampling``).
     """
 
     def __init__(self, model, sampler: Sampler, snapshot_every: Optional[int] = None,
-                 report_first: bool = False, context_length: Optional[int] = None):
+                 report_first: bool = False, context_length: Optional[int] = None,
+                 clock: Optional[StepClock] = None):
         self.model = model
+        self.clock = clock if clock is not None else StepClock()
         self.sampler = sampler
         self.snapshot_every = snapshot_every
         self.report_first = report_first
@@ -158,32 +165,47 @@ class DecodeBatch:
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
         matchers = [s.matcher for s in self._states]
         structured = any(m is not None for m in matchers)
+        clock = self.clock
         host = masks = None
         if structured:
             if not self.report_first:
+                began = perf_counter()
                 mx.async_eval(logits)
+                clock.launch += perf_counter() - began
+            began = perf_counter()
             host = previous.tolist()
+            waited = perf_counter()
+            clock.device_wait += waited - began
             for i, kind in enumerate(kinds):
                 if kind is NEW and matchers[i] is not None:
                     matchers[i].advance(host[i])
             masks = grammar_masks(matchers, self.sampler.vocab_size)
+            clock.sampling += perf_counter() - waited
+        began = perf_counter()
         tokens, logprobs = self.sampler.sample(logits, self._states, masks)
+        sampled = perf_counter()
+        clock.sampling += sampled - began
         pending = [tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None],
                    cache_io.snapshot_arrays(snapshots)]
         if self.report_first:
             self._unlaunched = pending
         else:
             mx.async_eval(*pending)
+            clock.launch += perf_counter() - sampled
         self._inputs, self._logprobs = tokens, logprobs
         self._kinds = [NEW] * len(self.rows)
         out = []
         if NEW in kinds:
             if host is None:
+                began = perf_counter()
                 host = previous.tolist()
+                clock.device_wait += perf_counter() - began
             out = self._reported(host, kinds, previous_lp)
         if not ahead:
             self.launch()
+            began = perf_counter()
             now = tokens.tolist()
+            clock.device_wait += perf_counter() - began
             for i, token in enumerate(now):
                 if matchers[i] is not None:
                     matchers[i].advance(token)
@@ -200,7 +222,9 @@ class DecodeBatch:
         """Wait for the unreported tokens and return them, queueing no pass: the step after
         runs the batch without the rows they end. (For those rows the pass would compute only
         the KV of their last token, and on the CPU that last token would wait for it.)"""
+        began = perf_counter()
         host = self._inputs.tolist()
+        self.clock.device_wait += perf_counter() - began
         for state, kind, token in zip(self._states, self._kinds, host):
             if kind is NEW and state.matcher is not None:
                 state.matcher.advance(token)
@@ -221,7 +245,9 @@ class DecodeBatch:
     def launch(self) -> None:
         """Queue the pass of the last ``step`` if it is not queued yet (``report_first``)."""
         if self._unlaunched is not None:
+            began = perf_counter()
             mx.async_eval(*self._unlaunched)
+            self.clock.launch += perf_counter() - began
             self._unlaunched = None
 
 
@@ -245,10 +271,14 @@ def _to_host(lp: Optional[tuple], token: int) -> Optional[TokenLogprob]:
 class ModelRunner:
     """Owns the model's forward passes and every request's KV while it is running."""
 
-    def __init__(self, loaded: LoadedModel, block_size: Optional[int] = None):
+    def __init__(self, loaded: LoadedModel, block_size: Optional[int] = None,
+                 clock: Optional[StepClock] = None):
         """``block_size``: the block cache's, when it is on; models with sliding-window or
-        recurrent layers then take snapshots at block boundaries (prefill and decode)."""
+        recurrent layers then take snapshots at block boundaries (prefill and decode).
+        ``clock``: where the decode batch, the prefill and the first tokens count their seconds
+        (``StepClock``; the engine's step trace reads it)."""
         self.loaded = loaded
+        self.clock = clock if clock is not None else StepClock()
         self.model = loaded.model
         self.sampler = Sampler(loaded.vocab_size)
         layout = loaded.cache_layout
@@ -260,11 +290,11 @@ class ModelRunner:
         # Before the checks below, which then run through it: this thread's attention on the CPU.
         self.cpu_attention = cpu_attention.setup(self.model)
         self.gate = HeadGate(self.model)
-        self.prefiller = Prefill(loaded, self.gate, block_size)
+        self.prefiller = Prefill(loaded, self.gate, block_size, self.clock)
 
     def _new_batch(self) -> DecodeBatch:
         return DecodeBatch(self.model, self.sampler, self.snapshot_every, self.report_first,
-                           self.loaded.context_length)
+                           self.loaded.context_length, self.clock)
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
         """Start a request's caches from a cached prefix of ``num_tokens`` tokens (per layer
@@ -287,6 +317,7 @@ class ModelRunner:
         logits of its last token (what ``prefill`` hands to ``on_done``), all in one sampling
         pass with one wait for the host. Returns (request, token, logprob or None, the row's
         sampling state for ``join``) in order."""
+        began = perf_counter()
         states = []
         for request, _ in done:
             if request.grammar is not None:  # replayed: after a preemption the output is not empty
@@ -301,7 +332,10 @@ class ModelRunner:
         masks = (grammar_masks(matchers, self.sampler.vocab_size)
                  if any(m is not None for m in matchers) else None)
         tokens, logprobs = self.sampler.sample(mx.stack([logits for _, logits in done]), states, masks)
-        host = tokens.tolist()
+        sampled = perf_counter()
+        host = tokens.tolist()  # waits for the passes that computed the logits, too
+        self.clock.sampling += sampled - began
+        self.clock.device_wait += perf_counter() - sampled
         out = []
         for (request, _), token, lp, state in zip(done, host, logprobs, states):
             if request.matcher is not None:

@@ -37,6 +37,7 @@ model prefills one request after another, which is correct and slower. Image req
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
@@ -48,6 +49,7 @@ from . import cache_io
 from .head_gate import HeadGate
 from .model_loader import LoadedModel
 from .request import Request
+from .step_trace import StepClock
 
 logger = logging.getLogger("omlx.engine")
 
@@ -56,10 +58,12 @@ class Prefill:
     """See the module docstring. ``together``: whether several rows share forward passes;
     ``forwards`` counts the forward passes run, ``rows`` the rows they computed (one for each
     request and cut): fewer passes than rows is work done together; ``tokens`` the tokens they
-    computed, padding included."""
+    computed, padding included; ``clock.device_wait`` the seconds its ``mx.eval`` waited."""
 
-    def __init__(self, loaded: LoadedModel, gate: HeadGate, block_size: Optional[int]):
+    def __init__(self, loaded: LoadedModel, gate: HeadGate, block_size: Optional[int],
+                 clock: Optional[StepClock] = None):
         self.loaded = loaded
+        self.clock = clock if clock is not None else StepClock()
         self.model = loaded.model
         self.gate = gate
         layout = loaded.cache_layout
@@ -129,7 +133,9 @@ class Prefill:
                 on_done(snapshots, finished)
             if stop is None:
                 return False
+            began = perf_counter()
             mx.eval([c.state for request, _ in rows if request.cache is not None for c in request.cache])
+            self.clock.device_wait += perf_counter() - began
             return stop()
 
         if self.together and len(chunks) > 1 and not any(r.vision is not None for r, _ in chunks):
@@ -152,7 +158,9 @@ class Prefill:
                         break
                 if stopped:
                     break
+        began = perf_counter()
         mx.eval([c.state for request, _ in chunks if request.cache is not None for c in request.cache])
+        self.clock.device_wait += perf_counter() - began
         return snapshots
 
     def _forward_one(self, request: Request, n: int) -> "_Lazy":

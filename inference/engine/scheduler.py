@@ -29,6 +29,10 @@ class SchedulerOutput:
     # Rows of the decode batch this step (each generates one token); the engine sets what its
     # decode pass ran: with the rows whose prompts the step's prefill finished, 0 without a pass.
     num_decoding: int = 0
+    # Set by the engine too: the wall time of the step's prefill and of its decode step (the
+    # step trace's figures, inference.engine.step_trace).
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
 
 
 class Scheduler:

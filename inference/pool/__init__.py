@@ -36,6 +36,7 @@ def get_pool() -> ModelPool:
                 {"max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS,
                  "max_batch_wait_ms": settings.OMLX_MAX_BATCH_WAIT_MS,
                  "max_step_ms": settings.OMLX_MAX_STEP_MS,
+                 "step_trace": settings.OMLX_STEP_TRACE,
                  "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
                  "paged_ssd_cache_dir": str(cold) if cold is not None else None},
                 max_model_memory=parse_limit(settings.OMLX_MAX_MODEL_MEMORY, "max_model_memory"),
