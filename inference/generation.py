@@ -160,7 +160,7 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
     from inference.engine import SamplingParams
 
     job = with_model_settings(job, settings)
-    limit = settings.get("context_length")
+    setting = settings.get("context_length")
     tokenizer = engine.tokenizer
     structured = job.params.get("structured")
     try:
@@ -175,18 +175,17 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
                 prompts = [vision.model_ids]
         else:
             prompts = job.prompts
-        ids = [engine.validate_prompt(p) for p in prompts]  # validates all before submitting any
-        if limit is not None:
-            longest = max(len(p) for p in ids)
-            if longest >= limit:
-                raise ValueError(f"This model's maximum context length is {limit} tokens (its "
-                                 f"context_length setting); the prompt has {longest} tokens")
+        # The one check of each prompt (submit takes them as checked), all before submitting any.
+        ids = [engine.validate_prompt(p, setting) for p in prompts]
         values = dict(job.params)
-        stops = (capabilities(tokenizer, model_type, settings.get("tool_parser")).stop_token_ids
-                 if job.messages is not None else ())  # Harmony's <|call|> ends the turn
+        found = (capabilities(tokenizer, model_type, settings.get("tool_parser"))
+                 if job.messages is not None else None)  # the model's chat format, for every choice
+        stops = found.stop_token_ids if found is not None else ()  # Harmony's <|call|> ends the turn
         if stops:
             values["stop_token_ids"] = tuple(values.get("stop_token_ids") or ()) + stops
-        if limit is not None:  # prompt + output within the limit
+        limit = engine.context_limit(setting)  # the limit validate_prompt held each prompt to
+        if limit is not None:  # prompt + output within it
+            longest = max(len(p) for p in ids)
             values["max_tokens"] = min(values.get("max_tokens", SamplingParams.max_tokens), limit - longest)
         base = SamplingParams(**values)  # the one check of the merged values (model settings included)
         params = [_choice_params(base, i) for i in range(job.n)]
@@ -205,16 +204,15 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
     publish(job.request_id, {"kind": "accepted", "prompt_tokens": [len(p) for p in ids], "model": model_id})
     for prompt_ids in ids:
         for choice_params in params:
-            parser = (_parser(job, tokenizer, prompt_text, structured, settings, model_type)
-                      if job.messages is not None else None)
+            parser = _parser(job, found, prompt_text, structured) if found is not None else None
             sink = _sink(job.request_id, index, tokenizer, publish, parser, job.model)
             try:
                 if vision is not None:  # queued by its key ids (image content in the block keys)
                     engine.submit(vision.key_ids, choice_params, request_id=f"{job.request_id}-{index}",
-                                  callback=sink, vision=vision)
+                                  callback=sink, vision=vision, checked=True)
                 else:
                     engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}",
-                                  callback=sink)
+                                  callback=sink, checked=True)
             except Exception as exc:  # the engine closed meanwhile: end every choice not yet running
                 logger.warning("%s: submitting choice %d failed: %s", job.request_id, index, exc)
                 for rest in range(index, len(job.choice_ids())):
@@ -290,12 +288,11 @@ def _render_chat(tokenizer, job: GenerationJob, constrained: bool) -> str:
     return render_prompt(tokenizer, job.messages, tools, kwargs)
 
 
-def _parser(job: GenerationJob, tokenizer, prompt_text: str, structured: Optional[dict], settings: dict,
-            model_type: Optional[str]):
-    """The parser of one choice's output, by the model's format (``inference.chat.capabilities``)."""
+def _parser(job: GenerationJob, found, prompt_text: str, structured: Optional[dict]):
+    """The parser of one choice's output, by the model's format ``found`` (the job's
+    ``inference.chat.capabilities``)."""
     if forces_call(job.tool_choice):
         return ToolChoiceParser()
-    found = capabilities(tokenizer, model_type, settings.get("tool_parser"))
     if structured is not None:  # JSON by grammar: nothing to parse
         return OutputParser()
     parse_tools = bool(job.tools) and job.tool_choice != "none"

@@ -198,3 +198,27 @@ def test_streamed_completion_logprobs_offsets(api):
             offsets += logprobs["text_offset"]
     assert len(tokens) == 5
     assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(5)]
+
+
+def test_each_prompt_is_validated_once(api, monkeypatch):
+    """The worker validates each prompt once (``Engine.validate_prompt``, against the one context
+    limit) and submits its choices as checked: n choices do not validate it again."""
+    from inference.engine.engine import Engine
+
+    calls = []
+    validate = Engine.validate_prompt
+
+    def counted(self, prompt, *args, **kwargs):
+        calls.append(len(prompt))
+        return validate(self, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "validate_prompt", counted)
+    status, body = request("POST", "/v1/chat/completions",
+                           {"model": "tiny", "messages": CHAT, "max_tokens": 2, "n": 2, "temperature": 0})
+    assert status == 200, body
+    assert len(body["choices"]) == 2 and len(calls) == 1, calls
+    calls.clear()
+    status, body = request("POST", "/v1/completions",
+                           {"model": "tiny", "prompt": [[5, 6, 7], [8, 9]], "max_tokens": 2, "n": 2})
+    assert status == 200, body
+    assert len(body["choices"]) == 4 and sorted(calls) == [2, 3], calls

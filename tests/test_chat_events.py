@@ -7,6 +7,7 @@ from mlx_lm.tokenizer_utils import load as load_tokenizer
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from inference.api.openai.format import ChatFormat
+from inference.chat.capabilities import capabilities
 from inference.chat.template import render_prompt
 from inference.engine.request import RequestOutput, Usage
 from inference.generation import GenerationJob, _parser, _sink
@@ -30,7 +31,7 @@ def run_choice(model_dir, arch, output, step=3, **job_fields):
     prompt = render_prompt(tokenizer, USER, TOOLS)
     events = []
     sink = _sink(job.request_id, 0, tokenizer, lambda _, event: events.append(event),
-                 _parser(job, tokenizer, prompt, None, {}, arch))
+                 _parser(job, capabilities(tokenizer, arch), prompt, None))
     pieces = [output[i:i + step] for i in range(0, len(output), step)]
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1

@@ -249,6 +249,22 @@ def test_invalid_prompts(llm):
         llm.engine.submit([5] * 100000, SamplingParams())
 
 
+def test_one_context_limit(llm):
+    """The limit is the model's own context or a smaller context_length setting; the error names
+    which one the prompt broke."""
+    engine = llm.engine
+    own = engine.loaded.context_length
+    assert engine.context_limit() == own == engine.context_limit(own + 10)
+    assert engine.context_limit(24) == 24
+    assert engine.validate_prompt([5] * 23, 24) == [5] * 23
+    with pytest.raises(ValueError, match=r"is 24 tokens \(its context_length setting\); the prompt has 24"):
+        engine.validate_prompt([5] * 24, 24)
+    with pytest.raises(ValueError, match=f"is {own} tokens; the prompt has {own}"):
+        engine.validate_prompt([5] * own, own + 10)
+    with pytest.raises(ValueError, match=f"is {own} tokens; the prompt has {own}"):
+        engine.validate_prompt([5] * own, own)  # the same limit: the model's own is named
+
+
 def test_invalid_engine_settings(path):
     with pytest.raises(ValueError, match="step_token_budget"):
         LLM(path, max_concurrent_requests=8, step_token_budget=4)

@@ -288,7 +288,8 @@ def test_the_setting_and_the_request_choose_the_parser_of_a_job():
     job = GenerationJob("r", "m", {}, messages=[{"role": "user", "content": "hi"}], tools=TOOLS, tool_choice="auto")
 
     def output(job, settings):
-        out, _ = parse(_parser(job, tokenizer, "", None, settings, None), [call])
+        found = capabilities(tokenizer, None, settings.get("tool_parser"))
+        out, _ = parse(_parser(job, found, "", None), [call])
         return names_and_args(out), out.text
 
     assert output(job, {}) == (REFERENCES["kimi_k2"][1], "")

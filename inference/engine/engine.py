@@ -107,14 +107,19 @@ class Engine(EngineControls, EngineThread):
     def submit(self, prompt: Prompt, params: Optional[SamplingParams] = None,
                request_id: Optional[str] = None,
                callback: Optional[Callable[[RequestOutput], None]] = None,
-               vision=None) -> RequestStream:
+               vision=None, checked: bool = False) -> RequestStream:
         """Queue a request; raises ValueError for a bad prompt or parameters. ``vision``: a
-        prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids)."""
+        prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids).
+        ``checked``: the caller validated the prompt already (``validate_prompt``; for ``vision``
+        its model ids, and that the model reads images), so it is queued as it is."""
         self._check_open()
         params = params if params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
-        token_ids = self.validate_prompt(prompt) if vision is None else self._validate_vision(vision)
+        if checked:
+            token_ids = list(prompt)
+        else:
+            token_ids = self.validate_prompt(prompt) if vision is None else self._validate_vision(vision)
         request_id = request_id or f"req-{next(_ids)}"
         stream = RequestStream(self, request_id)
         tok = self.loaded.tokenizer
@@ -145,9 +150,16 @@ class Engine(EngineControls, EngineThread):
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
-    def validate_prompt(self, prompt: Prompt) -> List[int]:
+    def context_limit(self, context_length: Optional[int] = None) -> Optional[int]:
+        """The most tokens a request may hold, prompt and output: the model's own context, or
+        ``context_length`` (the model's setting) when that is smaller; None when neither is known."""
+        limits = [limit for limit in (self.loaded.context_length, context_length) if limit]
+        return min(limits) if limits else None
+
+    def validate_prompt(self, prompt: Prompt, context_length: Optional[int] = None) -> List[int]:
         """The prompt's token ids; ValueError if it is empty, has ids outside the vocabulary or
-        does not fit the model's context."""
+        does not fit ``context_limit(context_length)``. The one check of a prompt: the worker
+        calls it and then submits with ``checked=True``."""
         if isinstance(prompt, str):
             ids = self.encode(prompt)
         elif isinstance(prompt, (list, tuple)) and all(
@@ -161,10 +173,11 @@ class Engine(EngineControls, EngineThread):
             raise ValueError("a prompt must be a string or a list of token ids")
         if not ids:
             raise ValueError("the prompt is empty")
-        limit = self.loaded.context_length
-        if limit and len(ids) >= limit:
-            raise ValueError(f"This model's maximum context length is {limit} tokens; the prompt has "
-                             f"{len(ids)} tokens")
+        limit = self.context_limit(context_length)
+        if limit is not None and len(ids) >= limit:
+            source = "" if limit == self.loaded.context_length else " (its context_length setting)"
+            raise ValueError(f"This model's maximum context length is {limit} tokens{source}; the prompt "
+                             f"has {len(ids)} tokens")
         return ids
 
     def stats(self, held_blocks: bool = False) -> EngineStats:
