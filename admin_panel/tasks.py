@@ -35,7 +35,7 @@ def group_name(run_id: int) -> str:
 
 
 def _publish(run_id: int, event: dict) -> None:
-    from inference import relay
+    from inference.dispatch import relay
 
     relay.publish_group(group_name(run_id), dict(event, run=run_id))
 
@@ -43,7 +43,7 @@ def _publish(run_id: int, event: dict) -> None:
 def check_workers() -> None:
     """BenchmarkRefused when no Huey worker could run a benchmark next to the API's requests."""
     if settings.OMLX_REDIS_URL:
-        from inference.worker_presence import any_worker_alive
+        from inference.dispatch.worker_presence import any_worker_alive
 
         alive = any_worker_alive()
         if alive is None:
@@ -51,7 +51,7 @@ def check_workers() -> None:
         if not alive:
             raise BenchmarkRefused("No worker is running: start one with `omlx worker`")
         return
-    from inference.huey_consumer import running
+    from inference.dispatch.huey_consumer import running
 
     if not running():
         raise BenchmarkRefused("No Huey worker runs in this server (OMLX_API_HANDOFF=direct or --workers 0): "
@@ -91,7 +91,7 @@ def start_benchmark(model: str, bench_settings, preset: str = "custom"):
                                                       error=f"it could not be queued: {exc}")
         raise BenchmarkRefused(f"The benchmark could not be queued: {exc}") from None
     if not settings.OMLX_REDIS_URL:
-        from inference import huey_consumer
+        from inference.dispatch import huey_consumer
 
         huey_consumer.notify()
     return run
@@ -111,7 +111,7 @@ def execute(run_id: int) -> None:
     from .bench import BenchSettings, PoolTarget, TargetError, run_benchmark
     from .models import BenchmarkRun
 
-    from inference.worker_presence import worker_id
+    from inference.dispatch.worker_presence import worker_id
 
     updated = BenchmarkRun.objects.filter(pk=run_id, status=BenchmarkRun.QUEUED).update(
         status=BenchmarkRun.RUNNING, started=timezone.now(), progress_message="starting", worker=worker_id())
@@ -179,10 +179,10 @@ def fail_interrupted_runs() -> int:
 
 def fail_lost_runs() -> int:
     """Redis mode: mark failed the running runs whose worker process no longer beats
-    (``inference.worker_presence``); how many. The page calls it whenever it looks at runs."""
+    (``inference.dispatch.worker_presence``); how many. The page calls it whenever it looks at runs."""
     if not settings.OMLX_REDIS_URL:
         return 0
-    from inference.worker_presence import is_alive
+    from inference.dispatch.worker_presence import is_alive
 
     from .models import BenchmarkRun
 

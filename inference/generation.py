@@ -1,5 +1,5 @@
 """The worker side of an API request: a ``GenerationJob`` handed to a model's engine, its events
-published to the request's channel-layer group (``inference.relay``).
+published to the request's channel-layer group (``inference.dispatch.relay``).
 
 The Huey task (``inference.tasks``) and the direct hand-off of the view share all of this; only
 how a job reaches ``run_job`` differs.
@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
-from inference import relay
+from inference.dispatch import relay
 from inference.chat.capabilities import capabilities
 from inference.chat.harmony_output import HarmonyParser
 from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser

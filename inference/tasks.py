@@ -2,9 +2,9 @@
 ``abort``, defined by the Huey dispatch backend, ``inference.dispatch.huey``), the models' TTLs, and
 the hooks every consumer runs as it starts and stops.
 
-In the embedded default the consumer runs inside the server process (``inference.huey_consumer``).
+In the embedded default the consumer runs inside the server process (``inference.dispatch.huey_consumer``).
 With Redis (``inference.dispatch.redis``) ``omlx worker`` or ``manage.py run_huey`` run it in other
-processes: each announces itself (``inference.worker_presence``) and listens for aborts, which are
+processes: each announces itself (``inference.dispatch.worker_presence``) and listens for aborts, which are
 broadcast to every worker over the channel layer (the worker running a request may be any of them).
 """
 from __future__ import annotations

@@ -101,7 +101,7 @@ else:
         "default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 100_000}}
     }
     HUEY = {
-        "huey_class": "inference.huey_consumer.QueueHuey",  # SqliteHuey without an fsync per commit
+        "huey_class": "inference.dispatch.huey_consumer.QueueHuey",  # SqliteHuey without an fsync per commit
         "name": "omlx",
         "filename": str(OMLX_HOME / "huey.sqlite3"),
         "immediate": False,

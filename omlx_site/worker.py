@@ -34,7 +34,7 @@ def run_worker(threads: int = 2) -> int:
     from django.utils.module_loading import autodiscover_modules
     from huey.contrib.djhuey import HUEY
 
-    from inference import relay, worker_presence
+    from inference.dispatch import relay, worker_presence
     from inference.pool import close_pool, get_pool
 
     autodiscover_modules("tasks")

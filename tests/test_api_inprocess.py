@@ -7,7 +7,7 @@ import shutil
 import pytest
 from django.test import AsyncClient, override_settings
 
-from inference import relay
+from inference.dispatch import relay
 from inference.api.common import handoff
 from inference.pool import close_pool
 

@@ -8,9 +8,9 @@ import pytest
 from django.test import override_settings
 from huey import MemoryHuey
 
-from inference import relay
+from inference.dispatch import relay
 from inference.generation import GenerationJob, abort_job, run_job
-from inference.huey_consumer import EmbeddedConsumer
+from inference.dispatch.huey_consumer import EmbeddedConsumer
 from inference.pool import close_pool, get_pool
 
 

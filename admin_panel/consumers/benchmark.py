@@ -22,7 +22,7 @@ class BenchmarkConsumer(AdminConsumer):
     final = False  # the final state is on the page
 
     async def joined(self) -> None:
-        from inference import relay
+        from inference.dispatch import relay
 
         from admin_panel.tasks import group_name
 
@@ -39,7 +39,7 @@ class BenchmarkConsumer(AdminConsumer):
             await self.send_html(html)
 
     async def generation_event(self, message) -> None:
-        """A step of the run (``inference.relay``'s message type)."""
+        """A step of the run (``inference.dispatch.relay``'s message type)."""
         event = message.get("event") or {}
         if event.get("run") != self.run_id or self.final:
             return
@@ -73,7 +73,7 @@ class BenchmarkConsumer(AdminConsumer):
 
     async def disconnect(self, code) -> None:
         if self.group is not None:
-            from inference import relay
+            from inference.dispatch import relay
 
             relay.stop_listening(self.group)
             await self.channel_layer.group_discard(self.group, self.channel_name)

@@ -51,6 +51,6 @@ class DispatchBackend:
 
     def close(self) -> None:
         """The server stops: send what is left of the events this process published."""
-        from inference import relay
+        from . import relay
 
         relay.flush(5.0)

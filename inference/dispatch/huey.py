@@ -1,5 +1,5 @@
 """The embedded default: a Huey task in a SQLite queue, taken by the consumer that runs inside the
-server process (``inference.huey_consumer``, OMLX_HUEY_WORKERS threads). Its two tasks are
+server process (``inference.dispatch.huey_consumer``, OMLX_HUEY_WORKERS threads). Its two tasks are
 defined here; ``inference.tasks`` imports them, so every consumer finds them."""
 from __future__ import annotations
 
@@ -31,22 +31,22 @@ class HueyBackend(DispatchBackend):
         self.runs_models = settings.OMLX_HUEY_WORKERS > 0
 
     def available(self) -> None:
-        from inference.huey_consumer import running
+        from inference.dispatch.huey_consumer import running
 
         if not running():
             raise NoWorker("No worker is running in this server")
 
     async def submit(self, job) -> None:
         # The embedded queue is a local SQLite file written without an fsync per commit
-        # (inference.huey_consumer.QueueHuey): a few tens of microseconds, less than the hop to a
+        # (inference.dispatch.huey_consumer.QueueHuey): a few tens of microseconds, less than the hop to a
         # thread and back, so it is written from the loop.
-        from inference import huey_consumer
+        from . import huey_consumer
 
         generate(job.to_dict())
         huey_consumer.notify()
 
     def abort(self, job) -> None:
-        from inference import huey_consumer
+        from . import huey_consumer
 
         abort(job.request_id, job.model, len(job.choice_ids()))
         huey_consumer.notify()
@@ -54,6 +54,6 @@ class HueyBackend(DispatchBackend):
     def start_consumer(self):
         if settings.OMLX_HUEY_WORKERS <= 0:
             return None
-        from inference.huey_consumer import start_embedded_consumer
+        from inference.dispatch.huey_consumer import start_embedded_consumer
 
         return start_embedded_consumer()

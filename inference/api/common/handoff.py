@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from asgiref.sync import sync_to_async
 
-from inference import relay
+from inference.dispatch import relay
 from inference.dispatch import get_backend
 from inference.generation import GenerationJob
 

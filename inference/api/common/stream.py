@@ -19,7 +19,7 @@ from django.http import JsonResponse
 from inference.api.common import handoff
 from inference.generation import GenerationJob
 from inference.metrics import GenerationObserver
-from inference.relay import Subscription
+from inference.dispatch.relay import Subscription
 
 from .errors import ApiError
 from .sse import EventStreamResponse

@@ -13,7 +13,7 @@ engine thread). The view side (``Subscription``) runs on the server's event loop
   events one after the other, in the order ``publish`` was called, so the tokens of a request keep
   their order and the engine thread never waits for the network. Each event carries the sending
   process's worker id (``"worker"``), so that a view can tell when the worker running its request
-  is gone (``inference.worker_presence``) instead of waiting forever.
+  is gone (``inference.dispatch.worker_presence``) instead of waiting forever.
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def _send(group: str, event: dict) -> None:
             # run_coroutine_threadsafe keeps the order: each send completes without waiting.
             asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop)
         return
-    from inference.worker_presence import worker_id
+    from inference.dispatch.worker_presence import worker_id
 
     message["event"] = dict(event, worker=worker_id())
     _sender().send(layer, group, message)
@@ -306,7 +306,7 @@ class Subscription:
                 return None
         from django.conf import settings
 
-        from inference import worker_presence
+        from . import worker_presence
 
         loop = asyncio.get_running_loop()
         heartbeat = settings.OMLX_WORKER_HEARTBEAT_SECONDS
