@@ -10,7 +10,10 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import default_model_dir, human_bytes, omlx_home
+from cache import cold_usage
+
+from .common import default_model_dir, human_bytes, omlx_home
+from .models import discover
 from .server import Server, add_server_flags
 
 
@@ -61,15 +64,13 @@ def cold_root(args) -> Optional[Path]:
 
 def collect(args) -> dict:
     """The report `omlx cache` prints: one row per fingerprint, and where it came from."""
-    from cache.cold_usage import usage
-
     root = cold_root(args)
     server = Server(getattr(args, "url", None), getattr(args, "api_key", None))
     report = {"cold_dir": str(root) if root else None, "server": None, "note": None, "models": []}
     hot = _hot_rows(server, report)
     names = _names(getattr(args, "model_dir", None))
     rows: Dict[str, dict] = {}
-    for u in (usage(root) if root is not None and root.is_dir() else []):
+    for u in (cold_usage.usage(root) if root is not None and root.is_dir() else []):
         rows[u.fingerprint] = {
             "fingerprint": u.fingerprint, "model": _name(u.model_path, names), "model_path": u.model_path,
             "loaded_as": None, "hot": None,
@@ -117,8 +118,6 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
-    from cache.cold_usage import clear
-
     root = cold_root(args)
     if root is None:
         print("omlx cache clear: the SSD tier is off (--paged-ssd-cache-dir off)", file=sys.stderr)
@@ -151,7 +150,7 @@ def run_clear(args) -> int:
         if input(f"remove {what}? [y/N] ").strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 1
-    result = clear(root, [r["fingerprint"] for r in targets])
+    result = cold_usage.clear(root, [r["fingerprint"] for r in targets])
     print(f"removed {result.files} block files ({human_bytes(result.bytes)}) and {result.rows} rows "
           f"of {len(result.fingerprints)} model(s)")
     return 0
@@ -172,8 +171,6 @@ def _hot_rows(server: Server, report: dict) -> List[dict]:
 
 def _names(model_dirs) -> Dict[str, str]:
     """Resolved folder path -> model name, from discovery in the model folder(s)."""
-    from .models import discover
-
     dirs = [Path(d).expanduser() for d in (model_dirs or [default_model_dir()])]
     names = {}
     for row in discover(dirs):
