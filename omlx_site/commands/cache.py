@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from cache import cold_usage
-
 from .common import default_model_dir, human_bytes, omlx_home
 from .models import discover
 from .server import Server, add_server_flags
@@ -64,6 +62,8 @@ def cold_root(args) -> Optional[Path]:
 
 def collect(args) -> dict:
     """The report `omlx cache` prints: one row per fingerprint, and where it came from."""
+    from cache import cold_usage  # the cold tier's modules (30-50 ms): not at every `omlx` start
+
     root = cold_root(args)
     server = Server(getattr(args, "url", None), getattr(args, "api_key", None))
     report = {"cold_dir": str(root) if root else None, "server": None, "note": None, "models": []}
@@ -118,6 +118,8 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
+    from cache import cold_usage  # as in collect
+
     root = cold_root(args)
     if root is None:
         print("omlx cache clear: the SSD tier is off (--paged-ssd-cache-dir off)", file=sys.stderr)
