@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
+
 
 def error_body(path: str, status: int, message: str, code) -> bytes:
     """The error envelope of the API that ``path`` belongs to (Anthropic's for /v1/messages)."""
@@ -27,8 +29,6 @@ class BodyLimitMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        from django.conf import settings
-
         limit = settings.OMLX_MAX_REQUEST_BYTES
         declared = None
         for name, value in scope.get("headers", ()):

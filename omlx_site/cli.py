@@ -7,6 +7,15 @@ import os
 import sys
 import time
 
+import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
+from inference import platform
+from inference.mcp import sdk
+from omlx_site import config, restart, service
+from omlx_site.commands import add_parsers
+from omlx_site.server import serve
+from omlx_site.version import version
+from omlx_site.worker import run_worker
+
 
 def main(argv=None) -> int:
     try:
@@ -17,11 +26,6 @@ def main(argv=None) -> int:
 
 
 def _main(argv=None) -> int:
-    import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
-    from omlx_site import config
-
-    from omlx_site.version import version
-
     parser = argparse.ArgumentParser(prog="omlx", description="Local LLM inference server on MLX.")
     parser.add_argument("--version", action="version", version=f"omlx {version()}",
                         help="print omlx's version (the installed package's) and exit")
@@ -91,8 +95,6 @@ def _main(argv=None) -> int:
                        "qwen2, qwen3; special tokens such as </think> or <tool_call> in TEXT are "
                        "written as those tokens; --preset and --quantize do not apply)")
 
-    from omlx_site.commands import add_parsers
-
     add_parsers(sub)  # pull, models, cache, bench (omlx_site/commands/)
     _add_service_parser(sub)
 
@@ -111,14 +113,14 @@ def _main(argv=None) -> int:
     if args.command == "worker":
         return _worker(parser, args)
     if args.command == "build-model":
-        from inference.testkit.registry import build_model, build_quantized
+        from inference.testkit.registry import build_model, build_quantized  # mlx, and torch for some
 
         build_args = dict(arch=args.arch, preset=args.preset, seed=args.seed, dtype=args.dtype)
         try:
             if args.script is not None:
                 if args.quantize:
                     parser.error("--script and --quantize do not go together")
-                from inference.testkit.scripted import build_scripted_model
+                from inference.testkit.scripted import build_scripted_model  # mlx, as above
 
                 path = build_scripted_model(args.out, args.script, arch=args.arch, seed=args.seed, dtype=args.dtype)
             elif args.quantize:
@@ -159,8 +161,6 @@ def _add_service_parser(sub) -> None:
 
 
 def _service(parser, serve_parser, args, extra) -> int:
-    from omlx_site import config, service
-
     serve_args = extra[1:] if extra[:1] == ["--"] else extra
     if serve_args and args.action != "install":
         parser.error(f"unrecognized arguments: {' '.join(serve_args)}")
@@ -184,8 +184,6 @@ def _settings(parser, args, command):
     """The flags given, checked; then every setting resolved (flag > environment > settings.json >
     default), so that a bad environment variable stops the command here with its name. Prints the
     values that come from settings.json."""
-    from omlx_site import config
-
     given = config.flag_values(parser, args, command)
     try:
         resolved = config.resolve(cli=given)
@@ -199,17 +197,12 @@ def _settings(parser, args, command):
 
 
 def _serve(parser, args) -> int:
-    from omlx_site import config
-    from omlx_site.server import serve
-
     given, values = _settings(parser, args, "serve")
     try:
         config.check_together(values)
     except ValueError as exc:
         parser.error(str(exc))
     if values["mcp_config"] is not None:  # before anything starts: a clear message, not an ImportError
-        from inference.mcp import sdk
-
         try:
             sdk.require()
         except sdk.MCPUnavailable as exc:
@@ -224,17 +217,12 @@ def _serve(parser, args) -> int:
     config.remember_launch(given, os.environ)  # the console tells flags from variables
     config.export(given)  # omlx_site.settings (and `manage.py run_huey` children) read the environment
     code = serve(values["host"], values["port"])
-    from omlx_site import restart
-
     if restart.requested():  # the console's Restart button: the same command line starts again
         restart.reexec()
     return code
 
 
 def _worker(parser, args) -> int:
-    from omlx_site import config
-    from omlx_site.worker import run_worker
-
     given, values = _settings(parser, args, "worker")
     if not values["redis_url"]:
         parser.error("omlx worker needs --redis-url (or OMLX_REDIS_URL): the server's Redis")
@@ -246,9 +234,8 @@ def _worker(parser, args) -> int:
 
 
 def _demo(args) -> int:
-    from inference import platform
-    from inference.testkit.demo import demo_model_path
-    from inference.engine import LLM, ModelLoadError, SamplingParams
+    from inference.engine import LLM, ModelLoadError, SamplingParams  # mlx: only when the demo runs
+    from inference.testkit.demo import demo_model_path  # mlx and the test-model kit, as above
 
     info = platform.describe()
     print(f"omlx demo: backend {info.get('backend')}, BLAS {info.get('blas')}, dtype {info.get('dtype')}")

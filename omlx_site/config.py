@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from huggingface_hub import constants as hf_constants
+
 from omlx_site import setting_checks as checks
 from omlx_site import upstream_settings
 from omlx_site.setting_kinds import (  # noqa: F401  (config.BOOLEAN etc. are used elsewhere)
@@ -40,9 +42,7 @@ logger = logging.getLogger("omlx.settings")
 
 def _hf_hub_cache():
     """huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE).expanduser()
+    return Path(hf_constants.HF_HUB_CACHE).expanduser()
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ def read_file(path: Path, warn: Callable[[str], None] = _warn) -> dict:
         reason = "not a JSON object"
     if isinstance(data, dict):
         if upstream_settings.is_upstream(data):  # upstream oMLX's nested file at the same path
-            return upstream_settings.adopt(path, data, warn, _write)
+            return upstream_settings.adopt(path, data, BY_KEY, warn, _write)
         return data
     aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
     try:

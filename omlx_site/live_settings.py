@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
+from django.conf import settings
+
+from inference.pool import current_pool
+from inference.pool.memory import auto_process_limit, parse_limit
 from omlx_site.config import BY_KEY
 
 
@@ -30,8 +34,6 @@ def _hf_cache(settings, pool, value) -> None:
 
 def _memory(attribute: str, auto: bool) -> Callable:
     def apply(settings, pool, value) -> None:
-        from inference.pool.memory import auto_process_limit, parse_limit
-
         setattr(settings, BY_KEY[attribute].env, value)
         if pool is not None:
             setattr(pool, attribute, parse_limit(value, attribute, auto=auto_process_limit() if auto else None))
@@ -85,9 +87,5 @@ def apply(key: str, value: Any) -> bool:
     applier = APPLIERS.get(key)
     if applier is None:
         return False
-    from django.conf import settings
-
-    from inference.pool import current_pool
-
     applier(settings, current_pool(), value)
     return True

@@ -21,6 +21,7 @@ from django.http import HttpResponse
 from django.middleware import common, security
 from django.utils.decorators import sync_and_async_middleware
 
+from inference import metrics
 from omlx_site.body_limit import error_body
 
 _MESSAGES = {404: "Unknown route", 405: "Method not allowed", 500: "Internal error"}
@@ -57,8 +58,6 @@ def request_metrics(get_response):
     """Counts every answered request in /metrics (``omlx_http_requests_total``) by the route's
     pattern (``/v1/models/{model_id}/unload``, not the path asked for), method and status. The
     first middleware, so it sees the status the client gets."""
-    from inference import metrics
-
     def count(request, response) -> None:
         method = request.method if request.method in _METHODS else "other"
         metrics.HTTP_REQUESTS.labels(_endpoint(request), method, str(response.status_code)).inc()

@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from inference import lifecycle
 from omlx_site import json_log
 
 logger = logging.getLogger("omlx.server")
@@ -25,6 +26,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     # Twisted then leaves it ignored: SIGINT stops the server however it was started.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+    # Django, the apps, the pool and Daphne load here, once DJANGO_SETTINGS_MODULE is set: the apps
+    # need django.setup() first, and `omlx` commands that do not serve import this module too.
     import django
     from django.conf import settings
     from django.core.management import call_command
@@ -36,7 +39,6 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     if fail_interrupted_runs():
         logger.warning("benchmark runs left unfinished by the last server were marked failed (interrupted)")
 
-    from inference import lifecycle
     from inference.dispatch import get_backend
     from inference.pool import close_pool, get_pool
 
@@ -50,12 +52,12 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
         lifecycle.begin_start()
 
     consumer = backend.start_consumer()
-    from admin_panel.history import get_history
+    from admin_panel.history import get_history  # after django.setup(), as above
 
     get_history()  # the admin Status page's charts start now (a daemon thread, a point every 5 s)
     mcp = _start_mcp()
     if load_pinned:  # models run in this process: watch its memory while serving
-        from inference.pool.memory_guard import start_guard
+        from inference.pool.memory_guard import start_guard  # when serving, as above
 
         start_guard(registry)
     if backend.networked:
@@ -95,15 +97,15 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
     finally:
         lifecycle.start_shutdown()
         if mcp is not None:  # the MCP servers stop with omlx (a stdio server's process ends)
-            from inference.mcp import manager
+            from inference.mcp import manager  # when serving, as above
 
             manager.stop()
         if consumer is not None:
             consumer.stop(graceful=True, timeout=5.0)
-        from admin_panel.downloads import close_downloads
+        from admin_panel.downloads import close_downloads  # after django.setup(), as above
 
         close_downloads()  # the console's downloads stop as on a cancel: Resume continues them
-        from inference.pool.memory_guard import stop_guard
+        from inference.pool.memory_guard import stop_guard  # when serving, as above
 
         stop_guard()
         close_pool()
@@ -118,11 +120,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 def _start_mcp():
     """The MCP servers of --mcp-config, started in the background (they come up while omlx
     listens; GET /v1/mcp/servers shows each one's state). None when none are configured."""
-    from django.conf import settings
+    from django.conf import settings  # when serving, as in serve()
 
     if not settings.OMLX_MCP_CONFIG:
         return None
-    from inference.mcp import config as mcp_config
+    from inference.mcp import config as mcp_config  # when serving, as in serve()
     from inference.mcp import manager
 
     try:
@@ -135,8 +137,6 @@ def _start_mcp():
 
 
 def _load_pinned(registry) -> None:
-    from inference import lifecycle
-
     try:
         for model_id in registry.load_pinned():
             logger.info("pinned model %s loaded", model_id)

@@ -24,7 +24,7 @@ def port(value):
 
 def engine(field):
     def check(value):
-        from inference.engine.config import EngineConfig
+        from inference.engine.config import EngineConfig  # imports MLX (inference.engine)
 
         EngineConfig(**{field: value})
     return check
@@ -32,7 +32,7 @@ def engine(field):
 
 def memory_limit(auto):
     def check(value):
-        from inference.pool.memory import auto_process_limit, parse_limit
+        from inference.pool.memory import auto_process_limit, parse_limit  # the pool: when checked
 
         parse_limit(value, "limit", auto=auto_process_limit() if auto else None)
     return check
@@ -54,7 +54,7 @@ def redis_url(value):
 
 
 def mcp_config(path):
-    from inference.mcp import config as mcp_config
+    from inference.mcp import config as mcp_config  # the inference package: when checked
 
     mcp_config.load(path)
 

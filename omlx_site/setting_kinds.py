@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from cache.sizes import parse_size
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -61,8 +63,6 @@ def _boolean(raw):
 
 
 def _bytes(raw):
-    from cache.sizes import parse_size
-
     if isinstance(raw, bool) or not isinstance(raw, (int, str)):
         raise ValueError(f"{raw!r} is not a size")
     return parse_size(raw.strip() if isinstance(raw, str) else raw, "size")

@@ -15,6 +15,9 @@ import logging
 import signal
 import time
 
+from inference import lifecycle
+from inference.api.common import handoff, limits
+
 logger = logging.getLogger("omlx.server")
 
 POLL_SECONDS = 0.05
@@ -43,8 +46,6 @@ class GracefulShutdown:
             self.reactor.callFromThread(self._stop, f"{name} again: stopping now")
 
     def _begin(self, name: str) -> None:
-        from inference import lifecycle
-
         self.started = time.monotonic()
         lifecycle.start_shutdown()
         logger.info("%s: not taking new requests; waiting up to %g s for %d running", name,
@@ -67,8 +68,6 @@ class GracefulShutdown:
             self.reactor.callLater(POLL_SECONDS, self._poll)
 
     def _abort_all(self) -> None:
-        from inference.api.common import handoff, limits
-
         self.aborted = True
         jobs = limits.jobs_in_flight()
         logger.warning("aborting %d requests still running after %g s", len(jobs), self.grace_seconds,
@@ -81,8 +80,6 @@ class GracefulShutdown:
 
     def _busy(self) -> int:
         """Generations in flight plus HTTP requests in progress (websockets do not hold the stop)."""
-        from inference.api.common import limits
-
         pending = 0
         for protocol, details in list(self.server.connections.items()):
             instance = details.get("application_instance")

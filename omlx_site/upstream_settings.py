@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 SECTIONS = ("server", "model", "memory", "scheduler", "cache", "auth", "mcp", "huggingface",
             "modelscope", "network", "sampling", "logging", "claude_code", "integrations", "ui",
@@ -52,11 +52,10 @@ def is_upstream(data: dict) -> bool:
     return any(isinstance(data.get(section), dict) for section in SECTIONS)
 
 
-def convert(data: dict) -> Tuple[Dict[str, Any], List[str], List[str]]:
+def convert(data: dict, table: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[str], List[str]]:
     """(omlx's settings as settings.json values, "section.key -> key" carried over, what has no
-    equivalent or a value omlx refuses, as "section.key" or "section.*")."""
-    from omlx_site.config import BY_KEY
-
+    equivalent or a value omlx refuses, as "section.key" or "section.*"). ``table`` is omlx's
+    settings table by key (``config.BY_KEY``), passed in so that config can import this module."""
     values: Dict[str, Any] = {}
     carried: List[str] = []
     left: List[str] = []
@@ -80,11 +79,11 @@ def convert(data: dict) -> Tuple[Dict[str, Any], List[str], List[str]]:
                     used.append(f"{name}.{key}")
                 continue
             try:
-                parsed = BY_KEY[target[0]].parse(value)
+                parsed = table[target[0]].parse(value)
             except (ValueError, TypeError) as exc:
                 left.append(f"{name}.{key} ({exc})")
                 continue
-            values[target[0]] = BY_KEY[target[0]].kind.json(parsed)
+            values[target[0]] = table[target[0]].kind.json(parsed)
             carried.append(f"{name}.{key} -> {target[0]}")
         mapped_any = any(c.startswith(f"{name}.") for c in carried)
         left.extend(used if mapped_any or len(used) < 3 else [f"{name}.*"])
@@ -94,10 +93,12 @@ def convert(data: dict) -> Tuple[Dict[str, Any], List[str], List[str]]:
     return values, carried, left
 
 
-def adopt(path: Path, data: dict, warn: Callable[[str], None], write: Callable[[Path, dict], None]) -> dict:
-    """Convert upstream's ``data`` (read from ``path``), keep the original beside it, write the
-    converted file in its place with ``write`` and return the converted settings."""
-    values, carried, left = convert(data)
+def adopt(path: Path, data: dict, table: Mapping[str, Any], warn: Callable[[str], None],
+          write: Callable[[Path, dict], None]) -> dict:
+    """Convert upstream's ``data`` (read from ``path``) with ``table`` (as `convert`), keep the
+    original beside it, write the converted file in its place with ``write`` and return the
+    converted settings."""
+    values, carried, left = convert(data, table)
     backup = _backup(path)
     write(path, values)
     warn(f"{path}: an upstream oMLX settings file; converted to omlx's settings (the original is "

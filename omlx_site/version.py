@@ -1,11 +1,11 @@
 """omlx's version, from the installed package's metadata (pyproject.toml's ``version``)."""
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
     try:
         return package_version("omlx")
     except PackageNotFoundError:  # run from a checkout that was never installed

@@ -24,6 +24,8 @@ def run_worker(threads: int = 2) -> int:
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
+    # Django, Huey, the apps and the pool load here, once DJANGO_SETTINGS_MODULE is set: they need
+    # django.setup() first, and every `omlx` command imports this module.
     import django
     from django.conf import settings
     from django.core.management import call_command
@@ -43,7 +45,7 @@ def run_worker(threads: int = 2) -> int:
                 ", ".join(registry.models()))
     for model_id in registry.load_pinned():
         logger.info("pinned model %s loaded", model_id)
-    from inference.pool.memory_guard import start_guard, stop_guard
+    from inference.pool.memory_guard import start_guard, stop_guard  # as above
 
     start_guard(registry)
     # SIGINT and SIGTERM both stop at once: a request can last minutes, its client waits; the

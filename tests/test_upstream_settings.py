@@ -6,7 +6,7 @@ import stat
 
 import httpx
 
-from omlx_site import upstream_settings
+from omlx_site import config, upstream_settings
 from tests.conftest import ServerProcess
 
 
@@ -38,7 +38,7 @@ def test_convert_maps_what_has_an_equivalent(tmp_path):
     data = upstream_file(tmp_path / "m")
     assert upstream_settings.is_upstream(data)
     assert not upstream_settings.is_upstream({"port": 8123, "model_dir": ["/x"]})  # omlx's own
-    values, carried, left = upstream_settings.convert(data)
+    values, carried, left = upstream_settings.convert(data, config.BY_KEY)
     assert values == {"host": "127.0.0.1", "port": 8123, "model_dir": [str(tmp_path / "m")],
                       "max_concurrent_requests": 3, "hot_cache_max_size": "2GB", "api_key": "sk-upstream"}
     assert "server.port -> port" in carried and "auth.api_key -> api_key" in carried
@@ -51,7 +51,7 @@ def test_convert_maps_what_has_an_equivalent(tmp_path):
     data["huggingface"]["hf_cache_enabled"] = False
     data["model"] = {"model_dir": "/old/models", "model_dirs": []}
     data["scheduler"]["max_concurrent_requests"] = 0
-    values, carried, left = upstream_settings.convert(data)
+    values, carried, left = upstream_settings.convert(data, config.BY_KEY)
     assert (values["paged_ssd_cache_dir"], values["hf_cache"], values["model_dir"]) == ("off", "off", ["/old/models"])
     assert "max_concurrent_requests" not in values
     assert any(n.startswith("scheduler.max_concurrent_requests (") for n in left)

@@ -18,8 +18,9 @@ from admin_panel import charts
 from admin_panel.auth import admin_required
 from admin_panel.bench import PRESETS, parse_concurrency
 from admin_panel.models import BenchmarkRun
-from admin_panel.tasks import fail_lost_runs
+from admin_panel.tasks import BenchmarkRefused, fail_lost_runs, start_benchmark
 from admin_panel.views import shows_errors
+from inference.pool import get_pool
 
 RUNS_LISTED = 50
 _NUMBER_FIELDS = ("prompt_tokens", "gen_tokens", "repeats")
@@ -79,8 +80,6 @@ def _live_html(run: BenchmarkRun, request=None, oob: bool = False) -> str:
 
 
 def _models() -> List[str]:
-    from inference.pool import get_pool
-
     return sorted(get_pool().ids())
 
 
@@ -126,8 +125,6 @@ def _settings_from_form(data) -> tuple:
 
 
 def _start(request):
-    from admin_panel.tasks import BenchmarkRefused, start_benchmark
-
     values = {k: request.POST.get(k, "") for k in ("model", "preset", "concurrency") + _NUMBER_FIELDS}
     model = values["model"].strip()
 

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from admin_panel.auth import admin_required
 from admin_panel.views import shows_errors
+from inference.pool import get_pool
 from omlx_site import integrations
 
 KEY_PLACEHOLDER = "YOUR_OMLX_API_KEY"
@@ -20,8 +21,6 @@ KEY_PLACEHOLDER = "YOUR_OMLX_API_KEY"
 @admin_required
 @require_GET
 def page(request):
-    from inference.pool import get_pool
-
     rows = get_pool().status()["data"]
     wanted = (request.GET.get("model") or "").strip() or None
     context = {"models": [r["id"] for r in rows if r.get("servable") and r.get("type") == "llm"],

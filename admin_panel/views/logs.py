@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.shortcuts import render
 
 from admin_panel.auth import admin_required
 from admin_panel.log_tail import LEVELS, LogLine, log_files, tail
+from omlx_site.json_log import current_path
 
 DEFAULT_LINES = 200
 MAX_LINES = 5000
@@ -38,15 +40,11 @@ class LogQuery:
         return line.matches(self.level, self.text)
 
     def query_string(self) -> str:
-        from urllib.parse import urlencode
-
         return urlencode({"file": self.file, "lines": self.lines, "level": self.level, "q": self.text})
 
 
 def log_directory() -> Optional[Path]:
     """Where this server writes its log (None: logging to a file is off)."""
-    from omlx_site.json_log import current_path
-
     current = current_path()
     if current is not None:
         return current.parent
@@ -55,8 +53,6 @@ def log_directory() -> Optional[Path]:
 
 def read_query(params) -> LogQuery:
     """A LogQuery from GET parameters (the page's form, or the websocket's URL)."""
-    from omlx_site.json_log import current_path
-
     current = current_path()
     query = LogQuery(log_directory(), current.name if current is not None else "server.log")
     name = (params.get("file") or "").strip()

@@ -119,7 +119,7 @@ def _start(pool, model_id: str, act: str, messages: List[Message]) -> int:
 
 
 def _job_error(exc: BaseException) -> Optional[tuple]:
-    from inference.engine import ModelLoadError
+    from inference.engine import ModelLoadError  # inference.engine imports MLX; the console loads without it
 
     if isinstance(exc, ModelUnavailable):
         return 400, str(exc)

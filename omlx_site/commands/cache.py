@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import default_model_dir, human_bytes, omlx_home
+from .common import default_model_dir, human_bytes, omlx_home
+from .models import discover
 from .server import Server, add_server_flags
 
 
@@ -61,7 +62,7 @@ def cold_root(args) -> Optional[Path]:
 
 def collect(args) -> dict:
     """The report `omlx cache` prints: one row per fingerprint, and where it came from."""
-    from cache.cold_usage import usage
+    from cache import cold_usage  # the cold tier's modules (30-50 ms): not at every `omlx` start
 
     root = cold_root(args)
     server = Server(getattr(args, "url", None), getattr(args, "api_key", None))
@@ -69,7 +70,7 @@ def collect(args) -> dict:
     hot = _hot_rows(server, report)
     names = _names(getattr(args, "model_dir", None))
     rows: Dict[str, dict] = {}
-    for u in (usage(root) if root is not None and root.is_dir() else []):
+    for u in (cold_usage.usage(root) if root is not None and root.is_dir() else []):
         rows[u.fingerprint] = {
             "fingerprint": u.fingerprint, "model": _name(u.model_path, names), "model_path": u.model_path,
             "loaded_as": None, "hot": None,
@@ -117,7 +118,7 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
-    from cache.cold_usage import clear
+    from cache import cold_usage  # as in collect
 
     root = cold_root(args)
     if root is None:
@@ -151,7 +152,7 @@ def run_clear(args) -> int:
         if input(f"remove {what}? [y/N] ").strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 1
-    result = clear(root, [r["fingerprint"] for r in targets])
+    result = cold_usage.clear(root, [r["fingerprint"] for r in targets])
     print(f"removed {result.files} block files ({human_bytes(result.bytes)}) and {result.rows} rows "
           f"of {len(result.fingerprints)} model(s)")
     return 0
@@ -172,8 +173,6 @@ def _hot_rows(server: Server, report: dict) -> List[dict]:
 
 def _names(model_dirs) -> Dict[str, str]:
     """Resolved folder path -> model name, from discovery in the model folder(s)."""
-    from .models import discover
-
     dirs = [Path(d).expanduser() for d in (model_dirs or [default_model_dir()])]
     names = {}
     for row in discover(dirs):

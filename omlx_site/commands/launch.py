@@ -20,9 +20,10 @@ from typing import List, Optional
 
 import httpx
 
-from omlx_site import integrations
+from omlx_site import config, integrations
 
-from . import omlx_home
+from .common import omlx_home
+from .models import discover
 
 START_TIMEOUT_SECONDS = 300.0  # a first start may build the demo model
 
@@ -61,8 +62,6 @@ def add_parser(subparsers) -> None:
 
 
 def _settings() -> dict:
-    from omlx_site import config
-
     try:
         return config.load()
     except ValueError as exc:
@@ -136,8 +135,6 @@ def start_server(url: str) -> subprocess.Popen:
 
 def _disk_rows(values: dict) -> List[dict]:
     """Model rows from the model folders on disk (for --print when no server answers)."""
-    from .models import discover
-
     return discover([Path(d) for d in values["model_dir"]], values.get("hf_cache"))
 
 

@@ -6,7 +6,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from . import default_model_dir, human_bytes
+from omlx_site import config
+
+from .common import default_model_dir, human_bytes
 from .server import Server, add_server_flags
 
 
@@ -31,6 +33,8 @@ def add_parser(subparsers) -> None:
 def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> List[dict]:
     """Model folders on disk as rows: id, path, type, size_bytes, servable, reason (the model
     pool's discovery: depth 1 and 2, kinds, reasons)."""
+    # inference.pool (its metrics, the engines' bookkeeping): only when folders are listed,
+    # not at every `omlx` start
     from inference.pool.discovery import discover as discover_folders
 
     return [{"id": f.id, "path": str(f.path), "type": f.kind, "size_bytes": f.size_bytes,
@@ -40,8 +44,6 @@ def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> Lis
 
 def _hf_cache_dir() -> Optional[Path]:
     """The Hugging Face cache `omlx serve` would search ($OMLX_HF_CACHE, settings.json, default)."""
-    from omlx_site import config
-
     return config.load()["hf_cache"]
 
 

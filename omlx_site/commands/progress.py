@@ -8,7 +8,7 @@ from pathlib import Path
 
 from inference.hub import HubFile, Progress, Snapshot
 
-from . import human_bytes
+from .common import human_bytes
 
 _REDRAW_EVERY = 0.1  # seconds between redraws of the bar
 _BAR = 24

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
-from . import default_model_dir
+from inference.hub import HubError, check_repo_id, pull
+
+from .common import default_model_dir
+from .progress import PullProgress
+from .pull_events import JsonProgress
 
 
 def add_parser(subparsers) -> None:
@@ -38,11 +42,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from inference.hub import HubError, check_repo_id, pull
-
-    from .progress import PullProgress
-    from .pull_events import JsonProgress
-
     try:
         check_repo_id(args.repo)
     except ValueError as exc:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import FORMATS
 from .base import ToolFormat
+from .registry import FORMATS
 
 TEMPLATE_MARKERS = (  # (markers that must all be in the template, format), first match wins
     (("<|channel|>", "<|message|>"), "harmony"),
