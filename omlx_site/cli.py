@@ -20,7 +20,7 @@ def _main(argv=None) -> int:
     import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
     from omlx_site import config
 
-    from omlx_site.version import version
+    from inference.version import version
 
     parser = argparse.ArgumentParser(prog="omlx", description="Local LLM inference server on MLX.")
     parser.add_argument("--version", action="version", version=f"omlx {version()}",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 
-from omlx_site.version import version
+from inference.version import version
 
 from . import limits
 from .errors import ApiError
