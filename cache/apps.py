@@ -20,6 +20,11 @@ class CacheConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
+        from . import cold_index
+        from .orm_index import OrmColdIndex
+
+        # The cold tier's rows live in this app's CacheBlock table (cache/cold_index.py).
+        cold_index.install(OrmColdIndex())
         # cache/tasks.py (the periodic cold-tier GC) is imported by the Huey consumer's discovery
         # of tasks modules.
         connection_created.connect(_sqlite_wal, dispatch_uid="omlx_cache_sqlite_wal")

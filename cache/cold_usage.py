@@ -1,7 +1,7 @@
 """What the cold tier holds per model, and removing it: the data behind `omlx cache`.
 
 Works on the cold-cache root from outside any engine (no mlx import). ``usage`` lists, per model
-fingerprint directory, the block files on disk and the rows in SQLite, and the model folder that
+fingerprint directory, the block files on disk and their rows (cache/cold_index.py), and the model folder that
 wrote them (``model.json``, recorded since names were; older directories have none). ``clear``
 removes blocks in GC's order (cache/gc.py): the file, then its row, so a crash half way leaves
 files without rows (re-indexed at the next start) or rows without files (dropped at the next
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from . import cold_rows, durable, gc
+from . import cold_index, durable, gc
 from .block_file import BLOCK_NAME, FINGERPRINT_DIR, MODEL_INFO, SHARD_DIR, TMP_NAME
 
 
@@ -75,7 +75,7 @@ def clear(root, fingerprints: Iterable[str]) -> ClearResult:
     """Remove every block of these fingerprints: files, then rows, then the emptied directory."""
     root = Path(root).expanduser()
     result = ClearResult()
-    db = cold_rows.ensure_django()
+    index = cold_index.installed()
     for fp in fingerprints:
         if not FINGERPRINT_DIR.match(fp):
             raise ValueError(f"{fp!r} is not a model fingerprint")
@@ -86,12 +86,12 @@ def clear(root, fingerprints: Iterable[str]) -> ClearResult:
                 removed.append(BLOCK_NAME.match(path.name).group(1))
                 result.files += 1
                 result.bytes += size
-        if db:
+        if index is not None:
             # Rows of removed files, and rows whose file is gone anyway; a block a live server
             # wrote meanwhile keeps its file and its row.
-            rows = cold_rows.rows_for(fp)
+            rows = index.rows_for(fp)
             dead = [k for k, r in rows.items() if k in removed or not (root / r.file).exists()]
-            cold_rows.delete(dead)
+            index.delete(dead)
             result.rows += len(dead)
             removed = sorted(set(removed) | set(dead))
         _tidy(directory)
@@ -132,16 +132,8 @@ def _block_files(directory) -> List[tuple]:
 
 def _row_totals() -> Dict[str, tuple]:
     """fingerprint -> (rows, recorded bytes, tokens, newest last use)."""
-    if not cold_rows.ensure_django():
-        return {}
-    from django.db.models import Count, Max, Sum
-
-    from .models import CacheBlock
-
-    totals = (CacheBlock.objects.order_by().values("model_fingerprint")
-              .annotate(n=Count("key"), b=Sum("bytes"), t=Sum("token_count"), last=Max("last_used")))
-    return {r["model_fingerprint"]: (r["n"], r["b"] or 0, r["t"] or 0,
-                                     r["last"].timestamp() if r["last"] else None) for r in totals}
+    index = cold_index.installed()
+    return index.totals() if index is not None else {}
 
 
 def _tidy(directory: Path) -> None:

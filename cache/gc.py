@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from . import cold_rows
+from . import cold_index
 from .block_file import BLOCK_NAME, FINGERPRINT_DIR, SHARD_DIR
 
 logger = logging.getLogger("omlx.cache.gc")
@@ -85,7 +85,8 @@ def collect(root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float],
     now = time.time() if now is None else now
     root = Path(root_dir).expanduser()
     result = GCResult()
-    rows = _read_rows()
+    index = cold_index.installed()
+    rows = _read_rows(index)
     blocks = _list_blocks(root)
     tiers = _tiers_under(root)
     for b in blocks.values():
@@ -132,9 +133,9 @@ def collect(root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float],
         result.removed_bytes += b.size
         del blocks[b.key]
     dead_rows = stale + [k for keys in removed.values() for k in keys]
-    if dead_rows:
+    if dead_rows and index is not None:
         try:
-            cold_rows.delete(dead_rows)
+            index.delete(dead_rows)
         except Exception as err:  # noqa: BLE001 - stale rows are dropped again next time
             logger.warning("cold GC: cannot delete rows: %s", err)
     result.stale_rows = len(stale)
@@ -151,11 +152,11 @@ def collect(root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float],
     return result
 
 
-def _read_rows() -> Dict[str, Tuple[str, str, float]]:
-    if not cold_rows.ensure_django():
+def _read_rows(index) -> Dict[str, Tuple[str, str, float]]:
+    if index is None:
         return {}
     try:
-        return cold_rows.usage()
+        return index.usage()
     except Exception as err:  # noqa: BLE001 - without rows, file times stand in for last use
         logger.warning("cold GC: cannot read rows (%s); using file times", err)
         return {}

@@ -42,7 +42,7 @@ class CacheBlock(models.Model):
 
 class GCRun(models.Model):
     """One pass of the cold-tier GC (cache/gc.py), periodic or started by hand from the admin
-    console. Only the newest ``KEEP`` rows are kept (cache/gc_runs.py trims older ones)."""
+    console. Only the newest ``KEEP`` rows are kept (cache/tasks.py trims older ones)."""
 
     TRIGGERS = [("periodic", "periodic"), ("manual", "manual")]
     KEEP = 500

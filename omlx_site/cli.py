@@ -10,10 +10,10 @@ import time
 import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
 from inference import platform
 from inference.mcp import sdk
+from inference.version import version
 from omlx_site import config, restart, service
 from omlx_site.commands import add_parsers
 from omlx_site.server import serve
-from omlx_site.version import version
 from omlx_site.worker import run_worker
 
 

@@ -19,7 +19,7 @@ from admin_panel.auth import admin_required
 from admin_panel.views import shows_errors
 from admin_panel.probe_job import probe_job
 from admin_panel.templatetags.omlx_units import human_bytes
-from cache import gc_runs
+from cache import tasks as cache_tasks
 from cache.block_file import FINGERPRINT_DIR
 from cache.clear import Cleared, clear_model
 from inference.pool import get_pool
@@ -81,7 +81,7 @@ def probe(request):
 
 def _run_gc(messages: List[Message]) -> int:
     try:
-        result = gc_runs.run("manual")
+        result = cache_tasks.run("manual")
     except Exception as exc:  # noqa: BLE001 - an unreadable directory, a locked database
         messages.append(("error", f"GC failed: {exc}"))
         return 500
@@ -142,4 +142,4 @@ def _context(messages: List[Message]) -> dict:
     pool = get_pool()
     cache_rows = cache_report.rows(pool, _root())
     return {"rows": cache_rows, "totals": cache_report.totals(cache_rows, settings),
-            "gc_runs": gc_runs.recent(GC_ROWS), "messages": messages, "probe": probe_job.state()}
+            "gc_runs": cache_tasks.recent(GC_ROWS), "messages": messages, "probe": probe_job.state()}

@@ -272,8 +272,15 @@ class Engine(EngineControls, EngineThread):
                                                config.cache_block_size)
         cold = None
         if config.paged_ssd_cache_dir:
+            from cache import cold_index
             from cache.cold_tier import ColdTier
 
+            if cold_index.installed() is None:
+                # A plain script or benchmark: Django has not started, so this caller starts it
+                # for the cold tier's rows (the server's cache app installed them at start).
+                from cache import orm_index
+
+                orm_index.setup()
             cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint,
                             model_info={"path": str(Path(loaded.path).resolve()), "dtype": loaded.dtype,
                                         "opened": int(time.time())}, layout=layout)

@@ -5,13 +5,20 @@ pool reads (``num_active``, ``idle_since``) before it unloads anything.
 
 The inbox carries (kind, item) tuples. Every engine's loop handles ``("call", (fn, done))`` with
 ``answer`` (run ``fn(engine)`` on the engine's thread, then ``done(ok, result or exception)``)
-and ends at ``("close", None)``; the other kinds are each engine's own."""
+and ends at ``("close", None)``; the other kinds are each engine's own.
+
+An engine closes itself when the interpreter exits and when it is collected (``weakref.finalize``
+over its inbox and thread, never the engine): a script that forgets ``close()`` must not end with
+the engine's thread still inside MLX while the interpreter tears down (the process aborts).
+Its thread holds the engine while it runs, so collection closes only an engine whose loading
+failed; the fronts that scripts hold (``LLM``) close theirs when collected."""
 from __future__ import annotations
 
 import os
 import queue
 import threading
 import time
+import weakref
 from typing import Callable, Optional
 
 
@@ -29,6 +36,14 @@ def _wait_for_os_thread_exit(native_id: Optional[int], timeout: float = 5.0) -> 
         time.sleep(0.001)
 
 
+def _shut_down(inbox: "queue.SimpleQueue[tuple]", thread: threading.Thread) -> None:
+    """Ask the engine's loop to end and wait until its OS thread is gone (close, exit, collection)."""
+    if thread.is_alive():
+        inbox.put(("close", None))
+        thread.join()
+        _wait_for_os_thread_exit(thread.native_id)
+
+
 class EngineThread:
     """Base of the engines. A subclass sets up its own state, then calls ``_start(name, *args)``,
     which runs ``self._main(*args)`` on a new thread and returns once ``_main`` has called
@@ -42,6 +57,8 @@ class EngineThread:
         self._ready = threading.Event()
         self._load_error: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._main, args=args, name=name, daemon=True)
+        # Runs at close(), at exit (before the interpreter tears down) or when collected.
+        self._closer = weakref.finalize(self, _shut_down, self._inbox, self._thread)
         self._thread.start()
         self._ready.wait()
         if self._load_error is not None:
@@ -97,7 +114,5 @@ class EngineThread:
         done(*result)
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._inbox.put(("close", None))
-            self._thread.join()
-            _wait_for_os_thread_exit(self._thread.native_id)
+        """End the engine's thread (requests in flight fail). Idempotent."""
+        self._closer()

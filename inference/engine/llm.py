@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
@@ -27,10 +28,13 @@ class LLM:
     """``LLM(model_path, **settings).generate(prompts, SamplingParams(...))``.
 
     Settings are EngineConfig's fields. All prompts are submitted at once and run batched.
+    A context manager; ``close()``, leaving the ``with`` block, collection and interpreter exit
+    all close the engine.
     """
 
     def __init__(self, model_path, **settings):
         self.engine = Engine(model_path, **settings)
+        self._close = weakref.finalize(self, self.engine.close)
 
     @property
     def tokenizer(self):
@@ -67,7 +71,7 @@ class LLM:
         return results
 
     def close(self) -> None:
-        self.engine.close()
+        self._close()
 
     def __enter__(self):
         return self

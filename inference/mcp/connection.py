@@ -300,6 +300,6 @@ def describe(exc: BaseException) -> str:
 
 
 def _version() -> str:
-    from omlx_site.version import version
+    from inference.version import version
 
     return version()

@@ -62,7 +62,8 @@ def cold_root(args) -> Optional[Path]:
 
 def collect(args) -> dict:
     """The report `omlx cache` prints: one row per fingerprint, and where it came from."""
-    from cache import cold_usage  # the cold tier's modules (30-50 ms): not at every `omlx` start
+    from cache import orm_index  # the cold tier's modules (30-50 ms): not at every `omlx` start
+    from cache.cold_usage import usage
 
     root = cold_root(args)
     server = Server(getattr(args, "url", None), getattr(args, "api_key", None))
@@ -70,7 +71,10 @@ def collect(args) -> dict:
     hot = _hot_rows(server, report)
     names = _names(getattr(args, "model_dir", None))
     rows: Dict[str, dict] = {}
-    for u in (cold_usage.usage(root) if root is not None and root.is_dir() else []):
+    on_disk = root is not None and root.is_dir()
+    if on_disk:
+        orm_index.setup()  # the rows (cache/cold_index.py): this command starts Django itself
+    for u in (usage(root) if on_disk else []):
         rows[u.fingerprint] = {
             "fingerprint": u.fingerprint, "model": _name(u.model_path, names), "model_path": u.model_path,
             "loaded_as": None, "hot": None,
@@ -118,7 +122,8 @@ def run_show(args) -> int:
 
 
 def run_clear(args) -> int:
-    from cache import cold_usage  # as in collect
+    from cache import orm_index  # as in collect
+    from cache.cold_usage import clear
 
     root = cold_root(args)
     if root is None:
@@ -152,7 +157,8 @@ def run_clear(args) -> int:
         if input(f"remove {what}? [y/N] ").strip().lower() not in ("y", "yes"):
             print("nothing removed")
             return 1
-    result = cold_usage.clear(root, [r["fingerprint"] for r in targets])
+    orm_index.setup()
+    result = clear(root, [r["fingerprint"] for r in targets])
     print(f"removed {result.files} block files ({human_bytes(result.bytes)}) and {result.rows} rows "
           f"of {len(result.fingerprints)} model(s)")
     return 0

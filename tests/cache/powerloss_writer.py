@@ -32,13 +32,14 @@ def say(**msg):
 def round_(root, seed):
     import mlx.core as mx
 
-    from cache import cold_rows
     from cache.block_key import ModelFingerprint, block_key
     from cache.block_pool import KVBlock
     from cache.cold_tier import ColdTier
 
     fp = ModelFingerprint(*FP_ARGS)
     tier = ColdTier(root, fp, max_queue=8)
+    if not tier.enabled:  # the mount refused I/O (a cut armed before the restart): no report
+        raise RuntimeError("the cold tier could not use its directory")
     verified = wrong = missing = 0
     for key_hex in tier.snapshot():
         key = bytes.fromhex(key_hex)
@@ -52,8 +53,8 @@ def round_(root, seed):
             for gl, wl in zip(layers, kv_for(key, len(e.token_ids))) for g, w in zip(gl, wl))
         verified += same
         wrong += not same
-    rows_match = set(cold_rows.rows_for(fp.hex)) == set(tier.snapshot())
-    say(verified=verified, wrong=wrong, missing=missing, rows_match=rows_match, db=tier._db)
+    rows_match = tier.index is not None and set(tier.index.rows_for(fp.hex)) == set(tier.snapshot())
+    say(verified=verified, wrong=wrong, missing=missing, rows_match=rows_match, db=tier.index is not None)
     if seed is None:
         tier.close()
         return
@@ -76,9 +77,9 @@ def main(root):
     import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
     from django.db import connections
 
-    from cache import cold_rows
+    from cache import orm_index
 
-    cold_rows.ensure_django()  # migrates the database on the mount once, before any cut
+    orm_index.setup()  # migrates the database on the mount once, before any cut
     # No file of the mount stays open here (the children open their own); closing the last
     # connection checkpoints the WAL into the database file and syncs it: the tables are durable.
     connections.close_all()

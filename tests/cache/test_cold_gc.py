@@ -19,9 +19,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # -- GC ---------------------------------------------------------------------------------------------
 
 def _set_last_used(blocks_times):
-    from cache.cold_rows import touch
+    from cache import cold_index
 
-    touch({b.key.hex(): t for b, t in blocks_times})
+    cold_index.installed().touch({b.key.hex(): t for b, t in blocks_times})
 
 
 def _disk_keys(root):

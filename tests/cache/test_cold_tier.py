@@ -58,14 +58,14 @@ def test_put_skips_blocks_on_disk_and_drops_when_the_queue_is_full(tiers):
     assert tier.stats.writes == 1
 
     entered, release = threading.Event(), threading.Event()
-    real = tier._write_file
+    real = tier.writer._write_file
 
     def slow_write(block, key_hex):
         entered.set()
         assert release.wait(30)
         return real(block, key_hex)
 
-    tier._write_file = slow_write
+    tier.writer._write_file = slow_write
     tier.put(b)
     assert entered.wait(30)  # the writer holds b; the queue is empty
     tier.put(c)  # fills the queue of one
@@ -284,9 +284,9 @@ def test_reconcile_time_for_5000_blocks(tiers, tmp_path):
 
 
 def test_writes_wait_while_the_engine_prefills_but_not_for_a_flush(tiers, monkeypatch):
-    import cache.cold_tier as cold_tier
+    import cache.cold_writer as cold_writer
 
-    monkeypatch.setattr(cold_tier, "_MAX_DEFER", 3600.0)  # only the engine or a flush releases writes
+    monkeypatch.setattr(cold_writer, "_MAX_DEFER", 3600.0)  # only the engine or a flush releases writes
     tier = tiers()
     waiting = threading.Event()
 
@@ -296,8 +296,8 @@ def test_writes_wait_while_the_engine_prefills_but_not_for_a_flush(tiers, monkey
                 waiting.set()
             return super().wait(timeout)
 
-    tier._engine_idle = Idle()
-    tier._engine_idle.set()
+    tier.writer._engine_idle = Idle()
+    tier.writer._engine_idle.set()
     a, b = make_block(FP, (1, 2, 3, 4)), make_block(FP, (5, 6, 7, 8))
 
     tier.defer_writes(True)  # a prefill step starts

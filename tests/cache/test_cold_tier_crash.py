@@ -24,7 +24,7 @@ import json, os, random, sys, traceback
 import numpy as np
 import mlx.core as mx
 from django.db import connections
-from cache import cold_rows
+from cache import orm_index
 from cache.block_key import ModelFingerprint, block_key
 from cache.block_pool import KVBlock
 from cache.cold_tier import ColdTier
@@ -58,8 +58,8 @@ def start_and_write(root, seed, mode):
             for gl, wl in zip(layers, kv_for(key, len(e.token_ids))) for g, w in zip(gl, wl))
         verified += same
         wrong += not same
-    rows_match = set(cold_rows.rows_for(fp.hex)) == set(tier.snapshot())
-    say(verified=verified, wrong=wrong, missing=missing, rows_match=rows_match, db=tier._db)
+    rows_match = tier.index is not None and set(tier.index.rows_for(fp.hex)) == set(tier.snapshot())
+    say(verified=verified, wrong=wrong, missing=missing, rows_match=rows_match, db=tier.index is not None)
     if mode == "verify":
         tier.close()
         return
@@ -76,7 +76,7 @@ def start_and_write(root, seed, mode):
 
 # A fork server: imports once, then forks one fresh process per round (cheap restarts).
 root = sys.argv[1]
-cold_rows.ensure_django()
+orm_index.setup()
 connections.close_all()
 say(ready=True)
 for line in sys.stdin:

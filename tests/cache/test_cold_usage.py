@@ -24,7 +24,7 @@ def test_usage_counts_files_and_rows_and_names_the_model(tiers, tmp_path):
     assert got[FP.hex].model_path == "/models/alpha" and got[FP2.hex].model_path is None
     assert (got[FP.hex].files, got[FP.hex].rows, got[FP.hex].tokens) == (3, 3, 12)
     assert got[FP.hex].bytes == got[FP.hex].row_bytes == sum(
-        path_of(a, k).stat().st_size for k in a._entries)
+        path_of(a, k).stat().st_size for k in a.entries.keys())
     assert got[FP.hex].last_used is not None
     assert (got[FP2.hex].files, got[FP2.hex].rows) == (2, 2)
 

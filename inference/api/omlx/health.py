@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import JsonResponse
 
 from inference import lifecycle
-from omlx_site.version import version
+from inference.version import version
 
 from inference.api.common import limits
 from inference.api.common.errors import ApiError
