@@ -6,7 +6,7 @@ class BenchmarkRun(models.Model):
     """One benchmark of the admin page (``admin_panel.tasks.run_benchmark_task``).
 
     Life: queued (the page created it and queued the task) -> running (a worker took it;
-    ``progress_*`` move) -> done (``results``: ``admin_panel.bench.run_benchmark``'s, kept to
+    ``progress_*`` move) -> done (``results``: ``inference.bench.run_benchmark``'s, kept to
     compare runs) or failed (``error`` says why). A run left unfinished by a server that stopped
     (or, in Redis mode, by a worker process that stopped: ``worker`` has no heartbeat) is marked
     failed ("interrupted").

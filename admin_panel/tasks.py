@@ -2,7 +2,7 @@
 
 ``start_benchmark`` (the page's POST) creates a ``BenchmarkRun`` and queues
 ``run_benchmark_task``; a Huey worker (inside `omlx serve`, or an `omlx worker` with Redis) runs
-``admin_panel.bench.run_benchmark`` against a model of its own model pool, writes the progress and
+``inference.bench.run_benchmark`` against a model of its own model pool, writes the progress and
 the results so far to the row after every step, and publishes each step on the channel layer
 group ``omlx.bench.<run id>`` (``group_name``), which the page's websocket consumer
 (admin_panel/consumers/benchmark.py) listens to. Events, plain dicts:
@@ -108,7 +108,7 @@ def execute(run_id: int) -> None:
     from inference.engine import ModelLoadError
     from inference.pool import InsufficientMemory, ModelUnavailable
 
-    from .bench import BenchSettings, PoolTarget, TargetError, run_benchmark
+    from inference.bench import BenchSettings, PoolTarget, TargetError, run_benchmark
     from .models import BenchmarkRun
 
     from inference.dispatch.worker_presence import worker_id

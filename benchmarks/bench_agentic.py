@@ -3,7 +3,7 @@ own server, side by side in one run.
 
 Both servers serve the same model folder at the same time (started as in bench_servers.py: same
 OpenBLAS preloaded; mlx-lm's model name is ``default_model``). The same scenario
-(admin_panel.bench.agentic over the OpenAI URL target: streamed /v1/chat/completions with the
+(inference.bench.agentic over the OpenAI URL target: streamed /v1/chat/completions with the
 tool definitions as text in the system prompt, so both see identical prompts) runs against each,
 alternating which goes first, ``--rounds`` times (3 for a figure; fewer is a smoke run); every
 run has its own session nonce, so no run reuses the cache of an earlier one. ``--mode closed``
@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
-from admin_panel.bench import AGENTIC_PRESETS, AgenticSettings, OpenAITarget, run_agentic  # noqa: E402
+from inference.bench import AGENTIC_PRESETS, AgenticSettings, OpenAITarget, run_agentic  # noqa: E402
 from benchmarks.bench_servers import start_servers, stop_servers  # noqa: E402
 from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
-from admin_panel.bench.stats import percentile  # noqa: E402
+from inference.bench.stats import percentile  # noqa: E402
 from benchmarks.bench_engine import model_path  # noqa: E402
 from benchmarks.rounds import Comparison, order  # noqa: E402
 

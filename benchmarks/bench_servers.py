@@ -2,7 +2,7 @@
 
 Both servers serve the same model folder on this machine (random weights, float32; mlx-lm's
 server is started with the same OpenBLAS preloaded, so that BLAS is not the difference). The
-same benchmark (admin_panel.bench over the OpenAI URL target: streamed /v1/completions) runs
+same benchmark (inference.bench over the OpenAI URL target: streamed /v1/completions) runs
 against each, alternating which goes first, ``--rounds`` times (5 by default); each figure is
 the median of the per-round ratios omlx / mlx-lm (for TTFT: mlx-lm / omlx, so above 1 always
 means omlx is faster), printed with every round's ratio and with the two values of the round that
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
-from admin_panel.bench import PRESETS, OpenAITarget, run_benchmark  # noqa: E402
+from inference.bench import PRESETS, OpenAITarget, run_benchmark  # noqa: E402
 from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
 MLX_LM_SERVER = ("import sys; import inference.platform as p; p.preload_fast_blas(); import runpy; "

@@ -1,4 +1,4 @@
-"""The benchmark (admin_panel.bench): its core against a live `omlx serve` over the OpenAI URL
+"""The benchmark (inference.bench): its core against a live `omlx serve` over the OpenAI URL
 target and against an engine of this process, `omlx bench` as the real command line, and the
 admin page's Huey task through a live server."""
 import json
@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from admin_panel.bench import (PRESETS, BenchSettings, EngineTarget, OpenAITarget, TargetError,
+from inference.bench import (PRESETS, BenchSettings, EngineTarget, OpenAITarget, TargetError,
                                parse_concurrency, run_benchmark)
-from admin_panel.bench.stats import percentile, summary
+from inference.bench.stats import percentile, summary
 from tests.conftest import ServerProcess
 
 SMALL = BenchSettings(concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1,

@@ -1,4 +1,4 @@
-"""The agentic scenario (admin_panel.bench.agentic): the closed loop and bursts, histories that
+"""The agentic scenario (inference.bench.agentic): the closed loop and bursts, histories that
 grow by the answer as the server returned it, the prompt tokens and cached tokens the target
 reports, in-process and over HTTP against a live `omlx serve` and a live mlx-lm server, and
 `omlx bench --scenario agentic` as the real command line."""
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from admin_panel.bench import (AGENTIC_PRESETS, AgenticSettings, EngineTarget, OpenAITarget, Target,
+from inference.bench import (AGENTIC_PRESETS, AgenticSettings, EngineTarget, OpenAITarget, Target,
                                TargetError, plan_bursts, run_agentic)
 from tests.test_bench import omlx_bench
 

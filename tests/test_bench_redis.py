@@ -59,7 +59,7 @@ def test_benchmark_runs_in_the_worker_process(setup, server, bench_worker):  # n
     assert row[1] == "done", row
     results = json.loads(row[3])
     assert results == events[-1]["results"]
-    from admin_panel.bench import BenchSettings
+    from inference.bench import BenchSettings
 
     check_results(results, BenchSettings(concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1,
                                          cache_prompt_tokens=128, cached_repeats=2))

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from admin_panel import charts
 from admin_panel.auth import admin_required
-from admin_panel.bench import PRESETS, parse_concurrency
+from inference.bench import PRESETS, parse_concurrency
 from admin_panel.models import BenchmarkRun
 from admin_panel.tasks import BenchmarkRefused, fail_lost_runs, start_benchmark
 from admin_panel.views import shows_errors

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from omlx_site import config
+
 DESCRIPTION = """\
 Measure prefill and decode speed at several concurrency levels, and time to first token
 (TTFT) of a cold prompt against the same prompt cached. Either against a model loaded in
@@ -32,7 +34,7 @@ inter-token latency, output tokens/s and prompt tokens computed vs reused (cache
 
 
 def add_parser(subparsers) -> None:
-    from admin_panel.bench import PRESETS
+    from inference.bench import PRESETS
 
     from . import bench_agentic
 
@@ -81,7 +83,7 @@ def settings_from_args(args):
     """The BenchSettings of the preset with the flags given; ValueError for bad values."""
     from dataclasses import replace
 
-    from admin_panel.bench import PRESETS, parse_concurrency
+    from inference.bench import PRESETS, parse_concurrency
 
     changes = {name: getattr(args, name) for name in ("prompt_tokens", "gen_tokens", "repeats",
                                                        "cache_prompt_tokens", "cached_repeats")
@@ -94,7 +96,7 @@ def settings_from_args(args):
 
 
 def run(args) -> int:
-    from admin_panel.bench import TargetError, run_agentic, run_benchmark
+    from inference.bench import TargetError, run_agentic, run_benchmark
 
     from . import bench_agentic
     from .progress import StepProgress
@@ -138,7 +140,7 @@ def run(args) -> int:
             return _fail(f"cannot write {args.output}: {exc}")
         print(f"results written to {args.output}", file=sys.stderr)
     if args.plot:
-        from admin_panel.bench.plot import write_png
+        from inference.bench.plot import write_png
 
         try:
             write_png(results, args.plot)
@@ -150,7 +152,7 @@ def run(args) -> int:
 
 def _target(args):
     """The target the flags name; TargetError with a message for the user."""
-    from admin_panel.bench import EngineTarget, OpenAITarget, TargetError
+    from inference.bench import EngineTarget, OpenAITarget, TargetError
 
     if args.url:
         model = args.model_name or args.target
@@ -174,16 +176,26 @@ def _target(args):
     from inference.engine import ModelLoadError
 
     try:
-        return EngineTarget.from_folder(path, model_id)
+        return EngineTarget.from_folder(path, model_id, _engine_settings())
     except ModelLoadError as exc:
         raise TargetError(str(exc)) from None
     except ValueError as exc:  # a bad engine setting in settings.json or the environment
         raise TargetError(str(exc)) from None
 
 
+def _engine_settings() -> dict:
+    """The engine and cache settings of `omlx serve` (flags saved in settings.json, environment,
+    defaults) for the local engine."""
+    values = config.load()
+    cold = values["paged_ssd_cache_dir"]
+    return {"max_concurrent_requests": values["max_concurrent_requests"],
+            "hot_cache_max_size": values["hot_cache_max_size"],
+            "paged_ssd_cache_dir": str(cold) if cold is not None else None}
+
+
 def _model_folder(name: str, model_dirs: Optional[list]):
     """(folder, model id) of a path or an id found in the model folders; TargetError if neither."""
-    from admin_panel.bench import TargetError
+    from inference.bench import TargetError
     from inference.pool.discovery import discover
 
     path = Path(name).expanduser()
@@ -194,8 +206,6 @@ def _model_folder(name: str, model_dirs: Optional[list]):
     if model_dirs:
         dirs = [Path(d).expanduser() for d in model_dirs]
     else:
-        from omlx_site import config
-
         dirs = config.load()["model_dir"]
     folders = discover(dirs)
     folder = folders.get(name)

@@ -1,5 +1,5 @@
 """`omlx bench --scenario agentic`: its flags and its summary table (the scenario itself is
-admin_panel/bench/agentic.py)."""
+inference/bench/agentic.py)."""
 from __future__ import annotations
 
 import sys
@@ -46,7 +46,7 @@ def settings_from_args(args):
     """The AgenticSettings of the preset with the flags given; ValueError for bad values."""
     from dataclasses import replace
 
-    from admin_panel.bench import AGENTIC_PRESETS
+    from inference.bench import AGENTIC_PRESETS
 
     changes = {name: getattr(args, name) for name in FLAGS.values() if getattr(args, name) is not None}
     if args.gen_tokens is not None:
@@ -68,7 +68,7 @@ def _n(value) -> str:
 
 def print_summary(results: dict, table) -> None:
     """The compact table of one run; ``table(title, head, rows)`` prints one table."""
-    from admin_panel.bench import AgenticSettings
+    from inference.bench import AgenticSettings
 
     target, s, total = results["target"], results["settings"], results["summary"]
     where = target["url"] or f"local engine, {target.get('path')}"

@@ -9,8 +9,8 @@ it (rendered locally, or one request with max_tokens 1).
 
 - ``EngineTarget``: an ``inference.engine.Engine`` of this process, fed through ``submit``
   with a callback (timestamps taken on the engine thread as each token is published).
-  ``EngineTarget.from_folder`` builds an engine from a model folder with the cache settings of
-  `omlx serve` (the `omlx bench MODEL` mode); ``PoolTarget`` leases a model of this process's
+  ``EngineTarget.from_folder`` builds an engine from a model folder with the settings it is
+  given (`omlx bench MODEL` passes `omlx serve`'s cache settings); ``PoolTarget`` leases a model of this process's
   model pool (the admin page's benchmark, a Huey task inside the server or `omlx worker`).
 - ``OpenAITarget``: any OpenAI-compatible server, over streamed ``/v1/completions`` (text in,
   text out: no chat template between the prompt and its token count).
@@ -117,20 +117,11 @@ class EngineTarget(Target):
         self._owned = owned
 
     @classmethod
-    def from_folder(cls, path, model: Optional[str] = None, settings: Optional[dict] = None) -> "EngineTarget":
-        """An engine for the model folder ``path``, with the engine and cache settings of `omlx
-        serve` (``omlx_site.config``: flags saved in settings.json, environment, defaults)
-        unless ``settings`` (EngineConfig fields) is given. ModelLoadError when it cannot load."""
+    def from_folder(cls, path, model: Optional[str], settings: dict) -> "EngineTarget":
+        """An engine for the model folder ``path`` with ``settings`` (EngineConfig fields; the
+        CLI passes `omlx serve`'s cache settings). ModelLoadError when it cannot load."""
         from inference.engine import Engine
 
-        if settings is None:
-            from omlx_site import config
-
-            values = config.load()
-            cold = values["paged_ssd_cache_dir"]
-            settings = {"max_concurrent_requests": values["max_concurrent_requests"],
-                        "hot_cache_max_size": values["hot_cache_max_size"],
-                        "paged_ssd_cache_dir": str(cold) if cold is not None else None}
         path = Path(path).expanduser()
         return cls(Engine(path, **settings), model or path.name, owned=True)
 
