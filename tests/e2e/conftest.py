@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.support.server import ServerProcess
 
 API_KEY = "test-key"
 ARTIFACTS = Path(os.environ.get("OMLX_TEST_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts")

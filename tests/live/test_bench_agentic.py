@@ -1,0 +1,232 @@
+"""The agentic scenario (admin_panel.bench.agentic): bursts, histories that grow by the answer as
+the server returned it, the prompt tokens and cached tokens the target reports, in-process and
+over HTTP against a live `omlx serve` and a live mlx-lm server, and `omlx bench --scenario
+agentic` as the real command line."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from admin_panel.bench import (AGENTIC_PRESETS, AgenticSettings, EngineTarget, OpenAITarget, TargetError,
+                               plan_bursts, run_agentic)
+from tests.live.test_bench import omlx_bench
+
+SMALL = AGENTIC_PRESETS["small"]  # 3 conversations x 2 turns, 64-token system prompt, 2 at a time
+THREE_TURNS = AgenticSettings(conversations=3, turns=3, system_tokens=64, context_tokens=16, new_tokens=16,
+                              gen_tokens=6, burst=2)
+
+
+def test_bursts_and_settings():
+    bursts = plan_bursts(12, 3, 4)  # the load of issue 12: 9 bursts of 4, turn by turn
+    assert [len(b) for b in bursts] == [4] * 9
+    assert [(c, t) for b in bursts for c, t in b] == [(c, t) for t in range(3) for c in range(12)]
+    # never two turns of one conversation in a burst: the next turn waits for the answer
+    assert plan_bursts(3, 2, 4) == [[(0, 0), (1, 0), (2, 0)], [(0, 1), (1, 1), (2, 1)]]
+    assert plan_bursts(3, 2, 2) == [[(0, 0), (1, 0)], [(2, 0), (0, 1)], [(1, 1), (2, 1)]]
+    assert plan_bursts(1, 3, 4) == [[(0, 0)], [(0, 1)], [(0, 2)]]
+    for bursts in (plan_bursts(5, 4, 3), plan_bursts(2, 5, 8)):
+        for i, burst in enumerate(bursts):
+            assert len({c for c, _ in burst}) == len(burst)
+            for c, t in burst:  # turn t of c comes in a later burst than turn t - 1
+                assert t == 0 or any((c, t - 1) in earlier for earlier in bursts[:i])
+    assert AgenticSettings() == AgenticSettings(conversations=12, turns=3, system_tokens=1024, context_tokens=128,
+                                                new_tokens=64, gen_tokens=32, burst=4)
+    assert AgenticSettings.from_dict(SMALL.to_dict()) == SMALL
+    assert SMALL.total_steps() == 1 + 3
+    for bad in ({"conversations": 0}, {"burst": 0}, {"turns": "2"}, {"system_tokens": 8}, {"ignore_eos": 1}):
+        with pytest.raises(ValueError):
+            AgenticSettings(**bad)
+    with pytest.raises(ValueError, match="unknown agentic settings: nope"):
+        AgenticSettings.from_dict({"nope": 1})
+
+
+def reference_tokens(folder):
+    """Prompt tokens of a conversation by the model's own tokenizer and template (transformers,
+    not omlx's code): the template rendered with the generation prompt, no added special tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+
+    def count(messages):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    def encode(text):
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count, encode
+
+
+def check_agentic(results, settings, transcripts, folder, cached="omlx"):
+    """What every run has, whoever the target. ``cached``: "omlx" (the whole previous prompt is
+    reused on the next turn) or "reported" (a number, whatever it is)."""
+    assert results["version"] == 1 and results["scenario"] == "agentic" and results["errors"] == []
+    assert results["settings"] == settings.to_dict() and results["finished_at"] and results["duration_s"] > 0
+    n, turns = settings.conversations, settings.turns
+    total = results["summary"]
+    assert total["requests"] == total["sent"] == total["ok"] == n * turns and total["errors"] == total["skipped"] == 0
+    assert total["output_tokens"] == n * turns * settings.gen_tokens  # ignore_eos: exactly gen_tokens per turn
+    for name in ("ttft_s", "itl_s"):
+        s = total[name]
+        assert 0 <= s["p50"] <= s["p95"] <= s["p99"] <= s["max"], (name, s)
+    assert total["output_tokens_per_s"] == pytest.approx(total["output_tokens"] / total["wall_s"])
+    rows = results["requests"]
+    assert sorted((r["conversation"], r["turn"]) for r in rows) == [(c, t) for c in range(1, n + 1)
+                                                                      for t in range(1, turns + 1)]
+    assert total["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows)
+    assert total["cached_tokens"] is not None, "the target reported no cached tokens"
+    assert total["cached_tokens"] == sum(r["cached_tokens"] for r in rows)
+    assert total["computed_tokens"] == total["prompt_tokens"] - total["cached_tokens"]
+    assert [t["turn"] for t in results["turns"]] == list(range(1, turns + 1))
+    assert all(r["completion_tokens"] == settings.gen_tokens and r["decode_s"] >= 0 for r in rows)
+
+    count, encode = reference_tokens(folder)
+    # the template's own tokens around one more assistant answer and user message
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    more = base + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "v"}]
+    template = count(more) - count(base) - encode("a") - encode("v")
+    assert len(transcripts) == n
+    for c, messages in enumerate(transcripts, start=1):
+        assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * turns
+        assert messages[0]["content"] == transcripts[0][0]["content"]  # one shared system prompt
+        mine = sorted((r for r in rows if r["conversation"] == c), key=lambda r: r["turn"])
+        for t, row in enumerate(mine):
+            sent = messages[:2 + 2 * t]  # what turn t + 1 sent: the history, its answers included
+            assert row["prompt_tokens"] == count(sent), (c, t)
+            if t == 0:
+                assert row["prompt_growth"] is None
+                continue
+            answer, new = messages[2 * t], messages[2 * t + 1]
+            assert answer["role"] == "assistant" and answer["content"].strip()
+            # the history grew by exactly the previous answer, the new text and the template's tokens
+            assert row["prompt_growth"] == encode(answer["content"]) + encode(new["content"]) + template, (c, t)
+            assert row["prompt_growth"] >= settings.new_tokens // 2 + 1
+            if cached == "omlx":  # the whole previous prompt comes from the cache
+                assert row["cached_tokens"] >= mine[t - 1]["prompt_tokens"], (c, t, row)
+            assert row["cached_tokens"] is not None and row["cached_tokens"] > 0
+    turn1 = results["turns"][0]["prompt_tokens"]["p50"]
+    wanted = settings.system_tokens + settings.context_tokens + settings.new_tokens
+    assert wanted * 0.8 <= turn1 <= wanted * 1.6 + 60, (turn1, results["prompts"])  # about the sizes asked
+
+
+def test_in_process(model_dir):
+    folder = model_dir("qwen2", "tiny")
+    transcripts = []
+    steps = []
+    target = EngineTarget.from_folder(folder, "tiny", settings={"paged_ssd_cache_dir": None})
+    with target:
+        results = run_agentic(target, THREE_TURNS, lambda d, t, m, partial: steps.append((d, t)), transcripts)
+        assert target.engine.num_active() == 0
+    check_agentic(results, THREE_TURNS, transcripts, folder)
+    total = results["summary"]
+    assert results["target"]["kind"] == "local"
+    # the engine tells the tiers apart: without an SSD tier every cached token came from RAM
+    assert total["hot_cached_tokens"] == total["cached_tokens"] and total["cold_cached_tokens"] == 0
+    assert [d for d, _ in steps] == list(range(THREE_TURNS.total_steps() + 1))
+    # ...and says where each request's time went; the phases before the first token add up to
+    # the engine's share of the TTFT the client measured (the client's also has the hand-off)
+    phases = total["phases_s"]
+    assert set(phases) == {"queue", "restore", "prefill", "prefill_wait", "decode"}
+    assert phases["prefill"] > 0 and phases["decode"] > 0 and phases["restore"] > 0  # turns 2, 3 hit
+    for row in results["requests"]:
+        t = row["timings"]
+        assert min(t.values()) >= 0
+        assert t["queue"] + t["restore"] + t["prefill"] + t["prefill_wait"] <= row["ttft_s"] + 1e-3
+
+
+def test_url_omlx_serve(omlx_server, model_dir):
+    transcripts = []
+    with OpenAITarget(omlx_server.url, "tiny") as target:
+        results = run_agentic(target, SMALL, transcripts=transcripts)
+    check_agentic(results, SMALL, transcripts, model_dir("qwen2", "tiny"))
+    assert results["target"]["url"] == omlx_server.url + "/v1"
+    # over HTTP omlx reports cached tokens, not which tier they came from
+    assert results["summary"]["hot_cached_tokens"] is None and results["requests"][0]["hot_cached_tokens"] is None
+    assert results["summary"]["phases_s"] is None  # nor the engine's phases
+
+
+def test_url_errors(omlx_server):
+    with OpenAITarget(omlx_server.url, "no-such-model") as target:
+        with pytest.raises(TargetError, match="HTTP 404.*no-such-model"):
+            run_agentic(target, SMALL)
+
+
+@pytest.fixture(scope="module")
+def mlx_lm_server(model_dir, tmp_path_factory):
+    """mlx-lm's own server (mlx_lm.server) on the tiny model, as benchmarks/bench_agentic.py runs it."""
+    from benchmarks.bench_servers import MLX_LM_SERVER, free_port, wait_until_up
+
+    folder = model_dir("qwen2", "tiny")
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", MLX_LM_SERVER, "--model", str(folder), "--port", str(port),
+                                "--log-level", "WARNING"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, process)
+        yield url, folder
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def test_url_mlx_lm_server(mlx_lm_server):
+    """The same run measures mlx-lm's server: it gets logit_bias against end-of-sequence in place
+    of ignore_eos (which it does not know), as bench_agentic.py sends it."""
+    from benchmarks.bench_agentic import eos_ids
+
+    url, folder = mlx_lm_server
+    transcripts = []
+    bias = {str(i): -1e4 for i in eos_ids(folder)}
+    with OpenAITarget(url, "default_model", extra_body={"logit_bias": bias}) as target:
+        results = run_agentic(target, SMALL, transcripts=transcripts)
+    check_agentic(results, SMALL, transcripts, folder, cached="reported")
+
+
+def test_cli_url(tmp_path, omlx_server):
+    out = omlx_bench(tmp_path, "--url", omlx_server.url, "--model", "tiny", "--scenario", "agentic", "--preset",
+                     "small", "--turns", "3", "--gen-tokens", "6", "--output", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    results = json.loads((tmp_path / "r.json").read_text())
+    settings = AgenticSettings(**dict(SMALL.to_dict(), turns=3, gen_tokens=6))
+    assert results["settings"] == settings.to_dict() and results["summary"]["ok"] == 9
+    for key in ("ttft_s", "itl_s", "output_tokens_per_s", "prompt_tokens", "cached_tokens", "computed_tokens"):
+        assert results["summary"][key] is not None, key
+    assert {"conversation", "turn", "burst", "sent_s", "ttft_s", "decode_s", "prompt_tokens", "cached_tokens",
+            "prompt_growth"} <= set(results["requests"][0])
+    for text in ("3 conversations x 3 turns", "TTFT p50 ms", "ITL p50 ms", "output tok/s", "computed vs reused",
+                 "per turn"):
+        assert text in out.stdout, (text, out.stdout)
+    lines = out.stdout.splitlines()
+    load = lines[lines.index("load") + 2].split()
+    assert load[:4] == ["9", "9", "0", "0"]  # requests, ok, errors, skipped
+    reuse = lines[lines.index("prompt tokens: computed vs reused (usage.prompt_tokens_details.cached_tokens)") + 2]
+    summary = results["summary"]
+    assert reuse.split()[:3] == [str(summary["prompt_tokens"]), str(summary["cached_tokens"]),
+                                 str(summary["computed_tokens"])] and reuse.split()[-2:] == ["n/a", "n/a"]
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_local_engine(tmp_path, model_dir):
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    os.symlink(model_dir("qwen2", "tiny"), home / "models" / "tiny")
+    out = omlx_bench(home, "tiny", "--scenario", "agentic", "--preset", "small", "--output", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["target"]["kind"] == "local" and results["summary"]["ok"] == 6
+    assert results["summary"]["hot_cached_tokens"] is not None  # the tiers, in-process
+    assert "local engine" in out.stdout and "4/4 burst 3/3" in out.stderr
+
+
+def test_cli_errors(tmp_path):
+    cases = [(("tiny", "--scenario", "agentic", "--concurrency", "1,2"), "--concurrency is for the default scenario"),
+             (("tiny", "--scenario", "agentic", "--plot", "x.png"), "--plot is for the default scenario"),
+             (("tiny", "--turns", "2", "--burst", "3"), "--turns, --burst are for --scenario agentic"),
+             (("tiny", "--scenario", "agentic", "--burst", "0"), "burst=0: must be an integer in [1, 256]"),
+             (("--url", "http://127.0.0.1:9/v1", "--model", "tiny", "--scenario", "agentic", "--endpoint",
+               "completions"), "always streams /v1/chat/completions")]
+    for args, message in cases:
+        out = omlx_bench(tmp_path, *args)
+        assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
