@@ -24,9 +24,22 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-dev-shm-usage"]
 
 
+ADMIN_MODELS = {"tiny": ("qwen2", "tiny"), "tiny2": ("qwen2", "tiny")}
+
+
 @pytest.fixture(scope="module")
-def admin_server(tmp_path_factory, model_dir):
-    """A live `omlx serve` with the API key "test-key" and two tiny models, "tiny" and "tiny2"."""
+def admin_server(serve):
+    """A live `omlx serve` with the API key "test-key" and two tiny models, "tiny" and "tiny2",
+    shared by the modules that leave its models as they found them (loaded or not, no pins,
+    TTLs or aliases); test_models.py changes them and takes ``private_admin_server``."""
+    server = serve("--api-key", API_KEY, models=ADMIN_MODELS)
+    server.api_key = API_KEY
+    return server
+
+
+@pytest.fixture(scope="module")
+def private_admin_server(tmp_path_factory, model_dir):
+    """Like ``admin_server``, but this module's own."""
     models = tmp_path_factory.mktemp("admin-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny2")

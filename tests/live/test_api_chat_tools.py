@@ -7,13 +7,11 @@ calls and reasoning), so: tools + "auto" must come back well-formed with no call
 model's prompt opens ``<think>``, so all its output is reasoning unless enable_thinking is false;
 forced calls and JSON need the engine's ``structured`` constraint."""
 import json
-import shutil
 
 import jsonschema
 import openai
 import pytest
 
-from tests.support.server import ServerProcess
 
 FAMILIES = ("qwen2", "qwen3", "llama", "mistral")
 TOOLS = [
@@ -36,13 +34,9 @@ MARKUP = ("<tool_call>", "</tool_call>", "<think>", "</think>", "[TOOL_CALLS]", 
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, model_dir):
-    models = tmp_path_factory.mktemp("chat-models")
-    for arch in FAMILIES:
-        shutil.copytree(model_dir(arch, "tiny"), models / arch)
-    process = ServerProcess(["--model-dir", str(models)], tmp_path_factory.mktemp("omlx-home-chat"))
-    yield process
-    process.stop()
+def server(serve):
+    """One test model per family, each under its arch's name; tests/live/test_api_responses.py shares it."""
+    return serve(models={arch: (arch, "tiny") for arch in FAMILIES})
 
 
 @pytest.fixture(scope="module")

@@ -325,36 +325,28 @@ def test_raw_stream_framing(omlx_server):
     assert json.loads(blocks[-1].split("\n")[1][6:])["type"] in ("response.completed", "response.incomplete")
 
 
-def test_qwen3_reasoning_item(tmp_path_factory, model_dir):
+def test_qwen3_reasoning_item(serve):
     """The test qwen3 model's prompt opens <think> and a random model never closes it: all its
     output is reasoning, unless reasoning.effort is "none" (enable_thinking false)."""
-    import shutil
+    # The server of tests/live/test_api_chat_tools.py (one test model per family), shared.
+    server = serve(models={arch: (arch, "tiny") for arch in ("qwen2", "qwen3", "llama", "mistral")})
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
+                       _strict_response_validation=True) as client:
+        kwargs = dict(model="qwen3", input="Why is the sky blue?", max_output_tokens=12, temperature=0)
+        response = client.responses.create(**kwargs)
+        reasoning = response.output[0]
+        assert reasoning.type == "reasoning" and reasoning.id.startswith("rs_") and reasoning.content[0].text
+        assert response.usage.output_tokens_details.reasoning_tokens == response.usage.output_tokens == 12
+        assert response.output_text == ""
+        events = list(client.responses.create(stream=True, **kwargs))
+        deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+        assert deltas == reasoning.content[0].text
+        assert [e for e in events if e.type == "response.reasoning_text.done"][0].text == deltas
 
-    from tests.support.server import ServerProcess
-
-    models = tmp_path_factory.mktemp("responses-qwen3")
-    shutil.copytree(model_dir("qwen3", "tiny"), models / "qwen3")
-    server = ServerProcess(["--model-dir", str(models)], tmp_path_factory.mktemp("omlx-home-qwen3"))
-    try:
-        with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
-                           _strict_response_validation=True) as client:
-            kwargs = dict(model="qwen3", input="Why is the sky blue?", max_output_tokens=12, temperature=0)
-            response = client.responses.create(**kwargs)
-            reasoning = response.output[0]
-            assert reasoning.type == "reasoning" and reasoning.id.startswith("rs_") and reasoning.content[0].text
-            assert response.usage.output_tokens_details.reasoning_tokens == response.usage.output_tokens == 12
-            assert response.output_text == ""
-            events = list(client.responses.create(stream=True, **kwargs))
-            deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
-            assert deltas == reasoning.content[0].text
-            assert [e for e in events if e.type == "response.reasoning_text.done"][0].text == deltas
-
-            plain = client.responses.create(reasoning={"effort": "none"}, **kwargs)
-            assert [item.type for item in plain.output] == ["message"] and plain.output_text
-            assert plain.usage.output_tokens_details.reasoning_tokens == 0
-            assert plain.reasoning.effort == "none"
-    finally:
-        server.stop()
+        plain = client.responses.create(reasoning={"effort": "none"}, **kwargs)
+        assert [item.type for item in plain.output] == ["message"] and plain.output_text
+        assert plain.usage.output_tokens_details.reasoning_tokens == 0
+        assert plain.reasoning.effort == "none"
 
 
 def test_json_schema_format(client):
