@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -82,26 +83,29 @@ def test_bench_servers_figures_are_medians_of_per_round_ratios():
 
 
 class Counted(bench_blas.Cell):
-    """A real callable that sleeps: ``first`` seconds on its first call, ``each`` after; every
-    call is logged to ``calls`` with the cell's name."""
+    """A real callable that takes ``first`` seconds of ``clock`` (a one-item list: the time
+    bench_blas reads) on its first call, ``each`` after; every call is logged to ``calls`` with the
+    cell's name. A clock of the test's, so that the figures do not depend on the machine's load."""
 
-    def __init__(self, name, calls, first, each):
+    def __init__(self, name, calls, first, each, clock):
         self.n = 0
 
         def fn():
             self.n += 1
             calls.append(name)
-            time.sleep(first if self.n == 1 else each)
+            clock[0] += first if self.n == 1 else each
 
         super().__init__(fn)
 
 
-def test_bench_blas_times_every_cell_alike():
+def test_bench_blas_times_every_cell_alike(monkeypatch):
     calls = []
+    clock = [0.0]
+    monkeypatch.setattr(bench_blas, "time", types.SimpleNamespace(perf_counter=lambda: clock[0], sleep=time.sleep))
     # the baseline is slow, and slower still on its warm-up call; the others are fast
-    cells = {"base": Counted("base", calls, first=1.0, each=0.02),
-             "fast": Counted("fast", calls, first=0.002, each=0.002),
-             "mid": Counted("mid", calls, first=0.01, each=0.01)}
+    cells = {"base": Counted("base", calls, first=1.0, each=0.02, clock=clock),
+             "fast": Counted("fast", calls, first=0.002, each=0.002, clock=clock),
+             "mid": Counted("mid", calls, first=0.01, each=0.01, clock=clock)}
     seconds = bench_blas.measure(cells, rounds=3, sample_time=0.006)
     assert bench_blas.calls_per_sample([1.0, 0.002, 0.01], 0.006) == 3  # k from the fastest warm-up
     # the same warm-up and the same number of timed calls for every cell, whatever its speed
@@ -114,7 +118,7 @@ def test_bench_blas_times_every_cell_alike():
     rounds = [calls[3 + i * 3 * k: 3 + (i + 1) * 3 * k: k] for i in range(3)]
     assert rounds == [["base", "fast", "mid"], ["fast", "mid", "base"], ["mid", "base", "fast"]]
     # the baseline's figure comes from its timed calls, not from its 1-second warm-up
-    assert max(seconds["base"]) < 0.5
+    assert seconds["base"] == pytest.approx([0.02] * 3)
     # ratios: the median over rounds of baseline / cell seconds, fixed numbers
     fixed = {"base": [10.0, 1.0, 10.0], "cell": [1.0, 1.0, 5.0]}  # rounds 10, 1, 2; ratio of medians 10
     assert bench_blas.speed_ratio(fixed, "cell", baseline="base") == 2.0

@@ -3,6 +3,7 @@ every stdout line is one JSON event, from start to finish, with byte counts that
 import io
 import json
 import time
+import types
 
 from inference.hub import HubFile
 from omlx_site.commands import pull_events
@@ -37,7 +38,10 @@ def test_bytes_followed_by_a_stall_are_reported(monkeypatch):
     event is held back by the rate limit; when the hub then stalls, no later report carries it, so
     it must go out on its own (the Downloads page showed the bytes before the chunk until the hub
     gave up, and the Cancel came too late)."""
-    monkeypatch.setattr(pull_events, "PROGRESS_EVERY", 1.0)  # the chunk surely comes within it
+    monkeypatch.setattr(pull_events, "PROGRESS_EVERY", 1.0)
+    # The module's clock stands still, so the chunk comes within PROGRESS_EVERY of the last event
+    # however slow the machine (the timer that sends it on its own is real: 1 s).
+    monkeypatch.setattr(pull_events, "time", types.SimpleNamespace(monotonic=lambda: 0.0))
     out = io.StringIO()
     progress = JsonProgress(out)
     progress.file_start(HubFile("w.safetensors", 3 * CHUNK), 0)

@@ -191,7 +191,10 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
                 with gate:
                     while state["paused"]:
                         gate.wait()
-                    if time.monotonic() >= state["deadline"]:
+                    # Past the deadline, go on until every kind of client has run once (a slow
+                    # machine gets through fewer), up to a hang guard of 4 more runs' lengths.
+                    now, deadline = time.monotonic(), state["deadline"]
+                    if now >= deadline and (all(counts.values()) or now >= deadline + 4 * seconds):
                         return
                     state["acting"] += 1
                 prompt = rng.choice(PROMPTS)
