@@ -57,8 +57,11 @@ def browser():
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
                     "(Debian package chromium), or set OMLX_CHROMIUM")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # expect() waits 5 s by default: less than the history's 5 s between points, and less than a
+    # loaded machine may need; as long as the pages' actions (a passing check returns at once).
+    expect.set_options(timeout=30_000)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield b

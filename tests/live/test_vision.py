@@ -12,15 +12,13 @@ anthropic SDKs.
   broken data: URL.
 """
 import base64
-import shutil
 
 import anthropic
 import httpx
 import openai
 import pytest
 
-from tests.support.server import ServerProcess
-from tests.support.vision_pictures import PROMPT, data_url, image_message, noise_png
+from tests.support.vision_pictures import PROMPT, SERVED_MODELS, data_url, image_message, noise_png
 
 MAX_TOKENS = 12
 
@@ -31,13 +29,9 @@ def vlm_dir(model_dir):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, vlm_dir, model_dir):
-    models = tmp_path_factory.mktemp("vision-models")
-    shutil.copytree(vlm_dir, models / "vlm")
-    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    proc = ServerProcess(["--model-dir", str(models)], tmp_path_factory.mktemp("vision-home"))
-    yield proc
-    proc.stop()
+def server(serve):
+    """"vlm" (LLaVA) and "tiny" (a text model), on the server test_vision_families.py shares."""
+    return serve(models=SERVED_MODELS)
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,13 @@ Qwen2.5-VL's code path; the engine tests, tests/reference/test_vision_engine.py,
 """
 import base64
 import io
-import shutil
 
 import anthropic
 import numpy as np
 import openai
 import pytest
 
-from tests.support.server import ServerProcess
-from tests.support.vision_pictures import PROMPT, data_url, image_message, noise_png
+from tests.support.vision_pictures import PROMPT, SERVED_MODELS, data_url, image_message, noise_png
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")
 MAX_TOKENS = 12
@@ -44,14 +42,10 @@ def folders(model_dir):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, folders, model_dir):
-    models = tmp_path_factory.mktemp("vision-family-models")
-    for family, folder in folders.items():
-        shutil.copytree(folder, models / family)
-    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    proc = ServerProcess(["--model-dir", str(models)], tmp_path_factory.mktemp("vision-family-home"))
-    yield proc
-    proc.stop()
+def server(serve):
+    """Each family and "tiny" (a text model), on the server test_vision.py shares."""
+    assert all(family in SERVED_MODELS for family in FAMILIES)
+    return serve(models=SERVED_MODELS)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,10 @@ import io
 import numpy as np
 
 PROMPT = "What is in this picture? Describe it."
+# The one server of tests/live/test_vision.py and test_vision_families.py (conftest's serve):
+# name -> (arch, preset). Each module asks only its own models.
+SERVED_MODELS = {"vlm": ("llava", "tiny"), "tiny": ("qwen2", "tiny"),
+                 **{family: (family, "tiny") for family in ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")}}
 
 
 def noise_png(seed: int, shape=(60, 60)) -> bytes:
