@@ -58,6 +58,8 @@ def serve(tmp_path_factory, model_dir):
     would see, no settings, no signals, no memory limits: those start their own ServerProcess).
     """
     import shutil
+    import signal
+    import subprocess
 
     from tests.support.server import ServerProcess
 
@@ -75,8 +77,15 @@ def serve(tmp_path_factory, model_dir):
         return servers[key]
 
     yield get
+    # All at once: each takes seconds to shut down, and they do it in parallel.
     for server in servers.values():
-        server.stop()
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+    for server in servers.values():
+        try:
+            server.process.wait(60)
+        except subprocess.TimeoutExpired:
+            server.stop()  # its threads' stacks go to the output, then it is killed
 
 
 @pytest.fixture(scope="session")
