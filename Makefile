@@ -30,7 +30,8 @@ clients: $(CLIENTS_STAMP)
 run: $(STAMP)
 	$(VENV)/bin/omlx serve
 
-# Tests keep everything they write out of ~/.omlx.
+# Tests keep everything they write out of ~/.omlx. `test` runs all but the `slow` tests (tests/soak and
+# the long runs marked slow elsewhere); `test-slow` runs those.
 test: $(STAMP) $(CLIENTS_STAMP)
 	OMLX_HOME=$(CURDIR)/.omlx-test $(PY) -m pytest
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The coding agents that `omlx launch` starts, for its end-to-end tests (tests/test_launch_clients.py):
+# The coding agents that `omlx launch` starts, for its end-to-end tests (tests/live/test_launch.py):
 # Claude Code, Codex CLI and opencode from npm into a private prefix, aider from PyPI into its own
 # venv (its pinned dependencies must not touch omlx's). Everything goes under $OMLX_CLIENTS_DIR
 # (default .clients/ here); nothing is installed globally. Never fatal: a client that cannot be

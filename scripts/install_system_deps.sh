@@ -3,7 +3,7 @@
 # Linux CPU ~25-50x faster than the reference BLAS bundled in the mlx wheel; redis-server is for
 # Redis mode (`omlx serve --redis-url`, `omlx worker`) and its test; chromium is the browser of the
 # admin console's end-to-end tests (driven by Playwright); fuse3 (libfuse3 and fusermount3) is for the
-# power-loss tests' file system (tests/powerloss_fs.py); npm installs the coding agents that
+# power-loss tests' file system (tests/support/powerloss_fs.py); npm installs the coding agents that
 # `omlx launch`'s tests run (scripts/install_clients.sh). Never fatal: without them omlx still runs
 # (slower; no Redis mode unless you point it at a Redis elsewhere; the browser tests fail with a hint).
 set -u

@@ -1,5 +1,11 @@
-"""Shared fixtures: test model folders built once per session."""
+"""Shared fixtures: test model folders and live servers, built once per session; the kind markers.
+
+The tree says what a test needs: tests/unit (data structures, tiny models, in-process clients),
+tests/reference (greedy output against transformers or mlx-lm), tests/live (a real `omlx serve` or
+another real process), tests/e2e (a browser), tests/soak (minutes of load: marked ``slow`` too, so
+out of the default run). tests/support holds the helpers, which are not tests."""
 import os
+from pathlib import Path
 
 import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports mlx)
 
@@ -27,77 +33,62 @@ def model_dir(tmp_path_factory):
     return get
 
 
-class ServerProcess:
-    """A running `omlx serve` subprocess: ``url`` (http://127.0.0.1:PORT), ``output`` (its
-    stdout and stderr lines so far), ``stop(sig)`` -> exit code. ``preexec_fn`` runs in the
-    child before exec (tests/memory_limit.py puts it under a memory limit there)."""
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "reference", "live", "e2e", "soak")
 
-    def __init__(self, args, home, preexec_fn=None):
-        import os
-        import subprocess
-        import sys
-        import threading
 
-        env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"),
-                   OMLX_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1")
-        env.pop("OMLX_MODEL_DIR", None)
-        env.pop("OMLX_API_KEY", None)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0", *args], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
-        )
-        self.output = []
-        self._serving = threading.Event()
-        self.url = None
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self._serving.wait(120) or self.url is None:  # no URL: the process ended first
-            code = self.stop()
-            raise RuntimeError(f"omlx serve did not start (exit code {code}):\n" + "".join(self.output))
-
-    def _read(self):
-        for line in self.process.stdout:
-            self.output.append(line)
-            if line.startswith("omlx serving "):
-                self.url = line.split()[-1]
-                self._serving.set()
-        self._serving.set()
-
-    def wait_for_output(self, text, timeout=60.0):
-        import time
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.output):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def stop(self, sig=None):
-        import signal
-        import subprocess
-
-        if self.process.poll() is None:
-            self.process.send_signal(sig or signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:  # stuck: its threads' stacks go to the output
-                import time
-
-                self.process.send_signal(signal.SIGUSR1)
-                time.sleep(2)
-                self.process.kill()
-                self.process.wait()
-                print("omlx serve did not stop; its output:\n" + "".join(self.output))
-        return self.process.returncode
+def pytest_collection_modifyitems(config, items):
+    """Each test gets the marker of its directory; a soak test is also ``slow`` (not the default run)."""
+    for item in items:
+        kind = Path(item.path).resolve().relative_to(TESTS).parts[0]
+        if kind in KINDS:
+            item.add_marker(kind)
+            if kind == "soak":
+                item.add_marker("slow")
 
 
 @pytest.fixture(scope="session")
-def omlx_server(tmp_path_factory, model_dir):
-    """One live `omlx serve` for the session, serving the tiny qwen2 test model as "tiny"."""
-    import shutil
+def serve(tmp_path_factory, model_dir):
+    """serve(*flags, models=SPEC, **env) -> a live `omlx serve --model-dir DIR *flags`, shared.
 
-    models = tmp_path_factory.mktemp("served-models")
-    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    server = ServerProcess(["--model-dir", str(models)], tmp_path_factory.mktemp("omlx-home"))
-    yield server
-    server.stop()
+    SPEC names the served folders: ``{"tiny": ("qwen2", "tiny")}`` (the default) serves
+    model_dir("qwen2", "tiny") as "tiny". Every caller with the same models, flags and environment
+    gets the same process, started on first use and stopped at the end of the session; so only
+    tests that leave the server as they found it may use it (no loads or unloads a later test
+    would see, no settings, no signals, no memory limits: those start their own ServerProcess).
+    """
+    import shutil
+    import signal
+    import subprocess
+
+    from tests.support.server import ServerProcess
+
+    servers = {}
+
+    def get(*flags, models=None, **env):
+        models = models or {"tiny": ("qwen2", "tiny")}
+        key = (tuple(sorted(models.items())), flags, tuple(sorted(env.items())))
+        if key not in servers:
+            root = tmp_path_factory.mktemp("served-models")
+            for name, (arch, preset) in models.items():
+                shutil.copytree(model_dir(arch, preset), root / name)
+            home = tmp_path_factory.mktemp("omlx-home")
+            servers[key] = ServerProcess(["--model-dir", str(root), *flags], home, env=env)
+        return servers[key]
+
+    yield get
+    # All at once: each takes seconds to shut down, and they do it in parallel.
+    for server in servers.values():
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGTERM)
+    for server in servers.values():
+        try:
+            server.process.wait(60)
+        except subprocess.TimeoutExpired:
+            server.stop()  # its threads' stacks go to the output, then it is killed
+
+
+@pytest.fixture(scope="session")
+def omlx_server(serve):
+    """The live `omlx serve` most API tests share: the tiny qwen2 test model as "tiny", no flags."""
+    return serve()

@@ -356,7 +356,7 @@ class Engine(EngineControls, EngineThread):
         if self.steps % self.CLEAR_CACHE_STEPS == 0:
             # Under steady load nothing else gives memory back: MLX's buffer cache would keep the
             # largest batch's buffers, and glibc's arenas the pages freed by every thread (the
-            # 10-minute soak measured 40 -> 134 MiB of free heap kept; tests/test_soak.py).
+            # 10-minute soak measured 40 -> 134 MiB of free heap kept; tests/live/test_soak.py).
             give_back_memory()
         for request in out.preempted:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit

@@ -7,7 +7,7 @@ mlx-lm model. ``VisionModel`` holds the whole mlx-vlm model (vision tower and pr
 processor; it turns a prompt's token ids and pixels into input embeddings, on the engine thread.
 
 Served with images: the families of ``IMAGE_FAMILIES``, checked end to end against mlx-vlm's own
-generate (tests/test_vision*.py): their mlx-vlm class has ``get_input_embeddings(input_ids,
+generate (tests/*/test_vision*.py): their mlx-vlm class has ``get_input_embeddings(input_ids,
 pixel_values, **extras)`` and their language model decodes in the shared batch with mlx-lm's
 caches (Gemma 3's sliding-window layers get mlx-lm's rotating caches: ``TextModel.make_cache``).
 Other checkpoints with a ``vision_config`` that mlx-lm reads (Pixtral, Qwen 3.5...) stay

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ServerProcess
+from tests.support.server import ServerProcess
 
 API_KEY = "test-key"
 ARTIFACTS = Path(os.environ.get("OMLX_TEST_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts")
@@ -24,9 +24,22 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-dev-shm-usage"]
 
 
+ADMIN_MODELS = {"tiny": ("qwen2", "tiny"), "tiny2": ("qwen2", "tiny")}
+
+
 @pytest.fixture(scope="module")
-def admin_server(tmp_path_factory, model_dir):
-    """A live `omlx serve` with the API key "test-key" and two tiny models, "tiny" and "tiny2"."""
+def admin_server(serve):
+    """A live `omlx serve` with the API key "test-key" and two tiny models, "tiny" and "tiny2",
+    shared by the modules that leave its models as they found them (loaded or not, no pins,
+    TTLs or aliases); test_models.py changes them and takes ``private_admin_server``."""
+    server = serve("--api-key", API_KEY, models=ADMIN_MODELS)
+    server.api_key = API_KEY
+    return server
+
+
+@pytest.fixture(scope="module")
+def private_admin_server(tmp_path_factory, model_dir):
+    """Like ``admin_server``, but this module's own."""
     models = tmp_path_factory.mktemp("admin-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny2")
@@ -44,8 +57,11 @@ def browser():
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
                     "(Debian package chromium), or set OMLX_CHROMIUM")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # expect() waits 5 s by default: less than the history's 5 s between points, and less than a
+    # loaded machine may need; as long as the pages' actions (a passing check returns at once).
+    expect.set_options(timeout=30_000)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield b

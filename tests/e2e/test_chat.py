@@ -9,9 +9,9 @@ import sys
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ServerProcess
+from tests.support.server import ServerProcess
 from tests.e2e.conftest import API_KEY, login
-from tests.test_redis_mode import REDIS, Process, free_port
+from tests.live.test_redis_mode import REDIS, Process, free_port
 
 # Records the answer's length after every websocket message, until its numbers arrive.
 RECORD = """turn => {
@@ -104,7 +104,7 @@ def test_stop_and_error_bubbles(page, admin_server, shot):
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory, model_dir):
     """`omlx serve --redis-url` with no worker threads, and one `omlx worker` process that runs the
-    model (tests/test_redis_mode.py has the same setup for the API)."""
+    model (tests/live/test_redis_mode.py has the same setup for the API)."""
     if REDIS is None:
         pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
     port = free_port()

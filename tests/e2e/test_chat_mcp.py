@@ -1,7 +1,7 @@
 """MCP tools in the Chat page, in Chromium against a live `omlx serve --mcp-config` whose stdio MCP
-server (tests/mcp_servers/stdio_server.py) offers one tool: the model's call, the tool's result and
+server (tests/support/mcp_servers/stdio_server.py) offers one tool: the model's call, the tool's result and
 the answer after it appear as steps of the answer. "Tool use: required" makes the random-weight
-model's first answer a call (see tests/test_mcp_chat.py)."""
+model's first answer a call (see tests/unit/test_mcp_chat.py)."""
 import json
 import shutil
 import sys
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tests.conftest import ServerProcess
+from tests.support.server import ServerProcess
 from tests.e2e.conftest import API_KEY, login
 
-STDIO = str(Path(__file__).resolve().parents[1] / "mcp_servers" / "stdio_server.py")
+STDIO = str(Path(__file__).resolve().parents[1] / "support" / "mcp_servers" / "stdio_server.py")
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The Downloads page in Chromium against a live `omlx serve` whose hub is the local stand-in
-(tests/hub_server.py, through HF_ENDPOINT): a bad id is refused; a missing repo fails with the
+(tests/support/hub_server.py, through HF_ENDPOINT): a bad id is refused; a missing repo fails with the
 hub's reason; a download shows its progress (pushed over the websocket), is cancelled while the
 hub stalls, leaves nothing that discovery sees, resumes where it stopped and completes, and the
 model then shows in the Models list."""
@@ -12,9 +12,9 @@ import pytest
 from playwright.sync_api import expect
 
 from inference.hub import partial_path, staging_path
-from tests.conftest import ServerProcess
+from tests.support.server import ServerProcess
 from tests.e2e.conftest import API_KEY
-from tests.hub_server import HubServer
+from tests.support.hub_server import HubServer
 
 REPO = "test-org/tiny-chat"
 COMMIT = "c" * 40

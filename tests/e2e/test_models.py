@@ -2,9 +2,16 @@
 become loaded, pin, TTL, alias, a bad TTL shows an error, unload."""
 import re
 
+import pytest
 from playwright.sync_api import expect
 
 LOAD_TIMEOUT = 120_000  # ms: loading a model on a busy CPU
+
+
+@pytest.fixture(scope="module")
+def admin_server(private_admin_server):
+    """A server of this module's own: pins, TTLs, aliases and unloads would follow other modules."""
+    return private_admin_server
 
 
 def test_load_pin_ttl_alias_and_unload(page, admin_server, shot):

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from omlx_site import config
-from tests.conftest import ServerProcess
+from tests.support.server import ServerProcess
 from tests.e2e.conftest import API_KEY
 
 RESTART_TIMEOUT = 120_000  # ms: the server stops, re-executes and migrates on a busy CPU

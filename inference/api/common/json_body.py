@@ -3,7 +3,7 @@
 A body nested hundreds of levels deep is valid JSON (Python's parser takes about a thousand), but
 everything after the parser walks it recursively: pydantic, ``dataclasses.asdict`` of the job,
 Jinja's ``tojson`` in chat templates, the JSON-schema compiler of structured output. One of them
-would hit Python's recursion limit and turn bad input into a 500 (found by tests/test_api_fuzz.py).
+would hit Python's recursion limit and turn bad input into a 500 (found by tests/live/test_api_fuzz.py).
 So a body deeper than ``MAX_DEPTH`` is refused as a 400 when it is parsed, before anything
 reads it. The walk is iterative: the check itself cannot overflow.
 

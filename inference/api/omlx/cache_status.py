@@ -3,7 +3,7 @@
 One row per loaded model: its fingerprint (which names its cold-tier directory), the hot tier
 (blocks and bytes in RAM against its budget), this process's view of the cold tier, the hit
 counters, and the KV held by requests now (``in_use``: all zero once every request has ended and
-its KV was freed; the soak test, tests/test_soak.py, checks it). Models that are not loaded have
+its KV was freed; the soak test, tests/live/test_soak.py, checks it). Models that are not loaded have
 no hot tier; `omlx cache` reads their cold tier from disk. The figures are read without stopping
 the engine, so they may lag a step behind.
 """

@@ -1,0 +1,59 @@
+"""Engines close themselves at exit: a script that never calls close() exits cleanly.
+
+Without it, an engine thread still inside MLX while the interpreter tears down aborts the process
+("terminate called without an active exception", exit code 134) in some runs, so each case runs
+its script 20 times (two at a time) and wants 20 clean exits.
+"""
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = 20
+
+# argv: text model folder, encoder model folder, case. Nothing here closes an engine.
+SCRIPT = r'''
+import sys
+
+import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
+from inference.engine import LLM, Engine, SamplingParams
+
+text, encoder, case = sys.argv[1:4]
+llm = LLM(text)
+print(llm.generate("hello there", SamplingParams(max_tokens=4, temperature=0))[0].finish_reason)
+if case == "several":
+    from inference.embedding.engine import EncoderEngine
+
+    other = LLM(text)
+    other.generate("general kenobi", SamplingParams(max_tokens=2))
+    busy = Engine(text)
+    busy.submit("a request still running at exit", SamplingParams(max_tokens=100000, ignore_eos=True))
+    embedder = EncoderEngine(encoder, "embedding", dtype="float32")
+    embedder.submit(embedder.loaded.tokenize(["one", "two"]))
+    # Collection closes an LLM's engine too.
+    del other
+'''
+
+
+@pytest.fixture(scope="module")
+def folders(model_dir):
+    return str(model_dir("qwen2")), str(model_dir("bert_embedding"))
+
+
+def _run(args):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMLX_LOG_LEVEL="ERROR")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("case", ["one", "several"])
+def test_scripts_that_never_close_their_engines_exit_cleanly(folders, case):
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(_run, [(*folders, case)] * RUNS))
+    bad = [(code, out[-2000:]) for code, out in results if code != 0 or "terminate called" in out]
+    assert bad == [], f"{len(bad)} of {RUNS} runs did not exit cleanly; the first: {bad[0]}"

@@ -1,0 +1,142 @@
+"""The decode pipeline on the CPU (DecodeBatch.report_first): a step's tokens are handed out
+before the next pass is queued, and no pass runs after a row's last token (by length). Counts
+of passes and the state at each reported token, never wall-clock assertions."""
+import json
+import threading
+
+import mlx.core as mx
+import pytest
+
+from inference.engine import LLM, SamplingParams
+from tests.support.engine_control import hold
+
+GREEDY = dict(temperature=0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    with LLM(model_dir(arch="qwen2", preset="tiny"), max_concurrent_requests=8) as llm:
+        yield llm
+
+
+class CountingModel:
+    """The engine's model, counting the rows of every decode pass (a decode pass feeds one
+    token per row)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.rows = []
+
+    def __call__(self, inputs, *args, **kwargs):
+        self.rows.append(inputs.shape[0])
+        return self.model(inputs, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def _counting(llm):
+    batch = llm.engine.runner.batch
+    counter = CountingModel(batch.model)
+    llm.engine.call(lambda engine: setattr(batch, "model", counter))
+    return counter, lambda: llm.engine.call(lambda engine: setattr(batch, "model", counter.model))
+
+
+# Only the CPU reports before it queues (on Metal and CUDA the pass is queued first, as mlx-lm's).
+on_the_cpu = pytest.mark.skipif(mx.default_device() != mx.cpu, reason="report_first is the CPU's order")
+
+
+@on_the_cpu
+@pytest.mark.parametrize("lengths", [[8], [4, 9, 1, 6]])
+def test_no_pass_after_a_rows_last_token(llm, lengths):
+    """A request of n tokens takes its first from the prefill and n - 1 from decode passes:
+    the pass that would feed its n-th token (only for its KV) is not run."""
+    counter, restore = _counting(llm)
+    try:
+        results = llm.generate([[5 + i, 6, 7, 8] for i in range(len(lengths))],
+                               [SamplingParams(max_tokens=n, **GREEDY) for n in lengths])
+    finally:
+        restore()
+    assert [len(r.token_ids) for r in results] == lengths
+    assert all(r.finish_reason == "length" for r in results)
+    assert sum(counter.rows) == sum(n - 1 for n in lengths)
+
+
+@on_the_cpu
+def test_the_step_costs_see_every_decode_pass_and_no_report_only_step(llm):
+    """What a decode step costs is learned from the steps that ran a decode pass, with all its
+    rows (those whose prompts the same step finished too); the report-only step at the end of
+    a request is not a decode step."""
+    engine = llm.engine
+    seen = []
+
+    def spy(e):
+        observe = e.scheduler.costs.observe
+
+        def recording(decode_rows, prefill_tokens, *args):
+            if decode_rows or prefill_tokens:  # not an empty step (a step that only reports is one)
+                seen.append((decode_rows, prefill_tokens))
+            return observe(decode_rows, prefill_tokens, *args)
+
+        e.scheduler.costs.observe = recording
+        return e.runner.batch.passes
+
+    passes = engine.call(spy)
+    try:
+        llm.generate([[4, 4, 4]], SamplingParams(max_tokens=6, **GREEDY))
+        passes = engine.call(lambda e: e.runner.batch.passes) - passes
+    finally:
+        engine.call(lambda e: e.scheduler.costs.__dict__.pop("observe"))
+    assert passes == 5  # tokens 2 to 6
+    assert seen == [(1, 3)] + [(1, 0)] * 4  # the prefill step also decodes the new row
+
+
+@on_the_cpu
+def test_tokens_are_out_before_the_next_pass_is_queued(llm):
+    """Every decoded token but a request's last reaches its stream while the pass that follows
+    it is built and not yet queued (on the CPU queueing it would run most of it first)."""
+    batch = llm.engine.runner.batch
+    seen, finished = [], []
+    done = threading.Event()
+
+    def on_event(event):
+        if event.token_ids and not event.finished:
+            seen.append(batch.unlaunched)
+        if event.finished:
+            finished.append(event)
+            if len(finished) == 3:
+                done.set()
+
+    release = hold(llm.engine)  # the three are admitted, and decode, together
+    for i in range(3):
+        llm.engine.submit([9, 8, 7, i], SamplingParams(max_tokens=10, **GREEDY), callback=on_event)
+    release.set()
+    assert done.wait(60)
+    # 3 first tokens (from the prefill: no pass pending then), 3 x 8 decoded before the last
+    assert seen == [False] * 3 + [True] * 3 * 8
+    assert not batch.unlaunched  # after the step nothing is left unqueued
+
+
+ENUM = {"type": "json_schema", "schema": {
+    "type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+    "required": ["color", "ok"], "additionalProperties": False}}
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_structured_and_background_rows_decode_as_alone(llm, background):
+    """Rows with a grammar (their masks are built from the previous tokens, which ``step``
+    reads before the pass is queued; when another row ends by length they advance in a
+    report-only step) next to plain rows, and with a background row (the batch then does not
+    sample ahead): each row decodes what it decodes alone."""
+    prompt = [3, 4, 5, 6]
+    params = [SamplingParams(max_tokens=12, **GREEDY),
+              SamplingParams(max_tokens=100, structured=ENUM, **GREEDY),
+              SamplingParams(max_tokens=5, structured=ENUM, **GREEDY)]
+    if background:
+        params.append(SamplingParams(max_tokens=12, priority=5, **GREEDY))
+    alone = [llm.generate([prompt], p)[0] for p in params]
+    mixed = llm.generate([prompt] * len(params), params)
+    assert [r.token_ids for r in mixed] == [r.token_ids for r in alone]
+    assert json.loads(mixed[1].text)["color"] in ("red", "green", "blue")
+    assert mixed[1].finish_reason == "stop" and mixed[2].finish_reason == "length"
+    assert len(mixed[1].token_ids) > 5 and len(mixed[2].token_ids) == 5
