@@ -4,6 +4,7 @@ session that logged in with the key (admin_panel/views/auth.py).
 The session keeps a digest of the key it logged in with, not a flag: a new key (a restart with
 another `--api-key`) ends every login made with the old one.
 """
+
 from __future__ import annotations
 
 import functools

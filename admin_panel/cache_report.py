@@ -5,6 +5,7 @@ stopping the engine, so figures may lag a step; models that are not loaded, and 
 every model, from the cold-tier directory and its rows (cache/cold_usage.py, as `omlx cache`
 does). A row is one model fingerprint: one model folder at one dtype and block size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -94,11 +95,18 @@ def rows(pool, root: Optional[Path]) -> List[CacheRow]:
             off.append(CacheRow(model_id, None, loaded=True))
             continue
         hot, counts = stats.cache.get("hot", {}), stats.cache.get("lookups", {})
-        row = CacheRow(model_id, stats.fingerprint, loaded=True, hot_blocks=hot.get("blocks", 0),
-                       hot_bytes=hot.get("bytes", 0), hot_capacity=stats.hot_capacity_bytes,
-                       hot_evictions=hot.get("evictions", 0), lookup_tokens=counts.get("lookup_tokens", 0),
-                       hot_hit_tokens=counts.get("hot_hit_tokens", 0),
-                       cold_hit_tokens=counts.get("cold_hit_tokens", 0))
+        row = CacheRow(
+            model_id,
+            stats.fingerprint,
+            loaded=True,
+            hot_blocks=hot.get("blocks", 0),
+            hot_bytes=hot.get("bytes", 0),
+            hot_capacity=stats.hot_capacity_bytes,
+            hot_evictions=hot.get("evictions", 0),
+            lookup_tokens=counts.get("lookup_tokens", 0),
+            hot_hit_tokens=counts.get("hot_hit_tokens", 0),
+            cold_hit_tokens=counts.get("cold_hit_tokens", 0),
+        )
         s = stats.cache.get("cold")
         if stats.cold_dir is not None and s is not None:
             row.cold_files, row.cold_bytes = s["files"], s["bytes"]
@@ -113,27 +121,37 @@ def rows(pool, root: Optional[Path]) -> List[CacheRow]:
         for u in usage(root):
             mine = [r for r in loaded if r.fingerprint == u.fingerprint]
             if not mine:
-                name = names.get(_resolved(u.model_path)) or (Path(u.model_path).name if u.model_path else None)
+                name = names.get(_resolved(u.model_path)) or (
+                    Path(u.model_path).name if u.model_path else None
+                )
                 mine = [CacheRow(name or f"? {u.fingerprint[:12]}", u.fingerprint)]
                 on_disk.extend(mine)
             for row in mine:
                 # The files on disk are the truth; a live tier's own count may lag its writer.
                 row.model_path = u.model_path
-                row.cold_files, row.cold_bytes, row.cold_rows, row.last_used = u.files, u.bytes, u.rows, u.last_used
-    return (sorted(loaded, key=lambda r: r.name) + sorted(on_disk, key=lambda r: r.name) + off)
+                row.cold_files, row.cold_bytes, row.cold_rows, row.last_used = (
+                    u.files,
+                    u.bytes,
+                    u.rows,
+                    u.last_used,
+                )
+    return sorted(loaded, key=lambda r: r.name) + sorted(on_disk, key=lambda r: r.name) + off
 
 
 def totals(cache_rows: List[CacheRow], settings) -> Totals:
     root = settings.OMLX_COLD_CACHE_DIR
     cold = {r.fingerprint: r for r in cache_rows if r.fingerprint}  # a shared cold tier counts once
     return Totals(
-        hot_bytes=sum(r.hot_bytes for r in cache_rows), hot_capacity=sum(r.hot_capacity for r in cache_rows),
-        cold_files=sum(r.cold_files for r in cold.values()), cold_bytes=sum(r.cold_bytes for r in cold.values()),
+        hot_bytes=sum(r.hot_bytes for r in cache_rows),
+        hot_capacity=sum(r.hot_capacity for r in cache_rows),
+        cold_files=sum(r.cold_files for r in cold.values()),
+        cold_bytes=sum(r.cold_bytes for r in cold.values()),
         cold_cap=getattr(settings, "OMLX_COLD_CACHE_MAX_BYTES", None),
         cold_ttl=getattr(settings, "OMLX_COLD_CACHE_TTL_SECONDS", None),
         cold_dir=str(root) if root is not None else None,
         lookup_tokens=sum(r.lookup_tokens for r in cache_rows),
-        tokens_saved=sum(r.tokens_saved for r in cache_rows))
+        tokens_saved=sum(r.tokens_saved for r in cache_rows),
+    )
 
 
 def model_facts(pool) -> List[ModelFacts]:
@@ -145,13 +163,21 @@ def model_facts(pool) -> List[ModelFacts]:
         if stats.hot_capacity_bytes is None or engine.loaded is None:
             continue
         row = status.get(model_id) or {}
-        weights = row.get("measured_weights_bytes") or ((row.get("memory_estimate") or {}).get("weights_bytes") or 0)
+        weights = row.get("measured_weights_bytes") or (
+            (row.get("memory_estimate") or {}).get("weights_bytes") or 0
+        )
         speeds = stats.cache.get("speeds", {})
-        facts.append(ModelFacts(
-            model_id, weights_bytes=weights, kv_bytes_per_token=engine.loaded.kv_bytes_per_token,
-            block_tokens=stats.block_size, hot_capacity_bytes=stats.hot_capacity_bytes,
-            prefill_tokens_per_s=speeds.get("prefill_tokens_per_s", 0.0),
-            cold_read_bytes_per_s=speeds.get("read_bytes_per_s", 0.0)))
+        facts.append(
+            ModelFacts(
+                model_id,
+                weights_bytes=weights,
+                kv_bytes_per_token=engine.loaded.kv_bytes_per_token,
+                block_tokens=stats.block_size,
+                hot_capacity_bytes=stats.hot_capacity_bytes,
+                prefill_tokens_per_s=speeds.get("prefill_tokens_per_s", 0.0),
+                cold_read_bytes_per_s=speeds.get("read_bytes_per_s", 0.0),
+            )
+        )
     return facts
 
 

@@ -5,6 +5,7 @@ Every chart is an ``<svg class="chart">`` with a ``<title>``, y axis ticks at ro
 ticks, a legend, and ``data-points`` (how many values it drew) so tests can tell a chart grew.
 All text is escaped.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,9 @@ def _x_text(x: Number, is_time: bool) -> str:
     return compact(x)
 
 
-def _frame(title: str, width: int, height: int, points: int, y_ticks: List[float], y_of,
-           y_label: str) -> List[str]:
+def _frame(
+    title: str, width: int, height: int, points: int, y_ticks: List[float], y_of, y_label: str
+) -> List[str]:
     parts = [
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" data-points="{points}">',
@@ -69,12 +71,16 @@ def _frame(title: str, width: int, height: int, points: int, y_ticks: List[float
     for t in y_ticks:
         y = y_of(t)
         parts.append(f'<line x1="{_PAD_LEFT}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e7eb"/>')
-        parts.append(f'<text x="{_PAD_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
-                     f'fill="#4b5563">{escape(compact(t))}</text>')
+        parts.append(
+            f'<text x="{_PAD_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11" '
+            f'fill="#4b5563">{escape(compact(t))}</text>'
+        )
     if y_label:
         mid = (_PAD_TOP + height - _PAD_BOTTOM) / 2
-        parts.append(f'<text x="12" y="{mid:.1f}" font-size="11" fill="#4b5563" text-anchor="middle" '
-                     f'transform="rotate(-90 12 {mid:.1f})">{escape(y_label)}</text>')
+        parts.append(
+            f'<text x="12" y="{mid:.1f}" font-size="11" fill="#4b5563" text-anchor="middle" '
+            f'transform="rotate(-90 12 {mid:.1f})">{escape(y_label)}</text>'
+        )
     bottom = height - _PAD_BOTTOM
     parts.append(f'<line x1="{_PAD_LEFT}" x2="{right}" y1="{bottom}" y2="{bottom}" stroke="#9ca3af"/>')
     return parts
@@ -86,15 +92,24 @@ def _legend(names: Iterable[str], width: int) -> List[str]:
     for i, name in reversed(list(enumerate(names))):
         label = escape(name)
         x -= 14 + 7 * len(name)
-        parts.append(f'<rect x="{x}" y="7" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
-                     f'<text x="{x + 13}" y="16" font-size="11" fill="#111827">{label}</text>')
+        parts.append(
+            f'<rect x="{x}" y="7" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
+            f'<text x="{x + 13}" y="16" font-size="11" fill="#111827">{label}</text>'
+        )
     return parts
 
 
-def line_chart(series: Sequence[Series], *, title: str = "", y_label: str = "",
-               x_labels: Optional[Union[Dict[Number, str], Sequence[Tuple[Number, str]]]] = None,
-               width: int = 640, height: int = 200, y_min: Optional[Number] = 0,
-               x_range: Optional[Tuple[Number, Number]] = None) -> SafeString:
+def line_chart(
+    series: Sequence[Series],
+    *,
+    title: str = "",
+    y_label: str = "",
+    x_labels: Optional[Union[Dict[Number, str], Sequence[Tuple[Number, str]]]] = None,
+    width: int = 640,
+    height: int = 200,
+    y_min: Optional[Number] = 0,
+    x_range: Optional[Tuple[Number, Number]] = None,
+) -> SafeString:
     """Lines through each series' (x, y) points (a None y breaks the line); x values above 1e9
     are read as unix times (ticks as HH:MM). ``x_labels`` replaces the automatic x ticks;
     ``x_range`` (low, high) fixes the x axis (several charts of one time window line up)."""
@@ -132,11 +147,15 @@ def line_chart(series: Sequence[Series], *, title: str = "", y_label: str = "",
     else:
         ticks = []
     for x, label in ticks:
-        parts.append(f'<text x="{x_of(x):.1f}" y="{height - _PAD_BOTTOM + 16}" text-anchor="middle" '
-                     f'font-size="11" fill="#4b5563">{escape(label)}</text>')
+        parts.append(
+            f'<text x="{x_of(x):.1f}" y="{height - _PAD_BOTTOM + 16}" text-anchor="middle" '
+            f'font-size="11" fill="#4b5563">{escape(label)}</text>'
+        )
     if not ys:
-        parts.append(f'<text x="{_PAD_LEFT + plot_w / 2:.1f}" y="{_PAD_TOP + plot_h / 2:.1f}" '
-                     f'text-anchor="middle" font-size="12" fill="#6b7280">no data yet</text>')
+        parts.append(
+            f'<text x="{_PAD_LEFT + plot_w / 2:.1f}" y="{_PAD_TOP + plot_h / 2:.1f}" '
+            f'text-anchor="middle" font-size="12" fill="#6b7280">no data yet</text>'
+        )
     for i, (name, pts) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         runs: List[List[str]] = [[]]
@@ -147,18 +166,28 @@ def line_chart(series: Sequence[Series], *, title: str = "", y_label: str = "",
             runs[-1].append(f"{x_of(x):.1f},{y_of(y):.1f}")
         for run in runs:
             if len(run) > 1:
-                parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" '
-                             f'points="{" ".join(run)}"/>')
+                parts.append(
+                    f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(run)}"/>'
+                )
             for p in run:
                 cx, cy = p.split(",")
-                parts.append(f'<circle cx="{cx}" cy="{cy}" r="{2.5 if len(run) < 40 else 1}" fill="{color}"/>')
+                parts.append(
+                    f'<circle cx="{cx}" cy="{cy}" r="{2.5 if len(run) < 40 else 1}" fill="{color}"/>'
+                )
     parts += _legend([name for name, _ in series], width)
     parts.append("</svg>")
     return mark_safe("".join(parts))
 
 
-def bar_chart(categories: Sequence[str], series: Sequence[Tuple[str, Sequence[Optional[Number]]]], *,
-              title: str = "", y_label: str = "", width: int = 640, height: int = 220) -> SafeString:
+def bar_chart(
+    categories: Sequence[str],
+    series: Sequence[Tuple[str, Sequence[Optional[Number]]]],
+    *,
+    title: str = "",
+    y_label: str = "",
+    width: int = 640,
+    height: int = 220,
+) -> SafeString:
     """Grouped bars: one group per category, one bar per series (a None value draws no bar)."""
     values = [v for _, vals in series for v in vals if v is not None]
     y_ticks = nice_ticks(0.0, max(values) if values else 1.0)
@@ -179,14 +208,20 @@ def bar_chart(categories: Sequence[str], series: Sequence[Tuple[str, Sequence[Op
             if v is None:
                 continue
             top = y_of(v)
-            parts.append(f'<rect x="{left + s * bar_w:.1f}" y="{top:.1f}" width="{bar_w - 2:.1f}" '
-                         f'height="{_PAD_TOP + plot_h - top:.1f}" fill="{COLORS[s % len(COLORS)]}">'
-                         f'<title>{escape(name)} {escape(category)}: {escape(compact(v))}</title></rect>')
-        parts.append(f'<text x="{_PAD_LEFT + (c + 0.5) * group_w:.1f}" y="{height - _PAD_BOTTOM + 16}" '
-                     f'text-anchor="middle" font-size="11" fill="#4b5563">{escape(category)}</text>')
+            parts.append(
+                f'<rect x="{left + s * bar_w:.1f}" y="{top:.1f}" width="{bar_w - 2:.1f}" '
+                f'height="{_PAD_TOP + plot_h - top:.1f}" fill="{COLORS[s % len(COLORS)]}">'
+                f"<title>{escape(name)} {escape(category)}: {escape(compact(v))}</title></rect>"
+            )
+        parts.append(
+            f'<text x="{_PAD_LEFT + (c + 0.5) * group_w:.1f}" y="{height - _PAD_BOTTOM + 16}" '
+            f'text-anchor="middle" font-size="11" fill="#4b5563">{escape(category)}</text>'
+        )
     if not values:
-        parts.append(f'<text x="{_PAD_LEFT + plot_w / 2:.1f}" y="{_PAD_TOP + plot_h / 2:.1f}" '
-                     f'text-anchor="middle" font-size="12" fill="#6b7280">no data yet</text>')
+        parts.append(
+            f'<text x="{_PAD_LEFT + plot_w / 2:.1f}" y="{_PAD_TOP + plot_h / 2:.1f}" '
+            f'text-anchor="middle" font-size="12" fill="#6b7280">no data yet</text>'
+        )
     parts += _legend([name for name, _ in series], width)
     parts.append("</svg>")
     return mark_safe("".join(parts))

@@ -1,6 +1,7 @@
 """The Chat page's data: what the form asks for (``ChatRequest``, checked here so that a bad value is
 a message on the page) and what each answer reports (``AnswerStats``). The websocket side is
 admin_panel/consumers/chat.py."""
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,10 @@ def parse_form(data: dict, resolve: Callable[[str], Optional[str]]) -> ChatReque
         raise ValueError("Pick a model.")
     model = resolve(name)
     if model is None:
-        raise ValueError(f"The model '{name}' cannot be served (it is not in the model directory, or "
-                         "not a model omlx can run).")
+        raise ValueError(
+            f"The model '{name}' cannot be served (it is not in the model directory, or "
+            "not a model omlx can run)."
+        )
     message = _text(data, "message")
     if not message.strip():
         raise ValueError("The message is empty.")
@@ -55,9 +58,15 @@ def parse_form(data: dict, resolve: Callable[[str], Optional[str]]) -> ChatReque
     tool_choice = _text(data, "tool_choice").strip() or "auto"
     if tool_choice not in ("auto", "required"):
         raise ValueError("Tool use must be 'auto' or 'required'.")
-    return ChatRequest(model, message, _text(data, "system"), temperature,
-                       int(max_tokens) if max_tokens is not None else None,
-                       use_tools=_text(data, "mcp_tools") in ("on", "true", "1"), tool_choice=tool_choice)
+    return ChatRequest(
+        model,
+        message,
+        _text(data, "system"),
+        temperature,
+        int(max_tokens) if max_tokens is not None else None,
+        use_tools=_text(data, "mcp_tools") in ("on", "true", "1"),
+        tool_choice=tool_choice,
+    )
 
 
 def _text(data: dict, key: str) -> str:
@@ -98,13 +107,25 @@ class AnswerStats:
         return self.prompt_tokens - self.hot_tokens - self.cold_tokens
 
     @classmethod
-    def build(cls, usage: Optional[dict], finish_reason: str, sent: float, first_token: Optional[float],
-              last_token: Optional[float]) -> "AnswerStats":
+    def build(
+        cls,
+        usage: Optional[dict],
+        finish_reason: str,
+        sent: float,
+        first_token: Optional[float],
+        last_token: Optional[float],
+    ) -> "AnswerStats":
         usage = usage or {}
         generated = usage.get("completion_tokens", 0)
         speed = None
         if first_token is not None and last_token is not None and generated > 1 and last_token > first_token:
             speed = (generated - 1) / (last_token - first_token)
-        return cls(usage.get("prompt_tokens", 0), usage.get("hot_cached_tokens", 0),
-                   usage.get("cold_cached_tokens", 0), generated, finish_reason,
-                   None if first_token is None else first_token - sent, speed)
+        return cls(
+            usage.get("prompt_tokens", 0),
+            usage.get("hot_cached_tokens", 0),
+            usage.get("cold_cached_tokens", 0),
+            generated,
+            finish_reason,
+            None if first_token is None else first_token - sent,
+            speed,
+        )

@@ -8,6 +8,7 @@ tools' results are added to the messages, and the next round generates from them
 arguments, server down, timeout) is not the end of the answer: its error goes back to the model
 as the tool's result, as a failing tool's own error does, so the model can correct itself.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,9 +42,14 @@ class ToolStep:
 
 def assistant_message(text: str, calls: List[dict]) -> dict:
     """The assistant's turn that made ``calls`` (the engine's {"id", "name", "arguments"})."""
-    return {"role": "assistant", "content": text,
-            "tool_calls": [{"id": c["id"], "type": "function",
-                            "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]}
+    return {
+        "role": "assistant",
+        "content": text,
+        "tool_calls": [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls
+        ],
+    }
 
 
 async def run_call(call: dict) -> ToolStep:
@@ -58,8 +64,14 @@ async def run_call(call: dict) -> ToolStep:
         if manager is None:
             raise UnknownTool("no MCP servers are running")
         result = await manager.execute(step.name, parse_arguments(step.arguments))
-    except (UnknownTool, BadArguments, ValueError, connection.NotRunning, connection.ToolTimeout,
-            connection.ToolCallFailed) as exc:
+    except (
+        UnknownTool,
+        BadArguments,
+        ValueError,
+        connection.NotRunning,
+        connection.ToolTimeout,
+        connection.ToolCallFailed,
+    ) as exc:
         step.result, step.is_error = f"Error: {exc}", True
         return step
     step.result, step.is_error = result.text(), result.is_error

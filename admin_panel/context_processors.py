@@ -1,4 +1,5 @@
 """Template variables every console page has."""
+
 from admin_panel.auth import key_required
 
 

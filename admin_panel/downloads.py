@@ -16,6 +16,7 @@ cancel, an error, a stopped server) are found again from their staging folders
 Every change bumps ``version``; the Downloads page's websocket (admin_panel/consumers/downloads.py)
 waits for it and pushes the list.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,19 +105,32 @@ class Downloads:
             self._next_id += 1
             self._items[download.id] = download
             self._changed()
-        command = [sys.executable, "-m", "omlx_site.cli", "pull", repo, "--revision", revision,
-                   "--model-dir", str(model_dir), "--progress", "json"]
+        command = [
+            sys.executable,
+            "-m",
+            "omlx_site.cli",
+            "pull",
+            repo,
+            "--revision",
+            revision,
+            "--model-dir",
+            str(model_dir),
+            "--progress",
+            "json",
+        ]
         try:
             # Its own session: a Ctrl-C meant for the server's terminal reaches it only through us.
-            download.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                text=True, start_new_session=True)
+            download.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            )
         except OSError as exc:
             self._end(download, "failed", f"cannot start `omlx pull`: {exc}")
             return download
         if download.cancel_requested:  # cancelled while the process was being started
             self._interrupt(download.process)
-        threading.Thread(target=self._watch, args=(download,), name=f"omlx-download-{download.id}",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._watch, args=(download,), name=f"omlx-download-{download.id}", daemon=True
+        ).start()
         return download
 
     def cancel(self, download_id: int) -> Download:
@@ -282,4 +296,3 @@ def close_downloads() -> None:
         downloads = _downloads
     if downloads is not None:
         downloads.close()
-

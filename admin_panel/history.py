@@ -6,6 +6,7 @@ previous reading into rates over the interval: generated tokens per second, TTFT
 the requests whose first token came in the interval, hot and cold hit rates of the prompt tokens
 looked up in it. Nothing survives a restart; the thread never keeps the process alive.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -62,12 +63,21 @@ def make_point(now: metrics.Totals, before: Optional[metrics.Totals]) -> Point:
             hot_rate = (now.hot_hit_tokens - before.hot_hit_tokens) / looked
             cold_rate = (now.cold_hit_tokens - before.cold_hit_tokens) / looked
     return Point(
-        at=now.at, loaded_models=len(now.models),
+        at=now.at,
+        loaded_models=len(now.models),
         models={i: m["memory_bytes"] for i, m in sorted(now.models.items())},
-        model_memory_used=now.model_memory_used, model_memory_limit=now.model_memory_limit,
-        process_memory=now.process_memory, running=now.running, waiting=now.waiting,
-        in_flight=now.api_in_flight, requests=now.generations, tokens_per_second=tps,
-        ttft_p50=ttft_p50, ttft_p95=ttft_p95, hot_hit_rate=hot_rate, cold_hit_rate=cold_rate,
+        model_memory_used=now.model_memory_used,
+        model_memory_limit=now.model_memory_limit,
+        process_memory=now.process_memory,
+        running=now.running,
+        waiting=now.waiting,
+        in_flight=now.api_in_flight,
+        requests=now.generations,
+        tokens_per_second=tps,
+        ttft_p50=ttft_p50,
+        ttft_p95=ttft_p95,
+        hot_hit_rate=hot_rate,
+        cold_hit_rate=cold_rate,
         tokens_saved=now.hot_hit_tokens + now.cold_hit_tokens,
     )
 

@@ -6,6 +6,7 @@ read. A log file is rotated by renaming it (server.log -> server.log.1) and star
 may be truncated by hand; the follower notices both by the file's identity (device and inode) and
 its size, and reads the rest of the renamed file before starting on the new one.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,14 @@ class LogLine:
         if min_level and (self.raw is not None or self.level_number < logging.getLevelName(min_level)):
             return False
         if text:
-            haystack = self.raw if self.raw is not None else " ".join(
-                [self.time, self.level, self.logger, self.message]
-                + [f"{k}={v}" for k, v in self.extra.items()])
+            haystack = (
+                self.raw
+                if self.raw is not None
+                else " ".join(
+                    [self.time, self.level, self.logger, self.message]
+                    + [f"{k}={v}" for k, v in self.extra.items()]
+                )
+            )
             return text.casefold() in haystack.casefold()
         return True
 
@@ -122,8 +128,9 @@ def _complete_end(path: Path) -> int:
     return 0
 
 
-def tail(path: Path, count: int, accept: Callable[[LogLine], bool] = lambda line: True
-         ) -> Tuple[List[LogLine], "LogFollower"]:
+def tail(
+    path: Path, count: int, accept: Callable[[LogLine], bool] = lambda line: True
+) -> Tuple[List[LogLine], "LogFollower"]:
     """The last ``count`` complete lines of ``path`` that ``accept`` takes, oldest first, looking
     into the rotated files when the current one has fewer; and a follower that starts right after
     them. A missing file gives no lines (the follower waits for it)."""

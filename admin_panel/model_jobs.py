@@ -6,6 +6,7 @@ table polls until the job ends. Invariant: at most one job per model id runs at 
 error (would not fit, busy, load failed) is kept until the next job of that model or until it is
 shown (``take_error``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,14 @@ class ModelJobs:
         self._lock = threading.Lock()
         self._jobs: Dict[str, Job] = {}
 
-    def start(self, model_id: str, action: str, work: Callable[[], None],
-              errors: Callable[[BaseException], Optional[tuple]], wait: float = 0.3) -> Optional[Job]:
+    def start(
+        self,
+        model_id: str,
+        action: str,
+        work: Callable[[], None],
+        errors: Callable[[BaseException], Optional[tuple]],
+        wait: float = 0.3,
+    ) -> Optional[Job]:
         """Run ``work`` on a thread unless a job of ``model_id`` is running (then None).
         ``errors(exc)`` turns an exception into (status, message), or None for an unexpected
         one. Waits up to ``wait`` seconds, so a quick refusal is answered at once."""
@@ -38,8 +45,12 @@ class ModelJobs:
             running = self._jobs.get(model_id)
             if running is not None and running.thread.is_alive():
                 return None
-            job = Job(action, threading.Thread(target=lambda: self._run(job, work, errors), daemon=True,
-                                               name=f"omlx-admin-{action}"))
+            job = Job(
+                action,
+                threading.Thread(
+                    target=lambda: self._run(job, work, errors), daemon=True, name=f"omlx-admin-{action}"
+                ),
+            )
             self._jobs[model_id] = job
         job.thread.start()
         job.thread.join(wait)

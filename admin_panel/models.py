@@ -1,4 +1,5 @@
 """Database models of the admin_panel app."""
+
 from django.db import models
 
 

@@ -1,5 +1,6 @@
 """The Cache page's cold-directory probe, run on a thread (it takes a few seconds): one at a
 time per process; the page polls ``state()`` until it is done."""
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,9 @@ class ProbeJob:
             if self._state.running:
                 return False
             self._state = ProbeState(running=True, started=time.time(), models=[f.name for f in facts])
-        threading.Thread(target=self._run, args=(directory, block_bytes, facts), daemon=True,
-                         name="omlx-admin-probe").start()
+        threading.Thread(
+            target=self._run, args=(directory, block_bytes, facts), daemon=True, name="omlx-admin-probe"
+        ).start()
         return True
 
     def state(self) -> ProbeState:
@@ -54,7 +56,9 @@ class ProbeJob:
             logger.exception("cold-directory probe failed")
             error = f"{type(exc).__name__}: {exc}"
         with self._lock:
-            self._state = ProbeState(False, self._state.started, result, suggestions, error, self._state.models)
+            self._state = ProbeState(
+                False, self._state.started, result, suggestions, error, self._state.models
+            )
 
 
 probe_job = ProbeJob()

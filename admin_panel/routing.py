@@ -1,4 +1,5 @@
 """The console's websocket routes (omlx_site/asgi.py serves them with the session attached)."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit

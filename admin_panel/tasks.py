@@ -14,6 +14,7 @@ One benchmark at a time: it holds one Huey worker thread for its whole run, whil
 need a thread only to start (inference/tasks.py), so a second benchmark is refused, and so is a
 first one in a server with a single worker thread (it would stall the API).
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,12 +55,16 @@ def check_workers() -> None:
     from inference.dispatch.huey_consumer import running
 
     if not running():
-        raise BenchmarkRefused("No Huey worker runs in this server (OMLX_API_HANDOFF=direct or --workers 0): "
-                               "use `omlx bench` from a terminal instead")
+        raise BenchmarkRefused(
+            "No Huey worker runs in this server (OMLX_API_HANDOFF=direct or --workers 0): "
+            "use `omlx bench` from a terminal instead"
+        )
     if settings.OMLX_API_HANDOFF == "huey" and settings.OMLX_HUEY_WORKERS < 2:
-        raise BenchmarkRefused("A benchmark holds a Huey worker thread for its whole run and this server has "
-                               "only one (--workers 1): it would stall the API. Start the server with "
-                               "--workers 2 or more, or use `omlx bench`")
+        raise BenchmarkRefused(
+            "A benchmark holds a Huey worker thread for its whole run and this server has "
+            "only one (--workers 1): it would stall the API. Start the server with "
+            "--workers 2 or more, or use `omlx bench`"
+        )
 
 
 def start_benchmark(model: str, bench_settings, preset: str = "custom"):
@@ -77,18 +82,23 @@ def start_benchmark(model: str, bench_settings, preset: str = "custom"):
     with transaction.atomic():
         active = BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE).first()
         if active is not None:
-            raise BenchmarkRefused(f"Benchmark #{active.pk} ({active.model}) is {active.status}: one "
-                                   "benchmark runs at a time")
-        run = BenchmarkRun.objects.create(model=model_id, target="local",
-                                          settings=dict(bench_settings.to_dict(), preset=preset),
-                                          progress_total=bench_settings.total_steps(),
-                                          progress_message="queued")
+            raise BenchmarkRefused(
+                f"Benchmark #{active.pk} ({active.model}) is {active.status}: one benchmark runs at a time"
+            )
+        run = BenchmarkRun.objects.create(
+            model=model_id,
+            target="local",
+            settings=dict(bench_settings.to_dict(), preset=preset),
+            progress_total=bench_settings.total_steps(),
+            progress_message="queued",
+        )
     try:
         run_benchmark_task(run.pk)
     except Exception as exc:  # the queue (Redis) cannot be reached: the run must not block others
         logger.exception("queueing benchmark #%d failed", run.pk)
-        BenchmarkRun.objects.filter(pk=run.pk).update(status=BenchmarkRun.FAILED, finished=timezone.now(),
-                                                      error=f"it could not be queued: {exc}")
+        BenchmarkRun.objects.filter(pk=run.pk).update(
+            status=BenchmarkRun.FAILED, finished=timezone.now(), error=f"it could not be queued: {exc}"
+        )
         raise BenchmarkRefused(f"The benchmark could not be queued: {exc}") from None
     if not settings.OMLX_REDIS_URL:
         from inference.dispatch import huey_consumer
@@ -114,17 +124,28 @@ def execute(run_id: int) -> None:
     from inference.dispatch.worker_presence import worker_id
 
     updated = BenchmarkRun.objects.filter(pk=run_id, status=BenchmarkRun.QUEUED).update(
-        status=BenchmarkRun.RUNNING, started=timezone.now(), progress_message="starting", worker=worker_id())
+        status=BenchmarkRun.RUNNING, started=timezone.now(), progress_message="starting", worker=worker_id()
+    )
     if not updated:  # deleted, or already taken
         return
     run = BenchmarkRun.objects.get(pk=run_id)
     results, error = None, ""
 
     def progress(done: int, total: int, message: str, partial: dict) -> None:
-        BenchmarkRun.objects.filter(pk=run_id).update(progress_done=done, progress_total=total,
-                                                      progress_message=message[:200], results=partial)
-        _publish(run_id, {"kind": "progress", "status": BenchmarkRun.RUNNING, "done": done, "total": total,
-                          "message": message, "results": partial})
+        BenchmarkRun.objects.filter(pk=run_id).update(
+            progress_done=done, progress_total=total, progress_message=message[:200], results=partial
+        )
+        _publish(
+            run_id,
+            {
+                "kind": "progress",
+                "status": BenchmarkRun.RUNNING,
+                "done": done,
+                "total": total,
+                "message": message,
+                "results": partial,
+            },
+        )
 
     try:
         values = {k: v for k, v in run.settings.items() if k != "preset"}
@@ -145,23 +166,38 @@ def execute(run_id: int) -> None:
         status = BenchmarkRun.DONE if not error and results is not None else BenchmarkRun.FAILED
         if status == BenchmarkRun.FAILED and not error:
             error = "the benchmark stopped"
-        changes = {"status": status, "finished": timezone.now(), "error": error,
-                   "progress_message": "done" if status == BenchmarkRun.DONE else "failed"}
+        changes = {
+            "status": status,
+            "finished": timezone.now(),
+            "error": error,
+            "progress_message": "done" if status == BenchmarkRun.DONE else "failed",
+        }
         if results is not None:
             changes["results"] = results
             changes["progress_done"] = changes["progress_total"] = bench_settings.total_steps()
         BenchmarkRun.objects.filter(pk=run_id).update(**changes)
         logger.info("benchmark #%d of %s %s%s", run_id, run.model, status, f": {error}" if error else "")
         final = BenchmarkRun.objects.filter(pk=run_id).first()
-        _publish(run_id, {"kind": "finished", "status": status, "error": error,
-                          "results": final.results if final is not None else results})
+        _publish(
+            run_id,
+            {
+                "kind": "finished",
+                "status": status,
+                "error": error,
+                "results": final.results if final is not None else results,
+            },
+        )
 
 
 def _interrupt(queryset, why: str) -> int:
     from .models import BenchmarkRun
 
-    return queryset.update(status=BenchmarkRun.FAILED, error=f"interrupted: {why}", finished=timezone.now(),
-                           progress_message="interrupted")
+    return queryset.update(
+        status=BenchmarkRun.FAILED,
+        error=f"interrupted: {why}",
+        finished=timezone.now(),
+        progress_message="interrupted",
+    )
 
 
 def fail_interrupted_runs() -> int:
@@ -173,8 +209,9 @@ def fail_interrupted_runs() -> int:
 
     if settings.OMLX_REDIS_URL:
         return fail_lost_runs()
-    return _interrupt(BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE),
-                      "the server stopped before the run ended")
+    return _interrupt(
+        BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE), "the server stopped before the run ended"
+    )
 
 
 def fail_lost_runs() -> int:
@@ -189,6 +226,8 @@ def fail_lost_runs() -> int:
     lost = 0
     for run in BenchmarkRun.objects.filter(status=BenchmarkRun.RUNNING).exclude(worker=""):
         if is_alive(run.worker) is False:
-            lost += _interrupt(BenchmarkRun.objects.filter(pk=run.pk, status=BenchmarkRun.RUNNING),
-                               f"the worker running it ({run.worker}) stopped")
+            lost += _interrupt(
+                BenchmarkRun.objects.filter(pk=run.pk, status=BenchmarkRun.RUNNING),
+                f"the worker running it ({run.worker}) stopped",
+            )
     return lost

@@ -1,4 +1,5 @@
 """/admin/...: the console's pages and their htmx actions."""
+
 from django.urls import path
 
 from admin_panel.views import auth, benchmark, chat, downloads, integrations, logs, status

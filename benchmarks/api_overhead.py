@@ -14,6 +14,7 @@ HTTP connection, one request after the other (no concurrency):
 
     .venv/bin/python benchmarks/api_overhead.py [--model-preset tiny] [--requests 40] [--handoff huey|direct]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,13 +67,18 @@ def measure(url: str, model: str, requests: int, decode_tokens: int) -> dict:
             client.get(url + "/v1/models").raise_for_status()
             times.append(time.perf_counter() - start)
         out["GET /v1/models"] = times
-        out["cached TTFT, streamed"] = [_stream(client, url + "/v1/completions",
-                                                dict(base, max_tokens=1, stream=True))[0]
-                                        for _ in range(requests)]
+        out["cached TTFT, streamed"] = [
+            _stream(client, url + "/v1/completions", dict(base, max_tokens=1, stream=True))[0]
+            for _ in range(requests)
+        ]
         out["uncached TTFT, streamed"] = [
-            _stream(client, url + "/v1/completions",
-                    dict(base, prompt=f"request {i} {time.time()} " + prompt[:1200], max_tokens=1, stream=True))[0]
-            for i in range(requests)]
+            _stream(
+                client,
+                url + "/v1/completions",
+                dict(base, prompt=f"request {i} {time.time()} " + prompt[:1200], max_tokens=1, stream=True),
+            )[0]
+            for i in range(requests)
+        ]
         times = []
         for _ in range(requests):
             start = time.perf_counter()
@@ -81,15 +87,18 @@ def measure(url: str, model: str, requests: int, decode_tokens: int) -> dict:
         out["cached, not streamed, whole"] = times
         per_token = []
         for _ in range(max(3, requests // 8)):
-            _, span, tokens = _stream(client, url + "/v1/completions",
-                                      dict(base, max_tokens=decode_tokens, stream=True))
+            _, span, tokens = _stream(
+                client, url + "/v1/completions", dict(base, max_tokens=decode_tokens, stream=True)
+            )
             per_token.append(span / max(tokens - 1, 1))
         out["decode, per token"] = per_token
     return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model-preset", default="tiny")
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--decode-tokens", type=int, default=64)
@@ -106,13 +115,27 @@ def main() -> int:
             models = work / "models"
             models.mkdir()
             build_model(models / "model", preset=args.model_preset)
-            env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO),
-                       OMLX_API_HANDOFF=args.handoff)
+            env = dict(
+                os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO), OMLX_API_HANDOFF=args.handoff
+            )
             env.pop("OMLX_API_KEY", None)
             port = free_port()
-            server = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "serve", "--port", str(port),
-                                       "--model-dir", str(models)], env=env, cwd=REPO,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            server = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "omlx_site.cli",
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--model-dir",
+                    str(models),
+                ],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             try:
                 url = f"http://127.0.0.1:{port}"
                 wait_until_up(url, server)
@@ -124,7 +147,9 @@ def main() -> int:
     print("| figure | p50 | p90 |\n|---|---:|---:|")
     for name, values in results.items():
         values = sorted(values)
-        print(f"| {name} | {statistics.median(values) * 1000:.2f} | {values[int(len(values) * 0.9)] * 1000:.2f} |")
+        print(
+            f"| {name} | {statistics.median(values) * 1000:.2f} | {values[int(len(values) * 0.9)] * 1000:.2f} |"
+        )
     return 0
 
 

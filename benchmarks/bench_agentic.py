@@ -23,6 +23,7 @@ and the completion tokens of each side are printed to show they match.
         [--model FOLDER] [--rounds 3] [--mode closed|burst]
         [--conversations N --turns T --system-tokens S ...] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,18 @@ from benchmarks.bench_servers import start_servers, stop_servers  # noqa: E402
 from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
 # --quick: a few seconds per run on the tiny model, enough to see every figure move
-QUICK = AgenticSettings(conversations=4, turns=3, system_tokens=256, context_tokens=32, new_tokens=32,
-                        gen_tokens=16, burst=2)
-SIZE_FLAGS = ("conversations", "turns", "system_tokens", "context_tokens", "new_tokens", "gen_tokens", "burst")
+QUICK = AgenticSettings(
+    conversations=4, turns=3, system_tokens=256, context_tokens=32, new_tokens=32, gen_tokens=16, burst=2
+)
+SIZE_FLAGS = (
+    "conversations",
+    "turns",
+    "system_tokens",
+    "context_tokens",
+    "new_tokens",
+    "gen_tokens",
+    "burst",
+)
 
 
 def eos_ids(folder: Path) -> list:
@@ -62,10 +72,16 @@ def eos_ids(folder: Path) -> list:
 def figures(results: dict) -> dict:
     """The compared figures of one run: name -> (value, unit)."""
     s = results["summary"]
-    return {"TTFT p50": (s["ttft_s"]["p50"], "ms"), "TTFT p95": (s["ttft_s"]["p95"], "ms"),
-            "TTFT p99": (s["ttft_s"]["p99"], "ms"), "request latency p50": (s["latency_s"]["p50"], "ms"),
-            "request latency p95": (s["latency_s"]["p95"], "ms"), "ITL p50": (s["itl_s"]["p50"], "ms"),
-            "ITL p95": (s["itl_s"]["p95"], "ms"), "output tok/s": (s["output_tokens_per_s"], "tok/s")}
+    return {
+        "TTFT p50": (s["ttft_s"]["p50"], "ms"),
+        "TTFT p95": (s["ttft_s"]["p95"], "ms"),
+        "TTFT p99": (s["ttft_s"]["p99"], "ms"),
+        "request latency p50": (s["latency_s"]["p50"], "ms"),
+        "request latency p95": (s["latency_s"]["p95"], "ms"),
+        "ITL p50": (s["itl_s"]["p50"], "ms"),
+        "ITL p95": (s["itl_s"]["p95"], "ms"),
+        "output tok/s": (s["output_tokens_per_s"], "tok/s"),
+    }
 
 
 PHASES = ("queue", "restore", "prefill", "prefill_wait", "decode")
@@ -102,17 +118,30 @@ def _show(value, unit) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (4 x 3 turns, 256-token system prompt, "
-                        "16 tokens per turn, 2 in flight) and the tiny model unless --model-preset/--model")
-    parser.add_argument("--model-preset", help="testkit preset of the model (tiny, small, qwen2.5-0.5b; "
-                        "default small, tiny with --quick)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (4 x 3 turns, 256-token system prompt, "
+        "16 tokens per turn, 2 in flight) and the tiny model unless --model-preset/--model",
+    )
+    parser.add_argument(
+        "--model-preset",
+        help="testkit preset of the model (tiny, small, qwen2.5-0.5b; default small, tiny with --quick)",
+    )
     parser.add_argument("--model", help="a model folder instead of a built one")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (3 for a figure; 1 or 2: a "
-                        "smoke run)")
-    parser.add_argument("--mode", choices=AgenticSettings.MODES, help="closed (default): each of --burst "
-                        "clients sends its next turn when its own answer has ended; burst: --burst requests "
-                        "at once, the next burst when all have answered")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds (3 for a figure; 1 or 2: a smoke run)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=AgenticSettings.MODES,
+        help="closed (default): each of --burst "
+        "clients sends its next turn when its own answer has ended; burst: --burst requests "
+        "at once, the next burst when all have answered",
+    )
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
@@ -120,8 +149,9 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
     settings = QUICK if args.quick else AGENTIC_PRESETS["default"]
-    settings = replace(settings, **{n: getattr(args, n) for n in SIZE_FLAGS + ("mode",)
-                                    if getattr(args, n) is not None})
+    settings = replace(
+        settings, **{n: getattr(args, n) for n in SIZE_FLAGS + ("mode",) if getattr(args, n) is not None}
+    )
     model_preset = args.model_preset or ("tiny" if args.quick else "small")
     with tempfile.TemporaryDirectory(prefix="omlx-bench-agentic-") as tmp:
         work = Path(tmp)
@@ -149,21 +179,27 @@ def main() -> int:
         finally:
             stop_servers(servers)
     s = settings
-    print(f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
-          f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
-          f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
-          f"{'s' if args.rounds > 1 else ''}"
-          f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}; "
-          f"ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values of the round "
-          f"that has it")
-    table = [compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])
-             for name in figures(runs["omlx"][0])]
+    print(
+        f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
+        f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
+        f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
+        f"{'s' if args.rounds > 1 else ''}"
+        f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}; "
+        f"ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values of the round "
+        f"that has it"
+    )
+    table = [
+        compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])
+        for name in figures(runs["omlx"][0])
+    ]
     show = lambda c, v: _show(v, figures(runs["omlx"][0])[c.name][1])  # noqa: E731
     print(ratio_table(table, "omlx", "mlx-lm server", "omlx / mlx-lm", show))
     print("\neach server's own median over rounds (context; a ratio of these is not the figure):\n")
     print(medians_table(table, "omlx", "mlx-lm server", show))
-    print("\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
-          "omlx_request_phase_seconds, over each run; median over rounds):")
+    print(
+        "\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
+        "omlx_request_phase_seconds, over each run; median over rounds):"
+    )
     print("| " + " | ".join(PHASES) + " | TTFT mean (client) |\n|" + "---:|" * (len(PHASES) + 1))
     phases = [run["summary"]["phases_s"] for run in runs["omlx"]]
     means = [statistics.median(p[ph] for p in phases if p[ph] is not None) for ph in PHASES]
@@ -172,9 +208,11 @@ def main() -> int:
     for name in servers:
         totals = [run["summary"] for run in runs[name]]
         cached = [t["cached_tokens"] for t in totals]
-        print(f"{name}: output tokens per round {[t['output_tokens'] for t in totals]}, prompt tokens "
-              f"{[t['prompt_tokens'] for t in totals]}, cached {['n/a' if c is None else c for c in cached]}, "
-              f"errors {sum(t['errors'] for t in totals)} {runs[name][-1]['errors']}")
+        print(
+            f"{name}: output tokens per round {[t['output_tokens'] for t in totals]}, prompt tokens "
+            f"{[t['prompt_tokens'] for t in totals]}, cached {['n/a' if c is None else c for c in cached]}, "
+            f"errors {sum(t['errors'] for t in totals)} {runs[name][-1]['errors']}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")
     return 0

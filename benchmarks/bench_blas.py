@@ -69,6 +69,7 @@ QUICK_SHAPES = [("prefill mlp up", 128, HIDDEN, INTERMEDIATE), SHAPES[3], SHAPES
 
 # -- timing: the same for every cell ------------------------------------------------------------
 
+
 def calls_per_sample(warmups: Sequence[float], sample_time: float) -> int:
     """k for a row: enough calls that the fastest cell's sample lasts about sample_time."""
     fastest = max(min(warmups), 1e-9)
@@ -83,7 +84,9 @@ def sample(fn: Callable[[], None], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def measure(cells: Dict[object, "Cell"], rounds: int, sample_time: float, gap: float = 0.0) -> Dict[object, List[float]]:
+def measure(
+    cells: Dict[object, "Cell"], rounds: int, sample_time: float, gap: float = 0.0
+) -> Dict[object, List[float]]:
     """One row over every cell: each cell warms up once (untimed but for choosing k), then
     ``rounds`` rounds in which every cell takes one sample of k calls, the order rotating.
     Returns cell -> seconds per call of each round (the same count for every cell)."""
@@ -121,16 +124,24 @@ class Cell:
 
 # -- the worker: one (BLAS, dtype) cell in its own interpreter ---------------------------------
 
+
 def rows(quick: bool, small_model: Optional[str]) -> List[tuple]:
     """(name, work units per call, unit) of every row, in the order measured."""
-    out = [(f"{name} ({m}x{k} @ {k}x{n})", 2 * m * k * n / 1e9, "GFLOP/s")
-           for name, m, k, n in (QUICK_SHAPES if quick else SHAPES)]
+    out = [
+        (f"{name} ({m}x{k} @ {k}x{n})", 2 * m * k * n / 1e9, "GFLOP/s")
+        for name, m, k, n in (QUICK_SHAPES if quick else SHAPES)
+    ]
     tokens = 128 if quick else 512
     if small_model:
         out.append((f"prefill tokens/s: model_factory qwen2 'small', {tokens} tokens", tokens, "tokens/s"))
     layers = 1 if quick else 2
-    out.append((f"prefill tokens/s: Qwen2.5-0.5B geometry, {layers} of 24 layers, {tokens} tokens",
-                tokens, "tokens/s"))
+    out.append(
+        (
+            f"prefill tokens/s: Qwen2.5-0.5B geometry, {layers} of 24 layers, {tokens} tokens",
+            tokens,
+            "tokens/s",
+        )
+    )
     return out
 
 
@@ -158,9 +169,15 @@ def model_builders(args) -> list:
     if args.small_model:
         found.append(lambda: load_model(Path(args.small_model))[0])
     config = qwen2.ModelArgs(
-        model_type="qwen2", hidden_size=HIDDEN, num_hidden_layers=1 if args.quick else 2,
-        intermediate_size=INTERMEDIATE, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-        rms_norm_eps=1e-6, vocab_size=VOCAB, tie_word_embeddings=True,
+        model_type="qwen2",
+        hidden_size=HIDDEN,
+        num_hidden_layers=1 if args.quick else 2,
+        intermediate_size=INTERMEDIATE,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        rms_norm_eps=1e-6,
+        vocab_size=VOCAB,
+        tie_word_embeddings=True,
     )
     found.append(lambda: qwen2.Model(config))
     return found
@@ -217,8 +234,14 @@ class WorkerCell:
     def __init__(self, config: str, dtype: str, args):
         cmd = [sys.executable, __file__, "--worker", dtype] + (["--quick"] if args.quick else [])
         cmd += ["--small-model", args.small_model] if args.small_model else []
-        self.proc = subprocess.Popen(cmd, env={**os.environ, **CONFIGS[config]}, cwd=REPO, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **CONFIGS[config]},
+            cwd=REPO,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         self.row = None
         self.info = self._read()
 
@@ -248,6 +271,7 @@ class WorkerCell:
 
 
 # -- the driver ---------------------------------------------------------------------------------
+
 
 def build_small_model() -> str:
     """Write the testkit's "small" qwen2 folder once, for every worker."""
@@ -288,16 +312,24 @@ def print_tables(results: Dict[str, tuple], infos: dict, args) -> None:
     for config, info in infos.items():
         print(f"- {config}: backend {info['backend']}, BLAS {info['blas']}")
     flags = " --quick" if args.quick else ""
-    print(f"- command: .venv/bin/python benchmarks/bench_blas.py{flags} --rounds {args.rounds} "
-          f"--sample-time {args.sample_time}")
+    print(
+        f"- command: .venv/bin/python benchmarks/bench_blas.py{flags} --rounds {args.rounds} "
+        f"--sample-time {args.sample_time}"
+    )
     header = "| | " + " | ".join(f"{c} {d}" for c, d in CELLS) + " |"
     rule = "|---|" + "---:|" * len(CELLS)
-    print(f"\nabsolute (matmul: GFLOP/s; model: tokens/s), work / median seconds of {args.rounds} rounds"
-          f"\n\n{header}\n{rule}")
+    print(
+        f"\nabsolute (matmul: GFLOP/s; model: tokens/s), work / median seconds of {args.rounds} rounds"
+        f"\n\n{header}\n{rule}"
+    )
     for name, (work, _, seconds) in results.items():
-        print(f"| {name} | " + " | ".join(f"{work / statistics.median(seconds[c]):.1f}" for c in CELLS) + " |")
-    print(f"\nratio to stock mlx-cpu float32 (reference BLAS), median of {args.rounds} per-round ratios; "
-          f"above 1 is faster\n\n{header}\n{rule}")
+        print(
+            f"| {name} | " + " | ".join(f"{work / statistics.median(seconds[c]):.1f}" for c in CELLS) + " |"
+        )
+    print(
+        f"\nratio to stock mlx-cpu float32 (reference BLAS), median of {args.rounds} per-round ratios; "
+        f"above 1 is faster\n\n{header}\n{rule}"
+    )
     for name, (_, _, seconds) in results.items():
         print(f"| {name} | " + " | ".join(f"{speed_ratio(seconds, c):.2f}x" for c in CELLS) + " |")
 
@@ -305,11 +337,21 @@ def print_tables(results: Dict[str, tuple], infos: dict, args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer, smaller shapes and models")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="samples per cell, the cells interleaved (default 5, quick 3)")
-    parser.add_argument("--sample-time", type=float, default=0.05,
-                        help="seconds a sample of a row's fastest cell lasts (default 0.05)")
-    parser.add_argument("--gap", type=float, default=0.2, help="pause before each sample, seconds (default 0.2)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="samples per cell, the cells interleaved (default 5, quick 3)",
+    )
+    parser.add_argument(
+        "--sample-time",
+        type=float,
+        default=0.05,
+        help="seconds a sample of a row's fastest cell lasts (default 0.05)",
+    )
+    parser.add_argument(
+        "--gap", type=float, default=0.2, help="pause before each sample, seconds (default 0.2)"
+    )
     parser.add_argument("--json", help="also write every sample here")
     parser.add_argument("--worker", choices=DTYPES, dest="dtype", help=argparse.SUPPRESS)
     parser.add_argument("--small-model", help=argparse.SUPPRESS)
@@ -336,8 +378,12 @@ def main() -> None:
             for cell in cells.values():
                 cell.release()
             results[name] = (work, unit, seconds)
-            print(f"  {time.perf_counter() - started:5.0f}s {name}: openblas float32 "
-                  f"{speed_ratio(seconds, ('openblas', 'float32')):.2f}x", file=sys.stderr, flush=True)
+            print(
+                f"  {time.perf_counter() - started:5.0f}s {name}: openblas float32 "
+                f"{speed_ratio(seconds, ('openblas', 'float32')):.2f}x",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         for cell in cells.values():
             cell.close()
@@ -347,9 +393,16 @@ def main() -> None:
         print("\nnote: no OpenBLAS was loaded (apt-get install libopenblas0-pthread)", file=sys.stderr)
     print_tables(results, infos, args)
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {name: {"work": w, "unit": u, "seconds": {f"{c} {d}": s for (c, d), s in sec.items()}}
-             for name, (w, u, sec) in results.items()}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    name: {"work": w, "unit": u, "seconds": {f"{c} {d}": s for (c, d), s in sec.items()}}
+                    for name, (w, u, sec) in results.items()
+                },
+                indent=2,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

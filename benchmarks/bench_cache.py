@@ -17,6 +17,7 @@ reporting per turn the prompt tokens that came from the cache and those that wer
     .venv/bin/python benchmarks/bench_cache.py [--quick] [--arch qwen2 gemma3_text qwen3_5]
                                                [--rounds 3] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,7 +58,9 @@ def ttft(llm, prompt, max_tokens=1):
     start = time.perf_counter()
     first, last = None, None
     tokens = []
-    for event in llm.engine.submit(prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)):
+    for event in llm.engine.submit(
+        prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    ):
         if first is None and event.token_ids:
             first = time.perf_counter() - start
         tokens += event.token_ids
@@ -79,11 +82,15 @@ def restart_child(args):
     """Runs in a fresh process: the prompt again, against the SSD tier left by the parent."""
     from inference.engine import LLM
 
-    with LLM(model_path(args.arch[0], args.preset), paged_ssd_cache_dir=args.cache_dir,
-             cache_block_size=args.block) as llm:
+    with LLM(
+        model_path(args.arch[0], args.preset), paged_ssd_cache_dir=args.cache_dir, cache_block_size=args.block
+    ) as llm:
         t, usage, tokens = ttft(llm, ids(args.prompt, args.seed))
-    print(json.dumps({"ttft": t, "cold": usage.cold_cached_tokens, "hot": usage.hot_cached_tokens,
-                      "tokens": tokens}))
+    print(
+        json.dumps(
+            {"ttft": t, "cold": usage.cold_cached_tokens, "hot": usage.hot_cached_tokens, "tokens": tokens}
+        )
+    )
 
 
 def one_round(args, arch, path, seed):
@@ -121,9 +128,22 @@ def one_round(args, arch, path, seed):
     out["ssd-bytes-per-token"] = ssd_bytes / max(1, cached_tokens)
 
     drop_page_cache(cache_dir)
-    child = subprocess.run([sys.executable, __file__, "--child", "--cache-dir", str(cache_dir),
-                            "--arch", arch, "--seed", str(seed)] + (["--quick"] if args.quick else []),
-                           capture_output=True, text=True)
+    child = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--cache-dir",
+            str(cache_dir),
+            "--arch",
+            arch,
+            "--seed",
+            str(seed),
+        ]
+        + (["--quick"] if args.quick else []),
+        capture_output=True,
+        text=True,
+    )
     if child.returncode:
         raise SystemExit(child.stderr)
     restart = json.loads(child.stdout.strip().splitlines()[-1])
@@ -142,8 +162,16 @@ def conversation(args, path):
             new = ids(200, 100 + turn)
             history = history + new
             t, usage, answer = ttft(llm, history, max_tokens=16)
-            rows.append({"turn": turn + 1, "prompt": usage.prompt_tokens, "cached": usage.cached_tokens,
-                         "computed": usage.computed_prompt_tokens, "new": len(new), "ttft": t})
+            rows.append(
+                {
+                    "turn": turn + 1,
+                    "prompt": usage.prompt_tokens,
+                    "cached": usage.cached_tokens,
+                    "computed": usage.computed_prompt_tokens,
+                    "new": len(new),
+                    "ttft": t,
+                }
+            )
             history = history + answer
     return rows
 
@@ -151,7 +179,9 @@ def conversation(args, path):
 def main():
     import statistics
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="tiny models, 1024-token prompt")
     parser.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS)
     parser.add_argument("--rounds", type=int, default=3)
@@ -170,26 +200,37 @@ def main():
     for arch in args.arch:
         path = model_path(arch, args.preset)
         rounds = [one_round(args, arch, path, 7 + r) for r in range(args.rounds)]
-        ratios = {case: statistics.median(r[case] / r["cold"] for r in rounds)
-                  for case in ("hot", "cold-hit", "restart", "mlx-lm")}
-        results[arch] = {"rounds": rounds, "ratios": ratios,
-                         "ssd_bytes_per_token": rounds[0]["ssd-bytes-per-token"],
-                         "conversation": conversation(args, path)}
+        ratios = {
+            case: statistics.median(r[case] / r["cold"] for r in rounds)
+            for case in ("hot", "cold-hit", "restart", "mlx-lm")
+        }
+        results[arch] = {
+            "rounds": rounds,
+            "ratios": ratios,
+            "ssd_bytes_per_token": rounds[0]["ssd-bytes-per-token"],
+            "conversation": conversation(args, path),
+        }
 
-    print(f"{args.preset} models, {args.prompt}-token prompt, block size {args.block}, "
-          f"median of {args.rounds} rounds (ratio to that round's cold time to first token)")
+    print(
+        f"{args.preset} models, {args.prompt}-token prompt, block size {args.block}, "
+        f"median of {args.rounds} rounds (ratio to that round's cold time to first token)"
+    )
     print("| family | hot / cold | SSD hit / cold | restart / cold | mlx-lm / cold | SSD bytes per token |")
     print("|---|---|---|---|---|---|")
     for arch, r in results.items():
         q = r["ratios"]
-        print(f"| {arch} | {q['hot']:.4f} | {q['cold-hit']:.4f} | {q['restart']:.4f} | {q['mlx-lm']:.3f} | "
-              f"{r['ssd_bytes_per_token']:,.0f} |")
+        print(
+            f"| {arch} | {q['hot']:.4f} | {q['cold-hit']:.4f} | {q['restart']:.4f} | {q['mlx-lm']:.3f} | "
+            f"{r['ssd_bytes_per_token']:,.0f} |"
+        )
     print("\n| family | turn | prompt tokens | new | from cache | computed | computed - new |")
     print("|---|---|---|---|---|---|---|")
     for arch, r in results.items():
         for row in r["conversation"]:
-            print(f"| {arch} | {row['turn']} | {row['prompt']} | {row['new']} | {row['cached']} | "
-                  f"{row['computed']} | {row['computed'] - row['new']} |")
+            print(
+                f"| {arch} | {row['turn']} | {row['prompt']} | {row['new']} | {row['cached']} | "
+                f"{row['computed']} | {row['computed'] - row['new']} |"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

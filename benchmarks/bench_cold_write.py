@@ -18,6 +18,7 @@ benchmarks/rounds.py states every ratio, the median of the per-round ratios to o
 
     .venv/bin/python benchmarks/bench_cold_write.py [--preset small] [--prompt 692] [--rounds 9]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,9 @@ def run(llm, prompt, max_tokens):
 
     start = time.perf_counter()
     first = None
-    for event in llm.engine.submit(prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)):
+    for event in llm.engine.submit(
+        prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    ):
         if first is None and event.token_ids:
             first = time.perf_counter() - start
     return first
@@ -56,7 +59,9 @@ def flush(llm):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="small")
     parser.add_argument("--prompt", type=int, default=692, help="prompt tokens")
     parser.add_argument("--block", type=int, default=256, help="cache block size")
@@ -73,9 +78,11 @@ def main():
     names = ("off", "on", "eager")
     times = {n: {"unique": [], "back2back": [], "drain": []} for n in names}
     try:
-        with LLM(path, cache_block_size=args.block) as off, \
-             LLM(path, cache_block_size=args.block, paged_ssd_cache_dir=str(cache_dir / "on")) as on, \
-             LLM(path, cache_block_size=args.block, paged_ssd_cache_dir=str(cache_dir / "eager")) as eager:
+        with (
+            LLM(path, cache_block_size=args.block) as off,
+            LLM(path, cache_block_size=args.block, paged_ssd_cache_dir=str(cache_dir / "on")) as on,
+            LLM(path, cache_block_size=args.block, paged_ssd_cache_dir=str(cache_dir / "eager")) as eager,
+        ):
             eager_cold = eager.engine.call(lambda e: e.prefix_cache.cold)
             eager_cold.defer_writes = lambda busy: None
             engines = {"off": off, "on": on, "eager": eager}
@@ -102,17 +109,23 @@ def main():
         shutil.rmtree(cache_dir, ignore_errors=True)
 
     med = {n: {k: statistics.median(v) if v else 0.0 for k, v in d.items()} for n, d in times.items()}
-    print(f"model {args.preset}, {args.prompt}-token prompts, block {args.block}, {args.rounds} rounds; "
-          f"cold writes {stats.writes}, dropped {stats.dropped}, errors {stats.write_errors}")
+    print(
+        f"model {args.preset}, {args.prompt}-token prompts, block {args.block}, {args.rounds} rounds; "
+        f"cold writes {stats.writes}, dropped {stats.dropped}, errors {stats.write_errors}"
+    )
     print("TTFT: each engine's median over rounds; ratios: the median of the per-round ratios")
     print("| case | off (ms) | eager (ms) | on (ms) | eager / off | on / off |")
     print("|---|---|---|---|---|---|")
     for case in ("unique", "back2back"):
         m = {n: med[n][case] for n in names}
         ratio = {n: Comparison(case, times[n][case], times["off"][case]).ratio for n in ("eager", "on")}
-        print(f"| {case} TTFT | {m['off'] * 1e3:.1f} | {m['eager'] * 1e3:.1f} | {m['on'] * 1e3:.1f} | "
-              f"{ratio['eager']:.3f} | {ratio['on']:.3f} |")
-    print(f"| drain after a burst | | {med['eager']['drain'] * 1e3:.1f} | {med['on']['drain'] * 1e3:.1f} | | |")
+        print(
+            f"| {case} TTFT | {m['off'] * 1e3:.1f} | {m['eager'] * 1e3:.1f} | {m['on'] * 1e3:.1f} | "
+            f"{ratio['eager']:.3f} | {ratio['on']:.3f} |"
+        )
+    print(
+        f"| drain after a burst | | {med['eager']['drain'] * 1e3:.1f} | {med['on']['drain'] * 1e3:.1f} | | |"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"medians": med, "raw": times}, indent=2))
 

@@ -24,6 +24,7 @@ less with other processes' load than wall time does, and the batch size requests
 mlx-embeddings is not compared: it pulls in mlx-vlm, mlx-audio, opencv and datasets, and omlx
 serves encoders with its own MLX module (inference/embedding/bert.py) instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,8 +95,10 @@ class Clients:
                         text = todo.get_nowait()
                     except queue.Empty:
                         return
-                    client.post(self.url + "/v1/embeddings", json={
-                        "model": self.model, "input": text, "encoding_format": "base64"}).raise_for_status()
+                    client.post(
+                        self.url + "/v1/embeddings",
+                        json={"model": self.model, "input": text, "encoding_format": "base64"},
+                    ).raise_for_status()
             except BaseException as exc:  # reported after the run
                 errors.append(exc)
 
@@ -125,7 +128,9 @@ class Clients:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--arch", default="bert_embedding", choices=("bert_embedding", "qwen3_embedding"))
     parser.add_argument("--preset", default="small")
     parser.add_argument("--requests", type=int, default=320, help="texts in all, shared out over the rounds")
@@ -133,8 +138,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--words", type=int, default=40)
     parser.add_argument("--batch-wait-ms", type=float, default=0.0, help="the server's --max-batch-wait-ms")
-    parser.add_argument("--st-share", type=float, default=0.25,
-                        help="share of a round's texts sentence-transformers runs at batch 1 (it is slow)")
+    parser.add_argument(
+        "--st-share",
+        type=float,
+        default=0.25,
+        help="share of a round's texts sentence-transformers runs at batch 1 (it is slow)",
+    )
     args = parser.parse_args()
     from inference.testkit.registry import build_model
 
@@ -142,20 +151,36 @@ def main() -> int:
     items = texts(args.requests, args.words)
     share = len(items) // args.rounds
     sides = ["omlx 1", "omlx k", "st 1", "st k"]
-    labels = {"omlx 1": "omlx serve, batch 1 (sequential requests)",
-              "omlx k": f"omlx serve, {k} concurrent requests",
-              "st 1": "sentence-transformers (torch CPU), batch 1",
-              "st k": f"sentence-transformers (torch CPU), batch {k}"}
+    labels = {
+        "omlx 1": "omlx serve, batch 1 (sequential requests)",
+        "omlx k": f"omlx serve, {k} concurrent requests",
+        "st 1": "sentence-transformers (torch CPU), batch 1",
+        "st k": f"sentence-transformers (torch CPU), batch {k}",
+    }
     with tempfile.TemporaryDirectory(prefix="omlx-bench-embed-") as tmp:
         work = Path(tmp)
         path = build_model(work / "models" / "embed", arch=args.arch, preset=args.preset)
         env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO), OMLX_HF_CACHE="off")
         env.pop("OMLX_API_KEY", None)
         port = free_port()
-        server = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "serve", "--port", str(port),
-                                   "--model-dir", str(work / "models"), "--max-batch-wait-ms",
-                                   str(args.batch_wait_ms)], env=env, cwd=REPO,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "omlx_site.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--model-dir",
+                str(work / "models"),
+                "--max-batch-wait-ms",
+                str(args.batch_wait_ms),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         clients = None
         try:
             url = f"http://127.0.0.1:{port}"
@@ -172,9 +197,9 @@ def main() -> int:
             def run_one(side):
                 r = rounds_done[side]
                 rounds_done[side] += 1
-                part = items[r * share:(r + 1) * share]
+                part = items[r * share : (r + 1) * share]
                 if side == "st 1":
-                    part = part[:max(1, int(len(part) * args.st_share))]
+                    part = part[: max(1, int(len(part) * args.st_share))]
                 passes0, seqs0 = clients.batches()
                 cpu0, server0 = own_cpu(), process_cpu(server.pid)
                 began = time.perf_counter()
@@ -186,9 +211,14 @@ def main() -> int:
                 client_cpu = own_cpu() - cpu0
                 server_cpu = process_cpu(server.pid) - server0 if side.startswith("omlx") else 0.0
                 passes, seqs = (a - b for a, b in zip(clients.batches(), (passes0, seqs0)))
-                return {"rate": len(part) / seconds, "cpu_ms": 1000 * (client_cpu + server_cpu) / len(part),
-                        "server_ms": 1000 * server_cpu / len(part), "client_ms": 1000 * client_cpu / len(part),
-                        "batch": seqs / passes if passes else None, "load": os.getloadavg()[0]}
+                return {
+                    "rate": len(part) / seconds,
+                    "cpu_ms": 1000 * (client_cpu + server_cpu) / len(part),
+                    "server_ms": 1000 * server_cpu / len(part),
+                    "client_ms": 1000 * client_cpu / len(part),
+                    "batch": seqs / passes if passes else None,
+                    "load": os.getloadavg()[0],
+                }
 
             runs = run_rounds(sides, args.rounds, run_one)
         finally:
@@ -200,21 +230,29 @@ def main() -> int:
     def values(side, key):
         return [run[key] for run in runs[side]]
 
-    print(f"{args.arch} {args.preset}, {share} texts of ~{args.words} words a round "
-          f"(sentence-transformers batch 1: {max(1, int(share * args.st_share))}), {args.rounds} rounds in "
-          f"rotating order, server --max-batch-wait-ms {args.batch_wait_ms:g}; load average during the "
-          f"rounds {min(values('omlx k', 'load')):.1f}-{max(values('omlx k', 'load')):.1f}\n")
-    print("| run | embeddings/s, median (rounds) | CPU ms per embedding: all (server + client), median "
-          "| mean batch |\n|---|---:|---:|---:|")
+    print(
+        f"{args.arch} {args.preset}, {share} texts of ~{args.words} words a round "
+        f"(sentence-transformers batch 1: {max(1, int(share * args.st_share))}), {args.rounds} rounds in "
+        f"rotating order, server --max-batch-wait-ms {args.batch_wait_ms:g}; load average during the "
+        f"rounds {min(values('omlx k', 'load')):.1f}-{max(values('omlx k', 'load')):.1f}\n"
+    )
+    print(
+        "| run | embeddings/s, median (rounds) | CPU ms per embedding: all (server + client), median "
+        "| mean batch |\n|---|---:|---:|---:|"
+    )
     for side in sides:
         rates = values(side, "rate")
         batch = [b for b in values(side, "batch") if b] if side.startswith("omlx") else []
         cpu = f"{statistics.median(values(side, 'cpu_ms')):.1f}"
         if side.startswith("omlx"):
-            cpu += (f" ({statistics.median(values(side, 'server_ms')):.1f} + "
-                    f"{statistics.median(values(side, 'client_ms')):.1f})")
-        print(f"| {labels[side]} | {statistics.median(rates):.1f} ({'/'.join(f'{v:.1f}' for v in rates)}) | "
-              f"{cpu} | " + (f"{statistics.mean(batch):.1f} |" if batch else "- |"))
+            cpu += (
+                f" ({statistics.median(values(side, 'server_ms')):.1f} + "
+                f"{statistics.median(values(side, 'client_ms')):.1f})"
+            )
+        print(
+            f"| {labels[side]} | {statistics.median(rates):.1f} ({'/'.join(f'{v:.1f}' for v in rates)}) | "
+            f"{cpu} | " + (f"{statistics.mean(batch):.1f} |" if batch else "- |")
+        )
 
     def comparison(name, ours, theirs, key="rate", invert=False):
         c = Comparison(name, invert=invert)
@@ -223,13 +261,28 @@ def main() -> int:
         return c
 
     print()
-    print(ratio_table([
-        comparison(f"batching gain: embeddings/s, {k} concurrent / sequential", "omlx k", "omlx 1"),
-        comparison(f"batching gain: CPU per embedding, sequential / {k} concurrent", "omlx k", "omlx 1",
-                   key="cpu_ms", invert=True),
-        comparison(f"embeddings/s, omlx {k} concurrent / sentence-transformers batch {k}", "omlx k", "st k"),
-        comparison("embeddings/s, omlx sequential / sentence-transformers batch 1", "omlx 1", "st 1"),
-    ], "ours", "theirs", "median ratio", show=lambda c, v: f"{v:.1f}"))
+    print(
+        ratio_table(
+            [
+                comparison(f"batching gain: embeddings/s, {k} concurrent / sequential", "omlx k", "omlx 1"),
+                comparison(
+                    f"batching gain: CPU per embedding, sequential / {k} concurrent",
+                    "omlx k",
+                    "omlx 1",
+                    key="cpu_ms",
+                    invert=True,
+                ),
+                comparison(
+                    f"embeddings/s, omlx {k} concurrent / sentence-transformers batch {k}", "omlx k", "st k"
+                ),
+                comparison("embeddings/s, omlx sequential / sentence-transformers batch 1", "omlx 1", "st 1"),
+            ],
+            "ours",
+            "theirs",
+            "median ratio",
+            show=lambda c, v: f"{v:.1f}",
+        )
+    )
     return 0
 
 

@@ -31,6 +31,7 @@ token), so prefill never enters the decode figure.
     .venv/bin/python benchmarks/bench_engine.py [--quick] [--rounds N] [--streams 4,16,32] [--context N]
         [--decode-tokens N] [--speedup N] [--step-trace N] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,14 +80,16 @@ def steady_rate(timestamps):
 
 # -- omlx -------------------------------------------------------------------------------------
 
+
 class Omlx:
     name = "omlx"
 
     def __init__(self, path, max_streams, **settings):
         from inference.engine import LLM
 
-        self.llm = LLM(path, max_concurrent_requests=max_streams, step_token_budget=max(2048, max_streams),
-                       **settings)
+        self.llm = LLM(
+            path, max_concurrent_requests=max_streams, step_token_budget=max(2048, max_streams), **settings
+        )
 
     def run(self, prompts, max_tokens):
         """Timestamps are taken by a callback on the engine thread as each event is published,
@@ -120,6 +123,7 @@ class Omlx:
 
 # -- bare mlx-lm ------------------------------------------------------------------------------
 
+
 class MlxLm:
     name = "mlx-lm"
 
@@ -139,12 +143,17 @@ class MlxLm:
         if len(prompts) == 1:
             start = time.perf_counter()
             stamps = []
-            for _, n in zip(generate_step(mx.array(prompts[0]), self.model, max_tokens=max_tokens),
-                            range(max_tokens)):
+            for _, n in zip(
+                generate_step(mx.array(prompts[0]), self.model, max_tokens=max_tokens), range(max_tokens)
+            ):
                 stamps.append(time.perf_counter())
             return start, [stamps]
-        gen = BatchGenerator(self.model, max_tokens=max_tokens, completion_batch_size=len(prompts),
-                             prefill_batch_size=len(prompts))
+        gen = BatchGenerator(
+            self.model,
+            max_tokens=max_tokens,
+            completion_batch_size=len(prompts),
+            prefill_batch_size=len(prompts),
+        )
         start = time.perf_counter()
         uids = gen.insert(prompts)
         index = {u: i for i, u in enumerate(uids)}
@@ -162,6 +171,7 @@ class MlxLm:
 
 
 # -- the measurements -------------------------------------------------------------------------
+
 
 def measure_prefill(engine, n_prompt, seed):
     start, stamps = engine.run([prompt_ids(n_prompt, seed)], 1)
@@ -221,13 +231,19 @@ def main_default(args):
         for name, engine in turn:
             seconds = measure_burst(engine, args.burst, seed=5000 + 100 * r)
             rates.setdefault(("burst", name), []).append(seconds)
-            print(f"  round {r}: {name:7s} burst of {args.burst}: last first token after {seconds:6.2f} s", flush=True)
+            print(
+                f"  round {r}: {name:7s} burst of {args.burst}: last first token after {seconds:6.2f} s",
+                flush=True,
+            )
         for name, engine in turn if args.context else ():
             seconds, rate = measure_context(engine, args.context, args.decode_tokens, seed=7000 + 100 * r)
             rates.setdefault(("context prefill", name), []).append(seconds)
             rates.setdefault(("context decode", name), []).append(rate)
-            print(f"  round {r}: {name:7s} {CONTEXT_STREAMS} x {args.context}-token prompts: last first token after "
-                  f"{seconds:6.2f} s, decode {rate:6.2f} tok/s", flush=True)
+            print(
+                f"  round {r}: {name:7s} {CONTEXT_STREAMS} x {args.context}-token prompts: last first token after "
+                f"{seconds:6.2f} s, decode {rate:6.2f} tok/s",
+                flush=True,
+            )
     for engine in engines.values():
         engine.close()
     results = {}
@@ -235,7 +251,8 @@ def main_default(args):
     for measurement in ["prefill"] + [f"decode@{b}" for b in streams] + ["burst"] + context:
         ours, theirs = rates[(measurement, "omlx")], rates[(measurement, "mlx-lm")]
         results[measurement] = {
-            "omlx": statistics.median(ours), "mlx-lm": statistics.median(theirs),
+            "omlx": statistics.median(ours),
+            "mlx-lm": statistics.median(theirs),
             "ratio": Comparison(measurement, ours, theirs).ratio,
             "rounds": {"omlx": ours, "mlx-lm": theirs},
         }
@@ -259,7 +276,10 @@ def main_speedup(args):
     def stock_rate(seed):
         child = subprocess.run(
             [sys.executable, __file__, "--stock", "--seed", str(seed)] + (["--quick"] if args.quick else []),
-            env={**os.environ, "OMLX_BLAS": "reference"}, capture_output=True, text=True, check=True,
+            env={**os.environ, "OMLX_BLAS": "reference"},
+            capture_output=True,
+            text=True,
+            check=True,
         )
         return json.loads(child.stdout.strip().splitlines()[-1])["mlx-lm"]
 
@@ -272,11 +292,18 @@ def main_speedup(args):
         ours.append(mine)
         stock.append(theirs)
         ratios.append(mine / theirs)
-        print(f"  speed-up round {r}: omlx default path {mine:8.1f} tok/s, stock mlx-cpu mlx-lm "
-              f"{theirs:8.2f} tok/s: {mine / theirs:.1f}x", flush=True)
+        print(
+            f"  speed-up round {r}: omlx default path {mine:8.1f} tok/s, stock mlx-cpu mlx-lm "
+            f"{theirs:8.2f} tok/s: {mine / theirs:.1f}x",
+            flush=True,
+        )
     engine.close()
-    return {"omlx": statistics.median(ours), "stock mlx-lm": statistics.median(stock),
-            "ratio": Comparison("speedup", ours, stock).ratio, "rounds": ratios}
+    return {
+        "omlx": statistics.median(ours),
+        "stock mlx-lm": statistics.median(stock),
+        "ratio": Comparison("speedup", ours, stock).ratio,
+        "rounds": ratios,
+    }
 
 
 def main_step_trace(args):
@@ -298,33 +325,66 @@ def main_step_trace(args):
         engine.close()
     off, on = rates["trace off"], rates[on]
     ratio = Comparison("step trace", on, off).ratio
-    print(f"| decode, 1 stream (tok/s, median of {args.rounds} rounds) | trace off | trace on "
-          f"(last {args.step_trace} steps) | on / off |\n|---|---|---|---|\n"
-          f"| {args.preset} | {statistics.median(off):.2f} | {statistics.median(on):.2f} | {ratio:.3f} |")
-    print("  per-round ratios " + " ".join(f"{a / b:.3f}" for a, b in zip(on, off))
-          + f"; {steps} steps kept")
-    return {"step trace": {"off": statistics.median(off), "on": statistics.median(on), "ratio": ratio,
-                           "rounds": {"off": off, "on": on}}}
+    print(
+        f"| decode, 1 stream (tok/s, median of {args.rounds} rounds) | trace off | trace on "
+        f"(last {args.step_trace} steps) | on / off |\n|---|---|---|---|\n"
+        f"| {args.preset} | {statistics.median(off):.2f} | {statistics.median(on):.2f} | {ratio:.3f} |"
+    )
+    print("  per-round ratios " + " ".join(f"{a / b:.3f}" for a, b in zip(on, off)) + f"; {steps} steps kept")
+    return {
+        "step trace": {
+            "off": statistics.median(off),
+            "on": statistics.median(on),
+            "ratio": ratio,
+            "rounds": {"off": off, "on": on},
+        }
+    }
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small model, fewer tokens (a smoke run)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--streams", default="4,16,32", metavar="LIST",
-                        help="the batch sizes of the aggregate decode rows, comma-separated ('' for none; "
-                             "the 1-stream row always runs)")
-    parser.add_argument("--context", type=int, default=0, metavar="N",
-                        help="also measure 4 streams with N-token prompts: time to the last first token, decode tok/s")
-    parser.add_argument("--speedup", type=int, default=0, metavar="N",
-                        help="also measure the Linux speed-up over stock mlx-cpu, N interleaved rounds")
-    parser.add_argument("--decode-tokens", type=int, default=0, metavar="N",
-                        help="tokens generated per stream in the decode rows (default 32, 16 with --quick); "
-                             "more makes each round's single-stream figure a longer, steadier window")
-    parser.add_argument("--step-trace", type=int, default=0, metavar="N",
-                        help="only measure the step trace's cost: single-stream decode with it off and "
-                             "keeping N steps, interleaved rounds")
+    parser.add_argument(
+        "--streams",
+        default="4,16,32",
+        metavar="LIST",
+        help="the batch sizes of the aggregate decode rows, comma-separated ('' for none; "
+        "the 1-stream row always runs)",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure 4 streams with N-token prompts: time to the last first token, decode tok/s",
+    )
+    parser.add_argument(
+        "--speedup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure the Linux speed-up over stock mlx-cpu, N interleaved rounds",
+    )
+    parser.add_argument(
+        "--decode-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tokens generated per stream in the decode rows (default 32, 16 with --quick); "
+        "more makes each round's single-stream figure a longer, steadier window",
+    )
+    parser.add_argument(
+        "--step-trace",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only measure the step trace's cost: single-stream decode with it off and "
+        "keeping N steps, interleaved rounds",
+    )
     parser.add_argument("--stock", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -358,17 +418,25 @@ def main():
     for b in [1] + args.streams:
         ref = "generate_step" if b == 1 else "BatchGenerator"
         d = results[f"decode@{b}"]
-        lines.append(f"| decode, {b} stream{'s' if b > 1 else ''} (tok/s, mlx-lm {ref}) | "
-                     f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |")
+        lines.append(
+            f"| decode, {b} stream{'s' if b > 1 else ''} (tok/s, mlx-lm {ref}) | "
+            f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |"
+        )
     b = results["burst"]
-    lines.append(f"| burst of {args.burst} prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
-                 f"{b['omlx']:.2f} | {b['mlx-lm']:.2f} | {b['ratio']:.3f} |")
+    lines.append(
+        f"| burst of {args.burst} prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
+        f"{b['omlx']:.2f} | {b['mlx-lm']:.2f} | {b['ratio']:.3f} |"
+    )
     if args.context:
         c, d = results["context prefill"], results["context decode"]
-        lines.append(f"| {CONTEXT_STREAMS} x {args.context}-token prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
-                     f"{c['omlx']:.2f} | {c['mlx-lm']:.2f} | {c['ratio']:.3f} |")
-        lines.append(f"| decode, {CONTEXT_STREAMS} streams at {args.context}-token context (tok/s, mlx-lm BatchGenerator) | "
-                     f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |")
+        lines.append(
+            f"| {CONTEXT_STREAMS} x {args.context}-token prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
+            f"{c['omlx']:.2f} | {c['mlx-lm']:.2f} | {c['ratio']:.3f} |"
+        )
+        lines.append(
+            f"| decode, {CONTEXT_STREAMS} streams at {args.context}-token context (tok/s, mlx-lm BatchGenerator) | "
+            f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |"
+        )
     if args.speedup:
         print("Linux speed-up over stock mlx-cpu ...", flush=True)
         results["speedup"] = sp = main_speedup(args)
@@ -383,8 +451,10 @@ def main():
     print("\n".join(lines))
     for key, value in results.items():
         if "rounds" in value and isinstance(value["rounds"], dict):
-            print(f"  {key}: per-round ratios " + " ".join(
-                f"{o / t:.3f}" for o, t in zip(value["rounds"]["omlx"], value["rounds"]["mlx-lm"])))
+            print(
+                f"  {key}: per-round ratios "
+                + " ".join(f"{o / t:.3f}" for o, t in zip(value["rounds"]["omlx"], value["rounds"]["mlx-lm"]))
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

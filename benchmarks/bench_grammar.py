@@ -25,6 +25,7 @@ same number of plain greedy tokens, batch 1 and 8, on the tiny and the 0.5B-shap
     .venv/bin/python benchmarks/bench_grammar.py [--tokens N] [--engines a,b] [--skip-large]
                                                  [--skip-engine] [--rounds N] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,11 +65,15 @@ GRAMMARS = {"json_object": {"type": "object"}, "json_schema": SCHEMA}
 
 # -- vocabularies --------------------------------------------------------------------------
 
+
 def model_folder(preset: str) -> Path:
     from inference.testkit.registry import build_model
 
-    for base in (Path("/work/main/benchmarks/out/models"), REPO / "benchmarks" / "out" / "models",
-                 Path("/tmp/omlx-bench-grammar")):
+    for base in (
+        Path("/work/main/benchmarks/out/models"),
+        REPO / "benchmarks" / "out" / "models",
+        Path("/tmp/omlx-bench-grammar"),
+    ):
         path = base / f"qwen2-{preset}"
         if (path / "config.json").exists():
             return path
@@ -157,6 +162,7 @@ def _greedy_tokenize(tokens):
 
 # -- engines: make(tokens, eos, specials) -> compile(schema) -> matcher -------------------------
 
+
 class XGrammar:
     name = "xgrammar"
 
@@ -166,8 +172,9 @@ class XGrammar:
 
         self.xgr, self.torch = xgr, torch
         vocab = [t.decode("latin-1") if i not in specials else t.decode() for i, t in enumerate(tokens)]
-        info = xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW, vocab_size=vocab_size,
-                                 stop_token_ids=[eos])
+        info = xgr.TokenizerInfo(
+            vocab, vocab_type=xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=[eos]
+        )
         self.compiler = xgr.GrammarCompiler(info, cache_enabled=False)
 
     def compile(self, schema):
@@ -279,6 +286,7 @@ ENGINES = {e.name: e for e in (XGrammar, LLGuidance, OutlinesCore)}
 
 # -- measurement ---------------------------------------------------------------------------
 
+
 def unpack(words: mx.array, vocab_size: int) -> mx.array:
     """[B, W] int32 bitmask -> [B, V] bool, on the device."""
     bits = mx.right_shift(words[..., None], mx.arange(32, dtype=mx.int32)) & 1
@@ -294,8 +302,11 @@ def walk(engine, compiled, vocab_size, n_tokens, seed=0):
     for step in range(n_tokens):
         if m.done():
             m = engine.matcher(compiled)
-        logits = mx.random.normal((1, vocab_size), key=mx.random.fold_in(key, step)) if hasattr(mx.random, "fold_in") \
+        logits = (
+            mx.random.normal((1, vocab_size), key=mx.random.fold_in(key, step))
+            if hasattr(mx.random, "fold_in")
             else mx.random.normal((1, vocab_size), key=mx.random.key(seed * 100003 + step))
+        )
         mx.eval(logits)
         t = time.perf_counter()
         mx.argmax(logits, axis=-1).item()  # what an unconstrained row pays anyway
@@ -333,10 +344,15 @@ def decode_step_seconds(folder: Path, steps: int = 12) -> float:
 
 
 def run_vocab(label, tokens, eos, specials, vocab_size, step_s, args, results):
-    print(f"\n== {label}: vocabulary {len(tokens)} tokens (model rows {vocab_size}); "
-          f"one decode step of the model: {step_s * 1e3:.2f} ms", flush=True)
-    print(f"{'engine':14} {'grammar':12} {'tok.prep ms':>11} {'compile ms':>10} {'mask us':>9} "
-          f"{'apply us':>9} {'advance us':>10} {'total us':>9} {'% step':>7}")
+    print(
+        f"\n== {label}: vocabulary {len(tokens)} tokens (model rows {vocab_size}); "
+        f"one decode step of the model: {step_s * 1e3:.2f} ms",
+        flush=True,
+    )
+    print(
+        f"{'engine':14} {'grammar':12} {'tok.prep ms':>11} {'compile ms':>10} {'mask us':>9} "
+        f"{'apply us':>9} {'advance us':>10} {'total us':>9} {'% step':>7}"
+    )
     for name in args.engines:
         t0 = time.perf_counter()
         engine = ENGINES[name](tokens, eos, specials, vocab_size)
@@ -351,13 +367,26 @@ def run_vocab(label, tokens, eos, specials, vocab_size, step_s, args, results):
             compile_s = time.perf_counter() - t0
             fill, apply, advance = walk(engine, compiled, vocab_size, args.tokens)
             total = fill + apply + advance
-            results.append(dict(vocab=label, engine=name, grammar=gname, tokenizer_prep_ms=prep * 1e3,
-                                compile_ms=compile_s * 1e3, mask_us=fill * 1e6, apply_us=apply * 1e6,
-                                advance_us=advance * 1e6, total_us=total * 1e6, ratio_to_step=total / step_s,
-                                decode_step_ms=step_s * 1e3))
-            print(f"{name:14} {gname:12} {prep * 1e3:11.1f} {compile_s * 1e3:10.1f} {fill * 1e6:9.1f} "
-                  f"{apply * 1e6:9.1f} {advance * 1e6:10.1f} {total * 1e6:9.1f} {100 * total / step_s:7.2f}",
-                  flush=True)
+            results.append(
+                dict(
+                    vocab=label,
+                    engine=name,
+                    grammar=gname,
+                    tokenizer_prep_ms=prep * 1e3,
+                    compile_ms=compile_s * 1e3,
+                    mask_us=fill * 1e6,
+                    apply_us=apply * 1e6,
+                    advance_us=advance * 1e6,
+                    total_us=total * 1e6,
+                    ratio_to_step=total / step_s,
+                    decode_step_ms=step_s * 1e3,
+                )
+            )
+            print(
+                f"{name:14} {gname:12} {prep * 1e3:11.1f} {compile_s * 1e3:10.1f} {fill * 1e6:9.1f} "
+                f"{apply * 1e6:9.1f} {advance * 1e6:10.1f} {total * 1e6:9.1f} {100 * total / step_s:7.2f}",
+                flush=True,
+            )
 
 
 def engine_overhead(label, folder: Path, batches, items: int, rounds: int, results):
@@ -365,14 +394,21 @@ def engine_overhead(label, folder: Path, batches, items: int, rounds: int, resul
     plain greedy tokens, side by side (alternating) in one engine."""
     from inference.engine import LLM, SamplingParams
 
-    schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
-              "minItems": items, "maxItems": items}
-    structured = SamplingParams(temperature=0, max_tokens=4 * items + 8,
-                                structured={"type": "json_schema", "schema": schema})
+    schema = {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 0, "maximum": 9},
+        "minItems": items,
+        "maxItems": items,
+    }
+    structured = SamplingParams(
+        temperature=0, max_tokens=4 * items + 8, structured={"type": "json_schema", "schema": schema}
+    )
     prompts = [f"prompt number {i}" for i in range(max(batches))]
-    print(f"\n== engine, {label}: decode ms per step (median gap between a stream's tokens), plain "
-          f"greedy vs structured (JSON array of {items} integers), median of {rounds} alternating rounds",
-          flush=True)
+    print(
+        f"\n== engine, {label}: decode ms per step (median gap between a stream's tokens), plain "
+        f"greedy vs structured (JSON array of {items} integers), median of {rounds} alternating rounds",
+        flush=True,
+    )
     print(f"{'batch':>5} {'tokens':>6} {'plain ms':>9} {'structured ms':>13} {'ratio':>6}")
     with LLM(folder, max_concurrent_requests=max(batches)) as llm:
         n = len(llm.generate(prompts[:1], structured)[0].token_ids)
@@ -391,6 +427,7 @@ def engine_overhead(label, folder: Path, batches, items: int, rounds: int, resul
                     stamps[i].append(time.perf_counter())
                     if event.finished:
                         done.release()
+
                 return put
 
             for i in range(b):
@@ -410,13 +447,23 @@ def engine_overhead(label, folder: Path, batches, items: int, rounds: int, resul
             p = statistics.median(a for a, _ in pairs)
             st = statistics.median(b_ for _, b_ in pairs)
             ratio = statistics.median(b_ / a for a, b_ in pairs)
-            results.append(dict(engine_model=label, batch=b, tokens=n, plain_step_ms=p * 1e3,
-                                structured_step_ms=st * 1e3, ratio=ratio))
+            results.append(
+                dict(
+                    engine_model=label,
+                    batch=b,
+                    tokens=n,
+                    plain_step_ms=p * 1e3,
+                    structured_step_ms=st * 1e3,
+                    ratio=ratio,
+                )
+            )
             print(f"{b:5d} {n:6d} {p * 1e3:9.2f} {st * 1e3:13.2f} {ratio:6.3f}", flush=True)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tokens", type=int, default=200, help="tokens per walk (default 200)")
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset")
     parser.add_argument("--skip-large", action="store_true", help="only the tiny vocabulary")
@@ -429,8 +476,16 @@ def main():
 
     tiny = model_folder("tiny")
     tokens, eos, specials = tokenizer_vocab(tiny)
-    run_vocab("tiny", tokens, eos, specials, json.loads((tiny / "config.json").read_text())["vocab_size"],
-              decode_step_seconds(tiny), args, results)
+    run_vocab(
+        "tiny",
+        tokens,
+        eos,
+        specials,
+        json.loads((tiny / "config.json").read_text())["vocab_size"],
+        decode_step_seconds(tiny),
+        args,
+        results,
+    )
     if not args.skip_large:
         big = model_folder("qwen2.5-0.5b")
         size = json.loads((big / "config.json").read_text())["vocab_size"]

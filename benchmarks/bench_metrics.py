@@ -1,13 +1,14 @@
 """What /metrics costs, side by side in one run, in process (Django's AsyncClient):
 
-  middleware  GET /v1/models through the whole Django stack, with and without the request-counting
-              middleware (omlx_site.middleware.request_metrics), in alternating rounds
-  observer    a streamed chat request's token events fed to a GenerationObserver (TTFT, ITL,
-              tokens) against the same loop without it: the cost per token event
-  scrape      one GET /metrics with a model loaded
+middleware  GET /v1/models through the whole Django stack, with and without the request-counting
+            middleware (omlx_site.middleware.request_metrics), in alternating rounds
+observer    a streamed chat request's token events fed to a GenerationObserver (TTFT, ITL,
+            tokens) against the same loop without it: the cost per token event
+scrape      one GET /metrics with a model loaded
 
-    .venv/bin/python benchmarks/bench_metrics.py [--requests N] [--rounds R]
+  .venv/bin/python benchmarks/bench_metrics.py [--requests N] [--rounds R]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,11 @@ def bench_observer(events: int) -> tuple:
     from inference.metrics import GenerationObserver
 
     stream = [{"kind": "delta", "index": 0, "text": "x", "token_ids": [7], "finish_reason": None}] * events
-    stream[-1] = dict(stream[-1], finish_reason="length",
-                      usage={"prompt_tokens": 10, "completion_tokens": events, "cached_tokens": 0})
+    stream[-1] = dict(
+        stream[-1],
+        finish_reason="length",
+        usage={"prompt_tokens": 10, "completion_tokens": events, "cached_tokens": 0},
+    )
 
     def run(observe: bool) -> float:
         observer = GenerationObserver("bench", 1)
@@ -108,11 +112,15 @@ def main() -> None:
 
     call_command("migrate", interactive=False, verbosity=0)
     with_mw, without_mw = bench_middleware(args.requests, args.rounds)
-    print(f"GET /v1/models  with the middleware {with_mw * 1e6:8.1f} us   without {without_mw * 1e6:8.1f} us"
-          f"   ratio {with_mw / without_mw:.3f}")
+    print(
+        f"GET /v1/models  with the middleware {with_mw * 1e6:8.1f} us   without {without_mw * 1e6:8.1f} us"
+        f"   ratio {with_mw / without_mw:.3f}"
+    )
     on, off = bench_observer(20_000)
-    print(f"token event     with the observer   {on * 1e6:8.2f} us   without {off * 1e6:8.2f} us"
-          f"   added {(on - off) * 1e6:.2f} us per event")
+    print(
+        f"token event     with the observer   {on * 1e6:8.2f} us   without {off * 1e6:8.2f} us"
+        f"   added {(on - off) * 1e6:.2f} us per event"
+    )
     print(f"GET /metrics    one tiny model loaded: {bench_scrape(100) * 1e3:.2f} ms per scrape")
 
 

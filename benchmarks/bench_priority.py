@@ -18,6 +18,7 @@ random weights, float32 on this CPU's OpenBLAS path; ``--quick`` uses the small 
 
     .venv/bin/python benchmarks/bench_priority.py [--quick] [--rounds 3] [--background 8] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,7 +109,9 @@ def interactive_ttfts(engine, turns: int, seed: int):
             start = time.perf_counter()
             first = None
             tokens = []
-            for event in engine.submit(history, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)):
+            for event in engine.submit(
+                history, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+            ):
                 if event.token_ids and first is None:
                     first = time.perf_counter() - start
                 tokens += event.token_ids
@@ -133,7 +136,9 @@ def mean_phases(phases):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="the small model preset")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--turns", type=int, default=4, help="turns of each interactive chat per setting")
@@ -152,19 +157,28 @@ def main() -> int:
                 k = 10 * r + SETTINGS.index(name)  # fresh prompts for every run: no cache hits across runs
                 background = None
                 if name != "alone":
-                    background = Background(engine, args.background, 10 if name == "mixed" else 0, seed=100 + k)
+                    background = Background(
+                        engine, args.background, 10 if name == "mixed" else 0, seed=100 + k
+                    )
                     background.start()
                     time.sleep(2.0)  # the background load is running before the chats start
                 ttfts, phases = interactive_ttfts(engine, args.turns, seed=1000 + k)
                 rate = background.stop() if background is not None else None
-                runs[name].append({"ttft_s": ttfts, "background_tokens_per_s": rate,
-                                   "phases_s": mean_phases(phases)})
-                print(f"round {r + 1}: {name:22s} interactive TTFT p50 {percentile(ttfts, 50):6.2f} s, p95 "
-                      f"{percentile(ttfts, 95):6.2f} s" + (f"; background {rate:.1f} tok/s" if rate else ""),
-                      flush=True)
-    print(f"\ninteractive TTFT with {args.background} background requests (median of {args.rounds} rounds; "
-          "ratio = mixed / alone, median of per-round ratios)")
-    print("| setting | TTFT p50 | TTFT p95 | p50 / alone | p95 / alone | background tok/s |\n|---|---:|---:|---:|---:|---:|")
+                runs[name].append(
+                    {"ttft_s": ttfts, "background_tokens_per_s": rate, "phases_s": mean_phases(phases)}
+                )
+                print(
+                    f"round {r + 1}: {name:22s} interactive TTFT p50 {percentile(ttfts, 50):6.2f} s, p95 "
+                    f"{percentile(ttfts, 95):6.2f} s" + (f"; background {rate:.1f} tok/s" if rate else ""),
+                    flush=True,
+                )
+    print(
+        f"\ninteractive TTFT with {args.background} background requests (median of {args.rounds} rounds; "
+        "ratio = mixed / alone, median of per-round ratios)"
+    )
+    print(
+        "| setting | TTFT p50 | TTFT p95 | p50 / alone | p95 / alone | background tok/s |\n|---|---:|---:|---:|---:|---:|"
+    )
     alone = runs["alone"]
     for name in SETTINGS:
         p50 = [percentile(run["ttft_s"], 50) for run in runs[name]]
@@ -172,16 +186,23 @@ def main() -> int:
         a50 = [percentile(run["ttft_s"], 50) for run in alone]
         a95 = [percentile(run["ttft_s"], 95) for run in alone]
         rates = [run["background_tokens_per_s"] for run in runs[name] if run["background_tokens_per_s"]]
-        print(f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | "
-              f"{Comparison(name, p50, a50).ratio:.2f}x | "
-              f"{Comparison(name, p95, a95).ratio:.2f}x | "
-              f"{statistics.median(rates):.1f} |" if rates else
-              f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | 1.00x | 1.00x | |")
-    print("\nwhere the interactive requests' time went (engine phases, mean seconds per request, median of rounds)")
+        print(
+            f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | "
+            f"{Comparison(name, p50, a50).ratio:.2f}x | "
+            f"{Comparison(name, p95, a95).ratio:.2f}x | "
+            f"{statistics.median(rates):.1f} |"
+            if rates
+            else f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | 1.00x | 1.00x | |"
+        )
+    print(
+        "\nwhere the interactive requests' time went (engine phases, mean seconds per request, median of rounds)"
+    )
     print("| setting | queue | restore | prefill | prefill_wait | decode |\n|---|---:|---:|---:|---:|---:|")
     for name in SETTINGS:
-        values = [statistics.median(run["phases_s"][k] for run in runs[name])
-                  for k in ("queue", "restore", "prefill", "prefill_wait", "decode")]
+        values = [
+            statistics.median(run["phases_s"][k] for run in runs[name])
+            for k in ("queue", "restore", "prefill", "prefill_wait", "decode")
+        ]
         print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")

@@ -15,6 +15,7 @@ may stop before ``--gen-tokens``. Decode tokens/s counts the tokens each server 
 
     .venv/bin/python benchmarks/bench_servers.py [--preset small|default] [--model-preset tiny|small] [--rounds 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,10 @@ import inference  # noqa: E402,F401  (fast BLAS before mlx)
 from inference.bench import PRESETS, OpenAITarget, run_benchmark  # noqa: E402
 from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
-MLX_LM_SERVER = ("import sys; import inference.platform as p; p.preload_fast_blas(); import runpy; "
-                 "sys.argv[0] = 'mlx_lm.server'; runpy.run_module('mlx_lm.server', run_name='__main__')")
+MLX_LM_SERVER = (
+    "import sys; import inference.platform as p; p.preload_fast_blas(); import runpy; "
+    "sys.argv[0] = 'mlx_lm.server'; runpy.run_module('mlx_lm.server', run_name='__main__')"
+)
 
 
 def free_port() -> int:
@@ -67,14 +70,43 @@ def start_servers(folder: Path, work: Path):
     models.mkdir()
     os.symlink(folder, models / "model")
     omlx_port, mlx_port = free_port(), free_port()
-    omlx = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "serve", "--port", str(omlx_port),
-                             "--model-dir", str(models)], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    mlx = subprocess.Popen([sys.executable, "-c", MLX_LM_SERVER, "--model", str(folder), "--port", str(mlx_port),
-                            "--log-level", "WARNING"], env=env, cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    servers = {"omlx": (omlx, f"http://127.0.0.1:{omlx_port}", "model"),
-               "mlx-lm": (mlx, f"http://127.0.0.1:{mlx_port}", "default_model")}
+    omlx = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omlx_site.cli",
+            "serve",
+            "--port",
+            str(omlx_port),
+            "--model-dir",
+            str(models),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    mlx = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            MLX_LM_SERVER,
+            "--model",
+            str(folder),
+            "--port",
+            str(mlx_port),
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    servers = {
+        "omlx": (omlx, f"http://127.0.0.1:{omlx_port}", "model"),
+        "mlx-lm": (mlx, f"http://127.0.0.1:{mlx_port}", "default_model"),
+    }
     try:
         for process, url, _ in servers.values():
             wait_until_up(url, process)
@@ -104,8 +136,10 @@ def figures(results: dict) -> dict:
 def comparisons(runs: dict) -> list:
     """One Comparison per figure, omlx against mlx-lm; above 1 always means omlx is faster (for
     a time the ratio is mlx-lm's / omlx's)."""
-    return [compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0], invert=not higher)
-            for name, (_, higher) in figures(runs["omlx"][0]).items()]
+    return [
+        compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0], invert=not higher)
+        for name, (_, higher) in figures(runs["omlx"][0]).items()
+    ]
 
 
 def show(c, value) -> str:
@@ -124,12 +158,18 @@ def stop_servers(servers: dict) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="default", help="the benchmark's sizes")
     parser.add_argument("--model-preset", default="small", help="testkit preset of the model (tiny, small)")
     parser.add_argument("--model", help="a model folder instead of a built one")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5; odd keeps the "
-                        "median a real round's ratio)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="alternating rounds (default 5; odd keeps the median a real round's ratio)",
+    )
     parser.add_argument("--json", help="also write every run's results here")
     args = parser.parse_args()
     if args.rounds < 1:
@@ -155,17 +195,21 @@ def main() -> int:
         finally:
             stop_servers(servers)
     table = comparisons(runs)
-    print(f"omlx bench --preset {args.preset}, model {args.model or args.model_preset} (float32, OpenBLAS), "
-          f"{args.rounds} rounds, the order alternating. omlx advantage: the median of the per-round ratios "
-          f"omlx / mlx-lm (for TTFT mlx-lm / omlx), above 1 when omlx is faster; the two values next to it "
-          f"are those of the round with that median ratio.\n")
+    print(
+        f"omlx bench --preset {args.preset}, model {args.model or args.model_preset} (float32, OpenBLAS), "
+        f"{args.rounds} rounds, the order alternating. omlx advantage: the median of the per-round ratios "
+        f"omlx / mlx-lm (for TTFT mlx-lm / omlx), above 1 when omlx is faster; the two values next to it "
+        f"are those of the round with that median ratio.\n"
+    )
     print(ratio_table(table, "omlx", "mlx-lm server", "omlx advantage", show))
     print("\nEach server's own median over rounds (context; a ratio of these is not the figure):\n")
     print(medians_table(table, "omlx", "mlx-lm server", show))
     for name in servers:
         last = runs[name][-1]
-        print(f"{name}: decode completion tokens {[r['completion_tokens'] for r in last['decode']]}, "
-              f"cached tokens of the repeated prompt {last['cache']['cached_tokens']}, errors {last['errors']}")
+        print(
+            f"{name}: decode completion tokens {[r['completion_tokens'] for r in last['decode']]}, "
+            f"cached tokens of the repeated prompt {last['cache']['cached_tokens']}, errors {last['errors']}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")
     return 0

@@ -11,6 +11,7 @@ mean and last time to first token, time until all 8 finished, and the prompt tok
 
     .venv/bin/python benchmarks/bench_shared_prefix.py [--quick] [--rounds N] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,7 +64,9 @@ def run_case(path, prompts, share: bool, max_tokens: int) -> dict:
             done.acquire()
         total = time.perf_counter() - start
     return {
-        "ttft_mean": statistics.mean(first.values()), "ttft_last": max(first.values()), "total": total,
+        "ttft_mean": statistics.mean(first.values()),
+        "ttft_last": max(first.values()),
+        "total": total,
         "computed": sum(u.computed_prompt_tokens for u in usage.values()),
         "cached": sum(u.cached_tokens for u in usage.values()),
         "tokens": [tokens[i] for i in range(len(prompts))],
@@ -71,7 +74,9 @@ def run_case(path, prompts, share: bool, max_tokens: int) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="the small model")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", help="also write the figures to this file")
@@ -86,28 +91,39 @@ def main():
             for mode in order:
                 r = run_case(path, prompts, share=mode == "on", max_tokens=16)
                 results[name][mode].append(r)
-                print(f"round {round_ + 1} {name:6} {mode:3}: ttft mean {r['ttft_mean']:.2f} s, "
-                      f"last {r['ttft_last']:.2f} s, total {r['total']:.2f} s, "
-                      f"computed {r['computed']}, cached {r['cached']}", flush=True)
+                print(
+                    f"round {round_ + 1} {name:6} {mode:3}: ttft mean {r['ttft_mean']:.2f} s, "
+                    f"last {r['ttft_last']:.2f} s, total {r['total']:.2f} s, "
+                    f"computed {r['computed']}, cached {r['cached']}",
+                    flush=True,
+                )
             on, off = results[name]["on"][-1], results[name]["off"][-1]
             assert on["tokens"] == off["tokens"], f"{name}: outputs differ with sharing on"
 
     def ratio(name, key):
-        return statistics.median(on[key] / off[key] for on, off in zip(results[name]["on"], results[name]["off"]))
+        return statistics.median(
+            on[key] / off[key] for on, off in zip(results[name]["on"], results[name]["off"])
+        )
 
     print(f"\nmodel {preset}, 2048-token shared prefix, block size 256, {args.rounds} round(s)")
-    print("| case | prompt tokens computed (off -> on) | mean TTFT on/off | last TTFT on/off | total on/off |")
+    print(
+        "| case | prompt tokens computed (off -> on) | mean TTFT on/off | last TTFT on/off | total on/off |"
+    )
     print("|---|---|---:|---:|---:|")
     summary = {}
     for name in cases:
         off_c, on_c = results[name]["off"][0]["computed"], results[name]["on"][0]["computed"]
         summary[name] = {key: ratio(name, key) for key in ("ttft_mean", "ttft_last", "total")}
         summary[name].update(computed_off=off_c, computed_on=on_c)
-        print(f"| {name} | {off_c} -> {on_c} | {summary[name]['ttft_mean']:.3f} | "
-              f"{summary[name]['ttft_last']:.3f} | {summary[name]['total']:.3f} |")
+        print(
+            f"| {name} | {off_c} -> {on_c} | {summary[name]['ttft_mean']:.3f} | "
+            f"{summary[name]['ttft_last']:.3f} | {summary[name]['total']:.3f} |"
+        )
     if args.json:
-        raw = {n: {m: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for m, rs in modes.items()}
-               for n, modes in results.items()}
+        raw = {
+            n: {m: [{k: v for k, v in r.items() if k != "tokens"} for r in rs] for m, rs in modes.items()}
+            for n, modes in results.items()
+        }
         Path(args.json).write_text(json.dumps({"preset": preset, "ratios": summary, "runs": raw}, indent=2))
 
 

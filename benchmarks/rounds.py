@@ -11,6 +11,7 @@ ratio is the ratio of one real round (``median_round``), so a table that shows t
 values next to the ratio can never contradict it; ``medians`` (each side's own median) is for
 context and is printed apart from the ratio.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,8 +29,12 @@ def order(names: Sequence[T], round_index: int) -> List[T]:
     return list(names[k:]) + list(names[:k])
 
 
-def run_rounds(names: Sequence[T], rounds: int, run_one: Callable[[T], object],
-               log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> Dict[T, list]:
+def run_rounds(
+    names: Sequence[T],
+    rounds: int,
+    run_one: Callable[[T], object],
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> Dict[T, list]:
     """``run_one(name)`` for every side, ``rounds`` times, the order rotating (``order``);
     name -> [its result of each round], aligned by round."""
     runs = {name: [] for name in names}
@@ -83,8 +88,13 @@ class Comparison:
         return statistics.median(self.ours), statistics.median(self.theirs)
 
 
-def compare(name: str, runs_ours: Sequence[dict], runs_theirs: Sequence[dict],
-            value: Callable[[dict], Optional[float]], invert: bool = False) -> Comparison:
+def compare(
+    name: str,
+    runs_ours: Sequence[dict],
+    runs_theirs: Sequence[dict],
+    value: Callable[[dict], Optional[float]],
+    invert: bool = False,
+) -> Comparison:
     """A Comparison of ``value(run)`` over rounds paired by index."""
     c = Comparison(name, invert=invert)
     for a, b in zip(runs_ours, runs_theirs):
@@ -92,30 +102,41 @@ def compare(name: str, runs_ours: Sequence[dict], runs_theirs: Sequence[dict],
     return c
 
 
-def ratio_table(comparisons: Sequence[Comparison], ours: str, theirs: str, ratio_label: str,
-                show: Callable[[Comparison, float], str] = lambda c, v: f"{v:.2f}") -> str:
+def ratio_table(
+    comparisons: Sequence[Comparison],
+    ours: str,
+    theirs: str,
+    ratio_label: str,
+    show: Callable[[Comparison, float], str] = lambda c, v: f"{v:.2f}",
+) -> str:
     """A markdown table, one row per comparison: the median round's two values, the median of
     the per-round ratios (exactly their ratio), and every round's ratio. With an even count of
     rounds no single round has the median ratio, so the value cells say "-". Rows without a round
     are left out."""
-    lines = [f"| figure | {ours} (median round) | {theirs} (median round) | {ratio_label} | per-round ratios |",
-             "|---|---:|---:|---:|---|"]
+    lines = [
+        f"| figure | {ours} (median round) | {theirs} (median round) | {ratio_label} | per-round ratios |",
+        "|---|---:|---:|---:|---|",
+    ]
     for c in comparisons:
         if c.ratio is None:
             continue
         i = c.median_round
         a, b = ("-", "-") if i is None else (show(c, c.ours[i]), show(c, c.theirs[i]))
-        lines.append(f"| {c.name} | {a} | {b} | {c.ratio:.2f}x | "
-                     + " ".join(f"{r:.2f}" for r in c.ratios) + " |")
+        lines.append(
+            f"| {c.name} | {a} | {b} | {c.ratio:.2f}x | " + " ".join(f"{r:.2f}" for r in c.ratios) + " |"
+        )
     return "\n".join(lines)
 
 
-def medians_table(comparisons: Sequence[Comparison], ours: str, theirs: str,
-                  show: Callable[[Comparison, float], str] = lambda c, v: f"{v:.2f}") -> str:
+def medians_table(
+    comparisons: Sequence[Comparison],
+    ours: str,
+    theirs: str,
+    show: Callable[[Comparison, float], str] = lambda c, v: f"{v:.2f}",
+) -> str:
     """Each side's own median over rounds, with no ratio next to it (see the module docstring)."""
     lines = [f"| figure | {ours} (median of rounds) | {theirs} (median of rounds) |", "|---|---:|---:|"]
     for c in comparisons:
         if c.medians is not None:
             lines.append(f"| {c.name} | {show(c, c.medians[0])} | {show(c, c.medians[1])} |")
     return "\n".join(lines)
-

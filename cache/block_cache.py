@@ -1,4 +1,5 @@
 """The block cache: the engine's PrefixCache, over a hot tier in RAM and an optional cold tier."""
+
 from __future__ import annotations
 
 import logging
@@ -86,9 +87,14 @@ class BlockCache(PrefixCache):
 
     wants_kv = True
 
-    def __init__(self, fingerprint: ModelFingerprint, hot_capacity_bytes: int, cold=None,
-                 key_fn: Callable[[bytes, Sequence[int]], bytes] = block_key,
-                 layout: Optional[CacheLayout] = None):
+    def __init__(
+        self,
+        fingerprint: ModelFingerprint,
+        hot_capacity_bytes: int,
+        cold=None,
+        key_fn: Callable[[bytes, Sequence[int]], bytes] = block_key,
+        layout: Optional[CacheLayout] = None,
+    ):
         self.fingerprint = fingerprint
         self.layout = layout  # None: full attention on every layer
         self.block_size = fingerprint.block_size
@@ -122,8 +128,13 @@ class BlockCache(PrefixCache):
         self.hot.touch(blocks)
         pos = sum(n for _, n, _ in chain)
         cold_tokens = sum(n for _, n, from_cold in chain if from_cold)
-        hit = PrefixHit(pos, self._assemble(chain, pos), hot_tokens=pos - cold_tokens,
-                        cold_tokens=cold_tokens, handle=held)
+        hit = PrefixHit(
+            pos,
+            self._assemble(chain, pos),
+            hot_tokens=pos - cold_tokens,
+            cold_tokens=cold_tokens,
+            handle=held,
+        )
         self.stats.hot_hit_tokens += hit.hot_tokens
         self.stats.cold_hit_tokens += cold_tokens
         return hit
@@ -242,8 +253,9 @@ class BlockCache(PrefixCache):
             if block.token_ids != wanted:
                 if for_lookup:
                     self.stats.collisions += 1
-                    logger.warning("block key collision caught by token verification (key %s)",
-                                   key.hex()[:16])
+                    logger.warning(
+                        "block key collision caught by token verification (key %s)", key.hex()[:16]
+                    )
                 break
             if from_cold and for_lookup and not self.speeds.restore_is_faster(block.nbytes, block.num_tokens):
                 self.stats.recomputed_instead += 1
@@ -308,14 +320,22 @@ class BlockCache(PrefixCache):
                 lo, hi = max(pos, first), pos + used
                 if hi > lo:
                     k, v = block.layers[i]
-                    pieces.append((k[..., lo - stored_from : hi - stored_from, :],
-                                   v[..., lo - stored_from : hi - stored_from, :]))
+                    pieces.append(
+                        (
+                            k[..., lo - stored_from : hi - stored_from, :],
+                            v[..., lo - stored_from : hi - stored_from, :],
+                        )
+                    )
                 pos += used
             if len(pieces) == 1:
                 layers.append(pieces[0])
             else:
-                layers.append((mx.concatenate([k for k, _ in pieces], axis=2),
-                               mx.concatenate([v for _, v in pieces], axis=2)))
+                layers.append(
+                    (
+                        mx.concatenate([k for k, _ in pieces], axis=2),
+                        mx.concatenate([v for _, v in pieces], axis=2),
+                    )
+                )
         return layers
 
     def _specs(self, num_layers: int) -> Tuple[LayerSpec, ...]:
@@ -329,8 +349,12 @@ class BlockCache(PrefixCache):
 
     def snapshot(self) -> dict:
         """Counters for the API usage fields, /metrics and the admin panel."""
-        out = {"hot": asdict(self.hot.stats), "lookups": asdict(self.stats),
-               "hit_rate": self.stats.hit_rate, "speeds": asdict(self.speeds)}
+        out = {
+            "hot": asdict(self.hot.stats),
+            "lookups": asdict(self.stats),
+            "hit_rate": self.stats.hit_rate,
+            "speeds": asdict(self.speeds),
+        }
         if self.cold is not None:
             out["cold"] = asdict(self.cold.stats)
         return out
@@ -364,8 +388,12 @@ def _payload(specs, snapshots: List[KVSnapshot], start: int, end: int) -> Option
             if snap.end >= end and snap.layers[i] is not None and snap.layers[i][2] <= need:
                 k, v, first = snap.layers[i]
                 # contiguous() copies, so a block never keeps a request's whole KV buffer alive.
-                layers.append((mx.contiguous(k[..., need - first : end - first, :]),
-                               mx.contiguous(v[..., need - first : end - first, :])))
+                layers.append(
+                    (
+                        mx.contiguous(k[..., need - first : end - first, :]),
+                        mx.contiguous(v[..., need - first : end - first, :]),
+                    )
+                )
                 break
         else:
             return None

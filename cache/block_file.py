@@ -19,6 +19,7 @@ a truncated, foreign, misplaced or corrupt file is caught without reading its te
 
 Nothing here imports mlx: GC and reconciliation read headers only.
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,11 +45,34 @@ BLOCK_NAME = re.compile(r"^([0-9a-f]{64})\.safetensors$")
 TMP_NAME = re.compile(r"^([0-9a-f]{64})\.(\d+)-\d+\.tmp$")
 
 # safetensors dtype code -> bytes per element, and the mlx dtype names the metadata uses.
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-             "U64": 8, "U32": 4, "U16": 2, "U8": 1}
-DTYPE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
-               "int8": "I8", "uint8": "U8", "int16": "I16", "uint16": "U16", "int32": "I32",
-               "uint32": "U32", "int64": "I64", "uint64": "U64"}
+_ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+}
+DTYPE_CODES = {
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "float64": "F64",
+    "int8": "I8",
+    "uint8": "U8",
+    "int16": "I16",
+    "uint16": "U16",
+    "int32": "I32",
+    "uint32": "U32",
+    "int64": "I64",
+    "uint64": "U64",
+}
 
 
 class InvalidBlockFile(ValueError):
@@ -94,11 +118,13 @@ def tensor_names(kinds) -> list:
     return names
 
 
-def metadata(fingerprint_hex: str, key: bytes, parent: bytes, token_ids, dtype: str,
-             num_layers: int, kinds: str = "") -> Dict[str, str]:
+def metadata(
+    fingerprint_hex: str, key: bytes, parent: bytes, token_ids, dtype: str, num_layers: int, kinds: str = ""
+) -> Dict[str, str]:
     """The header metadata; ``kinds`` is ``CacheLayout.tags`` (empty for full attention only)."""
     extra = {"kinds": kinds} if kinds else {}
-    return {**extra,
+    return {
+        **extra,
         "omlx": MAGIC,
         "format": str(FORMAT_VERSION),
         "fingerprint": fingerprint_hex,
@@ -151,8 +177,14 @@ def read_header(path, fingerprint_hex: str, key_hex: str, kinds: Optional[str] =
         raise InvalidBlockFile(f"malformed header: {e!r}") from None
 
 
-def check_header(header: dict, data_bytes: int, st: os.stat_result, fingerprint_hex: str,
-                 key_hex: str, expected_kinds: Optional[str] = None) -> BlockHeader:
+def check_header(
+    header: dict,
+    data_bytes: int,
+    st: os.stat_result,
+    fingerprint_hex: str,
+    key_hex: str,
+    expected_kinds: Optional[str] = None,
+) -> BlockHeader:
     meta = header.get("__metadata__")
     if not isinstance(meta, dict):
         raise InvalidBlockFile("no __metadata__")
@@ -195,8 +227,12 @@ def check_header(header: dict, data_bytes: int, st: os.stat_result, fingerprint_
                 shape, start, end = info["shape"], *info["data_offsets"]
             except (KeyError, TypeError, ValueError):
                 raise InvalidBlockFile(f"bad tensor entry {name}") from None
-            if not (isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)
-                    and shape[0] == 1):
+            if not (
+                isinstance(shape, list)
+                and shape
+                and all(isinstance(d, int) and d > 0 for d in shape)
+                and shape[0] == 1
+            ):
                 raise InvalidBlockFile(f"{name} has shape {shape}")
             item = _ITEMSIZE.get(info.get("dtype"))
             if kind == STATE:

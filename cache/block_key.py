@@ -1,4 +1,5 @@
 """Block identity: chained hashes over canonical bytes, rooted in the model fingerprint."""
+
 from __future__ import annotations
 
 import hashlib
@@ -75,11 +76,17 @@ def digest_files(paths: Sequence[Path], sample: bool) -> str:
     return h.hexdigest()
 
 
-def fingerprint_model_folder(path: Path, dtype: str, kv_layout: str, block_size: int,
-                             weights_digest: Optional[str] = None) -> ModelFingerprint:
+def fingerprint_model_folder(
+    path: Path, dtype: str, kv_layout: str, block_size: int, weights_digest: Optional[str] = None
+) -> ModelFingerprint:
     path = Path(path)
     weights = weights_digest or digest_files(list(path.glob("*.safetensors")), sample=True)
-    tokenizer_files = [p for p in path.iterdir() if p.name.startswith(("tokenizer", "special_tokens"))
-                       or p.suffix in (".tiktoken", ".jinja") or p.name == "chat_template.json"]
+    tokenizer_files = [
+        p
+        for p in path.iterdir()
+        if p.name.startswith(("tokenizer", "special_tokens"))
+        or p.suffix in (".tiktoken", ".jinja")
+        or p.name == "chat_template.json"
+    ]
     tokenizer = digest_files(tokenizer_files, sample=False)
     return ModelFingerprint(weights, tokenizer, dtype, kv_layout, block_size)

@@ -1,8 +1,9 @@
 """The hot tier: KV blocks in RAM, under a byte budget, evicted least recently used first."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 

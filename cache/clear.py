@@ -7,6 +7,7 @@ writes; then the cold tier's files and rows go (cache/cold_usage.py), and this p
 cold tier forgets them. A block a running request still holds stays in RAM until it ends; a
 block stored meanwhile is kept (it is new). The next request with the same prompt computes it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """The cold tier's in-memory index: which blocks of one model are on disk, without disk I/O."""
+
 from __future__ import annotations
 
 import threading

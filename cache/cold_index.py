@@ -10,6 +10,7 @@ no index installed the cold tier works from the files alone.
 Every operation may fail without losing a block: callers log, count and carry on, and the next
 reconciliation repairs the rows. Times cross this protocol as POSIX seconds (floats).
 """
+
 from __future__ import annotations
 
 import threading
@@ -36,9 +37,18 @@ class Row:
     @classmethod
     def of(cls, block: KVBlock, fingerprint: str, file_bytes: int, t: float) -> "Row":
         key = block.key.hex()
-        return cls(key, block.parent.hex(), fingerprint, block.num_tokens,
-                   block_file.encode_tokens(block.token_ids), block_file.relative_path(fingerprint, key),
-                   file_bytes, block.nbytes, t, t)
+        return cls(
+            key,
+            block.parent.hex(),
+            fingerprint,
+            block.num_tokens,
+            block_file.encode_tokens(block.token_ids),
+            block_file.relative_path(fingerprint, key),
+            file_bytes,
+            block.nbytes,
+            t,
+            t,
+        )
 
     def block(self) -> Optional[KVBlock]:
         """The index entry this row describes (layers None), or None if the row is unusable

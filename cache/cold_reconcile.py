@@ -5,6 +5,7 @@ row is written only after its file is complete, so no file is opened), else from
 valid (and gives it a row), else removes it. It removes dead writers' temp files and foreign files
 and deletes rows without a file. After it, a row exists iff its file does.
 """
+
 from __future__ import annotations
 
 import json
@@ -89,6 +90,14 @@ def reconcile(tier) -> None:
     if new_rows:
         tier.db_call("insert", new_rows)
     stats.reconcile_seconds = time.perf_counter() - started
-    logger.info("cold tier %s: %d blocks, %d bytes; re-indexed %d files without rows, dropped %d "
-                "rows without files, removed %d bad files, in %.3f s", tier.dir, stats.files,
-                stats.bytes, len(new_rows), len(rows), bad, stats.reconcile_seconds)
+    logger.info(
+        "cold tier %s: %d blocks, %d bytes; re-indexed %d files without rows, dropped %d "
+        "rows without files, removed %d bad files, in %.3f s",
+        tier.dir,
+        stats.files,
+        stats.bytes,
+        len(new_rows),
+        len(rows),
+        bad,
+        stats.reconcile_seconds,
+    )

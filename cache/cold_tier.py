@@ -1,4 +1,5 @@
 """The cold tier: KV blocks as safetensors files on SSD that survive restarts."""
+
 from __future__ import annotations
 
 import atexit
@@ -39,8 +40,14 @@ class ColdTier:
     into a miss or a dropped block; nothing here raises into the engine.
     """
 
-    def __init__(self, root_dir, fingerprint: ModelFingerprint, max_queue: int = 64,
-                 model_info: Optional[dict] = None, layout: Optional[CacheLayout] = None):
+    def __init__(
+        self,
+        root_dir,
+        fingerprint: ModelFingerprint,
+        max_queue: int = 64,
+        model_info: Optional[dict] = None,
+        layout: Optional[CacheLayout] = None,
+    ):
         self.root_dir = Path(root_dir).expanduser()
         self.fingerprint = fingerprint
         self.kinds = layout.tags if layout is not None else ""  # block files' "kinds" metadata
@@ -56,8 +63,7 @@ class ColdTier:
         try:
             prepare_dir(self.dir)
         except OSError as e:
-            logger.warning("cold tier disabled: cannot use %s (%s); KV blocks stay in RAM only",
-                           self.dir, e)
+            logger.warning("cold tier disabled: cannot use %s (%s); KV blocks stay in RAM only", self.dir, e)
             return
         if model_info:
             write_model_info(self, model_info)
@@ -180,8 +186,13 @@ class ColdTier:
             logger.debug("cold tier %s error: %s", op, err)
             return
         self._logged.add(kind)
-        logger.warning("cold tier %s error (%s); the block is skipped, further errors of this kind "
-                       "are logged at debug level: %s", op, self.dir, err)
+        logger.warning(
+            "cold tier %s error (%s); the block is skipped, further errors of this kind "
+            "are logged at debug level: %s",
+            op,
+            self.dir,
+            err,
+        )
 
     def _discard(self, key: bytes, remove_file: bool) -> None:
         """Forget a block that failed to load; its file goes first, then (on the writer) its row."""

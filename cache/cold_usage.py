@@ -9,6 +9,7 @@ start), never a row that names a file with other contents. A ColdTier of this pr
 model) is told which blocks went; one of another process that still indexes a removed block finds
 the file missing at load: a miss, never a wrong hit.
 """
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ directory (cache/durable.py), then the row, so a file exists complete or not at 
 never names a file that is not. The thread also deletes the rows of files that loads found bad and
 persists last-used times every ``_PERSIST_EVERY`` seconds and on flush and close.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,9 @@ class ColdWriter:
         return self._queue.qsize()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"omlx-cold-{self.tier.fingerprint_hex[:8]}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"omlx-cold-{self.tier.fingerprint_hex[:8]}"
+        )
         self._thread.start()
 
     def put(self, block: KVBlock, wait: bool) -> None:
@@ -66,8 +68,10 @@ class ColdWriter:
         layers = [tuple(mx.contiguous(a) for a in layer) for layer in block.layers]
         mx.eval(layers)
         try:
-            item = (KVBlock(block.key, block.parent, tuple(block.token_ids), layers, block.nbytes),
-                    time.monotonic())
+            item = (
+                KVBlock(block.key, block.parent, tuple(block.token_ids), layers, block.nbytes),
+                time.monotonic(),
+            )
             if wait:
                 with self._hurrying():
                     self._queue.put(item)
@@ -176,8 +180,13 @@ class ColdWriter:
             tier.stats.write_errors += 1
             return
         now = time.time()
-        entry = KVBlock(block.key, block.parent, tuple(block.token_ids), None,
-                        sum(a.nbytes for layer in block.layers for a in layer))
+        entry = KVBlock(
+            block.key,
+            block.parent,
+            tuple(block.token_ids),
+            None,
+            sum(a.nbytes for layer in block.layers for a in layer),
+        )
         tier.db_call("insert", [Row.of(entry, tier.fingerprint_hex, size, now)])
         with tier.entries.lock:
             tier.entries.add(entry, size, now)
@@ -193,14 +202,25 @@ class ColdWriter:
         for names, layer in zip(block_file.tensor_names(kinds), block.layers):
             arrays.update(zip(names, layer))
         # The attention tensors' dtype (state arrays carry their own), else the first array's.
-        first = next((layer[0] for (kind, _), layer in zip(kinds, block.layers) if kind != STATE),
-                     block.layers[0][0])
+        first = next(
+            (layer[0] for (kind, _), layer in zip(kinds, block.layers) if kind != STATE), block.layers[0][0]
+        )
         dtype = str(first.dtype).rsplit(".", 1)[-1]
-        meta = block_file.metadata(tier.fingerprint_hex, block.key, block.parent, block.token_ids,
-                                   dtype, len(block.layers), tier.kinds)
+        meta = block_file.metadata(
+            tier.fingerprint_hex,
+            block.key,
+            block.parent,
+            block.token_ids,
+            dtype,
+            len(block.layers),
+            tier.kinds,
+        )
         tmp = shard / f"{key_hex}.{os.getpid()}-{next(tier.tmp_names)}{block_file.TMP_SUFFIX}"
-        return durable.write_atomically(shard / f"{key_hex}{block_file.SUFFIX}", tmp,
-                                        lambda f: mx.save_safetensors(f, arrays, metadata=meta))
+        return durable.write_atomically(
+            shard / f"{key_hex}{block_file.SUFFIX}",
+            tmp,
+            lambda f: mx.save_safetensors(f, arrays, metadata=meta),
+        )
 
     def _drop_dead_rows(self) -> None:
         with self.tier.entries.lock:

@@ -5,6 +5,7 @@ when fsynced. Hence, for a new file: write a temp file in the same directory -> 
 over the final name -> fsync the directory. A crash at any instant leaves the old state, the new
 state, or a temp file that start-up removes.
 """
+
 from __future__ import annotations
 
 import logging

@@ -19,6 +19,7 @@ file is never left behind without a row by GC. Live ColdTier objects of this pro
 registered here and told which of their blocks went, so their indexes stop offering them; a
 tier in another process finds the file missing at load (a miss) and forgets it then.
 """
+
 from __future__ import annotations
 
 import logging
@@ -77,8 +78,9 @@ class _Block:
     last_used: float
 
 
-def collect(root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float],
-            now: Optional[float] = None) -> GCResult:
+def collect(
+    root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float], now: Optional[float] = None
+) -> GCResult:
     """Remove expired blocks, then least recently used ones until the root holds at most
     ``max_bytes`` (None: no cap; None TTL: no expiry). See the module docstring."""
     started = time.perf_counter()
@@ -111,8 +113,9 @@ def collect(root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float],
     total = sum(b.size for b in blocks.values()) - sum(b.size for b in victims)
     if max_bytes is not None and total > max_bytes:
         gone = {b.key for b in victims}
-        order = sorted((b for b in blocks.values() if b.key not in gone),
-                       key=lambda b: (effective[b.key], -depth[b.key]))
+        order = sorted(
+            (b for b in blocks.values() if b.key not in gone), key=lambda b: (effective[b.key], -depth[b.key])
+        )
         for b in order:
             if total <= max_bytes:
                 break
@@ -146,9 +149,16 @@ def collect(root_dir, max_bytes: Optional[int], ttl_seconds: Optional[float],
     result.bytes = sum(b.size for b in blocks.values())
     result.seconds = time.perf_counter() - started
     if victims or stale:
-        logger.info("cold GC: removed %d expired and %d LRU blocks (%d bytes), %d stale rows; "
-                    "%d blocks, %d bytes left", result.expired, result.evicted, result.removed_bytes,
-                    result.stale_rows, result.files, result.bytes)
+        logger.info(
+            "cold GC: removed %d expired and %d LRU blocks (%d bytes), %d stale rows; "
+            "%d blocks, %d bytes left",
+            result.expired,
+            result.evicted,
+            result.removed_bytes,
+            result.stale_rows,
+            result.files,
+            result.bytes,
+        )
     return result
 
 

@@ -18,6 +18,7 @@ Where a prefix hit may end (the rule every kind must agree on, stated once in ``
 at the end of any cached block; inside a block only when no layer is recurrent (a state exists
 only at block ends) and every sliding layer kept all of the block's tokens (window >= block).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ Rows describe cold-tier block files; tensors never go into the database. The fil
 console, for last-used times across restarts, and for GC. Reconciliation at start repairs any
 difference between them.
 """
+
 from django.db import models
 
 
@@ -61,5 +62,7 @@ class GCRun(models.Model):
         ordering = ["-started"]
 
     def __str__(self) -> str:
-        return (f"GC {self.trigger} at {self.started:%Y-%m-%d %H:%M:%S}: removed "
-                f"{self.expired + self.evicted} blocks, {self.files} left")
+        return (
+            f"GC {self.trigger} at {self.started:%Y-%m-%d %H:%M:%S}: removed "
+            f"{self.expired + self.evicted} blocks, {self.files} left"
+        )

@@ -6,6 +6,7 @@ process) calls ``setup()``: it starts Django if nobody has (DJANGO_SETTINGS_MODU
 omlx_site.settings), applies unapplied migrations once, and installs the index.
 Rows hold aware UTC datetimes; the protocol speaks POSIX seconds.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,6 +20,7 @@ from django.db.models import Count, Max, Sum
 
 from . import cold_index
 from .cold_index import Row
+
 logger = logging.getLogger("omlx.cache.cold")
 
 _CHUNK = 500  # rows per statement (SQLite limits the number of bound variables)
@@ -80,31 +82,78 @@ class OrmColdIndex:
         return {key: (parent, fp, last_used.timestamp()) for key, parent, fp, last_used in rows}
 
     def totals(self) -> Dict[str, Tuple[int, int, int, Optional[float]]]:
-        totals = (self.table.objects.order_by().values("model_fingerprint")
-                  .annotate(n=Count("key"), b=Sum("bytes"), t=Sum("token_count"), last=Max("last_used")))
-        return {r["model_fingerprint"]: (r["n"], r["b"] or 0, r["t"] or 0,
-                                         r["last"].timestamp() if r["last"] else None) for r in totals}
+        totals = (
+            self.table.objects.order_by()
+            .values("model_fingerprint")
+            .annotate(n=Count("key"), b=Sum("bytes"), t=Sum("token_count"), last=Max("last_used"))
+        )
+        return {
+            r["model_fingerprint"]: (
+                r["n"],
+                r["b"] or 0,
+                r["t"] or 0,
+                r["last"].timestamp() if r["last"] else None,
+            )
+            for r in totals
+        }
 
     def insert(self, rows: Iterable[Row]) -> None:
         rows = list(rows)
         if connection.vendor != "sqlite":
-            objs = [self.table(key=r.key, parent=r.parent, model_fingerprint=r.fingerprint,
-                               token_count=r.token_count, token_ids=r.token_ids, tier=self.table.TIER_COLD,
-                               file=r.file, bytes=r.bytes, kv_bytes=r.kv_bytes,
-                               created=to_datetime(r.created), last_used=to_datetime(r.last_used))
-                    for r in rows]
+            objs = [
+                self.table(
+                    key=r.key,
+                    parent=r.parent,
+                    model_fingerprint=r.fingerprint,
+                    token_count=r.token_count,
+                    token_ids=r.token_ids,
+                    tier=self.table.TIER_COLD,
+                    file=r.file,
+                    bytes=r.bytes,
+                    kv_bytes=r.kv_bytes,
+                    created=to_datetime(r.created),
+                    last_used=to_datetime(r.last_used),
+                )
+                for r in rows
+            ]
             self.table.objects.bulk_create(objs, batch_size=_CHUNK, ignore_conflicts=True)
             return
         # SQLite: one prepared statement for all rows, ~10x faster than bulk_create's per-field work
         # (re-indexing thousands of files after a lost database stays well under a second).
-        columns = ("key", "parent", "model_fingerprint", "token_count", "token_ids", "tier", "file",
-                   "bytes", "kv_bytes", "created", "last_used")
-        sql = (f'INSERT OR IGNORE INTO "{self.table._meta.db_table}" ({", ".join(columns)}) '
-               f'VALUES ({", ".join(["%s"] * len(columns))})')
+        columns = (
+            "key",
+            "parent",
+            "model_fingerprint",
+            "token_count",
+            "token_ids",
+            "tier",
+            "file",
+            "bytes",
+            "kv_bytes",
+            "created",
+            "last_used",
+        )
+        sql = (
+            f'INSERT OR IGNORE INTO "{self.table._meta.db_table}" ({", ".join(columns)}) '
+            f"VALUES ({', '.join(['%s'] * len(columns))})"
+        )
         adapt = connection.ops.adapt_datetimefield_value
-        params = [(r.key, r.parent, r.fingerprint, r.token_count, r.token_ids, self.table.TIER_COLD,
-                   r.file, r.bytes, r.kv_bytes, adapt(to_datetime(r.created)),
-                   adapt(to_datetime(r.last_used))) for r in rows]
+        params = [
+            (
+                r.key,
+                r.parent,
+                r.fingerprint,
+                r.token_count,
+                r.token_ids,
+                self.table.TIER_COLD,
+                r.file,
+                r.bytes,
+                r.kv_bytes,
+                adapt(to_datetime(r.created)),
+                adapt(to_datetime(r.last_used)),
+            )
+            for r in rows
+        ]
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.executemany(sql, params)
 
@@ -127,8 +176,18 @@ class OrmColdIndex:
 
 
 def _rows(queryset) -> Iterable[Row]:
-    fields = ("key", "parent", "model_fingerprint", "token_count", "token_ids", "file", "bytes",
-              "kv_bytes", "created", "last_used")
+    fields = (
+        "key",
+        "parent",
+        "model_fingerprint",
+        "token_count",
+        "token_ids",
+        "file",
+        "bytes",
+        "kv_bytes",
+        "created",
+        "last_used",
+    )
     for *head, created, last_used in queryset.order_by().values_list(*fields):
         yield Row(*head, created.timestamp(), last_used.timestamp())
 

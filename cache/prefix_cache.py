@@ -6,6 +6,7 @@ layer in the order of ``cache.layout.CacheLayout``: (keys, values) shaped [1, kv
 head_dim] for attention layers, the state arrays for recurrent layers. So this app needs nothing
 from the engine or from mlx-lm's cache classes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -18,6 +18,7 @@ result says so. The probe is bounded: at most about ``max_seconds`` and ``max_by
 tier's size, the block size and whether the SSD tier pays at all, one sentence each with its
 numbers. Nothing here imports mlx, the engine or the admin console: callers pass the facts.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,15 @@ class ProbeResult:
         return self.read_overhead_ms + transfer
 
 
-def probe(directory, block_bytes: int = DEFAULT_BLOCK_BYTES, files: int = 16, large_bytes: int = 64 << 20,
-          large_files: int = 2, max_seconds: float = 4.0, max_bytes: int = 512 << 20) -> ProbeResult:
+def probe(
+    directory,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    files: int = 16,
+    large_bytes: int = 64 << 20,
+    large_files: int = 2,
+    max_seconds: float = 4.0,
+    max_bytes: int = 512 << 20,
+) -> ProbeResult:
     """Measure ``directory`` (created if missing, as the cold tier would); ProbeError when it
     cannot be written. See the module docstring."""
     if block_bytes < 1024 or files < 1 or large_files < 1 or max_seconds <= 0:
@@ -94,16 +102,18 @@ def probe(directory, block_bytes: int = DEFAULT_BLOCK_BYTES, files: int = 16, la
     except OSError as err:
         raise ProbeError(f"cannot write in {root}: {err}") from None
     try:
-        return _measure(root, work, started, block_bytes, files, large_bytes, large_files,
-                        max_seconds, max_bytes)
+        return _measure(
+            root, work, started, block_bytes, files, large_bytes, large_files, max_seconds, max_bytes
+        )
     except OSError as err:
         raise ProbeError(f"probing {root} failed: {err}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _measure(root, work, started, block_bytes, files, large_bytes, large_files, max_seconds,
-             max_bytes) -> ProbeResult:
+def _measure(
+    root, work, started, block_bytes, files, large_bytes, large_files, max_seconds, max_bytes
+) -> ProbeResult:
     budget_bytes = max_bytes
     payload = os.urandom(block_bytes)  # incompressible, like KV values
     small: List[Path] = []
@@ -133,22 +143,35 @@ def _measure(root, work, started, block_bytes, files, large_bytes, large_files, 
     fs = _filesystem(root)
     notes = []
     if _FADVISE is None:
-        notes.append("this OS has no posix_fadvise: reads may come from the page cache, so the "
-                     "read figures may be faster than the disk")
+        notes.append(
+            "this OS has no posix_fadvise: reads may come from the page cache, so the "
+            "read figures may be faster than the disk"
+        )
     elif not dropped:
         notes.append("dropping the page cache failed for some files: their reads may come from memory")
     if fs in _RAM_FILESYSTEMS:
-        notes.append(f"the directory is on {fs}, a file system in RAM: these are memory speeds, "
-                     "and its blocks do not survive a reboot")
+        notes.append(
+            f"the directory is on {fs}, a file system in RAM: these are memory speeds, "
+            "and its blocks do not survive a reboot"
+        )
     total = size * large_files
     return ProbeResult(
-        directory=str(root), filesystem=fs, block_bytes=block_bytes, files=len(small),
-        write_ms_p50=_percentile(write_s, 50) * 1000, write_ms_p95=_percentile(write_s, 95) * 1000,
-        read_ms_p50=_percentile(read_s, 50) * 1000, read_ms_p95=_percentile(read_s, 95) * 1000,
-        large_bytes=size, large_files=large_files,
-        write_bytes_per_s=total / max(write_total, 1e-9), read_bytes_per_s=total / max(read_total, 1e-9),
+        directory=str(root),
+        filesystem=fs,
+        block_bytes=block_bytes,
+        files=len(small),
+        write_ms_p50=_percentile(write_s, 50) * 1000,
+        write_ms_p95=_percentile(write_s, 95) * 1000,
+        read_ms_p50=_percentile(read_s, 50) * 1000,
+        read_ms_p95=_percentile(read_s, 95) * 1000,
+        large_bytes=size,
+        large_files=large_files,
+        write_bytes_per_s=total / max(write_total, 1e-9),
+        read_bytes_per_s=total / max(read_total, 1e-9),
         page_cache_dropped=dropped and _FADVISE is not None and fs not in _RAM_FILESYSTEMS,
-        seconds=time.perf_counter() - started, notes=notes)
+        seconds=time.perf_counter() - started,
+        notes=notes,
+    )
 
 
 def _timed_write(path: Path, chunks: List[bytes]) -> float:
@@ -157,7 +180,11 @@ def _timed_write(path: Path, chunks: List[bytes]) -> float:
     header = {"__metadata__": {"omlx": "omlx-probe"}}
     offset = 0
     for i, c in enumerate(chunks):
-        header[f"l{i}.k"] = {"dtype": "U8", "shape": [1, 1, len(c), 1], "data_offsets": [offset, offset + len(c)]}
+        header[f"l{i}.k"] = {
+            "dtype": "U8",
+            "shape": [1, 1, len(c), 1],
+            "data_offsets": [offset, offset + len(c)],
+        }
         offset += len(c)
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
@@ -265,8 +292,9 @@ class Suggestion:
     why: str  # one sentence, with the numbers
 
 
-def suggest(result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[int] = None,
-            block_tokens: int = 256) -> List[Suggestion]:
+def suggest(
+    result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[int] = None, block_tokens: int = 256
+) -> List[Suggestion]:
     """Advice from a probe and the loaded models; see the module docstring."""
     ram = ram_bytes or total_ram()
     out: List[Suggestion] = []
@@ -276,28 +304,43 @@ def suggest(result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[i
         read_ms = result.read_ms(m.block_bytes)
         recompute_ms = m.block_tokens / m.prefill_tokens_per_s * 1000
         speedups[m.name] = recompute_ms / max(read_ms, 1e-6)
-        seen = (f" (its cache's own restores ran at {_mbs(m.cold_read_bytes_per_s)})"
-                if m.cold_read_bytes_per_s > 0 else "")
+        seen = (
+            f" (its cache's own restores ran at {_mbs(m.cold_read_bytes_per_s)})"
+            if m.cold_read_bytes_per_s > 0
+            else ""
+        )
         if read_ms < recompute_ms:
-            out.append(Suggestion(
-                "ssd tier", f"keep the SSD tier for {m.name}",
-                f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) from this "
-                f"disk takes about {read_ms:.1f} ms, recomputing it {recompute_ms:.1f} ms at the measured "
-                f"{m.prefill_tokens_per_s:.0f} prompt tokens/s: restoring is "
-                f"{speedups[m.name]:.1f}x faster{seen}."))
+            out.append(
+                Suggestion(
+                    "ssd tier",
+                    f"keep the SSD tier for {m.name}",
+                    f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) from this "
+                    f"disk takes about {read_ms:.1f} ms, recomputing it {recompute_ms:.1f} ms at the measured "
+                    f"{m.prefill_tokens_per_s:.0f} prompt tokens/s: restoring is "
+                    f"{speedups[m.name]:.1f}x faster{seen}.",
+                )
+            )
         else:
-            out.append(Suggestion(
-                "ssd tier", f"the SSD tier does not pay for {m.name}",
-                f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) takes about "
-                f"{read_ms:.1f} ms but recomputing it only {recompute_ms:.1f} ms at "
-                f"{m.prefill_tokens_per_s:.0f} prompt tokens/s{seen}, so the cache recomputes instead "
-                "of reading: use a faster disk or turn the SSD tier off (--paged-ssd-cache-dir off)."))
+            out.append(
+                Suggestion(
+                    "ssd tier",
+                    f"the SSD tier does not pay for {m.name}",
+                    f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) takes about "
+                    f"{read_ms:.1f} ms but recomputing it only {recompute_ms:.1f} ms at "
+                    f"{m.prefill_tokens_per_s:.0f} prompt tokens/s{seen}, so the cache recomputes instead "
+                    "of reading: use a faster disk or turn the SSD tier off (--paged-ssd-cache-dir off).",
+                )
+            )
     if not measured:
-        out.append(Suggestion(
-            "ssd tier", "send a request to a model, then probe again",
-            f"This disk reads a {_mib(result.block_bytes)} block in {result.read_ms_p50:.1f} ms (p50) "
-            f"and streams at {_mbs(result.read_bytes_per_s)}, but no loaded model has measured its "
-            "prefill speed yet, and that is what a read must beat."))
+        out.append(
+            Suggestion(
+                "ssd tier",
+                "send a request to a model, then probe again",
+                f"This disk reads a {_mib(result.block_bytes)} block in {result.read_ms_p50:.1f} ms (p50) "
+                f"and streams at {_mbs(result.read_bytes_per_s)}, but no loaded model has measured its "
+                "prefill speed yet, and that is what a read must beat.",
+            )
+        )
 
     weights = sum(m.weights_bytes for m in models)
     headroom = max(4 << 30, ram // 5)  # the OS, KV of running requests, other programs
@@ -307,23 +350,32 @@ def suggest(result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[i
     fast = bool(speedups) and min(speedups.values()) >= 10
     if fast:
         size = min(per_model, ram // 10)
-        why = (f"Restoring from this disk is at least {min(speedups.values()):.0f}x faster than "
-               f"recomputing, so a modest hot tier is enough: {_gib(size)} per model of "
-               f"{_gib(ram)} RAM ({_gib(weights)} in loaded weights, {_gib(headroom)} kept free)")
+        why = (
+            f"Restoring from this disk is at least {min(speedups.values()):.0f}x faster than "
+            f"recomputing, so a modest hot tier is enough: {_gib(size)} per model of "
+            f"{_gib(ram)} RAM ({_gib(weights)} in loaded weights, {_gib(headroom)} kept free)"
+        )
     else:
         size = per_model
-        reason = ("the disk is not much faster than recomputing" if speedups else
-                  "no prefill speed is measured yet, so keep what RAM allows")
+        reason = (
+            "the disk is not much faster than recomputing"
+            if speedups
+            else "no prefill speed is measured yet, so keep what RAM allows"
+        )
         who = f"each of the {len(models)} loaded models" if len(models) > 1 else "a model"
-        why = (f"With {_gib(ram)} RAM, {_gib(weights)} in loaded weights and {_gib(headroom)} kept "
-               f"free, {who} can hold {_gib(size)} of KV blocks in RAM, and {reason}")
+        why = (
+            f"With {_gib(ram)} RAM, {_gib(weights)} in loaded weights and {_gib(headroom)} kept "
+            f"free, {who} can hold {_gib(size)} of KV blocks in RAM, and {reason}"
+        )
     if current is not None:
         why += f"; it is {_gib(current)} now."
     else:
         why += "."
     out.append(Suggestion("hot tier", f"--hot-cache-max-size {_gib(size).replace(' ', '')}", why))
 
-    per_token = max((m.kv_bytes_per_token for m in models), default=0) or max(1, result.block_bytes // block_tokens)
+    per_token = max((m.kv_bytes_per_token for m in models), default=0) or max(
+        1, result.block_bytes // block_tokens
+    )
     tokens = max((m.block_tokens for m in models), default=block_tokens)
     overhead = result.read_overhead_ms
     transfer = result.read_ms(per_token * tokens) - overhead
@@ -331,24 +383,36 @@ def suggest(result: ProbeResult, models: List[ModelFacts], ram_bytes: Optional[i
     wanted = 4 * overhead / 1000 * result.read_bytes_per_s / per_token if result.read_bytes_per_s else 0
     better = min(2048, 1 << max(0, int(wanted - 1).bit_length())) if wanted > tokens else tokens
     if better > tokens and fast:
-        out.append(Suggestion(
-            "block size", f"keep cache_block_size {tokens}",
-            f"Per-file costs are {overhead / max(overhead + transfer, 1e-9):.0%} of a {tokens}-token "
-            f"block read ({overhead:.2f} of {overhead + transfer:.2f} ms), but the whole read is still "
-            f"{min(speedups.values()):.0f}x faster than recomputing the block, so larger blocks would "
-            "gain little."))
+        out.append(
+            Suggestion(
+                "block size",
+                f"keep cache_block_size {tokens}",
+                f"Per-file costs are {overhead / max(overhead + transfer, 1e-9):.0%} of a {tokens}-token "
+                f"block read ({overhead:.2f} of {overhead + transfer:.2f} ms), but the whole read is still "
+                f"{min(speedups.values()):.0f}x faster than recomputing the block, so larger blocks would "
+                "gain little.",
+            )
+        )
     elif better > tokens:
-        out.append(Suggestion(
-            "block size", f"larger blocks: cache_block_size {better}",
-            f"Each block read costs {overhead:.2f} ms beyond its {transfer:.2f} ms of transfer at "
-            f"{tokens} tokens per block ({overhead / max(overhead + transfer, 1e-9):.0%} of the read); "
-            f"{better}-token blocks bring per-file costs under a fifth of a read."))
+        out.append(
+            Suggestion(
+                "block size",
+                f"larger blocks: cache_block_size {better}",
+                f"Each block read costs {overhead:.2f} ms beyond its {transfer:.2f} ms of transfer at "
+                f"{tokens} tokens per block ({overhead / max(overhead + transfer, 1e-9):.0%} of the read); "
+                f"{better}-token blocks bring per-file costs under a fifth of a read.",
+            )
+        )
     else:
-        out.append(Suggestion(
-            "block size", f"keep cache_block_size {tokens}",
-            f"A {tokens}-token block ({_mib(per_token * tokens)}) takes {transfer:.2f} ms to transfer "
-            f"and only {overhead:.2f} ms more per file, so larger blocks would gain little and "
-            "reuse partial prefixes less finely."))
+        out.append(
+            Suggestion(
+                "block size",
+                f"keep cache_block_size {tokens}",
+                f"A {tokens}-token block ({_mib(per_token * tokens)}) takes {transfer:.2f} ms to transfer "
+                f"and only {overhead:.2f} ms more per file, so larger blocks would gain little and "
+                "reuse partial prefixes less finely.",
+            )
+        )
     return out
 
 

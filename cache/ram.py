@@ -22,6 +22,7 @@ namespace mounts only its own cgroup), the mount root is that cgroup. A limit of
 cgroup v1's page-rounded 2**63 - 1) is no limit. Reading is a few small files, cheap enough to
 poll.
 """
+
 from __future__ import annotations
 
 import os

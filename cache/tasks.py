@@ -6,6 +6,7 @@ trigger ("periodic" from the Huey task, "manual" from the Cache page). Only the 
 ``GCRun.KEEP`` rows are kept. Recording is best effort: a failed insert is logged, never raised
 into the GC pass that already happened.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,11 @@ def run(trigger: str = "periodic") -> Optional[GCResult]:
     if root is None:
         return None
     started = time.time()
-    result = collect(root, getattr(settings, "OMLX_COLD_CACHE_MAX_BYTES", None),
-                     getattr(settings, "OMLX_COLD_CACHE_TTL_SECONDS", None))
+    result = collect(
+        root,
+        getattr(settings, "OMLX_COLD_CACHE_MAX_BYTES", None),
+        getattr(settings, "OMLX_COLD_CACHE_TTL_SECONDS", None),
+    )
     record(result, trigger, started)
     return result
 
@@ -44,10 +48,17 @@ def record(result: GCResult, trigger: str, started: float) -> None:
     """Store one pass and drop the rows beyond the newest GCRun.KEEP."""
     try:
         GCRun.objects.create(
-            started=to_datetime(started), seconds=result.seconds, files=result.files,
-            bytes=result.bytes, expired=result.expired, evicted=result.evicted,
-            removed_bytes=result.removed_bytes, stale_rows=result.stale_rows, trigger=trigger)
-        old = GCRun.objects.order_by("-started", "-id").values_list("id", flat=True)[GCRun.KEEP:]
+            started=to_datetime(started),
+            seconds=result.seconds,
+            files=result.files,
+            bytes=result.bytes,
+            expired=result.expired,
+            evicted=result.evicted,
+            removed_bytes=result.removed_bytes,
+            stale_rows=result.stale_rows,
+            trigger=trigger,
+        )
+        old = GCRun.objects.order_by("-started", "-id").values_list("id", flat=True)[GCRun.KEEP :]
         stale = list(old[:1000])
         if stale:
             GCRun.objects.filter(id__in=stale).delete()

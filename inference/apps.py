@@ -12,8 +12,13 @@ class InferenceConfig(AppConfig):
         # functions: inference.metrics imports none of them (they publish into it).
         from inference import metrics
 
-        metrics.connect(pool=_pool, in_flight=_in_flight, guard=_guard, serves_models=_serves_models,
-                        process_rss=_process_rss)
+        metrics.connect(
+            pool=_pool,
+            in_flight=_in_flight,
+            guard=_guard,
+            serves_models=_serves_models,
+            process_rss=_process_rss,
+        )
 
 
 def _pool():

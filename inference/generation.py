@@ -25,6 +25,7 @@ tool_choice is "none"; with tool_choice "auto" the model's calls are parsed out 
 "required" or a named function constrains the output (``SamplingParams.structured``, put in the
 params by the view) to one call. Plain prompts (text completions) are neither rendered nor parsed.
 """
+
 from __future__ import annotations
 
 import copy
@@ -119,8 +120,11 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
     kind = pool.kind(job.model)
     if kind not in (None, "llm"):
         endpoint = "/v1/embeddings" if kind == "embedding" else "/v1/rerank"
-        return refuse(400, f"The model '{job.model}' is {'an' if kind == 'embedding' else 'a'} {kind} "
-                           f"model: it does not generate text (use {endpoint})")
+        return refuse(
+            400,
+            f"The model '{job.model}' is {'an' if kind == 'embedding' else 'a'} {kind} "
+            f"model: it does not generate text (use {endpoint})",
+        )
     try:
         lease = pool.lease(job.model)
         engine = lease.__enter__()
@@ -155,8 +159,15 @@ def with_model_settings(job: GenerationJob, settings: dict) -> GenerationJob:
     return replace(job, params=params, chat_template_kwargs=kwargs)
 
 
-def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, model_id: str,
-         model_type: Optional[str] = None) -> None:
+def _run(
+    job: GenerationJob,
+    engine,
+    settings: dict,
+    publish: Publish,
+    refuse,
+    model_id: str,
+    model_type: Optional[str] = None,
+) -> None:
     from inference.engine import SamplingParams
 
     job = with_model_settings(job, settings)
@@ -178,8 +189,11 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
         # The one check of each prompt (submit takes them as checked), all before submitting any.
         ids = [engine.validate_prompt(p, setting) for p in prompts]
         values = dict(job.params)
-        found = (capabilities(tokenizer, model_type, settings.get("tool_parser"))
-                 if job.messages is not None else None)  # the model's chat format, for every choice
+        found = (
+            capabilities(tokenizer, model_type, settings.get("tool_parser"))
+            if job.messages is not None
+            else None
+        )  # the model's chat format, for every choice
         stops = found.stop_token_ids if found is not None else ()  # Harmony's <|call|> ends the turn
         if stops:
             values["stop_token_ids"] = tuple(values.get("stop_token_ids") or ()) + stops
@@ -195,8 +209,11 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
         return refuse(400, str(exc))
     except TypeError as exc:
         if structured is not None and "structured" in str(exc):
-            return refuse(400, "Structured output (response_format, tool_choice required or named) "
-                               "is not available in this build")
+            return refuse(
+                400,
+                "Structured output (response_format, tool_choice required or named) "
+                "is not available in this build",
+            )
         return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
     except Exception as exc:  # a chat template that rejects the messages raises anything
         return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
@@ -208,11 +225,22 @@ def _run(job: GenerationJob, engine, settings: dict, publish: Publish, refuse, m
             sink = _sink(job.request_id, index, tokenizer, publish, parser, job.model)
             try:
                 if vision is not None:  # queued by its key ids (image content in the block keys)
-                    engine.submit(vision.key_ids, choice_params, request_id=f"{job.request_id}-{index}",
-                                  callback=sink, vision=vision, checked=True)
+                    engine.submit(
+                        vision.key_ids,
+                        choice_params,
+                        request_id=f"{job.request_id}-{index}",
+                        callback=sink,
+                        vision=vision,
+                        checked=True,
+                    )
                 else:
-                    engine.submit(prompt_ids, choice_params, request_id=f"{job.request_id}-{index}",
-                                  callback=sink, checked=True)
+                    engine.submit(
+                        prompt_ids,
+                        choice_params,
+                        request_id=f"{job.request_id}-{index}",
+                        callback=sink,
+                        checked=True,
+                    )
             except Exception as exc:  # the engine closed meanwhile: end every choice not yet running
                 logger.warning("%s: submitting choice %d failed: %s", job.request_id, index, exc)
                 for rest in range(index, len(job.choice_ids())):
@@ -252,19 +280,37 @@ def vision_prompt(engine, messages: List[dict], prompt_text: str):
 
 
 def _failed_delta(index: int, error: str) -> dict:
-    return {"kind": "delta", "index": index, "text": "", "reasoning": "", "tool_calls": [],
-            "token_ids": [], "logprobs": None, "finish_reason": "error", "error": error,
-            "usage": usage_dict(None)}
+    return {
+        "kind": "delta",
+        "index": index,
+        "text": "",
+        "reasoning": "",
+        "tool_calls": [],
+        "token_ids": [],
+        "logprobs": None,
+        "finish_reason": "error",
+        "error": error,
+        "usage": usage_dict(None),
+    }
 
 
 def usage_dict(usage) -> dict:
     """The ``usage`` of a final delta from the engine's ``Usage`` (None: all zero)."""
     if usage is None:
-        return {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-                "hot_cached_tokens": 0, "cold_cached_tokens": 0}
-    values = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-              "cached_tokens": usage.cached_tokens, "hot_cached_tokens": usage.hot_cached_tokens,
-              "cold_cached_tokens": usage.cold_cached_tokens}
+        return {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+            "hot_cached_tokens": 0,
+            "cold_cached_tokens": 0,
+        }
+    values = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "hot_cached_tokens": usage.hot_cached_tokens,
+        "cold_cached_tokens": usage.cold_cached_tokens,
+    }
     if usage.timings is not None:  # for /metrics (omlx_request_phase_seconds), not the API bodies
         values["timings"] = usage.timings
     return values
@@ -300,24 +346,43 @@ def _parser(job: GenerationJob, found, prompt_text: str, structured: Optional[di
     schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in job.tools or []}
     if found.tool_format is not None and found.tool_format.name == "harmony":  # channels even without tools
         return HarmonyParser(parse_tools, max_calls, schemas)
-    return OutputParser(found.tool_format if parse_tools else None, found.reasoning,
-                        in_reasoning=prompt_opens_reasoning(prompt_text, found.reasoning),
-                        max_calls=max_calls, schemas=schemas)
+    return OutputParser(
+        found.tool_format if parse_tools else None,
+        found.reasoning,
+        in_reasoning=prompt_opens_reasoning(prompt_text, found.reasoning),
+        max_calls=max_calls,
+        schemas=schemas,
+    )
 
 
 def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None, model=None):
     def on_event(event) -> None:
         if event.finish_reason in ("abort", "error"):
-            logger.info("%s-%d ended: %s %s", request_id, index, event.finish_reason, event.error or "",
-                        extra={"request_id": request_id, "model": model, "finish_reason": event.finish_reason})
+            logger.info(
+                "%s-%d ended: %s %s",
+                request_id,
+                index,
+                event.finish_reason,
+                event.error or "",
+                extra={"request_id": request_id, "model": model, "finish_reason": event.finish_reason},
+            )
         elif event.finish_reason is not None and event.usage is not None:
-            logger.info("%s-%d finished: %s", request_id, index, event.finish_reason,
-                        extra={"request_id": request_id, "model": model, "finish_reason": event.finish_reason,
-                               "prompt_tokens": event.usage.prompt_tokens,
-                               "completion_tokens": event.usage.completion_tokens,
-                               "cached_tokens": event.usage.cached_tokens,
-                               "hot_cached_tokens": event.usage.hot_cached_tokens,
-                               "cold_cached_tokens": event.usage.cold_cached_tokens})
+            logger.info(
+                "%s-%d finished: %s",
+                request_id,
+                index,
+                event.finish_reason,
+                extra={
+                    "request_id": request_id,
+                    "model": model,
+                    "finish_reason": event.finish_reason,
+                    "prompt_tokens": event.usage.prompt_tokens,
+                    "completion_tokens": event.usage.completion_tokens,
+                    "cached_tokens": event.usage.cached_tokens,
+                    "hot_cached_tokens": event.usage.hot_cached_tokens,
+                    "cold_cached_tokens": event.usage.cold_cached_tokens,
+                },
+            )
         usage = usage_dict(event.usage) if event.usage is not None else None
         reason = event.finish_reason
         if parser is None:
@@ -328,12 +393,21 @@ def _sink(request_id: str, index: int, tokenizer, publish: Publish, parser=None,
                 parsed += parser.finish()
                 if reason == "stop" and parser.tool_calls:
                     reason = "tool_calls"
-        publish(request_id, {
-            "kind": "delta", "index": index, "text": parsed.text, "reasoning": parsed.reasoning,
-            "tool_calls": [call.to_event() for call in parsed.tool_calls], "token_ids": list(event.token_ids),
-            "logprobs": _logprobs(event.logprobs, tokenizer) if event.logprobs else None,
-            "finish_reason": reason, "usage": usage, "error": event.error,
-        })
+        publish(
+            request_id,
+            {
+                "kind": "delta",
+                "index": index,
+                "text": parsed.text,
+                "reasoning": parsed.reasoning,
+                "tool_calls": [call.to_event() for call in parsed.tool_calls],
+                "token_ids": list(event.token_ids),
+                "logprobs": _logprobs(event.logprobs, tokenizer) if event.logprobs else None,
+                "finish_reason": reason,
+                "usage": usage,
+                "error": event.error,
+            },
+        )
 
     return on_event
 

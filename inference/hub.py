@@ -26,6 +26,7 @@ connection is resumed at once by huggingface_hub; a killed process, or a pull th
 resumed by the next run. huggingface_hub writes in chunks of 10 MiB, so an interruption costs at
 most the chunk in flight. A pull of another commit into the same staging folder starts over.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -114,9 +115,15 @@ def hub_endpoint(endpoint: Optional[str] = None) -> str:
     return url
 
 
-def pull(repo: str, model_dir, revision: str = "main", endpoint: Optional[str] = None,
-         token: Optional[str] = None, progress: Optional[Progress] = None,
-         all_files: bool = False) -> Path:
+def pull(
+    repo: str,
+    model_dir,
+    revision: str = "main",
+    endpoint: Optional[str] = None,
+    token: Optional[str] = None,
+    progress: Optional[Progress] = None,
+    all_files: bool = False,
+) -> Path:
     """Download ``repo`` at ``revision`` into ``model_dir/ORG/NAME`` and return that path.
 
     HubError for the hub's refusals, unreachable endpoints and offline mode; ValueError for a bad
@@ -158,7 +165,8 @@ def _snapshot(repo: str, revision: str, endpoint: str, token: Optional[str]) -> 
     from huggingface_hub import HfApi
 
     info = HfApi(endpoint=endpoint, token=token, library_name="omlx").model_info(
-        repo, revision=revision, files_metadata=True)
+        repo, revision=revision, files_metadata=True
+    )
     try:
         files = [_hub_file(s) for s in info.siblings or []]
     except (ValueError, TypeError) as exc:
@@ -168,8 +176,15 @@ def _snapshot(repo: str, revision: str, endpoint: str, token: Optional[str]) -> 
     return Snapshot(repo, info.sha or revision, sorted(files, key=lambda f: f.path))
 
 
-def _download(repo: str, commit: str, file: HubFile, staging: Path, endpoint: str,
-              token: Optional[str], progress: Progress) -> None:
+def _download(
+    repo: str,
+    commit: str,
+    file: HubFile,
+    staging: Path,
+    endpoint: str,
+    token: Optional[str],
+    progress: Progress,
+) -> None:
     """Make ``staging/file.path`` the verified file, resuming ``<path>.incomplete``."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
@@ -193,8 +208,15 @@ def _download(repo: str, commit: str, file: HubFile, staging: Path, endpoint: st
     expected = file.size if file.size is not None else meta.size
     with _AppendFile(part) as f:
         try:
-            http_get(meta.location, f, resume_size=have, headers=headers, expected_size=expected,
-                     displayed_filename=file.path, tqdm_class=_progress_bar(progress, have))
+            http_get(
+                meta.location,
+                f,
+                resume_size=have,
+                headers=headers,
+                expected_size=expected,
+                displayed_filename=file.path,
+                tqdm_class=_progress_bar(progress, have),
+            )
         except OSError as exc:
             if "Consistency check failed" not in str(exc):
                 raise
@@ -221,7 +243,7 @@ class _AppendFile:
     def write(self, data) -> int:
         view = memoryview(data)
         while view:  # a raw write may take part of a chunk
-            view = view[self.raw.write(view):]
+            view = view[self.raw.write(view) :]
         return len(data)
 
     def tell(self) -> int:
@@ -263,8 +285,9 @@ def _progress_bar(progress: Progress, resumed: int):
 class _hub_errors:
     """Turns huggingface_hub's and the network's exceptions into a HubError that says what to do."""
 
-    def __init__(self, endpoint: str, repo: str, revision: str, token: Optional[str],
-                 path: Optional[str] = None):
+    def __init__(
+        self, endpoint: str, repo: str, revision: str, token: Optional[str], path: Optional[str] = None
+    ):
         self.endpoint, self.repo, self.revision, self.token, self.path = endpoint, repo, revision, token, path
 
     def __enter__(self):
@@ -286,11 +309,15 @@ class _hub_errors:
         repo, page = self.repo, f"{self.endpoint}/{self.repo}"
         detail = _detail(exc)
         if isinstance(exc, OfflineModeIsEnabled):
-            return ("HF_HUB_OFFLINE is set: omlx pull needs the hub (models already in the Hugging "
-                    "Face cache are served without pulling, see --hf-cache)")
+            return (
+                "HF_HUB_OFFLINE is set: omlx pull needs the hub (models already in the Hugging "
+                "Face cache are served without pulling, see --hf-cache)"
+            )
         if isinstance(exc, errors.GatedRepoError):
             if self.token:
-                return f"{repo} is gated and this token has no access to it: accept its terms at {page}{detail}"
+                return (
+                    f"{repo} is gated and this token has no access to it: accept its terms at {page}{detail}"
+                )
             return f"{repo} is gated: accept its terms at {page}, then pass a token with --token or HF_TOKEN{detail}"
         if isinstance(exc, errors.RevisionNotFoundError):
             return f"revision {self.revision!r} does not exist in {repo}{detail}"
@@ -307,11 +334,15 @@ class _hub_errors:
                 return f"{repo} needs authentication: pass a token with --token or HF_TOKEN{detail}"
             return f"the hub answered HTTP {status} for {repo}{detail}"
         if isinstance(exc, httpx2.TransportError) and self.path is not None:
-            return (f"downloading {self.path} failed after huggingface_hub's retries; run the same "
-                    f"command again to resume ({_describe(exc)})")
+            return (
+                f"downloading {self.path} failed after huggingface_hub's retries; run the same "
+                f"command again to resume ({_describe(exc)})"
+            )
         if isinstance(exc, httpx2.TransportError):
-            return (f"cannot reach the hub at {self.endpoint} ({_describe(exc)}); check the network, "
-                    "or use a mirror with --hf-endpoint / HF_ENDPOINT")
+            return (
+                f"cannot reach the hub at {self.endpoint} ({_describe(exc)}); check the network, "
+                "or use a mirror with --hf-endpoint / HF_ENDPOINT"
+            )
         if isinstance(exc, errors.FileMetadataError):
             return f"{self.endpoint} does not answer as a Hugging Face hub ({exc})"
         return None
@@ -330,14 +361,24 @@ def _hub_file(sibling) -> HubFile:
     if not isinstance(path, str):
         raise TypeError("rfilename is not a string")
     parts = path.split("/")
-    if (not path or path.startswith("/") or "\\" in path
-            or any(p in ("", ".", "..") for p in parts) or parts[0] == STAGING_DIR
-            or path.endswith(PARTIAL_SUFFIX) or path == MANIFEST):
+    if (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or any(p in ("", ".", "..") for p in parts)
+        or parts[0] == STAGING_DIR
+        or path.endswith(PARTIAL_SUFFIX)
+        or path == MANIFEST
+    ):
         raise ValueError(f"unsafe file name {path!r}")
     lfs = sibling.lfs
     size = lfs.size if lfs else sibling.size
-    return HubFile(path, int(size) if size is not None else None, lfs.sha256 if lfs else None,
-                   None if lfs else sibling.blob_id)
+    return HubFile(
+        path,
+        int(size) if size is not None else None,
+        lfs.sha256 if lfs else None,
+        None if lfs else sibling.blob_id,
+    )
 
 
 def _without_other_weights(snapshot: Snapshot) -> Snapshot:
@@ -363,8 +404,10 @@ def _verify(part: Path, file: HubFile, progress: Progress) -> None:
     if problem:
         progress.rewind(size)
         part.unlink(missing_ok=True)
-        raise HubError(f"{file.path} arrived corrupt ({problem}); it was removed, run the same "
-                       "command again to download it anew")
+        raise HubError(
+            f"{file.path} arrived corrupt ({problem}); it was removed, run the same "
+            "command again to download it anew"
+        )
 
 
 def _prepare_staging(staging: Path, snapshot: Snapshot) -> None:

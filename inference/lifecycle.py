@@ -1,6 +1,7 @@
 """The server's lifecycle: starting (it listens, its pinned models still load: GET /health answers
 503 "starting"), serving, shutting down (every new request gets a 503; omlx_site/shutdown.py
 drains those running). One state per process, set by `omlx serve` (omlx_site/server.py)."""
+
 from __future__ import annotations
 
 import threading

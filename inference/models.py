@@ -1,4 +1,5 @@
 """Database models of the inference app."""
+
 from django.db import models
 
 
@@ -15,7 +16,9 @@ class StoredResponse(models.Model):
     created = models.DateTimeField(auto_now_add=True, db_index=True)
     model = models.CharField(max_length=255)
     previous_response_id = models.CharField(max_length=64, null=True, blank=True)
-    input_items = models.JSONField()  # the request's input as Responses items (a string became a user message)
+    input_items = (
+        models.JSONField()
+    )  # the request's input as Responses items (a string became a user message)
     body = models.JSONField()  # the Response object as it was returned
 
     class Meta:

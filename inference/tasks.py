@@ -7,6 +7,7 @@ With Redis (``inference.dispatch.redis``) ``omlx worker`` or ``manage.py run_hue
 processes: each announces itself (``inference.dispatch.worker_presence``) and listens for aborts, which are
 broadcast to every worker over the channel layer (the worker running a request may be any of them).
 """
+
 from __future__ import annotations
 
 from huey import crontab

@@ -1,5 +1,6 @@
 """Routes of the inference app: the REST API (django-ninja) under /v1/ (chat, completions,
 Responses, models, cache status, embeddings and rerank; Anthropic Messages in its own API)."""
+
 from django.urls import path
 from ninja import NinjaAPI
 
@@ -15,8 +16,14 @@ from inference.api.openai.embeddings import router as embeddings_router
 from inference.api.openai.routes import router as openai_router
 from inference.api.responses.routes import router as responses_router
 
-api = NinjaAPI(title="omlx", version="1", urls_namespace="omlx-api", docs_url="/v1/docs",
-                openapi_url="/v1/openapi.json", parser=JsonBodyParser())
+api = NinjaAPI(
+    title="omlx",
+    version="1",
+    urls_namespace="omlx-api",
+    docs_url="/v1/docs",
+    openapi_url="/v1/openapi.json",
+    parser=JsonBodyParser(),
+)
 api.add_router("/v1/", openai_router)
 api.add_router("/v1/", models_router)
 api.add_router("/v1/", responses_router)
@@ -27,9 +34,14 @@ api.add_router("/v1/", embeddings_router)
 errors.install(api)
 
 # The Anthropic routes (/v1/messages...) answer errors in Anthropic's envelope: an API of their own.
-anthropic_api = NinjaAPI(title="omlx (Anthropic Messages)", version="1", urls_namespace="omlx-anthropic",
-                         docs_url=None, openapi_url="/v1/anthropic/openapi.json",
-                         parser=JsonBodyParser())
+anthropic_api = NinjaAPI(
+    title="omlx (Anthropic Messages)",
+    version="1",
+    urls_namespace="omlx-anthropic",
+    docs_url=None,
+    openapi_url="/v1/anthropic/openapi.json",
+    parser=JsonBodyParser(),
+)
 anthropic_api.add_router("/v1/", anthropic_router)
 anthropic_errors.install(anthropic_api)
 

@@ -1,5 +1,6 @@
 """omlx's version, from the installed package's metadata (pyproject.toml's ``version``). The apps own
 it (omlx_site's command line reads it from here): an app never imports the project package."""
+
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError

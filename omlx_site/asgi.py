@@ -4,6 +4,7 @@ Websockets are the admin console's live pages (admin_panel/routing.py). They car
 session (the console's login) and are refused when a browser opens them from another site's page
 (a cookie-carrying cross-site websocket).
 """
+
 import os
 
 import django

@@ -9,6 +9,7 @@ executor from a free list instead, and gives it back once its thread is idle: st
 per request at a time, as in a threaded WSGI server (Django closes the thread's database
 connections at the end of the request, as before).
 """
+
 from __future__ import annotations
 
 import threading

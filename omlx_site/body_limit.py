@@ -5,6 +5,7 @@ A declared Content-Length over the limit is refused at once; a chunked body is c
 arrives. (Daphne, on Twisted, has already received the body by then: it keeps it in a temporary
 file above 100 KB; the limit protects the JSON parser and the worker.)
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,7 @@ def error_body(path: str, status: int, message: str, code) -> bytes:
         kind = {404: "not_found_error", 413: "request_too_large"}.get(status, "invalid_request_error")
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
     kind = "server_error" if status >= 500 else "invalid_request_error"
-    return json.dumps({"error": {"message": message, "type": kind, "param": None,
-                                 "code": code}}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
 
 
 class BodyLimitMiddleware:
@@ -67,14 +67,22 @@ class BodyLimitMiddleware:
 
 
 async def _too_large(send, scope, limit: int) -> None:
-    await _reply(send, scope, 413, f"The request body is larger than the limit of {limit} bytes",
-                 "request_too_large")
+    await _reply(
+        send, scope, 413, f"The request body is larger than the limit of {limit} bytes", "request_too_large"
+    )
 
 
 async def _reply(send, scope, status: int, message: str, code: str) -> None:
     body = error_body(scope.get("path", ""), status, message, code)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

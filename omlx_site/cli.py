@@ -1,5 +1,6 @@
 """The ``omlx`` command line (upstream oMLX's): serve, worker, service, demo, build-model; pull,
 models, cache, bench and launch live in omlx_site/commands/."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,12 @@ def main(argv=None) -> int:
 
 def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="omlx", description="Local LLM inference server on MLX.")
-    parser.add_argument("--version", action="version", version=f"omlx {version()}",
-                        help="print omlx's version (the installed package's) and exit")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"omlx {version()}",
+        help="print omlx's version (the installed package's) and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser(
@@ -66,9 +71,12 @@ def _main(argv=None) -> int:
         "SIGINT or SIGTERM: running requests are aborted and the worker exits. Logs: the console, and "
         "JSON lines in $OMLX_HOME/logs/worker-PID.log.",
     )
-    worker.add_argument("--threads", type=int, default=None,
-                        help="Huey worker threads; a thread is busy only while a request starts "
-                        "(model loading) (default 2)")
+    worker.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="Huey worker threads; a thread is busy only while a request starts (model loading) (default 2)",
+    )
     config.add_flags(worker, "worker")
 
     build = sub.add_parser(
@@ -79,21 +87,35 @@ def _main(argv=None) -> int:
         "qwen3_moe, the vision-language models, bert_embedding and bert_reranker need torch and transformers (pip install 'omlx[test]').",
     )
     build.add_argument("out", help="the folder to write")
-    build.add_argument("--arch", default="qwen2", help="llama, mistral, qwen2, qwen3 (tiny, small, "
-                       "qwen2.5-0.5b), gemma3_text, qwen3_5 (tiny, qwen2.5-0.5b), gpt_oss, nemotron_h, "
-                       "qwen3_moe (tiny); vision-language models: llava, gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl (tiny); embedding and reranker models: bert_embedding, bert_reranker, "
-                       "qwen3_embedding (tiny, small), qwen3_reranker (tiny)")
+    build.add_argument(
+        "--arch",
+        default="qwen2",
+        help="llama, mistral, qwen2, qwen3 (tiny, small, "
+        "qwen2.5-0.5b), gemma3_text, qwen3_5 (tiny, qwen2.5-0.5b), gpt_oss, nemotron_h, "
+        "qwen3_moe (tiny); vision-language models: llava, gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl (tiny); embedding and reranker models: bert_embedding, bert_reranker, "
+        "qwen3_embedding (tiny, small), qwen3_reranker (tiny)",
+    )
     build.add_argument("--preset", default="tiny", help="tiny, small or qwen2.5-0.5b (see --arch)")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    build.add_argument("--quantize", type=int, choices=[4, 8], default=None, metavar="BITS",
-                       help="write an MLX-format folder quantized to 4 or 8 bits (mlx_lm.convert -q) instead")
+    build.add_argument(
+        "--quantize",
+        type=int,
+        choices=[4, 8],
+        default=None,
+        metavar="BITS",
+        help="write an MLX-format folder quantized to 4 or 8 bits (mlx_lm.convert -q) instead",
+    )
     build.add_argument("--group-size", type=int, default=64, help="quantization group size (default 64)")
-    build.add_argument("--script", default=None, metavar="TEXT",
-                       help="instead of random weights: a model whose greedy output after the chat "
-                       "template's generation prompt is TEXT, then end-of-sequence (llama, mistral, "
-                       "qwen2, qwen3; special tokens such as </think> or <tool_call> in TEXT are "
-                       "written as those tokens; --preset and --quantize do not apply)")
+    build.add_argument(
+        "--script",
+        default=None,
+        metavar="TEXT",
+        help="instead of random weights: a model whose greedy output after the chat "
+        "template's generation prompt is TEXT, then end-of-sequence (llama, mistral, "
+        "qwen2, qwen3; special tokens such as </think> or <tool_call> in TEXT are "
+        "written as those tokens; --preset and --quantize do not apply)",
+    )
 
     add_parsers(sub)  # pull, models, cache, bench (omlx_site/commands/)
     _add_service_parser(sub)
@@ -122,7 +144,9 @@ def _main(argv=None) -> int:
                     parser.error("--script and --quantize do not go together")
                 from inference.testkit.scripted import build_scripted_model  # mlx, as above
 
-                path = build_scripted_model(args.out, args.script, arch=args.arch, seed=args.seed, dtype=args.dtype)
+                path = build_scripted_model(
+                    args.out, args.script, arch=args.arch, seed=args.seed, dtype=args.dtype
+                )
             elif args.quantize:
                 path = build_quantized(args.out, args.quantize, args.group_size, **build_args)
             else:
@@ -147,17 +171,24 @@ def _add_service_parser(sub) -> None:
     actions = service.add_subparsers(dest="action", required=True)
     helps = {
         "install": "write the unit running `omlx serve` with the serve flags given after these options "
-                   "(e.g. --model-dir DIR --port 8000) and start it",
+        "(e.g. --model-dir DIR --port 8000) and start it",
         "uninstall": "stop the service and remove its unit",
         "status": "whether the service is installed (exit code 3 when not) and running",
     }
     for action, text in helps.items():
         each = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
-        each.add_argument("--unit-dir", default=None,
-                          help="write or look for the unit in this folder instead of the manager's "
-                          "(nothing is started there)")
-        each.add_argument("--manager", choices=("systemd", "launchd"), default=None,
-                          help="the service manager (default: launchd on macOS, systemd elsewhere)")
+        each.add_argument(
+            "--unit-dir",
+            default=None,
+            help="write or look for the unit in this folder instead of the manager's "
+            "(nothing is started there)",
+        )
+        each.add_argument(
+            "--manager",
+            choices=("systemd", "launchd"),
+            default=None,
+            help="the service manager (default: launchd on macOS, systemd elsewhere)",
+        )
 
 
 def _service(parser, serve_parser, args, extra) -> int:
@@ -189,8 +220,11 @@ def _settings(parser, args, command):
         resolved = config.resolve(cli=given)
     except ValueError as exc:
         parser.error(str(exc))
-    from_file = [f"{key}={'***' if config.BY_KEY[key].secret else config.BY_KEY[key].kind.json(value)}"
-                 for key, (value, source) in resolved.items() if source == "file"]
+    from_file = [
+        f"{key}={'***' if config.BY_KEY[key].secret else config.BY_KEY[key].kind.json(value)}"
+        for key, (value, source) in resolved.items()
+        if source == "file"
+    ]
     if from_file:
         print(f"omlx: from {config.settings_file()}: {', '.join(from_file)}", file=sys.stderr)
     return given, {key: value for key, (value, _) in resolved.items()}
@@ -210,10 +244,15 @@ def _serve(parser, args) -> int:
             return 2
     if given:
         path = config.save(given)
-        for verb, keys in (("saved", [k for k, v in given.items() if v is not None]),
-                           ("removed", [k for k, v in given.items() if v is None])):
+        for verb, keys in (
+            ("saved", [k for k, v in given.items() if v is not None]),
+            ("removed", [k for k, v in given.items() if v is None]),
+        ):
             if keys:
-                print(f"omlx: {verb} {', '.join(config.BY_KEY[k].flag for k in keys)} in {path}", file=sys.stderr)
+                print(
+                    f"omlx: {verb} {', '.join(config.BY_KEY[k].flag for k in keys)} in {path}",
+                    file=sys.stderr,
+                )
     config.remember_launch(given, os.environ)  # the console tells flags from variables
     config.export(given)  # omlx_site.settings (and `manage.py run_huey` children) read the environment
     code = serve(values["host"], values["port"])
@@ -267,8 +306,10 @@ def _demo(args) -> int:
         end = time.perf_counter()
         n = final.usage.completion_tokens
         decode = (n - 1) / (end - first) if n > 1 and end > first else float("nan")
-        print(f"\n\n{final.usage.prompt_tokens} prompt tokens, {n} generated ({final.finish_reason}); "
-              f"first token after {first - start:.3f} s, {decode:.1f} tokens/s after it")
+        print(
+            f"\n\n{final.usage.prompt_tokens} prompt tokens, {n} generated ({final.finish_reason}); "
+            f"first token after {first - start:.3f} s, {decode:.1f} tokens/s after it"
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ line or a config file that the client merges over the user's. The API key travel
 environment variables (never in a written file). Each client's telemetry and update checks are
 turned off through the variables and flags its documentation gives, as omlx is local.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,9 @@ def _exports(env: Dict[str, Optional[str]]) -> str:
             return f'"{value}"'
         return shlex.quote(value)
 
-    lines = [f"unset {name}" if value is None else f"export {name}={quoted(value)}"
-             for name, value in env.items()]
+    lines = [
+        f"unset {name}" if value is None else f"export {name}={quoted(value)}" for name, value in env.items()
+    ]
     return "\n".join(lines)
 
 
@@ -105,8 +107,7 @@ def _claude(target: Target, key: str) -> ClientSetup:
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
     }
-    snippet = (f"# Claude Code (claude) against omlx: set these, then run `claude`\n"
-               f"{_exports(env)}\nclaude")
+    snippet = f"# Claude Code (claude) against omlx: set these, then run `claude`\n{_exports(env)}\nclaude"
     return ClientSetup("claude", "claude", env=env, snippet=snippet)
 
 
@@ -126,22 +127,26 @@ def _codex(target: Target, key: str) -> ClientSetup:
     for name, value in values:
         args += ["-c", f"{name}={json.dumps(value)}"]
     env = {KEY_ENV: key}
-    toml = "\n".join([
-        f"model = {json.dumps(target.model)}",
-        'model_provider = "omlx"',
-        "check_for_update_on_startup = false",
-        "",
-        "[analytics]",
-        "enabled = false",
-        "",
-        "[model_providers.omlx]",
-        'name = "omlx"',
-        f"base_url = {json.dumps(target.url + '/v1')}",
-        f'env_key = "{KEY_ENV}"',
-        'wire_api = "responses"',
-    ])
-    snippet = (f"# OpenAI Codex CLI (codex) against omlx: add to ~/.codex/config.toml\n{toml}\n\n"
-               f"# and set the key codex sends\n{_exports(env)}\ncodex")
+    toml = "\n".join(
+        [
+            f"model = {json.dumps(target.model)}",
+            'model_provider = "omlx"',
+            "check_for_update_on_startup = false",
+            "",
+            "[analytics]",
+            "enabled = false",
+            "",
+            "[model_providers.omlx]",
+            'name = "omlx"',
+            f"base_url = {json.dumps(target.url + '/v1')}",
+            f'env_key = "{KEY_ENV}"',
+            'wire_api = "responses"',
+        ]
+    )
+    snippet = (
+        f"# OpenAI Codex CLI (codex) against omlx: add to ~/.codex/config.toml\n{toml}\n\n"
+        f"# and set the key codex sends\n{_exports(env)}\ncodex"
+    )
     return ClientSetup("codex", "codex", env=env, args=args, snippet=snippet)
 
 
@@ -150,12 +155,14 @@ def opencode_config(target: Target) -> dict:
     read from $OMLX_API_KEY by opencode ({env:...}), so the file holds no secret."""
     return {
         "$schema": "https://opencode.ai/config.json",
-        "provider": {"omlx": {
-            "npm": "@ai-sdk/openai-compatible",
-            "name": "omlx",
-            "options": {"baseURL": f"{target.url}/v1", "apiKey": "{env:%s}" % KEY_ENV},
-            "models": {target.model: _opencode_model(target)},
-        }},
+        "provider": {
+            "omlx": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "omlx",
+                "options": {"baseURL": f"{target.url}/v1", "apiKey": "{env:%s}" % KEY_ENV},
+                "models": {target.model: _opencode_model(target)},
+            }
+        },
         "model": f"omlx/{target.model}",
         "small_model": f"omlx/{target.model}",
         "autoupdate": False,
@@ -186,8 +193,10 @@ def _opencode(target: Target, key: str) -> ClientSetup:
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     }
     shown = dict(env, OPENCODE_CONFIG="$PWD/omlx-opencode.json")
-    snippet = (f"# opencode against omlx: save as omlx-opencode.json (or merge into "
-               f"~/.config/opencode/opencode.json)\n{text}\n# then\n{_exports(shown)}\nopencode")
+    snippet = (
+        f"# opencode against omlx: save as omlx-opencode.json (or merge into "
+        f"~/.config/opencode/opencode.json)\n{text}\n# then\n{_exports(shown)}\nopencode"
+    )
     return ClientSetup("opencode", "opencode", env=env, files={"opencode.json": text}, snippet=snippet)
 
 
@@ -195,11 +204,17 @@ def aider_metadata(target: Target) -> dict:
     """The model's entry for aider's --model-metadata-file (litellm's format): its context window,
     and no price. With it aider also skips downloading litellm's model list."""
     window = target.context_length or DEFAULT_CONTEXT
-    return {f"openai/{target.model}": {
-        "max_input_tokens": window, "max_output_tokens": _output_limit(window), "max_tokens": window,
-        "input_cost_per_token": 0.0, "output_cost_per_token": 0.0,
-        "litellm_provider": "openai", "mode": "chat",
-    }}
+    return {
+        f"openai/{target.model}": {
+            "max_input_tokens": window,
+            "max_output_tokens": _output_limit(window),
+            "max_tokens": window,
+            "input_cost_per_token": 0.0,
+            "output_cost_per_token": 0.0,
+            "litellm_provider": "openai",
+            "mode": "chat",
+        }
+    }
 
 
 def _aider(target: Target, key: str) -> ClientSetup:
@@ -215,8 +230,9 @@ def _aider(target: Target, key: str) -> ClientSetup:
         "AIDER_MODEL_METADATA_FILE": "{dir}/model-metadata.json",
     }
     shown = dict(env, AIDER_MODEL_METADATA_FILE="$PWD/omlx-aider-metadata.json")
-    snippet = (f"# aider against omlx: save as omlx-aider-metadata.json\n{text}\n# then\n"
-               f"{_exports(shown)}\naider")
+    snippet = (
+        f"# aider against omlx: save as omlx-aider-metadata.json\n{text}\n# then\n{_exports(shown)}\naider"
+    )
     return ClientSetup("aider", "aider", env=env, files={"model-metadata.json": text}, snippet=snippet)
 
 
@@ -235,8 +251,10 @@ def pick_model(rows: List[dict], wanted: Optional[str] = None) -> str:
         known = ", ".join(r["id"] for r in chat) or "none"
         raise ValueError(f"no chat model {wanted!r} (the models: {known})")
     if not chat:
-        raise ValueError("the server has no chat model: put a model folder in its model folder "
-                         "(`omlx pull REPO`, or --model-dir)")
+        raise ValueError(
+            "the server has no chat model: put a model folder in its model folder "
+            "(`omlx pull REPO`, or --model-dir)"
+        )
     pinned = sorted(r["id"] for r in chat if r.get("pinned"))
     if pinned:
         return pinned[0]

@@ -9,6 +9,7 @@ A line: ``{"time": "2026-11-29T20:01:02.345Z", "level": "INFO", "logger": "omlx.
 "message": "...", "pid": 123}`` plus the ``extra`` fields of the call (``request_id``, ``model``, ...)
 and ``exception`` (the traceback) when there is one.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,7 +80,8 @@ class ProcessLogFile(logging.Handler):
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._file = logging.handlers.RotatingFileHandler(
-                    path, maxBytes=self.max_bytes, backupCount=self.backups, encoding="utf-8")
+                    path, maxBytes=self.max_bytes, backupCount=self.backups, encoding="utf-8"
+                )
             except OSError as err:
                 self._failed = True
                 print(f"omlx: cannot write the log file {path}: {err}", file=sys.stderr, flush=True)

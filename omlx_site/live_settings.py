@@ -8,6 +8,7 @@ changed on the pool too (its folders and memory limits at once; the engine setti
 loaded after the change). This process only: `omlx worker` processes (Redis mode) take the file's
 values when they start.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict
@@ -36,7 +37,10 @@ def _memory(attribute: str, auto: bool) -> Callable:
     def apply(settings, pool, value) -> None:
         setattr(settings, BY_KEY[attribute].env, value)
         if pool is not None:
-            setattr(pool, attribute, parse_limit(value, attribute, auto=auto_process_limit() if auto else None))
+            setattr(
+                pool, attribute, parse_limit(value, attribute, auto=auto_process_limit() if auto else None)
+            )
+
     return apply
 
 
@@ -45,6 +49,7 @@ def _engine(field: str) -> Callable:
         setattr(settings, BY_KEY[field].env, value)
         if pool is not None:
             pool.engine_settings[field] = value
+
     return apply
 
 
@@ -60,6 +65,7 @@ def _api_key(settings, pool, value) -> None:
 def _plain(key: str) -> Callable:
     def apply(settings, pool, value) -> None:
         setattr(settings, BY_KEY[key].env, value)
+
     return apply
 
 

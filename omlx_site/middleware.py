@@ -10,6 +10,7 @@ SecurityMiddleware, SessionMiddleware and CommonMiddleware hop to a thread for e
 in async mode; ``SecurityMiddleware`` etc. below run those hooks on the loop instead (they do no
 I/O), except a session save (a database write), which still goes to a thread.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,22 +32,29 @@ _MESSAGES = {404: "Unknown route", 405: "Method not allowed", 500: "Internal err
 def api_error_envelope(get_response):
     """Django's own 404/405 answers (HTML or text) on /v1 paths, replaced by the API's JSON error."""
     if iscoroutinefunction(get_response):
+
         async def middleware(request):
             return _envelope(request, await get_response(request))
     else:
+
         def middleware(request):
             return _envelope(request, get_response(request))
+
     return middleware
 
 
 def _envelope(request, response):
-    if (request.path.startswith("/v1/") and response.status_code >= 400
-            and not response.get("Content-Type", "").startswith("application/json")
-            and not getattr(response, "streaming", False)):
+    if (
+        request.path.startswith("/v1/")
+        and response.status_code >= 400
+        and not response.get("Content-Type", "").startswith("application/json")
+        and not getattr(response, "streaming", False)
+    ):
         status = response.status_code
         message = f"{_MESSAGES.get(status, 'Error')}: {request.method} {request.path}"
-        replaced = HttpResponse(error_body(request.path, status, message, None), status=status,
-                                content_type="application/json")
+        replaced = HttpResponse(
+            error_body(request.path, status, message, None), status=status, content_type="application/json"
+        )
         if response.has_header("Allow"):
             replaced["Allow"] = response["Allow"]
         return replaced
@@ -58,20 +66,24 @@ def request_metrics(get_response):
     """Counts every answered request in /metrics (``omlx_http_requests_total``) by the route's
     pattern (``/v1/models/{model_id}/unload``, not the path asked for), method and status. The
     first middleware, so it sees the status the client gets."""
+
     def count(request, response) -> None:
         method = request.method if request.method in _METHODS else "other"
         metrics.HTTP_REQUESTS.labels(_endpoint(request), method, str(response.status_code)).inc()
 
     if iscoroutinefunction(get_response):
+
         async def middleware(request):
             response = await get_response(request)
             count(request, response)
             return response
     else:
+
         def middleware(request):
             response = get_response(request)
             count(request, response)
             return response
+
     return middleware
 
 
@@ -114,7 +126,9 @@ def _on_loop(middleware_class, response_in_thread=None):
             response = self.inner.process_request(request)
             response = response or await self.get_response(request)
             if response_in_thread is not None and response_in_thread(request):
-                return await sync_to_async(self.inner.process_response, thread_sensitive=True)(request, response)
+                return await sync_to_async(self.inner.process_response, thread_sensitive=True)(
+                    request, response
+                )
             return self.inner.process_response(request, response)
 
     OnLoop.__name__ = OnLoop.__qualname__ = middleware_class.__name__

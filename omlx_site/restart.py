@@ -11,6 +11,7 @@ settings.json, which is why the console does not let a flag's setting be changed
 
 Only a process started by `omlx serve` can restart itself (``available``).
 """
+
 from __future__ import annotations
 
 import logging

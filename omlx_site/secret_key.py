@@ -1,5 +1,6 @@
 """Django's secret key when OMLX_SECRET_KEY is not set: random, made once per OMLX_HOME and kept
 in ``$OMLX_HOME/secret_key`` (0600), so the admin console's logins survive restarts."""
+
 from __future__ import annotations
 
 import os

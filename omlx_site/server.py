@@ -1,5 +1,6 @@
 """`omlx serve`: migrate, start the embedded Huey consumer, serve the ASGI app with Daphne, and
 close everything on SIGINT/SIGTERM."""
+
 from __future__ import annotations
 
 import faulthandler
@@ -61,8 +62,11 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
         start_guard(registry)
     if backend.networked:
-        logger.info("queue and channel layer in Redis; %d worker threads in this process%s",
-                    settings.OMLX_HUEY_WORKERS, "" if consumer else " (run `omlx worker`)")
+        logger.info(
+            "queue and channel layer in Redis; %d worker threads in this process%s",
+            settings.OMLX_HUEY_WORKERS,
+            "" if consumer else " (run `omlx worker`)",
+        )
 
     from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
     from twisted.internet import reactor
@@ -82,16 +86,26 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
         reactor.callWhenRunning(say)
         if load_pinned:
-            reactor.callWhenRunning(lambda: threading.Thread(target=_load_pinned, args=(registry,),
-                                                             name="omlx-pinned", daemon=True).start())
+            reactor.callWhenRunning(
+                lambda: threading.Thread(
+                    target=_load_pinned, args=(registry,), name="omlx-pinned", daemon=True
+                ).start()
+            )
         # SIGTERM / SIGINT drain the running requests first (after Twisted installed its handlers).
-        reactor.callWhenRunning(GracefulShutdown(reactor, server, settings.OMLX_SHUTDOWN_GRACE_SECONDS).install)
+        reactor.callWhenRunning(
+            GracefulShutdown(reactor, server, settings.OMLX_SHUTDOWN_GRACE_SECONDS).install
+        )
         # New requests get a 503 from the moment the shutdown starts.
         reactor.addSystemEventTrigger("before", "shutdown", lifecycle.start_shutdown)
 
     interface = host.replace(":", r"\:")
-    server = Server(application, endpoints=[f"tcp:port={port}:interface={interface}"],
-                    signal_handlers=True, ready_callable=announce, verbosity=0)
+    server = Server(
+        application,
+        endpoints=[f"tcp:port={port}:interface={interface}"],
+        signal_handlers=True,
+        ready_callable=announce,
+        verbosity=0,
+    )
     try:
         server.run()
     finally:
@@ -132,7 +146,9 @@ def _start_mcp():
     except ValueError as exc:  # the file changed since the settings were checked: serve without MCP
         logger.error("MCP servers not started: %s", exc)
         return None
-    logger.info("MCP servers from %s: %s", settings.OMLX_MCP_CONFIG, ", ".join(s.name for s in specs) or "none")
+    logger.info(
+        "MCP servers from %s: %s", settings.OMLX_MCP_CONFIG, ", ".join(s.name for s in specs) or "none"
+    )
     return manager.start(specs, tool_timeout=settings.OMLX_MCP_TOOL_TIMEOUT, log_dir=settings.OMLX_LOG_DIR)
 
 

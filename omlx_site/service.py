@@ -8,6 +8,7 @@ serve flags given to ``install``, with ``OMLX_HOME`` set. When the manager canno
 user systemd, as in containers, or another unit directory was chosen) the file is still written and
 the command says how to start it; that is not an error.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,27 +75,29 @@ class SystemdService:
         self.path = self.dir / UNIT_NAME
 
     def render(self, command: List[str], home: Path, stop_seconds: float) -> str:
-        return "\n".join([
-            "# Written by `omlx service install`; `omlx service uninstall` removes it.",
-            "[Unit]",
-            "Description=omlx LLM inference server",
-            "After=network-online.target",
-            "",
-            "[Service]",
-            "Type=simple",
-            f"ExecStart={' '.join(_systemd_quote(a) for a in command)}",
-            f"Environment={_systemd_quote(f'OMLX_HOME={home}')}",
-            "Environment=PYTHONUNBUFFERED=1",
-            "Restart=on-failure",
-            "RestartSec=5",
-            # SIGTERM drains the running requests (OMLX_SHUTDOWN_GRACE_SECONDS) before the exit.
-            "KillSignal=SIGTERM",
-            f"TimeoutStopSec={int(stop_seconds)}",
-            "",
-            "[Install]",
-            "WantedBy=default.target",
-            "",
-        ])
+        return "\n".join(
+            [
+                "# Written by `omlx service install`; `omlx service uninstall` removes it.",
+                "[Unit]",
+                "Description=omlx LLM inference server",
+                "After=network-online.target",
+                "",
+                "[Service]",
+                "Type=simple",
+                f"ExecStart={' '.join(_systemd_quote(a) for a in command)}",
+                f"Environment={_systemd_quote(f'OMLX_HOME={home}')}",
+                "Environment=PYTHONUNBUFFERED=1",
+                "Restart=on-failure",
+                "RestartSec=5",
+                # SIGTERM drains the running requests (OMLX_SHUTDOWN_GRACE_SECONDS) before the exit.
+                "KillSignal=SIGTERM",
+                f"TimeoutStopSec={int(stop_seconds)}",
+                "",
+                "[Install]",
+                "WantedBy=default.target",
+                "",
+            ]
+        )
 
     def _managed(self) -> bool:
         return self.dir == self.default_dir
@@ -104,20 +107,26 @@ class SystemdService:
         _write_private(self.path, self.render(command, home, stop_seconds).encode())
         lines = [f"wrote {self.path}"]
         if not self._managed():
-            lines.append(f"{self.dir} is not systemd's user unit directory: link or copy the unit to "
-                         f"{self.default_dir}, then `systemctl --user enable --now {UNIT_NAME}`")
+            lines.append(
+                f"{self.dir} is not systemd's user unit directory: link or copy the unit to "
+                f"{self.default_dir}, then `systemctl --user enable --now {UNIT_NAME}`"
+            )
             return Outcome(lines)
         reload = _run(["systemctl", "--user", "daemon-reload"])
         if reload is None or reload.returncode != 0:
-            lines.append(f"systemd (user) cannot be reached ({_why(reload, 'systemctl')}); start it "
-                         f"with `systemctl --user daemon-reload && systemctl --user enable --now {UNIT_NAME}` "
-                         "in a login session (and `loginctl enable-linger $USER` to run it without one)")
+            lines.append(
+                f"systemd (user) cannot be reached ({_why(reload, 'systemctl')}); start it "
+                f"with `systemctl --user daemon-reload && systemctl --user enable --now {UNIT_NAME}` "
+                "in a login session (and `loginctl enable-linger $USER` to run it without one)"
+            )
             return Outcome(lines)
         enable = _run(["systemctl", "--user", "enable", "--now", UNIT_NAME])
         if enable.returncode != 0:
             lines.append(f"`systemctl --user enable --now {UNIT_NAME}` failed: {_why(enable, 'systemctl')}")
             return Outcome(lines, 1)
-        lines.append(f"enabled and started {UNIT_NAME} (logs: journalctl --user -u omlx, {home}/logs/server.log)")
+        lines.append(
+            f"enabled and started {UNIT_NAME} (logs: journalctl --user -u omlx, {home}/logs/server.log)"
+        )
         return Outcome(lines)
 
     def uninstall(self) -> Outcome:
@@ -143,8 +152,9 @@ class SystemdService:
         active = _run(["systemctl", "--user", "is-active", UNIT_NAME])
         state = (active.stdout.strip() if active is not None else "") or "unknown"
         if active is None or state not in ("active", "inactive", "failed", "activating", "deactivating"):
-            return Outcome(lines + [f"running: unknown (systemd (user) cannot be reached: "
-                                    f"{_why(active, 'systemctl')})"])
+            return Outcome(
+                lines + [f"running: unknown (systemd (user) cannot be reached: {_why(active, 'systemctl')})"]
+            )
         return Outcome(lines + [f"running: {'yes' if state == 'active' else 'no'} ({state})"])
 
 
@@ -158,17 +168,19 @@ class LaunchdService:
 
     def render(self, command: List[str], home: Path, stop_seconds: float) -> bytes:
         logs = home / "logs"
-        return plistlib.dumps({
-            "Label": LABEL,
-            "ProgramArguments": command,
-            "EnvironmentVariables": {"OMLX_HOME": str(home), "PYTHONUNBUFFERED": "1"},
-            "RunAtLoad": True,
-            "KeepAlive": {"SuccessfulExit": False},  # restarted after a crash, not after a clean stop
-            "ThrottleInterval": 5,
-            "ExitTimeOut": int(stop_seconds),
-            "StandardOutPath": str(logs / "launchd.out.log"),
-            "StandardErrorPath": str(logs / "launchd.err.log"),
-        })
+        return plistlib.dumps(
+            {
+                "Label": LABEL,
+                "ProgramArguments": command,
+                "EnvironmentVariables": {"OMLX_HOME": str(home), "PYTHONUNBUFFERED": "1"},
+                "RunAtLoad": True,
+                "KeepAlive": {"SuccessfulExit": False},  # restarted after a crash, not after a clean stop
+                "ThrottleInterval": 5,
+                "ExitTimeOut": int(stop_seconds),
+                "StandardOutPath": str(logs / "launchd.out.log"),
+                "StandardErrorPath": str(logs / "launchd.err.log"),
+            }
+        )
 
     def _managed(self) -> bool:
         return self.dir == self.default_dir and shutil.which("launchctl") is not None
@@ -182,8 +194,10 @@ class LaunchdService:
         _write_private(self.path, self.render(command, home, stop_seconds))
         lines = [f"wrote {self.path}"]
         if not self._managed():
-            lines.append(f"not loaded (launchctl is not here, or {self.dir} is not ~/Library/LaunchAgents): "
-                         f"load it with `launchctl bootstrap gui/$(id -u) {self.path}`")
+            lines.append(
+                f"not loaded (launchctl is not here, or {self.dir} is not ~/Library/LaunchAgents): "
+                f"load it with `launchctl bootstrap gui/$(id -u) {self.path}`"
+            )
             return Outcome(lines)
         _run(["launchctl", "bootout", f"{self._domain()}/{LABEL}"])  # a previous version, if loaded
         load = _run(["launchctl", "bootstrap", self._domain(), str(self.path)])
@@ -213,7 +227,9 @@ class LaunchdService:
             args = [f"(unreadable plist: {err})"]
         lines = [f"installed: {self.path}", "command: " + " ".join(map(str, args))]
         if not self._managed():
-            return Outcome(lines + ["running: unknown (launchctl is not here, or not ~/Library/LaunchAgents)"])
+            return Outcome(
+                lines + ["running: unknown (launchctl is not here, or not ~/Library/LaunchAgents)"]
+            )
         out = _run(["launchctl", "print", f"{self._domain()}/{LABEL}"])
         if out.returncode != 0:
             return Outcome(lines + ["running: no (not loaded)"])
@@ -247,4 +263,6 @@ def _systemd_quote(arg: str) -> str:
 
 
 def _exec_start(unit_text: str) -> str:
-    return next((line.split("=", 1)[1] for line in unit_text.splitlines() if line.startswith("ExecStart=")), "?")
+    return next(
+        (line.split("=", 1)[1] for line in unit_text.splitlines() if line.startswith("ExecStart=")), "?"
+    )

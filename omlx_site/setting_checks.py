@@ -2,6 +2,7 @@
 parsed and raises ValueError, saying why, when the setting cannot have it. Checks that need a
 component (the engine's config, the memory limits, the MCP configuration) import it when they run,
 so reading the table stays cheap."""
+
 from __future__ import annotations
 
 
@@ -9,6 +10,7 @@ def at_least(low):
     def check(value):
         if value < low:
             raise ValueError(f"{value}: must be >= {low}")
+
     return check
 
 
@@ -27,6 +29,7 @@ def engine(field):
         from inference.engine.config import EngineConfig  # imports MLX (inference.engine)
 
         EngineConfig(**{field: value})
+
     return check
 
 
@@ -35,6 +38,7 @@ def memory_limit(auto):
         from inference.pool.memory import auto_process_limit, parse_limit  # the pool: when checked
 
         parse_limit(value, "limit", auto=auto_process_limit() if auto else None)
+
     return check
 
 
@@ -63,4 +67,5 @@ def one_of(*choices):
     def check(value):
         if value not in choices:
             raise ValueError(f"{value!r}: must be one of {', '.join(choices)}")
+
     return check

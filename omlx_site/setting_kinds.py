@@ -1,5 +1,6 @@
 """The kinds of omlx's settings (omlx_site/config.py's table): how the text of a flag or an
 environment variable, or a JSON value of settings.json, becomes a setting's value."""
+
 from __future__ import annotations
 
 import os
@@ -101,8 +102,14 @@ BOOLEAN = Kind("boolean (true/false)", _boolean, "BOOL", text=lambda v: "true" i
 BYTES = Kind("size (bytes, 512MB, 4GiB)", _bytes, "SIZE")
 SIZE = Kind("size (bytes, 4GiB or % of RAM)", _size_text, "SIZE")
 MEMORY_LIMIT = Kind("memory limit (size, % of RAM or disabled)", _text, "LIMIT")
-FOLDERS = Kind("folders", _paths, "DIR", text=lambda v: os.pathsep.join(map(str, v)),
-               json=lambda v: [str(p) for p in v])
-FOLDER_OR_OFF = Kind("folder or off", _folder_or_off, "DIR", text=lambda v: "off" if v is None else str(v),
-                     json=lambda v: "off" if v is None else str(v))
+FOLDERS = Kind(
+    "folders", _paths, "DIR", text=lambda v: os.pathsep.join(map(str, v)), json=lambda v: [str(p) for p in v]
+)
+FOLDER_OR_OFF = Kind(
+    "folder or off",
+    _folder_or_off,
+    "DIR",
+    text=lambda v: "off" if v is None else str(v),
+    json=lambda v: "off" if v is None else str(v),
+)
 FILE = Kind("file", _file, "FILE", json=str)

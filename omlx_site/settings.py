@@ -2,6 +2,7 @@
 
 Everything omlx keeps on disk lives under OMLX_HOME (default ``~/.omlx``), as upstream oMLX does.
 """
+
 import os
 from pathlib import Path
 
@@ -55,8 +56,12 @@ TEMPLATES = [
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request",
-                                           "admin_panel.context_processors.console"]},
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "admin_panel.context_processors.console",
+            ]
+        },
     }
 ]
 
@@ -126,14 +131,27 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-                   "json": {"()": "omlx_site.json_log.JsonFormatter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"},
-                 "file": {"()": "omlx_site.json_log.ProcessLogFile", "formatter": "json",
-                          "directory": _values["log_dir"], "max_bytes": _values["log_max_bytes"],
-                          "backups": _values["log_backups"]}},
-    "loggers": {"omlx": {"handlers": ["console", "file"], "level": os.environ.get("OMLX_LOG_LEVEL", "INFO"),
-                         "propagate": False}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "omlx_site.json_log.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "file": {
+            "()": "omlx_site.json_log.ProcessLogFile",
+            "formatter": "json",
+            "directory": _values["log_dir"],
+            "max_bytes": _values["log_max_bytes"],
+            "backups": _values["log_backups"],
+        },
+    },
+    "loggers": {
+        "omlx": {
+            "handlers": ["console", "file"],
+            "level": os.environ.get("OMLX_LOG_LEVEL", "INFO"),
+            "propagate": False,
+        }
+    },
     "root": {"handlers": ["console", "file"], "level": "WARNING"},
 }
 # OMLX_SHUTDOWN_GRACE_SECONDS (a row of the table): `omlx serve` on SIGTERM / SIGINT lets running

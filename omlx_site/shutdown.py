@@ -9,6 +9,7 @@ KV blocks and the cold tier's queue to disk. A second signal during the drain st
 
 Everything here runs on the reactor's thread (the signal handler only schedules work there).
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,13 @@ class GracefulShutdown:
     def _begin(self, name: str) -> None:
         self.started = time.monotonic()
         lifecycle.start_shutdown()
-        logger.info("%s: not taking new requests; waiting up to %g s for %d running", name,
-                    self.grace_seconds, self._busy(), extra={"event": "shutdown"})
+        logger.info(
+            "%s: not taking new requests; waiting up to %g s for %d running",
+            name,
+            self.grace_seconds,
+            self._busy(),
+            extra={"event": "shutdown"},
+        )
         self._poll()
 
     def _poll(self) -> None:
@@ -70,8 +76,12 @@ class GracefulShutdown:
     def _abort_all(self) -> None:
         self.aborted = True
         jobs = limits.jobs_in_flight()
-        logger.warning("aborting %d requests still running after %g s", len(jobs), self.grace_seconds,
-                       extra={"event": "shutdown"})
+        logger.warning(
+            "aborting %d requests still running after %g s",
+            len(jobs),
+            self.grace_seconds,
+            extra={"event": "shutdown"},
+        )
         for job in jobs:
             try:
                 handoff.abort(job)

@@ -4,6 +4,7 @@ Daphne serves no files and omlx runs without a front proxy, so Django serves the
 places `collectstatic` would read (the project's static/ and each app's static/). Files are cached
 by the browser for an hour; nothing outside those folders is reachable (finders check the path).
 """
+
 from __future__ import annotations
 
 import mimetypes

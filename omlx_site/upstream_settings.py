@@ -8,6 +8,7 @@ upstream's. The settings that have an equivalent in omlx's table are carried ove
 named in a warning. The original file is kept beside it as ``settings.json.upstream-<time>``
 before the converted one takes its place (mode 0600: it may hold the API key).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,25 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-SECTIONS = ("server", "model", "memory", "scheduler", "cache", "auth", "mcp", "huggingface",
-            "modelscope", "network", "sampling", "logging", "claude_code", "integrations", "ui",
-            "usage", "idle_timeout")
+SECTIONS = (
+    "server",
+    "model",
+    "memory",
+    "scheduler",
+    "cache",
+    "auth",
+    "mcp",
+    "huggingface",
+    "modelscope",
+    "network",
+    "sampling",
+    "logging",
+    "claude_code",
+    "integrations",
+    "ui",
+    "usage",
+    "idle_timeout",
+)
 
 
 def _text(v):
@@ -93,16 +110,23 @@ def convert(data: dict, table: Mapping[str, Any]) -> Tuple[Dict[str, Any], List[
     return values, carried, left
 
 
-def adopt(path: Path, data: dict, table: Mapping[str, Any], warn: Callable[[str], None],
-          write: Callable[[Path, dict], None]) -> dict:
+def adopt(
+    path: Path,
+    data: dict,
+    table: Mapping[str, Any],
+    warn: Callable[[str], None],
+    write: Callable[[Path, dict], None],
+) -> dict:
     """Convert upstream's ``data`` (read from ``path``) with ``table`` (as `convert`), keep the
     original beside it, write the converted file in its place with ``write`` and return the
     converted settings."""
     values, carried, left = convert(data, table)
     backup = _backup(path)
     write(path, values)
-    warn(f"{path}: an upstream oMLX settings file; converted to omlx's settings (the original is "
-         f"kept as {backup})")
+    warn(
+        f"{path}: an upstream oMLX settings file; converted to omlx's settings (the original is "
+        f"kept as {backup})"
+    )
     if carried:
         warn(f"{path}: carried over from upstream oMLX: {', '.join(carried)}")
     if left:

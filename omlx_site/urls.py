@@ -1,4 +1,5 @@
 """Every HTTP route of omlx, in one list."""
+
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 

@@ -6,6 +6,7 @@ channel layer (Redis pub/sub), where the server's view reads them. On SIGINT or 
 taking tasks, closes the engines (running requests end with "abort", which the server's views
 receive), sends what is left and exits 0.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -41,8 +42,12 @@ def run_worker(threads: int = 2) -> int:
 
     autodiscover_modules("tasks")
     registry = get_pool()
-    logger.info("worker %d: models in %s: %s", os.getpid(), os.pathsep.join(map(str, registry.model_dirs)),
-                ", ".join(registry.models()))
+    logger.info(
+        "worker %d: models in %s: %s",
+        os.getpid(),
+        os.pathsep.join(map(str, registry.model_dirs)),
+        ", ".join(registry.models()),
+    )
     for model_id in registry.load_pinned():
         logger.info("pinned model %s loaded", model_id)
     from inference.pool.memory_guard import start_guard, stop_guard  # as above
@@ -50,9 +55,15 @@ def run_worker(threads: int = 2) -> int:
     start_guard(registry)
     # SIGINT and SIGTERM both stop at once: a request can last minutes, its client waits; the
     # engines abort what runs and the views learn it.
-    consumer = HUEY.create_consumer(workers=threads, worker_type="thread", periodic=True,
-                                    initial_delay=0.1, backoff=1.15, max_delay=1.0,
-                                    check_worker_health=True)
+    consumer = HUEY.create_consumer(
+        workers=threads,
+        worker_type="thread",
+        periodic=True,
+        initial_delay=0.1,
+        backoff=1.15,
+        max_delay=1.0,
+        check_worker_health=True,
+    )
     print(f"omlx worker {os.getpid()} taking requests from {_redacted(settings.OMLX_REDIS_URL)}", flush=True)
     try:
         consumer.run()

@@ -4,6 +4,7 @@ The tree says what a test needs: tests/unit (data structures, tiny models, in-pr
 tests/reference (greedy output against transformers or mlx-lm), tests/live (a real `omlx serve` or
 another real process), tests/e2e (a browser), tests/soak (minutes of load: marked ``slow`` too, so
 out of the default run). tests/support holds the helpers, which are not tests."""
+
 import os
 from pathlib import Path
 

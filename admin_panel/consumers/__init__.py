@@ -4,6 +4,7 @@ The browser side is htmx's ws extension: the server sends HTML fragments whose t
 carry ids and replace (or, with hx-swap-oob="beforeend", extend) the elements with those ids; a
 form with ``ws-send`` sends its fields as one JSON object (plus a "HEADERS" key).
 """
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ The socket joins the group before it reads the row, so a step published meanwhil
 rather than never: steps older than what was shown are dropped, and once the final state is
 shown (from the row or the "finished" event) nothing else is.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -67,8 +68,9 @@ class BenchmarkConsumer(AdminConsumer):
         messages = [progress_html(run) + results_html(run)]
         if run.status not in BenchmarkRun.ACTIVE:
             self.final = True
-            messages.append(render_to_string("admin_panel/partials/benchmark_run_row.html",
-                                             {"run": run, "oob_row": True}))
+            messages.append(
+                render_to_string("admin_panel/partials/benchmark_run_row.html", {"run": run, "oob_row": True})
+            )
         return messages
 
     async def disconnect(self, code) -> None:

@@ -17,6 +17,7 @@ the conversation with the calls and results added; the round without calls ends 
 Messages to the page: HTML fragments swapped in by id (partials/chat_*.html); the answer's text is
 appended to its bubble (hx-swap-oob="beforeend"), escaped like all model output.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -85,7 +86,9 @@ class ChatConsumer(AdminConsumer):
 
         try:
             # get_pool().resolve reads the model directory: not on the event loop
-            request = await sync_to_async(lambda: parse_form(data, get_pool().resolve), thread_sensitive=False)()
+            request = await sync_to_async(
+                lambda: parse_form(data, get_pool().resolve), thread_sensitive=False
+            )()
         except ValueError as exc:
             await self._notice(str(exc))
             return
@@ -95,23 +98,27 @@ class ChatConsumer(AdminConsumer):
             return
         tools = offered_tools() if request.use_tools else None
         if request.use_tools and tools is None:
-            await self._notice("No MCP tools are available: no MCP server is running (omlx serve --mcp-config "
-                               "FILE; their states are on GET /v1/mcp/servers).")
+            await self._notice(
+                "No MCP tools are available: no MCP server is running (omlx serve --mcp-config "
+                "FILE; their states are on GET /v1/mcp/servers)."
+            )
             return
         self.turns += 1
         turn = self.turns
         asked = {"role": "user", "content": request.message}
         messages = request.messages(self.history)
         self.history.append(asked)
-        await self._render("admin_panel/partials/chat_turn.html", turn=turn, message=request.message,
-                           model=request.model)
+        await self._render(
+            "admin_panel/partials/chat_turn.html", turn=turn, message=request.message, model=request.model
+        )
         await self._render("admin_panel/partials/chat_message_box.html")
         self.stop_requested = False
         self.task = asyncio.ensure_future(self._answer(request, messages, tools, asked, turn))
         await self._controls()
 
-    async def _answer(self, request, messages: List[dict], tools: Optional[List[dict]], asked: dict,
-                      turn: int) -> None:
+    async def _answer(
+        self, request, messages: List[dict], tools: Optional[List[dict]], asked: dict, turn: int
+    ) -> None:
         """Rounds of generation until one ends without tool calls (one round without tools)."""
         loop = asyncio.get_running_loop()
         added: List[dict] = []  # this turn's assistant tool calls and tool results, in order
@@ -121,8 +128,15 @@ class ChatConsumer(AdminConsumer):
         try:
             while True:
                 choice = request.tool_choice if round_no == 1 else "auto"
-                job = partial(chat_job, f"chatcmpl-admin-{uuid.uuid4().hex}", request.model, request.params(),
-                              messages=messages + added, tools=tools, tool_choice=choice if tools else None)
+                job = partial(
+                    chat_job,
+                    f"chatcmpl-admin-{uuid.uuid4().hex}",
+                    request.model,
+                    request.params(),
+                    messages=messages + added,
+                    tools=tools,
+                    tool_choice=choice if tools else None,
+                )
                 text = []
                 sent = loop.time()  # the numbers shown are the last round's
                 outcome = await self._round(job, turn, round_no, text, asked if round_no == 1 else None)
@@ -134,13 +148,19 @@ class ChatConsumer(AdminConsumer):
                 added.append(assistant_message("".join(text), calls))
                 for call in calls:
                     steps += 1
-                    await self._render("admin_panel/partials/chat_tool_step.html", turn=turn, step=steps,
-                                       name=call["name"], arguments=call.get("arguments") or "{}")
+                    await self._render(
+                        "admin_panel/partials/chat_tool_step.html",
+                        turn=turn,
+                        step=steps,
+                        name=call["name"],
+                        arguments=call.get("arguments") or "{}",
+                    )
                     result = await run_call(call)
                     added.append(result.tool_message())
-                    await self._render("admin_panel/partials/chat_tool_result.html", turn=turn, step=steps,
-                                       result=result)
-                self.history.extend(added[-(len(calls) + 1):])
+                    await self._render(
+                        "admin_panel/partials/chat_tool_result.html", turn=turn, step=steps, result=result
+                    )
+                self.history.extend(added[-(len(calls) + 1) :])
                 text = []  # said, with the calls
                 if self.stop_requested or round_no >= MAX_TOOL_ROUNDS:
                     said = True
@@ -151,14 +171,22 @@ class ChatConsumer(AdminConsumer):
             if not said:
                 self.history.append({"role": "assistant", "content": "".join(text)})
             stats = AnswerStats.build(usage, reason, sent, first, last)
-            await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=stats,
-                               stopped=reason == "abort", rounds=round_no, steps=steps)
+            await self._render(
+                "admin_panel/partials/chat_stats.html",
+                turn=turn,
+                stats=stats,
+                stopped=reason == "abort",
+                rounds=round_no,
+                steps=steps,
+            )
             if reason == "error":
                 await self._error(turn, 500, f"Generation failed: {error or reason}", kept=True)
         except asyncio.CancelledError:  # the socket closed, or Stop found no answer in time
             if not self.closed and not said:
                 self.history.append({"role": "assistant", "content": "".join(text)})
-                await self._render("admin_panel/partials/chat_stats.html", turn=turn, stats=None, stopped=True)
+                await self._render(
+                    "admin_panel/partials/chat_stats.html", turn=turn, stats=None, stopped=True
+                )
         except Exception as exc:
             logger.exception("chat answer (turn %d) failed", turn)
             await self._error(turn, 500, f"The answer failed: {exc}", kept=True)
@@ -170,8 +198,14 @@ class ChatConsumer(AdminConsumer):
             if not self.closed:
                 await self._controls(running=False)
 
-    async def _round(self, make_job: Callable[[], GenerationJob], turn: int, round_no: int,
-                     text: List[str], asked: Optional[dict]):
+    async def _round(
+        self,
+        make_job: Callable[[], GenerationJob],
+        turn: int,
+        round_no: int,
+        text: List[str],
+        asked: Optional[dict],
+    ):
         """One generation streamed into the answer: (finish_reason, usage, error, tool calls,
         first token time, last token time), or None when the job was refused (an error shown;
         in the first round the message leaves the conversation)."""
@@ -186,8 +220,11 @@ class ChatConsumer(AdminConsumer):
                 self.history = [m for m in self.history if m is not asked]
             await self._error(turn, exc.status, exc.message, kept=asked is None)
             return None
-        await self._render("admin_panel/partials/chat_status.html", turn=turn,
-                           status="Writing…" if round_no == 1 else f"Writing (after the tool results, round {round_no})…")
+        await self._render(
+            "admin_panel/partials/chat_status.html",
+            turn=turn,
+            status="Writing…" if round_no == 1 else f"Writing (after the tool results, round {round_no})…",
+        )
         answer = AnswerFormatter(turn, round_no, text)
         try:  # the job is stopped (shielded) as the frames end, however they end
             async with aclosing(frames(job, answer, subscription)) as fragments:
@@ -229,8 +266,9 @@ class ChatConsumer(AdminConsumer):
         await self._render("admin_panel/partials/chat_notice.html", message=message)
 
     async def _error(self, turn: int, status: int, message: str, kept: bool) -> None:
-        await self._render("admin_panel/partials/chat_error.html", turn=turn, status=status, message=message,
-                           kept=kept)
+        await self._render(
+            "admin_panel/partials/chat_error.html", turn=turn, status=status, message=message, kept=kept
+        )
 
     async def _render(self, template: str, **context) -> None:
         await self._send_html(render_to_string(template, context))
@@ -293,7 +331,10 @@ def _reasoning_html(turn: int, text: str, shown: bool, suffix: str = "") -> str:
     """Reasoning text of a round of the answer (``suffix``: "" for the first, "-N" for round N)."""
     if shown:
         return _append_html(turn, "reasoning" + suffix, text)
-    return format_html('<details id="answer-{0}-thinking{2}" class="thinking"><summary>Reasoning</summary>'
-                       '<span id="answer-{0}-reasoning{2}" class="reasoning">{1}</span></details>', turn, text,
-                       suffix)
-
+    return format_html(
+        '<details id="answer-{0}-thinking{2}" class="thinking"><summary>Reasoning</summary>'
+        '<span id="answer-{0}-reasoning{2}" class="reasoning">{1}</span></details>',
+        turn,
+        text,
+        suffix,
+    )

@@ -1,6 +1,7 @@
 """ws/admin/downloads/: pushes the Downloads page's list (#downloads-list) whenever a download
 changes (started, a step of progress, finished, failed, cancelled): it waits on
 ``Downloads.version`` (admin_panel/downloads.py), which every change bumps."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,8 @@ class DownloadsConsumer(AdminConsumer):
             try:
                 await self.send_html(await sync_to_async(render_list, thread_sensitive=False)())
                 version = await sync_to_async(downloads.wait_change, thread_sensitive=False)(
-                    version, WAIT_SECONDS)
+                    version, WAIT_SECONDS
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:  # a failed update must not end the page's updates

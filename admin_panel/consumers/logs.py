@@ -1,6 +1,7 @@
 """The Logs page's websocket (ws/admin/logs/?file=&lines=&level=&q=, the page's own query): sends
 the tail of the log file, then every new line that passes the filter, polling the file
 (admin_panel/log_tail.py) twice a second until the socket closes."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,9 @@ class LogsConsumer(AdminConsumer):
         self.task: Optional[asyncio.Task] = None
 
     async def joined(self) -> None:
-        params = {k: v[-1] for k, v in parse_qs(self.scope.get("query_string", b"").decode("latin-1")).items()}
+        params = {
+            k: v[-1] for k, v in parse_qs(self.scope.get("query_string", b"").decode("latin-1")).items()
+        }
         self.query = await asyncio.to_thread(read_query, params)
         if self.query.path is None:
             await self._badge("Logging to a file is off: nothing to follow.")
@@ -48,7 +51,7 @@ class LogsConsumer(AdminConsumer):
                 texts = await asyncio.to_thread(follower.read)
                 lines = [line for line in map(parse_line, texts) if self.query.accept(line)]
                 if lines:
-                    await self._rows(lines[-self.query.lines:], append=True)
+                    await self._rows(lines[-self.query.lines :], append=True)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -56,8 +59,14 @@ class LogsConsumer(AdminConsumer):
             await self._badge(f"Following stopped: {exc}", error=True)
 
     async def _rows(self, lines: List[LogLine], append: bool) -> None:
-        await self.send_html(render_to_string("admin_panel/partials/logs_rows.html",
-                                              {"log_lines": lines, "append": append, "query": self.query}))
+        await self.send_html(
+            render_to_string(
+                "admin_panel/partials/logs_rows.html",
+                {"log_lines": lines, "append": append, "query": self.query},
+            )
+        )
 
     async def _badge(self, text: str, error: bool = False) -> None:
-        await self.send_html(render_to_string("admin_panel/partials/logs_follow.html", {"text": text, "error": error}))
+        await self.send_html(
+            render_to_string("admin_panel/partials/logs_follow.html", {"text": text, "error": error})
+        )

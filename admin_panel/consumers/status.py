@@ -1,5 +1,6 @@
 """ws/admin/status/: pushes the Status page's cards every PUSH_SECONDS, and its charts whenever the
 history has a new point (htmx's ws extension swaps #status-cards and #status-charts)."""
+
 from __future__ import annotations
 
 import asyncio

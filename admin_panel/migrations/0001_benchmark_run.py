@@ -4,33 +4,49 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='BenchmarkRun',
+            name="BenchmarkRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('started', models.DateTimeField(blank=True, null=True)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('done', 'done'), ('failed', 'failed')], db_index=True, default='queued', max_length=16)),
-                ('model', models.CharField(max_length=512)),
-                ('target', models.CharField(default='local', max_length=512)),
-                ('settings', models.JSONField(default=dict)),
-                ('results', models.JSONField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('progress_done', models.IntegerField(default=0)),
-                ('progress_total', models.IntegerField(default=0)),
-                ('progress_message', models.CharField(blank=True, default='', max_length=200)),
-                ('worker', models.CharField(blank=True, default='', max_length=200)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("started", models.DateTimeField(blank=True, null=True)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "queued"),
+                            ("running", "running"),
+                            ("done", "done"),
+                            ("failed", "failed"),
+                        ],
+                        db_index=True,
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("model", models.CharField(max_length=512)),
+                ("target", models.CharField(default="local", max_length=512)),
+                ("settings", models.JSONField(default=dict)),
+                ("results", models.JSONField(blank=True, null=True)),
+                ("error", models.TextField(blank=True, default="")),
+                ("progress_done", models.IntegerField(default=0)),
+                ("progress_total", models.IntegerField(default=0)),
+                ("progress_message", models.CharField(blank=True, default="", max_length=200)),
+                ("worker", models.CharField(blank=True, default="", max_length=200)),
             ],
             options={
-                'ordering': ['-created'],
+                "ordering": ["-created"],
             },
         ),
     ]

@@ -1,4 +1,5 @@
 """Number formats of the Benchmark page's tables."""
+
 from django import template
 
 register = template.Library()

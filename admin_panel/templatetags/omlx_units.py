@@ -1,4 +1,5 @@
 """Template filters for the console's numbers: bytes, rates, durations, shares."""
+
 from __future__ import annotations
 
 from django import template

@@ -1,4 +1,5 @@
 """Login with the API key, logout, and /admin/ itself (the Status page)."""
+
 from __future__ import annotations
 
 from django.http import HttpResponseRedirect
@@ -30,8 +31,9 @@ def login(request):
             log_in(request.session)
             return HttpResponseRedirect(target)
         error = "That is not the server's API key."
-    return render(request, "admin_panel/login.html", {"next": target, "error": error},
-                  status=401 if error else 200)
+    return render(
+        request, "admin_panel/login.html", {"next": target, "error": error}, status=401 if error else 200
+    )
 
 
 @require_POST

@@ -4,6 +4,7 @@ websocket of admin_panel/consumers/benchmark.py, look at past runs, compare them
 The rendering helpers (``progress_html``, ``results_html``, ``runs_html``) are shared with the
 consumer: the page and the socket draw the same fragments.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -41,22 +42,50 @@ def results_context(results: Optional[dict]) -> dict:
         return [(r["concurrency"], r["tokens_per_s"][key]) for r in rows]
 
     speed = charts.line_chart(
-        [("prefill, aggregate", series(prefill, "aggregate")), ("decode, aggregate", series(decode, "aggregate")),
-         ("decode, per stream", series(decode, "per_stream"))],
-        title="tokens/s", y_label="tokens/s", x_labels=x_labels, width=560, height=240)
+        [
+            ("prefill, aggregate", series(prefill, "aggregate")),
+            ("decode, aggregate", series(decode, "aggregate")),
+            ("decode, per stream", series(decode, "per_stream")),
+        ],
+        title="tokens/s",
+        y_label="tokens/s",
+        x_labels=x_labels,
+        width=560,
+        height=240,
+    )
     ttft = charts.line_chart(
-        [(f"TTFT {q}", [(r["concurrency"], _ms(r["ttft_s"][q])) for r in prefill]) for q in ("p50", "p95", "p99")],
-        title="prefill TTFT, ms", y_label="ms", x_labels=x_labels,
-        width=560, height=240)
+        [
+            (f"TTFT {q}", [(r["concurrency"], _ms(r["ttft_s"][q])) for r in prefill])
+            for q in ("p50", "p95", "p99")
+        ],
+        title="prefill TTFT, ms",
+        y_label="ms",
+        x_labels=x_labels,
+        width=560,
+        height=240,
+    )
     quantiles = ("p50", "p95", "p99")
     cold = charts.bar_chart(
         list(quantiles),
-        [("cold", [_ms(cache["cold"][q]) if cache else None for q in quantiles]),
-         ("cached", [_ms(cache["cached"][q]) if cache else None for q in quantiles])],
-        title="TTFT, ms", y_label="ms", width=560, height=240)
-    return {"results": results, "prefill": prefill, "decode": decode, "cache": cache,
-            "speed_chart": speed, "ttft_chart": ttft, "cache_chart": cold,
-            "errors": results.get("errors") or []}
+        [
+            ("cold", [_ms(cache["cold"][q]) if cache else None for q in quantiles]),
+            ("cached", [_ms(cache["cached"][q]) if cache else None for q in quantiles]),
+        ],
+        title="TTFT, ms",
+        y_label="ms",
+        width=560,
+        height=240,
+    )
+    return {
+        "results": results,
+        "prefill": prefill,
+        "decode": decode,
+        "cache": cache,
+        "speed_chart": speed,
+        "ttft_chart": ttft,
+        "cache_chart": cold,
+        "errors": results.get("errors") or [],
+    }
 
 
 def progress_html(run: BenchmarkRun) -> str:
@@ -64,19 +93,24 @@ def progress_html(run: BenchmarkRun) -> str:
 
 
 def results_html(run: BenchmarkRun) -> str:
-    return render_to_string("admin_panel/partials/benchmark_results.html",
-                            dict(results_context(run.results), run=run))
+    return render_to_string(
+        "admin_panel/partials/benchmark_results.html", dict(results_context(run.results), run=run)
+    )
 
 
 def runs_html(oob: bool = False) -> str:
-    return render_to_string("admin_panel/partials/benchmark_runs.html",
-                            {"runs": BenchmarkRun.objects.all()[:RUNS_LISTED], "oob": oob})
+    return render_to_string(
+        "admin_panel/partials/benchmark_runs.html",
+        {"runs": BenchmarkRun.objects.all()[:RUNS_LISTED], "oob": oob},
+    )
 
 
 def _live_html(run: BenchmarkRun, request=None, oob: bool = False) -> str:
-    return render_to_string("admin_panel/partials/benchmark_live.html",
-                            dict(results_context(run.results), run=run, oob=oob,
-                                 live=run.status in BenchmarkRun.ACTIVE), request=request)
+    return render_to_string(
+        "admin_panel/partials/benchmark_live.html",
+        dict(results_context(run.results), run=run, oob=oob, live=run.status in BenchmarkRun.ACTIVE),
+        request=request,
+    )
 
 
 def _models() -> List[str]:
@@ -85,8 +119,13 @@ def _models() -> List[str]:
 
 def _form_context(values: Optional[dict] = None, error: Optional[str] = None, started=None) -> dict:
     values = values or {}
-    return {"models": _models(), "presets": [(name, PRESETS[name]) for name in ("small", "default")],
-            "values": values, "error": error, "started": started}
+    return {
+        "models": _models(),
+        "presets": [(name, PRESETS[name]) for name in ("small", "default")],
+        "values": values,
+        "error": error,
+        "started": started,
+    }
 
 
 @admin_required
@@ -129,8 +168,9 @@ def _start(request):
     model = values["model"].strip()
 
     def refuse(message: str):
-        html = render_to_string("admin_panel/partials/benchmark_form.html", _form_context(values, message),
-                                request=request)
+        html = render_to_string(
+            "admin_panel/partials/benchmark_form.html", _form_context(values, message), request=request
+        )
         return shows_errors(HttpResponse(html, status=400))
 
     if not model:
@@ -142,8 +182,9 @@ def _start(request):
         return refuse(str(exc))
     except ValueError as exc:
         return refuse(str(exc))
-    html = render_to_string("admin_panel/partials/benchmark_form.html", _form_context(values, started=run),
-                            request=request)
+    html = render_to_string(
+        "admin_panel/partials/benchmark_form.html", _form_context(values, started=run), request=request
+    )
     return HttpResponse(html + _live_html(run, request, oob=True) + runs_html(oob=True))
 
 
@@ -153,8 +194,13 @@ def run_detail(request, run_id: int):
     """A run's progress and results into #bench-live (live over the socket while it runs)."""
     run = BenchmarkRun.objects.filter(pk=run_id).first()
     if run is None:
-        return shows_errors(HttpResponse(f'<div id="bench-live"><p class="error">Benchmark #{run_id} does '
-                                         'not exist (deleted?).</p></div>', status=404))
+        return shows_errors(
+            HttpResponse(
+                f'<div id="bench-live"><p class="error">Benchmark #{run_id} does '
+                "not exist (deleted?).</p></div>",
+                status=404,
+            )
+        )
     return HttpResponse(_live_html(run, request))
 
 
@@ -170,8 +216,10 @@ def run_delete(request, run_id: int):
         message = f"Benchmark #{run_id} is running; delete it once it has finished."
     else:
         run.delete()
-    html = render_to_string("admin_panel/partials/benchmark_runs.html",
-                            {"runs": BenchmarkRun.objects.all()[:RUNS_LISTED], "message": message})
+    html = render_to_string(
+        "admin_panel/partials/benchmark_runs.html",
+        {"runs": BenchmarkRun.objects.all()[:RUNS_LISTED], "message": message},
+    )
     status = 409 if message and run is not None else (404 if message else 200)
     return shows_errors(HttpResponse(html, status=status))
 
@@ -186,14 +234,26 @@ def compare(request):
         ids = []
     runs = list(BenchmarkRun.objects.filter(pk__in=ids, results__isnull=False).order_by("created"))
     if len(runs) < 2:
-        return shows_errors(HttpResponse('<div id="bench-compare" class="card"><p class="error">Select two or '
-                                         'more runs that have results to compare them.</p></div>', status=400))
-    return HttpResponse(render_to_string("admin_panel/partials/benchmark_compare.html", compare_context(runs)))
+        return shows_errors(
+            HttpResponse(
+                '<div id="bench-compare" class="card"><p class="error">Select two or '
+                "more runs that have results to compare them.</p></div>",
+                status=400,
+            )
+        )
+    return HttpResponse(
+        render_to_string("admin_panel/partials/benchmark_compare.html", compare_context(runs))
+    )
 
 
 def compare_context(runs: List[BenchmarkRun]) -> dict:
-    levels = sorted({r["concurrency"] for run in runs for r in (run.results.get("prefill") or [])
-                     + (run.results.get("decode") or [])})
+    levels = sorted(
+        {
+            r["concurrency"]
+            for run in runs
+            for r in (run.results.get("prefill") or []) + (run.results.get("decode") or [])
+        }
+    )
 
     def value(run, scenario, c, pick):
         for row in run.results.get(scenario) or []:
@@ -203,15 +263,35 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
 
     rows = []
     for c in levels:
-        rows.append((f"prefill tokens/s aggregate, c={c}",
-                     [value(r, "prefill", c, lambda x: x["tokens_per_s"]["aggregate"]) for r in runs], "rate"))
-        rows.append((f"prefill TTFT p50 (ms), c={c}",
-                     [value(r, "prefill", c, lambda x: _ms(x["ttft_s"]["p50"])) for r in runs], "ms"))
+        rows.append(
+            (
+                f"prefill tokens/s aggregate, c={c}",
+                [value(r, "prefill", c, lambda x: x["tokens_per_s"]["aggregate"]) for r in runs],
+                "rate",
+            )
+        )
+        rows.append(
+            (
+                f"prefill TTFT p50 (ms), c={c}",
+                [value(r, "prefill", c, lambda x: _ms(x["ttft_s"]["p50"])) for r in runs],
+                "ms",
+            )
+        )
     for c in levels:
-        rows.append((f"decode tokens/s aggregate, c={c}",
-                     [value(r, "decode", c, lambda x: x["tokens_per_s"]["aggregate"]) for r in runs], "rate"))
-        rows.append((f"decode tokens/s per stream, c={c}",
-                     [value(r, "decode", c, lambda x: x["tokens_per_s"]["per_stream"]) for r in runs], "rate"))
+        rows.append(
+            (
+                f"decode tokens/s aggregate, c={c}",
+                [value(r, "decode", c, lambda x: x["tokens_per_s"]["aggregate"]) for r in runs],
+                "rate",
+            )
+        )
+        rows.append(
+            (
+                f"decode tokens/s per stream, c={c}",
+                [value(r, "decode", c, lambda x: x["tokens_per_s"]["per_stream"]) for r in runs],
+                "rate",
+            )
+        )
     caches = [r.results.get("cache") or {} for r in runs]
     rows.append(("TTFT cold p50 (ms)", [_ms((c.get("cold") or {}).get("p50")) for c in caches], "ms"))
     rows.append(("TTFT cached p50 (ms)", [_ms((c.get("cached") or {}).get("p50")) for c in caches], "ms"))
@@ -221,14 +301,37 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
 
     def overlay(scenario, title):
         return charts.line_chart(
-            [(name, [(row["concurrency"], row["tokens_per_s"]["aggregate"]) for row in r.results.get(scenario) or []])
-             for name, r in zip(names, runs)],
-            title=title, y_label="tokens/s", x_labels=x_labels, width=560, height=240)
+            [
+                (
+                    name,
+                    [
+                        (row["concurrency"], row["tokens_per_s"]["aggregate"])
+                        for row in r.results.get(scenario) or []
+                    ],
+                )
+                for name, r in zip(names, runs)
+            ],
+            title=title,
+            y_label="tokens/s",
+            x_labels=x_labels,
+            width=560,
+            height=240,
+        )
 
-    return {"runs": runs, "rows": rows,
-            "prefill_chart": overlay("prefill", "prefill tokens/s"),
-            "decode_chart": overlay("decode", "decode tokens/s"),
-            "cache_chart": charts.bar_chart(
-                names, [("cold", [_ms((c.get("cold") or {}).get("p50")) for c in caches]),
-                        ("cached", [_ms((c.get("cached") or {}).get("p50")) for c in caches])],
-                title="TTFT p50, ms", y_label="ms", width=560, height=240)}
+    return {
+        "runs": runs,
+        "rows": rows,
+        "prefill_chart": overlay("prefill", "prefill tokens/s"),
+        "decode_chart": overlay("decode", "decode tokens/s"),
+        "cache_chart": charts.bar_chart(
+            names,
+            [
+                ("cold", [_ms((c.get("cold") or {}).get("p50")) for c in caches]),
+                ("cached", [_ms((c.get("cached") or {}).get("p50")) for c in caches]),
+            ],
+            title="TTFT p50, ms",
+            y_label="ms",
+            width=560,
+            height=240,
+        ),
+    }

@@ -5,6 +5,7 @@ htmx actions: ``action/`` (POST ``action`` = "clear" with a ``fingerprint`` or "
 answers with the re-rendered panels; ``probe/`` (POST starts a probe on a thread, GET polls it)
 answers with the probe panel, which polls every second while the probe runs.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -53,8 +54,11 @@ def action(request):
     else:
         messages.append(("error", f"unknown action {act!r} (clear or gc)"))
         status = 400
-    template = ("admin_panel/partials/cache_panels.html" if request.headers.get("HX-Request")
-                else "admin_panel/cache.html")
+    template = (
+        "admin_panel/partials/cache_panels.html"
+        if request.headers.get("HX-Request")
+        else "admin_panel/cache.html"
+    )
     response = render(request, template, _context(messages), status=status)
     return shows_errors(response)
 
@@ -67,15 +71,22 @@ def probe(request):
     if request.method == "POST":
         root = settings.OMLX_COLD_CACHE_DIR
         if root is None:
-            message, status = "The SSD tier is off (--paged-ssd-cache-dir off): there is no directory to probe", 409
+            message, status = (
+                "The SSD tier is off (--paged-ssd-cache-dir off): there is no directory to probe",
+                409,
+            )
         else:
             pool = get_pool()
             facts = cache_report.model_facts(pool)
             block_bytes = cache_report.probe_block_bytes(facts, cache_report.rows(pool, _root()))
             if not probe_job.start(root, block_bytes, facts):
                 message, status = "A probe is running already", 409
-    response = render(request, "admin_panel/partials/cache_probe.html",
-                      {"probe": probe_job.state(), "message": message}, status=status)
+    response = render(
+        request,
+        "admin_panel/partials/cache_probe.html",
+        {"probe": probe_job.state(), "message": message},
+        status=status,
+    )
     return shows_errors(response)
 
 
@@ -88,8 +99,13 @@ def _run_gc(messages: List[Message]) -> int:
     if result is None:
         messages.append(("error", "The SSD tier is off (--paged-ssd-cache-dir off): nothing to collect"))
         return 409
-    messages.append(("ok", f"GC removed {result.expired} expired and {result.evicted} least recently used "
-                           f"blocks ({human_bytes(result.removed_bytes)}); {result.files} blocks left"))
+    messages.append(
+        (
+            "ok",
+            f"GC removed {result.expired} expired and {result.evicted} least recently used "
+            f"blocks ({human_bytes(result.removed_bytes)}); {result.files} blocks left",
+        )
+    )
     return 200
 
 
@@ -123,8 +139,13 @@ def _clear(target: str, messages: List[Message]) -> int:
             messages.append(("error", f"Clearing {fingerprint} failed: {exc}"))
             return 500
     who = "every model" if target == "all" else ", ".join(r.name for r in chosen)
-    messages.append(("ok", f"Cleared {who}: {total.hot_blocks} hot blocks ({human_bytes(total.hot_bytes)}) and "
-                           f"{total.cold_files} SSD blocks ({human_bytes(total.cold_bytes)})"))
+    messages.append(
+        (
+            "ok",
+            f"Cleared {who}: {total.hot_blocks} hot blocks ({human_bytes(total.hot_bytes)}) and "
+            f"{total.cold_files} SSD blocks ({human_bytes(total.cold_bytes)})",
+        )
+    )
     return 200
 
 
@@ -141,5 +162,10 @@ def _root():
 def _context(messages: List[Message]) -> dict:
     pool = get_pool()
     cache_rows = cache_report.rows(pool, _root())
-    return {"rows": cache_rows, "totals": cache_report.totals(cache_rows, settings),
-            "gc_runs": cache_tasks.recent(GC_ROWS), "messages": messages, "probe": probe_job.state()}
+    return {
+        "rows": cache_rows,
+        "totals": cache_report.totals(cache_rows, settings),
+        "gc_runs": cache_tasks.recent(GC_ROWS),
+        "messages": messages,
+        "probe": probe_job.state(),
+    }

@@ -1,5 +1,6 @@
 """/admin/chat/: talk to a model; the conversation runs over the page's websocket
 (admin_panel/consumers/chat.py)."""
+
 from __future__ import annotations
 
 from django.shortcuts import render
@@ -16,7 +17,14 @@ def chat(request):
     selected = request.GET.get("model") or next((m["id"] for m in models if m["loaded"]), None)
     mcp = get_manager()
     servers = mcp.servers() if mcp is not None else []
-    return render(request, "admin_panel/chat.html", {
-        "models": models, "selected": selected, "mcp_servers": len(servers),
-        "mcp_running": sum(1 for s in servers if s["state"] == "running"),
-        "mcp_tools": len(mcp.tools()) if mcp is not None else 0})
+    return render(
+        request,
+        "admin_panel/chat.html",
+        {
+            "models": models,
+            "selected": selected,
+            "mcp_servers": len(servers),
+            "mcp_running": sum(1 for s in servers if s["state"] == "running"),
+            "mcp_tools": len(mcp.tools()) if mcp is not None else 0,
+        },
+    )

@@ -5,6 +5,7 @@ the same code as `omlx pull` (admin_panel/downloads.py runs it); progress comes 
 Every action is an htmx POST to ``action/`` (start, cancel, resume, forget) that answers with the
 list; a bad repo id or a second download of the same repo answers 400 with the message.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,12 @@ def target_dir() -> Path:
 
 def list_context(messages: List[Message]) -> dict:
     downloads = get_downloads()
-    return {"downloads": downloads.items(), "interrupted": downloads.interrupted(target_dir()),
-            "messages": messages, "model_dir": target_dir()}
+    return {
+        "downloads": downloads.items(),
+        "interrupted": downloads.interrupted(target_dir()),
+        "messages": messages,
+        "model_dir": target_dir(),
+    }
 
 
 @admin_required
@@ -52,8 +57,11 @@ def action(request):
     except KeyError:
         messages.append(("error", "That download is not in the list (the server restarted?)"))
         status = 404
-    template = ("admin_panel/partials/downloads_list.html" if request.headers.get("HX-Request")
-                else "admin_panel/downloads.html")
+    template = (
+        "admin_panel/partials/downloads_list.html"
+        if request.headers.get("HX-Request")
+        else "admin_panel/downloads.html"
+    )
     return shows_errors(render(request, template, list_context(messages), status=status))
 
 
@@ -69,8 +77,13 @@ def _act(form, messages: List[Message]) -> None:
         if (target_dir() / repo).exists() and "/" in repo:
             raise ValueError(f"{repo} is in {target_dir() / repo} already (remove it to download it again)")
         download = downloads.start(repo, form.get("revision", ""), target_dir())
-        messages.append(("ok", f"{'Resuming' if act == 'resume' else 'Downloading'} {download.repo} "
-                               f"({download.revision}) into {target_dir()}"))
+        messages.append(
+            (
+                "ok",
+                f"{'Resuming' if act == 'resume' else 'Downloading'} {download.repo} "
+                f"({download.revision}) into {target_dir()}",
+            )
+        )
         return
     try:
         download_id = int(form.get("id", ""))

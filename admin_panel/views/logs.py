@@ -1,6 +1,7 @@
 """/admin/logs/: the tail of a log file of omlx_site/json_log.py (the server's own by default),
 filtered by level and text; the page follows new lines over its websocket
 (admin_panel/consumers/logs.py), which reads the same query."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -69,7 +70,9 @@ def read_query(params) -> LogQuery:
                 raise ValueError
         except ValueError:
             query.lines = DEFAULT_LINES
-            query.errors.append(f"Lines must be a whole number from 1 to {MAX_LINES}; showing {DEFAULT_LINES}.")
+            query.errors.append(
+                f"Lines must be a whole number from 1 to {MAX_LINES}; showing {DEFAULT_LINES}."
+            )
     level = (params.get("level") or "").strip().upper()
     if level in LEVELS:
         query.level = level
@@ -87,7 +90,13 @@ def logs(request):
     if query.path is not None:
         lines, _ = tail(query.path, query.lines, query.accept)
         missing = not query.path.exists()
-    context = {"query": query, "log_lines": lines, "missing": missing, "levels": LEVELS,
-               "files": log_files(query.directory) or [query.file], "max_lines": MAX_LINES}
+    context = {
+        "query": query,
+        "log_lines": lines,
+        "missing": missing,
+        "levels": LEVELS,
+        "files": log_files(query.directory) or [query.file],
+        "max_lines": MAX_LINES,
+    }
     template = "admin_panel/partials/logs_view.html" if request.htmx else "admin_panel/logs.html"
     return render(request, template, context)

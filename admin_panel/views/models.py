@@ -5,6 +5,7 @@ answers with the re-rendered table; bad values answer 400 with the table and an 
 as the REST API would (the same checks: ``ModelPool.update_settings``). Loads and unloads run on
 threads (admin_panel/model_jobs.py); while one runs the table polls ``table/`` every 2 s.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,11 @@ def action(request):
     except ValueError as exc:
         messages.append(("error", str(exc)))
         status = 400
-    template = ("admin_panel/partials/models_table.html" if request.headers.get("HX-Request")
-                else "admin_panel/models.html")
+    template = (
+        "admin_panel/partials/models_table.html"
+        if request.headers.get("HX-Request")
+        else "admin_panel/models.html"
+    )
     response = render(request, template, _context(messages), status=status)
     return shows_errors(response)
 
@@ -80,7 +84,9 @@ def _act(form, messages: List[Message]) -> int:
     if act == "pin":
         pinned = form.get("pinned") == "true"
         pool.update_settings(model_id, {"pinned": pinned})
-        messages.append(("ok", f"{model_id} is {'pinned: never unloaded, loaded at start' if pinned else 'unpinned'}"))
+        messages.append(
+            ("ok", f"{model_id} is {'pinned: never unloaded, loaded at start' if pinned else 'unpinned'}")
+        )
     elif act == "ttl":
         ttl = _number(form.get("ttl_seconds", ""), "ttl_seconds", integer=False)
         pool.update_settings(model_id, {"ttl_seconds": ttl})
@@ -138,8 +144,11 @@ def _job_error(exc: BaseException) -> Optional[tuple]:
 
 def _states(data) -> str:
     """What the poll watches: each model's state and whether a job of it failed."""
-    return ";".join(f"{r['id']}:{int(r['loaded'])}{int(r['loading'])}{jobs.running(r['id']) or '-'}"
-                    f"{int(jobs.has_error(r['id']))}" for r in sorted(data, key=lambda r: r["id"]))
+    return ";".join(
+        f"{r['id']}:{int(r['loaded'])}{int(r['loading'])}{jobs.running(r['id']) or '-'}"
+        f"{int(jobs.has_error(r['id']))}"
+        for r in sorted(data, key=lambda r: r["id"])
+    )
 
 
 def _known(pool, name: str) -> Optional[str]:
@@ -191,15 +200,30 @@ def _context(messages: List[Message]) -> dict:
         values = pool.settings(model_id)
         estimate = row["memory_estimate"] or {}
         folder = folders.get(model_id)
-        detected = (folder_tool_format(folder.path, folder.config.get("model_type")) if folder is not None
-                    else None)
-        rows.append(dict(
-            row, job=jobs.running(model_id), estimate_total=estimate.get("total_bytes"),
-            tool_parser_detected=detected or "none", tool_parser=values.get("tool_parser") or detected or "none",
-            settings=values, kwargs_json=json.dumps(values.get("chat_template_kwargs") or {}),
-            sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS],
-            scheduling=[(name, values.get(name)) for name in ENGINE_FIELDS]))
+        detected = (
+            folder_tool_format(folder.path, folder.config.get("model_type")) if folder is not None else None
+        )
+        rows.append(
+            dict(
+                row,
+                job=jobs.running(model_id),
+                estimate_total=estimate.get("total_bytes"),
+                tool_parser_detected=detected or "none",
+                tool_parser=values.get("tool_parser") or detected or "none",
+                settings=values,
+                kwargs_json=json.dumps(values.get("chat_template_kwargs") or {}),
+                sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS],
+                scheduling=[(name, values.get(name)) for name in ENGINE_FIELDS],
+            )
+        )
     polling = jobs.any_running() or any(r["loading"] for r in rows)
-    return {"rows": rows, "memory": status["memory"], "messages": messages, "polling": polling,
-            "states": _states(status["data"]), "tool_parsers": TOOL_PARSER_CHOICES,
-            "kinds": KINDS, "loaded_count": sum(1 for r in rows if r["loaded"])}
+    return {
+        "rows": rows,
+        "memory": status["memory"],
+        "messages": messages,
+        "polling": polling,
+        "states": _states(status["data"]),
+        "tool_parsers": TOOL_PARSER_CHOICES,
+        "kinds": KINDS,
+        "loaded_count": sum(1 for r in rows if r["loaded"]),
+    }

@@ -9,6 +9,7 @@ at once where the code reads it at use time (omlx_site/live_settings.py), else t
 setting given as a flag or an environment variable cannot be changed here: those win over the
 file at every start. The API key is never shown, only whether one is set.
 """
+
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -48,8 +49,17 @@ def save(request):
 @require_POST
 def restart_view(request):
     if not restart.available():
-        return _answer(request, [("error", "This server was not started by `omlx serve`, so it cannot "
-                                           "restart itself; restart it where it was started.")], 409)
+        return _answer(
+            request,
+            [
+                (
+                    "error",
+                    "This server was not started by `omlx serve`, so it cannot "
+                    "restart itself; restart it where it was started.",
+                )
+            ],
+            409,
+        )
     restart.request()
     return render(request, "admin_panel/partials/settings_restarting.html", {})
 
@@ -62,12 +72,16 @@ def _save(request, form, messages: List[Message]) -> None:
     rows = {row["key"]: row for row in config.describe()}
     source = rows[key]["source"]
     if source == "flag":
-        raise ValueError(f"{key} is given as the flag {setting.flag} of `omlx serve`, which wins over "
-                         "settings.json at every start: change or remove the flag where omlx is started "
-                         "(or in the service's unit). Nothing was saved.")
+        raise ValueError(
+            f"{key} is given as the flag {setting.flag} of `omlx serve`, which wins over "
+            "settings.json at every start: change or remove the flag where omlx is started "
+            "(or in the service's unit). Nothing was saved."
+        )
     if source == "environment":
-        raise ValueError(f"{key} is set by the environment variable {setting.env}, which wins over "
-                         "settings.json: change or unset the variable. Nothing was saved.")
+        raise ValueError(
+            f"{key} is set by the environment variable {setting.env}, which wins over "
+            "settings.json: change or unset the variable. Nothing was saved."
+        )
     reset = form.get("reset") == "1"
     if reset:
         value = None
@@ -107,8 +121,11 @@ def _text(setting, value) -> str:
 
 
 def _answer(request, messages, status):
-    template = ("admin_panel/partials/settings_table.html" if request.headers.get("HX-Request")
-                else "admin_panel/settings.html")
+    template = (
+        "admin_panel/partials/settings_table.html"
+        if request.headers.get("HX-Request")
+        else "admin_panel/settings.html"
+    )
     return shows_errors(render(request, template, _context(messages), status=status))
 
 
@@ -121,16 +138,23 @@ def _context(messages: List[Message]) -> dict:
         value = values[row["key"]]
         started = at_start.get(row["key"], value)
         pending = setting.applies == "restart" and _json(setting, started) != _json(setting, value)
-        rows.append({
-            **row,
-            "text": "" if setting.secret else _text(setting, value),
-            "is_set": value is not None,
-            "in_force": "" if setting.secret else _text(setting, started),
-            "pending": pending,
-            "locked": row["source"] in ("flag", "environment"),
-        })
-    return {"rows": rows, "messages": messages, "file": config.settings_file(),
-            "pending": [r["key"] for r in rows if r["pending"]], "can_restart": restart.available()}
+        rows.append(
+            {
+                **row,
+                "text": "" if setting.secret else _text(setting, value),
+                "is_set": value is not None,
+                "in_force": "" if setting.secret else _text(setting, started),
+                "pending": pending,
+                "locked": row["source"] in ("flag", "environment"),
+            }
+        )
+    return {
+        "rows": rows,
+        "messages": messages,
+        "file": config.settings_file(),
+        "pending": [r["key"] for r in rows if r["pending"]],
+        "can_restart": restart.available(),
+    }
 
 
 def _json(setting, value):

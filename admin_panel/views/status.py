@@ -4,6 +4,7 @@ of the last hour (admin_panel/history.py), kept up to date by admin_panel/consum
 ``cards_context()`` and ``charts_context()`` are synchronous (they read the pool and the process);
 the view and the consumer render the same partials with them.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,14 +40,23 @@ def cards_context(history: History) -> dict:
     ttft = _last(points, "ttft_p50")
     return {
         "serves_models": now.serves_models,
-        "models": [{"id": i, "memory": format_bytes(m["memory_bytes"]), "running": m["running"],
-                    "waiting": m["waiting"]} for i, m in sorted(now.models.items())],
+        "models": [
+            {
+                "id": i,
+                "memory": format_bytes(m["memory_bytes"]),
+                "running": m["running"],
+                "waiting": m["waiting"],
+            }
+            for i, m in sorted(now.models.items())
+        ],
         "memory_used": format_bytes(used) if used is not None else "–",
         "memory_limit": format_bytes(limit),
         "memory_percent": None if not limit or used is None else min(100.0, 100.0 * used / limit),
         "process_memory": format_bytes(now.process_memory) if now.process_memory is not None else "–",
         "process_limit": format_bytes(now.process_memory_limit),
-        "running": now.running, "waiting": now.waiting, "in_flight": now.api_in_flight,
+        "running": now.running,
+        "waiting": now.waiting,
+        "in_flight": now.api_in_flight,
         "requests": now.generations,
         "tokens_per_second": _fixed(latest.tokens_per_second if latest else None, 1),
         "ttft_p50": _ms(ttft[0] if ttft else None),
@@ -68,9 +78,14 @@ def guard_context() -> Optional[dict]:
         return None
     state = guard.snapshot()
     limit, used = state["limit"], state["used"]
-    return {"level": state["level_name"], "source": state["source"] or "no limit read",
-            "percent": _percent(state["ratio"]), "limit": format_bytes(limit) if limit else "–",
-            "free": format_bytes(max(0, limit - used)) if limit else "–", **state["counts"]}
+    return {
+        "level": state["level_name"],
+        "source": state["source"] or "no limit read",
+        "percent": _percent(state["ratio"]),
+        "limit": format_bytes(limit) if limit else "–",
+        "free": format_bytes(max(0, limit - used)) if limit else "–",
+        **state["counts"],
+    }
 
 
 def charts_context(history: History) -> dict:
@@ -86,26 +101,56 @@ def charts_context(history: History) -> dict:
     x_labels = time_labels(times)
 
     def chart(series_list: List[tuple], title: str, y_label: str):
-        return line_chart(series_list, title=title, y_label=y_label, x_labels=x_labels, x_range=x_range,
-                          width=CHART_WIDTH, height=CHART_HEIGHT)
+        return line_chart(
+            series_list,
+            title=title,
+            y_label=y_label,
+            x_labels=x_labels,
+            x_range=x_range,
+            width=CHART_WIDTH,
+            height=CHART_HEIGHT,
+        )
 
     return {
         "charts_at": points[-1].at if points else 0,
         "charts": [
-            chart([series("model memory", lambda p: _mib(p.model_memory_used)),
-                   series("process RSS", lambda p: _mib(p.process_memory))],
-                  "Memory", "MiB"),
-            chart([series("running", lambda p: p.running), series("waiting", lambda p: p.waiting),
-                   series("API in flight", lambda p: p.in_flight)],
-                  "Requests", "requests"),
+            chart(
+                [
+                    series("model memory", lambda p: _mib(p.model_memory_used)),
+                    series("process RSS", lambda p: _mib(p.process_memory)),
+                ],
+                "Memory",
+                "MiB",
+            ),
+            chart(
+                [
+                    series("running", lambda p: p.running),
+                    series("waiting", lambda p: p.waiting),
+                    series("API in flight", lambda p: p.in_flight),
+                ],
+                "Requests",
+                "requests",
+            ),
             chart([series("generated", lambda p: p.tokens_per_second)], "Tokens per second", "tok/s"),
-            chart([series("p50", lambda p: _scaled(p.ttft_p50, 1000)),
-                   series("p95", lambda p: _scaled(p.ttft_p95, 1000))],
-                  "Time to first token", "ms"),
-            chart([series("hot", lambda p: _scaled(p.hot_hit_rate, 100)),
-                   series("cold", lambda p: _scaled(p.cold_hit_rate, 100))],
-                  "Cache hit rate (prompt tokens)", "%"),
-            chart([series("tokens saved", lambda p: p.tokens_saved)], "Prompt tokens from the cache", "tokens"),
+            chart(
+                [
+                    series("p50", lambda p: _scaled(p.ttft_p50, 1000)),
+                    series("p95", lambda p: _scaled(p.ttft_p95, 1000)),
+                ],
+                "Time to first token",
+                "ms",
+            ),
+            chart(
+                [
+                    series("hot", lambda p: _scaled(p.hot_hit_rate, 100)),
+                    series("cold", lambda p: _scaled(p.cold_hit_rate, 100)),
+                ],
+                "Cache hit rate (prompt tokens)",
+                "%",
+            ),
+            chart(
+                [series("tokens saved", lambda p: p.tokens_saved)], "Prompt tokens from the cache", "tokens"
+            ),
         ],
     }
 

@@ -4,28 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='CacheBlock',
+            name="CacheBlock",
             fields=[
-                ('key', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('parent', models.CharField(max_length=64)),
-                ('model_fingerprint', models.CharField(db_index=True, max_length=64)),
-                ('token_count', models.PositiveIntegerField()),
-                ('tier', models.CharField(default='cold', max_length=8)),
-                ('file', models.CharField(max_length=255)),
-                ('bytes', models.BigIntegerField()),
-                ('created', models.DateTimeField()),
-                ('last_used', models.DateTimeField(db_index=True)),
+                ("key", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("parent", models.CharField(max_length=64)),
+                ("model_fingerprint", models.CharField(db_index=True, max_length=64)),
+                ("token_count", models.PositiveIntegerField()),
+                ("tier", models.CharField(default="cold", max_length=8)),
+                ("file", models.CharField(max_length=255)),
+                ("bytes", models.BigIntegerField()),
+                ("created", models.DateTimeField()),
+                ("last_used", models.DateTimeField(db_index=True)),
             ],
             options={
-                'ordering': ['last_used'],
+                "ordering": ["last_used"],
             },
         ),
     ]

@@ -4,28 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('omlx_cache', '0002_cacheblock_token_ids_kv_bytes'),
+        ("omlx_cache", "0002_cacheblock_token_ids_kv_bytes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='GCRun',
+            name="GCRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('started', models.DateTimeField(db_index=True)),
-                ('seconds', models.FloatField()),
-                ('files', models.BigIntegerField()),
-                ('bytes', models.BigIntegerField()),
-                ('expired', models.PositiveIntegerField()),
-                ('evicted', models.PositiveIntegerField()),
-                ('removed_bytes', models.BigIntegerField()),
-                ('stale_rows', models.PositiveIntegerField()),
-                ('trigger', models.CharField(choices=[('periodic', 'periodic'), ('manual', 'manual')], default='periodic', max_length=16)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("started", models.DateTimeField(db_index=True)),
+                ("seconds", models.FloatField()),
+                ("files", models.BigIntegerField()),
+                ("bytes", models.BigIntegerField()),
+                ("expired", models.PositiveIntegerField()),
+                ("evicted", models.PositiveIntegerField()),
+                ("removed_bytes", models.BigIntegerField()),
+                ("stale_rows", models.PositiveIntegerField()),
+                (
+                    "trigger",
+                    models.CharField(
+                        choices=[("periodic", "periodic"), ("manual", "manual")],
+                        default="periodic",
+                        max_length=16,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-started'],
+                "ordering": ["-started"],
             },
         ),
     ]

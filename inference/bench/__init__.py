@@ -4,9 +4,25 @@ load of issues 12 and 24, closed loop or bursts: ``agentic``, its prompts ``agen
 (``stats``) and the PNG plot of `omlx bench` (``plot``). The admin page runs it as a Huey task
 (``admin_panel.tasks``); `omlx bench` runs it in the terminal (omlx_site/commands/bench.py).
 docs/cli.md and docs/admin.md describe the scenarios for users."""
+
 from .agentic import AGENTIC_PRESETS, AgenticSettings, plan_bursts, run_agentic
 from .runner import PRESETS, RESULTS_VERSION, BenchSettings, parse_concurrency, run_benchmark
 from .targets import EngineTarget, OpenAITarget, PoolTarget, StreamResult, Target, TargetError
 
-__all__ = ["AGENTIC_PRESETS", "AgenticSettings", "plan_bursts", "run_agentic", "PRESETS", "RESULTS_VERSION", "BenchSettings", "EngineTarget", "OpenAITarget", "PoolTarget",
-           "StreamResult", "Target", "TargetError", "parse_concurrency", "run_benchmark"]
+__all__ = [
+    "AGENTIC_PRESETS",
+    "AgenticSettings",
+    "plan_bursts",
+    "run_agentic",
+    "PRESETS",
+    "RESULTS_VERSION",
+    "BenchSettings",
+    "EngineTarget",
+    "OpenAITarget",
+    "PoolTarget",
+    "StreamResult",
+    "Target",
+    "TargetError",
+    "parse_concurrency",
+    "run_benchmark",
+]

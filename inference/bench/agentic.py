@@ -34,6 +34,7 @@ What is reported (``run_agentic`` returns plain data, ``AGENTIC_RESULTS_VERSION`
   ``client``, 1-based, the other None), where its time went (sent at, TTFT, decode time, ended
   at, latency) and its tokens.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -76,9 +77,15 @@ class AgenticSettings:
 
     MODES = ("closed", "burst")
 
-    LIMITS = {"conversations": (1, 1000), "turns": (1, 100), "system_tokens": (16, 1_000_000),
-              "context_tokens": (1, 1_000_000), "new_tokens": (1, 1_000_000), "gen_tokens": (1, 100_000),
-              "burst": (1, 256)}
+    LIMITS = {
+        "conversations": (1, 1000),
+        "turns": (1, 100),
+        "system_tokens": (16, 1_000_000),
+        "context_tokens": (1, 1_000_000),
+        "new_tokens": (1, 1_000_000),
+        "gen_tokens": (1, 100_000),
+        "burst": (1, 256),
+    }
 
     def __post_init__(self):
         for name, (low, high) in self.LIMITS.items():
@@ -116,8 +123,9 @@ class AgenticSettings:
 
 AGENTIC_PRESETS: Dict[str, AgenticSettings] = {
     # a quick look (and the tests)
-    "small": AgenticSettings(conversations=3, turns=2, system_tokens=64, context_tokens=16, new_tokens=16,
-                             gen_tokens=8, burst=2),
+    "small": AgenticSettings(
+        conversations=3, turns=2, system_tokens=64, context_tokens=16, new_tokens=16, gen_tokens=8, burst=2
+    ),
     # the load of issues 12 and 24: a Qwen2.5-0.5B-sized agent, 12 conversations x 3 turns, 4 in
     # flight (issue 12 measured it with mode="burst")
     "default": AgenticSettings(),
@@ -148,25 +156,44 @@ def _iso_now() -> str:
 def _assistant(result: StreamResult) -> dict:
     message = {"role": "assistant", "content": result.text}
     if result.tool_calls:
-        message["tool_calls"] = [dict(call, id=call["id"] or f"call_{i}") for i, call in enumerate(result.tool_calls)]
+        message["tool_calls"] = [
+            dict(call, id=call["id"] or f"call_{i}") for i, call in enumerate(result.tool_calls)
+        ]
     return message
 
 
-def _request_row(conversation: int, turn: int, burst: Optional[int], client: Optional[int],
-                 result: StreamResult, started: float, previous_prompt: Optional[int]) -> dict:
+def _request_row(
+    conversation: int,
+    turn: int,
+    burst: Optional[int],
+    client: Optional[int],
+    result: StreamResult,
+    started: float,
+    previous_prompt: Optional[int],
+) -> dict:
     ok = result.error is None and result.ttft is not None
     decode = result.token_times[-1] - result.token_times[0] if ok else None
     ended = result.ended_at - started if ok else None
-    return {"conversation": conversation + 1, "turn": turn + 1,
-            "burst": None if burst is None else burst + 1, "client": None if client is None else client + 1,
-            "sent_s": result.sent_at - started, "ttft_s": result.ttft, "decode_s": decode, "ended_s": ended,
-            "latency_s": result.ended_at - result.sent_at if ok else None,
-            "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-            "cached_tokens": result.cached_tokens if result.cached_known else None,
-            "computed_tokens": result.prompt_tokens - result.cached_tokens if result.cached_known else None,
-            "hot_cached_tokens": result.hot_cached_tokens, "cold_cached_tokens": result.cold_cached_tokens,
-            "prompt_growth": result.prompt_tokens - previous_prompt if ok and previous_prompt else None,
-            "timings": result.timings, "error": result.error}
+    return {
+        "conversation": conversation + 1,
+        "turn": turn + 1,
+        "burst": None if burst is None else burst + 1,
+        "client": None if client is None else client + 1,
+        "sent_s": result.sent_at - started,
+        "ttft_s": result.ttft,
+        "decode_s": decode,
+        "ended_s": ended,
+        "latency_s": result.ended_at - result.sent_at if ok else None,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "cached_tokens": result.cached_tokens if result.cached_known else None,
+        "computed_tokens": result.prompt_tokens - result.cached_tokens if result.cached_known else None,
+        "hot_cached_tokens": result.hot_cached_tokens,
+        "cold_cached_tokens": result.cold_cached_tokens,
+        "prompt_growth": result.prompt_tokens - previous_prompt if ok and previous_prompt else None,
+        "timings": result.timings,
+        "error": result.error,
+    }
 
 
 def _total(rows: List[dict], key: str) -> Optional[int]:
@@ -180,17 +207,26 @@ def _summary(rows: List[dict], gaps: List[float], span: Optional[float], setting
     output = sum(r["completion_tokens"] for r in ok)
     prompt = sum(r["prompt_tokens"] for r in ok)
     cached = _total(ok, "cached_tokens")
-    return {"requests": settings.conversations * settings.turns, "sent": len(rows), "ok": len(ok),
-            "errors": len(rows) - len(ok), "skipped": settings.conversations * settings.turns - len(rows),
-            "ttft_s": summary(r["ttft_s"] for r in ok), "latency_s": summary(r["latency_s"] for r in ok),
-            "itl_s": summary(gaps),
-            "output_tokens": output, "wall_s": span,
-            "output_tokens_per_s": output / span if span else None,
-            "prompt_tokens": prompt, "cached_tokens": cached,
-            "computed_tokens": prompt - cached if cached is not None else None,
-            "reused_share": cached / prompt if cached is not None and prompt else None,
-            "hot_cached_tokens": _total(ok, "hot_cached_tokens"), "cold_cached_tokens": _total(ok, "cold_cached_tokens"),
-            "phases_s": _phases(ok)}
+    return {
+        "requests": settings.conversations * settings.turns,
+        "sent": len(rows),
+        "ok": len(ok),
+        "errors": len(rows) - len(ok),
+        "skipped": settings.conversations * settings.turns - len(rows),
+        "ttft_s": summary(r["ttft_s"] for r in ok),
+        "latency_s": summary(r["latency_s"] for r in ok),
+        "itl_s": summary(gaps),
+        "output_tokens": output,
+        "wall_s": span,
+        "output_tokens_per_s": output / span if span else None,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "computed_tokens": prompt - cached if cached is not None else None,
+        "reused_share": cached / prompt if cached is not None and prompt else None,
+        "hot_cached_tokens": _total(ok, "hot_cached_tokens"),
+        "cold_cached_tokens": _total(ok, "cold_cached_tokens"),
+        "phases_s": _phases(ok),
+    }
 
 
 def _phases(rows: List[dict]) -> Optional[dict]:
@@ -207,19 +243,36 @@ def _turn_rows(rows: List[dict], turns: int) -> List[dict]:
     for turn in range(1, turns + 1):
         ok = [r for r in rows if r["turn"] == turn and r["error"] is None]
         cached = [r["cached_tokens"] for r in ok]
-        out.append({"turn": turn, "requests": len([r for r in rows if r["turn"] == turn]), "ok": len(ok),
-                    "prompt_tokens": summary(r["prompt_tokens"] for r in ok),
-                    "cached_tokens": summary(cached) if cached and None not in cached else None,
-                    "prompt_growth": summary(r["prompt_growth"] for r in ok),
-                    "completion_tokens": sum(r["completion_tokens"] for r in ok),
-                    "ttft_s": summary(r["ttft_s"] for r in ok)})
+        out.append(
+            {
+                "turn": turn,
+                "requests": len([r for r in rows if r["turn"] == turn]),
+                "ok": len(ok),
+                "prompt_tokens": summary(r["prompt_tokens"] for r in ok),
+                "cached_tokens": summary(cached) if cached and None not in cached else None,
+                "prompt_growth": summary(r["prompt_growth"] for r in ok),
+                "completion_tokens": sum(r["completion_tokens"] for r in ok),
+                "ttft_s": summary(r["ttft_s"] for r in ok),
+            }
+        )
     return out
 
 
 def empty_results(target: dict, settings: AgenticSettings) -> dict:
-    return {"version": AGENTIC_RESULTS_VERSION, "scenario": "agentic", "target": target,
-            "settings": settings.to_dict(), "started_at": _iso_now(), "finished_at": None, "duration_s": None,
-            "prompts": None, "summary": None, "turns": [], "requests": [], "errors": []}
+    return {
+        "version": AGENTIC_RESULTS_VERSION,
+        "scenario": "agentic",
+        "target": target,
+        "settings": settings.to_dict(),
+        "started_at": _iso_now(),
+        "finished_at": None,
+        "duration_s": None,
+        "prompts": None,
+        "summary": None,
+        "turns": [],
+        "requests": [],
+        "errors": [],
+    }
 
 
 class _Run:
@@ -227,12 +280,20 @@ class _Run:
     request rows, the pooled inter-token gaps. ``record`` takes one answer (under a lock: in the
     closed loop the clients' threads call it) and says whether the conversation goes on."""
 
-    def __init__(self, target: Target, settings: AgenticSettings, book: PromptBook, results: dict,
-                 progress: Optional[Progress], total: int):
+    def __init__(
+        self,
+        target: Target,
+        settings: AgenticSettings,
+        book: PromptBook,
+        results: dict,
+        progress: Optional[Progress],
+        total: int,
+    ):
         self.target, self.settings, self.book, self.results = target, settings, book, results
         self.progress, self.total, self.steps = progress, total, 1
-        self.histories = [[book.system_message(), book.user_message(c, 0)]
-                          for c in range(settings.conversations)]
+        self.histories = [
+            [book.system_message(), book.user_message(c, 0)] for c in range(settings.conversations)
+        ]
         self.failed, self.last_prompt = set(), {}
         self.rows, self.gaps = [], []
         self.first_sent = self.last_token = None
@@ -247,8 +308,9 @@ class _Run:
             return []
         return self.target.chat(messages, self.settings.gen_tokens, self.settings.ignore_eos)
 
-    def record(self, c: int, t: int, result: StreamResult, burst: Optional[int] = None,
-               client: Optional[int] = None) -> bool:
+    def record(
+        self, c: int, t: int, result: StreamResult, burst: Optional[int] = None, client: Optional[int] = None
+    ) -> bool:
         with self.lock:
             self.rows.append(_request_row(c, t, burst, client, result, self.started, self.last_prompt.get(c)))
             if result.error is not None:
@@ -308,8 +370,10 @@ def _run_closed(run: _Run) -> None:
         except BaseException as exc:  # noqa: BLE001  (raised again in the caller's thread)
             failures.append(exc)
 
-    threads = [threading.Thread(target=client, args=(i,), name=f"omlx-bench-client-{i + 1}", daemon=True)
-               for i in range(min(run.settings.burst, run.settings.conversations))]
+    threads = [
+        threading.Thread(target=client, args=(i,), name=f"omlx-bench-client-{i + 1}", daemon=True)
+        for i in range(min(run.settings.burst, run.settings.conversations))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -318,8 +382,12 @@ def _run_closed(run: _Run) -> None:
         raise failures[0]
 
 
-def run_agentic(target: Target, settings: AgenticSettings, progress: Optional[Progress] = None,
-                transcripts: Optional[list] = None) -> dict:
+def run_agentic(
+    target: Target,
+    settings: AgenticSettings,
+    progress: Optional[Progress] = None,
+    transcripts: Optional[list] = None,
+) -> dict:
     """Run the agentic scenario against ``target``; TargetError when calibration or the warm-up
     request fails (the target cannot serve at all). Errors of single requests are counted.
     ``transcripts``, when given, receives every conversation's messages (the last answer
@@ -329,8 +397,9 @@ def run_agentic(target: Target, settings: AgenticSettings, progress: Optional[Pr
     total = settings.total_steps()
     if progress is not None:
         progress(0, total, "calibrating the prompts", results)
-    book = PromptBook.calibrate(target.count_chat_tokens, settings.system_tokens, settings.context_tokens,
-                                settings.new_tokens)
+    book = PromptBook.calibrate(
+        target.count_chat_tokens, settings.system_tokens, settings.context_tokens, settings.new_tokens
+    )
     hello = [{"role": "user", "content": f"{secrets.token_hex(4)} hello"}]
     warm = target.chat([hello], 2, settings.ignore_eos)
     if warm[0].error is not None:

@@ -17,6 +17,7 @@ empty conversation, of the instruction, of the whole tool list and per filler wo
 then "about N tokens" of that target's tokenizer (within a few tokens). A system budget smaller
 than the template and the instruction keeps the instruction's first words only.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,21 +25,31 @@ import secrets
 from dataclasses import dataclass
 from typing import Callable, List
 
-INSTRUCTION = ("You are a coding agent working in a git repository. Use the tools below to read, "
-               "search and change files and to run commands; answer with one tool call as a JSON "
-               "object, or with a short final answer when the task is done.")
+INSTRUCTION = (
+    "You are a coding agent working in a git repository. Use the tools below to read, "
+    "search and change files and to run commands; answer with one tool call as a JSON "
+    "object, or with a short final answer when the task is done."
+)
 
-_FILLER = ("read the failing test first then search for the function it calls and check how the "
-           "cache keeps every block of tokens so that the next request starts where the last one "
-           "ended while the server batches many streams together").split()
+_FILLER = (
+    "read the failing test first then search for the function it calls and check how the "
+    "cache keeps every block of tokens so that the next request starts where the last one "
+    "ended while the server batches many streams together"
+).split()
 
 _CALIBRATION_WORDS = 128
 _TOOLS_SHARE = 0.75  # at most this share of the system prompt's budget goes to tool definitions
 
 
 def _tool(name: str, description: str, properties: dict, required: List[str]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": required}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
 
 
 def _param(kind: str, description: str) -> dict:
@@ -46,33 +57,81 @@ def _param(kind: str, description: str) -> dict:
 
 
 TOOLS = [
-    _tool("read_file", "Read a text file of the repository, optionally a range of lines.",
-          {"path": _param("string", "Path relative to the repository root."),
-           "start_line": _param("integer", "First line to return (1-based)."),
-           "end_line": _param("integer", "Last line to return (inclusive).")}, ["path"]),
-    _tool("write_file", "Create a file or replace its whole content.",
-          {"path": _param("string", "Path relative to the repository root."),
-           "content": _param("string", "The new content of the file.")}, ["path", "content"]),
-    _tool("edit_file", "Replace one exact occurrence of a string in a file.",
-          {"path": _param("string", "Path relative to the repository root."),
-           "old": _param("string", "The text to replace; must occur exactly once."),
-           "new": _param("string", "The replacement text.")}, ["path", "old", "new"]),
-    _tool("list_directory", "List the files and folders under a directory.",
-          {"path": _param("string", "Directory relative to the repository root."),
-           "depth": _param("integer", "How many levels to descend (default 1).")}, ["path"]),
-    _tool("search_code", "Search the repository for a regular expression; returns matching lines.",
-          {"pattern": _param("string", "A regular expression."),
-           "glob": _param("string", "Only files matching this glob, e.g. '*.py'."),
-           "max_results": _param("integer", "Stop after this many matches.")}, ["pattern"]),
-    _tool("run_command", "Run a shell command in the repository and return its output and exit code.",
-          {"command": _param("string", "The command line."),
-           "timeout_s": _param("integer", "Kill the command after this many seconds.")}, ["command"]),
-    _tool("run_tests", "Run the test suite or a part of it.",
-          {"selector": _param("string", "A test file, a test name or a -k expression."),
-           "verbose": _param("boolean", "Print every test's name.")}, []),
-    _tool("git_diff", "Show the uncommitted changes, or the changes of a commit.",
-          {"commit": _param("string", "A commit; omit for the working tree."),
-           "path": _param("string", "Only changes under this path.")}, []),
+    _tool(
+        "read_file",
+        "Read a text file of the repository, optionally a range of lines.",
+        {
+            "path": _param("string", "Path relative to the repository root."),
+            "start_line": _param("integer", "First line to return (1-based)."),
+            "end_line": _param("integer", "Last line to return (inclusive)."),
+        },
+        ["path"],
+    ),
+    _tool(
+        "write_file",
+        "Create a file or replace its whole content.",
+        {
+            "path": _param("string", "Path relative to the repository root."),
+            "content": _param("string", "The new content of the file."),
+        },
+        ["path", "content"],
+    ),
+    _tool(
+        "edit_file",
+        "Replace one exact occurrence of a string in a file.",
+        {
+            "path": _param("string", "Path relative to the repository root."),
+            "old": _param("string", "The text to replace; must occur exactly once."),
+            "new": _param("string", "The replacement text."),
+        },
+        ["path", "old", "new"],
+    ),
+    _tool(
+        "list_directory",
+        "List the files and folders under a directory.",
+        {
+            "path": _param("string", "Directory relative to the repository root."),
+            "depth": _param("integer", "How many levels to descend (default 1)."),
+        },
+        ["path"],
+    ),
+    _tool(
+        "search_code",
+        "Search the repository for a regular expression; returns matching lines.",
+        {
+            "pattern": _param("string", "A regular expression."),
+            "glob": _param("string", "Only files matching this glob, e.g. '*.py'."),
+            "max_results": _param("integer", "Stop after this many matches."),
+        },
+        ["pattern"],
+    ),
+    _tool(
+        "run_command",
+        "Run a shell command in the repository and return its output and exit code.",
+        {
+            "command": _param("string", "The command line."),
+            "timeout_s": _param("integer", "Kill the command after this many seconds."),
+        },
+        ["command"],
+    ),
+    _tool(
+        "run_tests",
+        "Run the test suite or a part of it.",
+        {
+            "selector": _param("string", "A test file, a test name or a -k expression."),
+            "verbose": _param("boolean", "Print every test's name."),
+        },
+        [],
+    ),
+    _tool(
+        "git_diff",
+        "Show the uncommitted changes, or the changes of a commit.",
+        {
+            "commit": _param("string", "A commit; omit for the working tree."),
+            "path": _param("string", "Only changes under this path."),
+        },
+        [],
+    ),
 ]
 
 
@@ -103,8 +162,8 @@ class PromptBook:
     def __init__(self, sizes: PromptSizes, run_nonce: str):
         self.sizes = sizes
         self.nonce = run_nonce
-        tools_json = json.dumps(TOOLS[:sizes.tools]) if sizes.tools else ""
-        parts = [f"[session {run_nonce}] {' '.join(INSTRUCTION.split()[:sizes.instruction_words])}".strip()]
+        tools_json = json.dumps(TOOLS[: sizes.tools]) if sizes.tools else ""
+        parts = [f"[session {run_nonce}] {' '.join(INSTRUCTION.split()[: sizes.instruction_words])}".strip()]
         if tools_json:
             parts.append("# Tools\n" + tools_json)
         if sizes.system_words:
@@ -112,13 +171,18 @@ class PromptBook:
         self.system = "\n\n".join(parts)
 
     @classmethod
-    def calibrate(cls, count: Callable[[List[dict]], int], system_tokens: int, context_tokens: int,
-                  new_tokens: int) -> "PromptBook":
+    def calibrate(
+        cls, count: Callable[[List[dict]], int], system_tokens: int, context_tokens: int, new_tokens: int
+    ) -> "PromptBook":
         nonce = secrets.token_hex(4)
 
         def measure(system: str, user: str = "") -> int:
-            return count([{"role": "system", "content": f"[calibration {nonce}] {system}".strip()},
-                          {"role": "user", "content": f"{secrets.token_hex(4)} {user}".strip()}])
+            return count(
+                [
+                    {"role": "system", "content": f"[calibration {nonce}] {system}".strip()},
+                    {"role": "user", "content": f"{secrets.token_hex(4)} {user}".strip()},
+                ]
+            )
 
         empty = measure("")
         instruction = measure(INSTRUCTION) - empty
@@ -129,7 +193,9 @@ class PromptBook:
         # the shared prefix: template + instruction + tools + notes = about system_tokens; a
         # budget too small for the whole instruction keeps its first words
         words = len(INSTRUCTION.split())
-        sizes.instruction_words = min(words, max(0, int(words * (system_tokens - empty) / max(1, instruction))))
+        sizes.instruction_words = min(
+            words, max(0, int(words * (system_tokens - empty) / max(1, instruction)))
+        )
         budget = system_tokens - empty - round(instruction * sizes.instruction_words / words)
         per_char = max(0.0, tools_all) / len(all_tools)
         for n in range(len(TOOLS), 0, -1):
@@ -151,5 +217,7 @@ class PromptBook:
         new = f"[turn {secrets.token_hex(4)}] {_words(self.sizes.new_words, start=turn * 7 + conversation)}"
         if turn > 0:
             return {"role": "user", "content": new}
-        context = f"[conversation {secrets.token_hex(4)}] {_words(self.sizes.context_words, start=conversation)}"
+        context = (
+            f"[conversation {secrets.token_hex(4)}] {_words(self.sizes.context_words, start=conversation)}"
+        )
         return {"role": "user", "content": f"{context}\n\n{new}"}

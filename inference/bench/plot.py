@@ -1,6 +1,7 @@
 """The PNG of `omlx bench --plot`: tokens/s against concurrency, TTFT percentiles against
 concurrency, and cold against cached TTFT. matplotlib is imported here only (Agg backend), so
 that nothing else pays for it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,11 +18,15 @@ def write_png(results: dict, path) -> Path:
     prefill, decode, cache = results.get("prefill") or [], results.get("decode") or [], results.get("cache")
     target = results.get("target") or {}
     fig, (speed, ttft, cold) = plt.subplots(1, 3, figsize=(15, 4.5))
-    fig.suptitle(f"omlx bench: {target.get('model')} ({target.get('url') or 'local engine'}), "
-                 f"{results.get('started_at') or ''}")
+    fig.suptitle(
+        f"omlx bench: {target.get('model')} ({target.get('url') or 'local engine'}), "
+        f"{results.get('started_at') or ''}"
+    )
 
     def line(ax, rows, key, label, style):
-        points = [(r["concurrency"], r["tokens_per_s"][key]) for r in rows if r["tokens_per_s"][key] is not None]
+        points = [
+            (r["concurrency"], r["tokens_per_s"][key]) for r in rows if r["tokens_per_s"][key] is not None
+        ]
         if points:
             ax.plot(*zip(*points), style, label=label)
 
@@ -35,8 +40,11 @@ def write_png(results: dict, path) -> Path:
         points = [(r["concurrency"], r["ttft_s"][q] * 1000) for r in prefill if r["ttft_s"][q] is not None]
         if points:
             ttft.plot(*zip(*points), style, label=f"prefill TTFT {q}")
-    ttft.set(title=f"time to first token ({(results.get('settings') or {}).get('prompt_tokens')}-token prompts)",
-             xlabel="concurrency", ylabel="ms")
+    ttft.set(
+        title=f"time to first token ({(results.get('settings') or {}).get('prompt_tokens')}-token prompts)",
+        xlabel="concurrency",
+        ylabel="ms",
+    )
     _concurrency_axis(ttft, prefill)
 
     if cache and cache["cold"]["p50"] is not None:

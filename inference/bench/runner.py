@@ -19,6 +19,7 @@ where the cached scenario wants it):
 ``run_benchmark`` returns the results (``RESULTS_VERSION``) and calls ``progress(done, total,
 message, results)`` after every step with the results so far.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -33,9 +34,11 @@ from .targets import StreamResult, Target, TargetError
 RESULTS_VERSION = 1
 Progress = Callable[[int, int, str, dict], None]
 
-_FILLER = ("the cache keeps every block of tokens it has seen so that a prompt computed once is "
-           "never computed again and the next request starts from where the last one ended while "
-           "the server batches many streams together on one machine").split()
+_FILLER = (
+    "the cache keeps every block of tokens it has seen so that a prompt computed once is "
+    "never computed again and the next request starts from where the last one ended while "
+    "the server batches many streams together on one machine"
+).split()
 _CALIBRATION_WORDS = 128
 _SHORT_PROMPT_WORDS = 8
 _MAX_ERRORS_KEPT = 10
@@ -62,8 +65,13 @@ class BenchSettings:
     cached_repeats: int = 3
     ignore_eos: bool = True
 
-    LIMITS = {"prompt_tokens": (1, 1_000_000), "gen_tokens": (2, 100_000), "repeats": (1, 100),
-              "cache_prompt_tokens": (1, 1_000_000), "cached_repeats": (1, 100)}
+    LIMITS = {
+        "prompt_tokens": (1, 1_000_000),
+        "gen_tokens": (2, 100_000),
+        "repeats": (1, 100),
+        "cache_prompt_tokens": (1, 1_000_000),
+        "cached_repeats": (1, 100),
+    }
     MAX_CONCURRENCY = 256
 
     def __post_init__(self):
@@ -72,7 +80,9 @@ class BenchSettings:
             raise ValueError("concurrency: give at least one level")
         for c in self.concurrency:
             if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c <= self.MAX_CONCURRENCY:
-                raise ValueError(f"concurrency {c!r}: each level must be an integer in [1, {self.MAX_CONCURRENCY}]")
+                raise ValueError(
+                    f"concurrency {c!r}: each level must be an integer in [1, {self.MAX_CONCURRENCY}]"
+                )
         if len(set(self.concurrency)) != len(self.concurrency):
             raise ValueError("concurrency: a level is given twice")
         for name, (low, high) in self.LIMITS.items():
@@ -102,14 +112,20 @@ class BenchSettings:
 
 PRESETS: Dict[str, BenchSettings] = {
     # a quick look (and the tests): two levels, few tokens
-    "small": BenchSettings(concurrency=(1, 2), prompt_tokens=64, gen_tokens=8, repeats=1,
-                           cache_prompt_tokens=128, cached_repeats=2),
+    "small": BenchSettings(
+        concurrency=(1, 2),
+        prompt_tokens=64,
+        gen_tokens=8,
+        repeats=1,
+        cache_prompt_tokens=128,
+        cached_repeats=2,
+    ),
     "default": BenchSettings(),
 }
 
 
 def parse_concurrency(text: str) -> List[int]:
-    """"1,2,4,8" -> [1, 2, 4, 8]; ValueError with a message for anything else."""
+    """ "1,2,4,8" -> [1, 2, 4, 8]; ValueError with a message for anything else."""
     levels = []
     for part in str(text).replace(" ", "").split(","):
         if not part:
@@ -117,7 +133,9 @@ def parse_concurrency(text: str) -> List[int]:
         try:
             levels.append(int(part))
         except ValueError:
-            raise ValueError(f"concurrency {text!r}: give integers separated by commas, e.g. 1,2,4,8") from None
+            raise ValueError(
+                f"concurrency {text!r}: give integers separated by commas, e.g. 1,2,4,8"
+            ) from None
     if not levels:
         raise ValueError("concurrency: give at least one level, e.g. 1,2,4,8")
     return levels
@@ -168,13 +186,20 @@ def _prefill_row(c: int, rounds: List[List[StreamResult]]) -> dict:
             if span > 0:
                 aggregate.append(sum(r.prompt_tokens for r in good) / span)
     per_stream = [r.prompt_tokens / r.ttft for r in ok if r.ttft > 0]
-    return {"concurrency": c, "requests": sum(len(b) for b in rounds), "ok": len(ok),
-            "errors": sum(len(_errors_of(b)) for b in rounds),
-            "prompt_tokens": round(sum(r.prompt_tokens for r in ok) / len(ok)) if ok else 0,
-            "cached_tokens": sum(r.cached_tokens for r in ok),
-            "ttft_s": summary(r.ttft for r in ok),
-            "tokens_per_s": {"per_stream": summary(per_stream)["mean"], "per_stream_p50": summary(per_stream)["p50"],
-                             "aggregate": summary(aggregate)["mean"]}}
+    return {
+        "concurrency": c,
+        "requests": sum(len(b) for b in rounds),
+        "ok": len(ok),
+        "errors": sum(len(_errors_of(b)) for b in rounds),
+        "prompt_tokens": round(sum(r.prompt_tokens for r in ok) / len(ok)) if ok else 0,
+        "cached_tokens": sum(r.cached_tokens for r in ok),
+        "ttft_s": summary(r.ttft for r in ok),
+        "tokens_per_s": {
+            "per_stream": summary(per_stream)["mean"],
+            "per_stream_p50": summary(per_stream)["p50"],
+            "aggregate": summary(aggregate)["mean"],
+        },
+    }
 
 
 def _decode_row(c: int, rounds: List[List[StreamResult]]) -> dict:
@@ -187,12 +212,19 @@ def _decode_row(c: int, rounds: List[List[StreamResult]]) -> dict:
             if span > 0:
                 aggregate.append(sum(r.completion_tokens for r in good) / span)
     per_stream = [r.decode_tokens_per_s for r in ok if r.decode_tokens_per_s is not None]
-    return {"concurrency": c, "requests": sum(len(b) for b in rounds), "ok": len(ok),
-            "errors": sum(len(_errors_of(b)) for b in rounds),
-            "completion_tokens": sum(r.completion_tokens for r in ok),
-            "ttft_s": summary(r.ttft for r in ok),
-            "tokens_per_s": {"per_stream": summary(per_stream)["mean"], "per_stream_p50": summary(per_stream)["p50"],
-                             "aggregate": summary(aggregate)["mean"]}}
+    return {
+        "concurrency": c,
+        "requests": sum(len(b) for b in rounds),
+        "ok": len(ok),
+        "errors": sum(len(_errors_of(b)) for b in rounds),
+        "completion_tokens": sum(r.completion_tokens for r in ok),
+        "ttft_s": summary(r.ttft for r in ok),
+        "tokens_per_s": {
+            "per_stream": summary(per_stream)["mean"],
+            "per_stream_p50": summary(per_stream)["p50"],
+            "aggregate": summary(aggregate)["mean"],
+        },
+    }
 
 
 def _cache_row(cold: List[StreamResult], cached: List[StreamResult]) -> dict:
@@ -203,18 +235,34 @@ def _cache_row(cold: List[StreamResult], cached: List[StreamResult]) -> dict:
     if cold_s["p50"] and cached_s["p50"]:
         ratio = cold_s["p50"] / cached_s["p50"]
     every = cold + cached
-    return {"prompt_tokens": max((r.prompt_tokens for r in every), default=0),
-            "cold_ttft_s": cold_ok, "cached_ttft_s": [r.ttft for r in cached_ok],
-            "cold": cold_s, "cached": cached_s, "speedup": ratio,
-            "cold_cached_tokens": [r.cached_tokens for r in cold if r.error is None],
-            "cached_tokens": [r.cached_tokens for r in cached_ok],
-            "requests": len(every), "errors": len(_errors_of(every))}
+    return {
+        "prompt_tokens": max((r.prompt_tokens for r in every), default=0),
+        "cold_ttft_s": cold_ok,
+        "cached_ttft_s": [r.ttft for r in cached_ok],
+        "cold": cold_s,
+        "cached": cached_s,
+        "speedup": ratio,
+        "cold_cached_tokens": [r.cached_tokens for r in cold if r.error is None],
+        "cached_tokens": [r.cached_tokens for r in cached_ok],
+        "requests": len(every),
+        "errors": len(_errors_of(every)),
+    }
 
 
 def empty_results(target: dict, settings: BenchSettings) -> dict:
-    return {"version": RESULTS_VERSION, "target": target, "settings": settings.to_dict(),
-            "started_at": _iso_now(), "finished_at": None, "duration_s": None, "tokens_per_word": None,
-            "prefill": [], "decode": [], "cache": None, "errors": []}
+    return {
+        "version": RESULTS_VERSION,
+        "target": target,
+        "settings": settings.to_dict(),
+        "started_at": _iso_now(),
+        "finished_at": None,
+        "duration_s": None,
+        "tokens_per_word": None,
+        "prefill": [],
+        "decode": [],
+        "cache": None,
+        "errors": [],
+    }
 
 
 def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Progress] = None) -> dict:
@@ -237,12 +285,18 @@ def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Pr
 
     if progress is not None:
         progress(0, total, "warming up", results)
-    warm = target.generate([f"{secrets.token_hex(4)} {prompts.words(_CALIBRATION_WORDS)}"], 2, settings.ignore_eos)
+    warm = target.generate(
+        [f"{secrets.token_hex(4)} {prompts.words(_CALIBRATION_WORDS)}"], 2, settings.ignore_eos
+    )
     if warm[0].error is not None:
         raise TargetError(warm[0].error)
     short = target.generate([f"{secrets.token_hex(4)} {prompts.words(_SHORT_PROMPT_WORDS)}"], 1, False)
-    prompts.calibrate(_SHORT_PROMPT_WORDS, short[0].prompt_tokens if short[0].error is None else 0,
-                      _CALIBRATION_WORDS, warm[0].prompt_tokens)
+    prompts.calibrate(
+        _SHORT_PROMPT_WORDS,
+        short[0].prompt_tokens if short[0].error is None else 0,
+        _CALIBRATION_WORDS,
+        warm[0].prompt_tokens,
+    )
     results["tokens_per_word"] = prompts.tokens_per_word
     step("warmed up", warm + short)
 
@@ -258,7 +312,9 @@ def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Pr
     for c in settings.concurrency:
         rounds = []
         for r in range(settings.repeats):
-            batch = target.generate([prompts.short() for _ in range(c)], settings.gen_tokens, settings.ignore_eos)
+            batch = target.generate(
+                [prompts.short() for _ in range(c)], settings.gen_tokens, settings.ignore_eos
+            )
             rounds.append(batch)
             if r == settings.repeats - 1:
                 results["decode"].append(_decode_row(c, rounds))

@@ -1,4 +1,5 @@
 """Summaries of measured values: percentiles with linear interpolation (as numpy's default)."""
+
 from __future__ import annotations
 
 import math
@@ -20,5 +21,11 @@ def summary(values: Iterable[float]) -> Dict[str, Optional[float]]:
     data = [v for v in values if v is not None]
     if not data:
         return {"p50": None, "p95": None, "p99": None, "mean": None, "min": None, "max": None}
-    return {"p50": percentile(data, 50), "p95": percentile(data, 95), "p99": percentile(data, 99),
-            "mean": sum(data) / len(data), "min": min(data), "max": max(data)}
+    return {
+        "p50": percentile(data, 50),
+        "p95": percentile(data, 95),
+        "p99": percentile(data, 99),
+        "mean": sum(data) / len(data),
+        "min": min(data),
+        "max": max(data),
+    }

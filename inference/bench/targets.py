@@ -15,6 +15,7 @@ it (rendered locally, or one request with max_tokens 1).
 - ``OpenAITarget``: any OpenAI-compatible server, over streamed ``/v1/completions`` (text in,
   text out: no chat template between the prompt and its token count).
 """
+
 from __future__ import annotations
 
 import json
@@ -86,7 +87,9 @@ class Target:
     def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
         raise NotImplementedError
 
-    def chat(self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+    def chat(
+        self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True
+    ) -> List[StreamResult]:
         """Every conversation (OpenAI chat messages) sent at once, as ``generate``."""
         raise NotImplementedError
 
@@ -126,13 +129,19 @@ class EngineTarget(Target):
         return cls(Engine(path, **settings), model or path.name, owned=True)
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "model": self.model, "url": None,
-                "path": str(self.engine.loaded.path) if self.engine.loaded else None}
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "url": None,
+            "path": str(self.engine.loaded.path) if self.engine.loaded else None,
+        }
 
     def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
         return self._run(prompts, max_tokens, ignore_eos)
 
-    def chat(self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+    def chat(
+        self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True
+    ) -> List[StreamResult]:
         prompts, errors = [], []
         for messages in conversations:
             try:
@@ -143,7 +152,9 @@ class EngineTarget(Target):
                 errors.append(f"the chat template failed: {exc}")
         results = self._run([p for p in prompts if p is not None], max_tokens, ignore_eos)
         out = iter(results)
-        return [next(out) if error is None else StreamResult(time.perf_counter(), error=error) for error in errors]
+        return [
+            next(out) if error is None else StreamResult(time.perf_counter(), error=error) for error in errors
+        ]
 
     def count_chat_tokens(self, messages: List[dict]) -> int:
         try:
@@ -258,8 +269,15 @@ class OpenAITarget(Target):
 
     ENDPOINTS = ("completions", "chat")
 
-    def __init__(self, url: str, model: str, api_key: Optional[str] = None, timeout: float = 600.0,
-                 endpoint: str = "completions", extra_body: Optional[dict] = None):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key: Optional[str] = None,
+        timeout: float = 600.0,
+        endpoint: str = "completions",
+        extra_body: Optional[dict] = None,
+    ):
         import httpx
 
         if endpoint not in self.ENDPOINTS:
@@ -269,11 +287,19 @@ class OpenAITarget(Target):
         self.endpoint = endpoint
         self.extra_body = dict(extra_body or {})
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0),
-                                   limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "model": self.model, "url": self.url, "path": None, "endpoint": self.endpoint}
+        return {
+            "kind": self.kind,
+            "model": self.model,
+            "url": self.url,
+            "path": None,
+            "endpoint": self.endpoint,
+        }
 
     def check(self) -> None:
         """TargetError when nothing answers at the URL or the server refuses the key."""
@@ -284,16 +310,21 @@ class OpenAITarget(Target):
         except httpx.HTTPError as exc:
             raise TargetError(f"nothing answers at {self.url}: {exc}") from None
         if response.status_code in (401, 403):
-            raise TargetError(f"the server at {self.url} refused the API key (HTTP {response.status_code}"
-                              f"{': ' + _message(response) if _message(response) else ''})")
+            raise TargetError(
+                f"the server at {self.url} refused the API key (HTTP {response.status_code}"
+                f"{': ' + _message(response) if _message(response) else ''})"
+            )
 
     def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
         if self.endpoint == "chat":
-            return self._all([self._body([{"role": "user", "content": p}], None, max_tokens, ignore_eos)
-                              for p in prompts])
+            return self._all(
+                [self._body([{"role": "user", "content": p}], None, max_tokens, ignore_eos) for p in prompts]
+            )
         return self._all([self._body(None, prompt, max_tokens, ignore_eos) for prompt in prompts])
 
-    def chat(self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+    def chat(
+        self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True
+    ) -> List[StreamResult]:
         return self._all([self._body(messages, None, max_tokens, ignore_eos) for messages in conversations])
 
     def count_chat_tokens(self, messages: List[dict]) -> int:
@@ -315,9 +346,16 @@ class OpenAITarget(Target):
             raise TargetError(f"the server at {self.url} reports no usage.prompt_tokens")
         return tokens
 
-    def _body(self, messages: Optional[List[dict]], prompt: Optional[str], max_tokens: int, ignore_eos: bool) -> dict:
-        body = {"model": self.model, "max_tokens": max_tokens, "temperature": 0.0,
-                "stream": True, "stream_options": {"include_usage": True}}
+    def _body(
+        self, messages: Optional[List[dict]], prompt: Optional[str], max_tokens: int, ignore_eos: bool
+    ) -> dict:
+        body = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if messages is not None:
             body["messages"] = messages
         else:
@@ -329,8 +367,10 @@ class OpenAITarget(Target):
 
     def _all(self, bodies: List[dict]) -> List[StreamResult]:
         results = [StreamResult(0.0) for _ in bodies]
-        threads = [threading.Thread(target=self._one, args=(body, result), name="omlx-bench-request", daemon=True)
-                   for body, result in zip(bodies, results)]
+        threads = [
+            threading.Thread(target=self._one, args=(body, result), name="omlx-bench-request", daemon=True)
+            for body, result in zip(bodies, results)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -346,7 +386,9 @@ class OpenAITarget(Target):
             with self.client.stream("POST", self.url + path, json=body, headers=self.headers) as response:
                 if response.status_code != 200:
                     response.read()
-                    result.error = f"HTTP {response.status_code}: {_message(response) or response.reason_phrase}"
+                    result.error = (
+                        f"HTTP {response.status_code}: {_message(response) or response.reason_phrase}"
+                    )
                     return
                 for line in response.iter_lines():
                     if not line.startswith("data:"):

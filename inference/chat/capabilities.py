@@ -2,6 +2,7 @@
 (``inference.chat.tool_parsers.select`` states the rule). What the model's files show is found
 once per tokenizer (reading a large vocabulary is not free); the ``tool_parser`` setting is
 applied on top per request, so a change applies to the next request."""
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,9 @@ def template_text(template) -> str:
     if isinstance(template, dict):
         return "\n".join(t for t in template.values() if isinstance(t, str))
     if isinstance(template, list):
-        return "\n".join(t["template"] for t in template
-                         if isinstance(t, dict) and isinstance(t.get("template"), str))
+        return "\n".join(
+            t["template"] for t in template if isinstance(t, dict) and isinstance(t.get("template"), str)
+        )
     return ""
 
 
@@ -56,11 +58,14 @@ def decide(tool_format: Optional[ToolFormat], vocab, template: Optional[str]) ->
     stops = tuple(vocab[m] for m in tool_format.stops if m in vocab) if tool_format is not None else ()
     if tool_format is not None and tool_format.name == "harmony":
         return ChatCapabilities(tool_format, None, stops)
-    return ChatCapabilities(tool_format, detect_reasoning(vocab, template, tool_format and tool_format.reasoning),
-                            stops)
+    return ChatCapabilities(
+        tool_format, detect_reasoning(vocab, template, tool_format and tool_format.reasoning), stops
+    )
 
 
-def capabilities(tokenizer, model_type: Optional[str] = None, tool_parser: Optional[str] = None) -> ChatCapabilities:
+def capabilities(
+    tokenizer, model_type: Optional[str] = None, tool_parser: Optional[str] = None
+) -> ChatCapabilities:
     with _lock:
         found = _found.get(tokenizer)
     template = template_text(getattr(tokenizer, "chat_template", None))
@@ -95,7 +100,11 @@ def _folder_tool_format(path: str, model_type: Optional[str], stamps) -> Optiona
     try:
         config = json.loads((Path(path) / "tokenizer_config.json").read_text())
         template.append(template_text(config.get("chat_template")))
-        tokens = {t.get("content") for t in (config.get("added_tokens_decoder") or {}).values() if isinstance(t, dict)}
+        tokens = {
+            t.get("content")
+            for t in (config.get("added_tokens_decoder") or {}).values()
+            if isinstance(t, dict)
+        }
     except (OSError, ValueError, AttributeError):
         pass
     try:

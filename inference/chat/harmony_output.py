@@ -16,6 +16,7 @@ and content that could be the start of a marker is held until the next delta set
 that does not open with a header (the model ignored the format) is answer text. A header cut
 short by the end of the output is dropped.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -29,8 +30,9 @@ _CLOSERS = ENDS + _OPENERS  # a message also ends where the next one starts
 
 
 class HarmonyParser:
-    def __init__(self, parse_tools: bool = True, max_calls: Optional[int] = None,
-                 schemas: Optional[Schemas] = None):
+    def __init__(
+        self, parse_tools: bool = True, max_calls: Optional[int] = None, schemas: Optional[Schemas] = None
+    ):
         self._parse_tools = parse_tools
         self._max_calls = max_calls
         self._schemas = schemas
@@ -71,10 +73,17 @@ class HarmonyParser:
                     if final:
                         self._buf = ""  # a header without content: nothing to say
                     return out
-                self._header, self._buf = self._buf[:i], self._buf[i + len(MESSAGE):]
+                self._header, self._buf = self._buf[:i], self._buf[i + len(MESSAGE) :]
                 header = read_header(self._header)
-                self._kind = ("drop" if header.role != "assistant" else "call" if header.recipient
-                              else "reasoning" if header.channel == "analysis" else "text")
+                self._kind = (
+                    "drop"
+                    if header.role != "assistant"
+                    else "call"
+                    if header.recipient
+                    else "reasoning"
+                    if header.channel == "analysis"
+                    else "text"
+                )
                 self._state = "content"
             else:
                 hits = [(self._buf.find(m), m) for m in _CLOSERS]
@@ -83,11 +92,11 @@ class HarmonyParser:
                     if self._kind != "call":
                         keep = 0 if final else _held_back(self._buf, _CLOSERS)
                         self._emit(self._buf[: len(self._buf) - keep], out)
-                        self._buf = self._buf[len(self._buf) - keep:]
+                        self._buf = self._buf[len(self._buf) - keep :]
                     return out
                 i, marker = min(hits)
                 content = self._buf[:i]
-                self._buf = self._buf[i + (len(marker) if marker in ENDS else 0):]
+                self._buf = self._buf[i + (len(marker) if marker in ENDS else 0) :]
                 self._end_message(content, out)
                 self._state = "between"
         return out

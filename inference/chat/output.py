@@ -10,6 +10,7 @@ States: ``text`` (the answer), ``reasoning`` (inside ``<think>``), ``call`` (ins
 end marker), ``tail`` (a call that runs to the end of the output: Mistral, Llama 3 JSON).
 Whitespace next to tool calls is dropped, as is whitespace that starts the answer after reasoning.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,14 @@ class OutputParser:
     type the arguments of formats that write them as text.
     """
 
-    def __init__(self, tool_format: Optional[ToolFormat] = None, reasoning: Optional[Markers] = None,
-                 in_reasoning: bool = False, max_calls: Optional[int] = None, schemas: Optional[Schemas] = None):
+    def __init__(
+        self,
+        tool_format: Optional[ToolFormat] = None,
+        reasoning: Optional[Markers] = None,
+        in_reasoning: bool = False,
+        max_calls: Optional[int] = None,
+        schemas: Optional[Schemas] = None,
+    ):
         self._format = tool_format
         self._schemas = schemas
         self._reasoning = reasoning
@@ -102,16 +109,16 @@ class OutputParser:
                 if i < 0:
                     keep = 0 if final else _held_back(self._buf, (end,))
                     out.reasoning += self._buf[: len(self._buf) - keep]
-                    self._buf = self._buf[len(self._buf) - keep:]
+                    self._buf = self._buf[len(self._buf) - keep :]
                     return out
                 out.reasoning += self._buf[:i]
-                self._buf = self._buf[i + len(end):]
+                self._buf = self._buf[i + len(end) :]
                 self._state, self._strip_answer = "text", True
             elif self._state == "call":
                 i = self._buf.find(self._format.end)
                 if i < 0:
                     return out
-                body, self._buf = self._buf[:i], self._buf[i + len(self._format.end):]
+                body, self._buf = self._buf[:i], self._buf[i + len(self._format.end) :]
                 self._close_call(body, out, closed=True)
                 self._state = "text"
             elif self._state == "tail":
@@ -136,11 +143,11 @@ class OutputParser:
         if not hits:
             keep = 0 if final else _held_back(self._buf, self._markers)
             self._text(self._buf[: len(self._buf) - keep], out)
-            self._buf = self._buf[len(self._buf) - keep:]
+            self._buf = self._buf[len(self._buf) - keep :]
             return False
         i, marker = min(hits)
         self._text(self._buf[:i], out)
-        self._buf = self._buf[i + len(marker):]
+        self._buf = self._buf[i + len(marker) :]
         if self._reasoning and marker == self._reasoning[0]:
             self._state = "reasoning"
         else:
@@ -163,7 +170,7 @@ class OutputParser:
             out.text += self._space + body
             self._space = ""
             self._answer_started = True
-        self._space += text[len(body):]
+        self._space += text[len(body) :]
 
     def _close_call(self, body: str, out: ParsedDelta, closed: bool) -> None:
         try:

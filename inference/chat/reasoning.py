@@ -4,6 +4,7 @@ writes its reasoning between them (Qwen3, DeepSeek, GLM, Kimi); Gemma 4 writes i
 model whose files show none. Some templates (Qwen3 thinking, DeepSeek V3.1) open the block in
 the prompt, so the output is reasoning from its first token. (gpt-oss's Harmony channels are
 read by ``inference.chat.harmony_output`` instead.)"""
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -16,7 +17,9 @@ _KNOWN: Tuple[Tuple[Markers, Markers], ...] = (  # (what shows the markers in th
 REASONING_TOKENS = tuple(t for shown, _ in _KNOWN for t in shown)
 
 
-def detect_reasoning(vocab, template: Optional[str] = None, fallback: Optional[Markers] = None) -> Optional[Markers]:
+def detect_reasoning(
+    vocab, template: Optional[str] = None, fallback: Optional[Markers] = None
+) -> Optional[Markers]:
     template = template if isinstance(template, str) else ""
     for (start, end), markers in _KNOWN:
         if (start in vocab and end in vocab) or (start in template and end in template):

@@ -5,6 +5,7 @@
 tool_choice "required" or a named function constrains the output to one JSON object
 ``{"name": <tool>, "arguments": {...}}`` that matches one allowed tool's parameters schema.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Union
@@ -53,8 +54,10 @@ def check_tool_choice(tool_choice: ToolChoice, tools: Optional[List[dict]]) -> T
         if name not in {t["function"]["name"] for t in tools or []}:
             raise ValueError(f"tool_choice: no tool named {name!r} in tools")
         return tool_choice
-    raise ValueError("tool_choice: must be 'none', 'auto', 'required' or "
-                     "{\"type\": \"function\", \"function\": {\"name\": ...}}")
+    raise ValueError(
+        "tool_choice: must be 'none', 'auto', 'required' or "
+        '{"type": "function", "function": {"name": ...}}'
+    )
 
 
 def forces_call(tool_choice: ToolChoice) -> bool:
@@ -68,13 +71,18 @@ def tool_choice_structured(tools: Optional[List[dict]], tool_choice: ToolChoice)
     allowed = tools or []
     if isinstance(tool_choice, dict):
         allowed = [t for t in allowed if t["function"]["name"] == tool_choice["function"]["name"]]
-    options = [{
-        "type": "object",
-        "properties": {"name": {"const": t["function"]["name"]},
-                       "arguments": t["function"].get("parameters") or {"type": "object"}},
-        "required": ["name", "arguments"],
-        "additionalProperties": False,
-    } for t in allowed]
+    options = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": t["function"]["name"]},
+                "arguments": t["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in allowed
+    ]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
     return {"type": "json_schema", "schema": schema}
 

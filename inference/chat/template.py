@@ -5,17 +5,32 @@ user, assistant, tool; assistant messages may carry ``tool_calls`` whose ``argum
 text, and ``reasoning_content``; tool messages carry ``tool_call_id``. Chat templates of the Hub
 expect arguments as objects and a ``name`` on tool results, and most know no ``developer`` role.
 """
+
 from __future__ import annotations
 
 import json
 from typing import List, Optional
 
 # Arguments of apply_chat_template that chat_template_kwargs may not set.
-RESERVED_KWARGS = frozenset({
-    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
-    "continue_final_message", "tokenize", "padding", "truncation", "max_length", "return_tensors",
-    "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs",
-})
+RESERVED_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
 
 
 def check_template_kwargs(kwargs) -> dict:
@@ -43,8 +58,9 @@ def template_messages(messages: List[dict]) -> List[dict]:
             message["content"] = ""
         calls = message.get("tool_calls")
         if calls:
-            message["tool_calls"] = [_template_call(call, f"messages[{i}].tool_calls[{j}]", names)
-                                     for j, call in enumerate(calls)]
+            message["tool_calls"] = [
+                _template_call(call, f"messages[{i}].tool_calls[{j}]", names) for j, call in enumerate(calls)
+            ]
         elif "tool_calls" in message:
             del message["tool_calls"]
         if message.get("role") == "tool" and "name" not in message and message.get("tool_call_id") in names:
@@ -55,7 +71,7 @@ def template_messages(messages: List[dict]) -> List[dict]:
 
 def _template_call(call, where: str, names: dict) -> dict:
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-        raise ValueError(f"{where}: a tool call is {{\"id\", \"type\": \"function\", \"function\": {{...}}}}")
+        raise ValueError(f'{where}: a tool call is {{"id", "type": "function", "function": {{...}}}}')
     function = dict(call["function"])
     if not isinstance(function.get("name"), str):
         raise ValueError(f"{where}.function.name: must be a string")
@@ -76,16 +92,24 @@ def _template_call(call, where: str, names: dict) -> dict:
     return call
 
 
-def render_prompt(tokenizer, messages: List[dict], tools: Optional[List[dict]] = None,
-                  template_kwargs: Optional[dict] = None) -> str:
+def render_prompt(
+    tokenizer,
+    messages: List[dict],
+    tools: Optional[List[dict]] = None,
+    template_kwargs: Optional[dict] = None,
+) -> str:
     """The prompt text of ``messages`` (with the generation prompt) by the tokenizer's template.
 
     ``tokenizer`` is mlx-lm's TokenizerWrapper (or a transformers tokenizer); it raises whatever
     the template raises for input it rejects.
     """
     text = tokenizer.apply_chat_template(
-        template_messages(messages), tools=tools or None, add_generation_prompt=True, tokenize=False,
-        **(template_kwargs or {}))
+        template_messages(messages),
+        tools=tools or None,
+        add_generation_prompt=True,
+        tokenize=False,
+        **(template_kwargs or {}),
+    )
     if not isinstance(text, str):
         raise ValueError("the chat template did not render text")
     return text

@@ -9,6 +9,7 @@ as Django chooses a session engine.
 Callers ask the backend (``get_backend()``): ``available``, ``submit``, ``abort``, and whether
 this process runs models. Admission (429/503) stays with the API (inference/api/common/limits.py).
 """
+
 from __future__ import annotations
 
 import threading

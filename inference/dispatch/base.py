@@ -1,4 +1,5 @@
 """The interface every dispatch backend implements (``inference.dispatch.get_backend`` picks one)."""
+
 from __future__ import annotations
 
 

@@ -1,5 +1,6 @@
 """OMLX_API_HANDOFF "direct": the view runs the job on a thread of this process, straight to the
 engine (no queue; the reference for what the queue costs)."""
+
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async

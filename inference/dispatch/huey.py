@@ -1,6 +1,7 @@
 """The embedded default: a Huey task in a SQLite queue, taken by the consumer that runs inside the
 server process (``inference.dispatch.huey_consumer``, OMLX_HUEY_WORKERS threads). Its two tasks are
 defined here; ``inference.tasks`` imports them, so every consumer finds them."""
+
 from __future__ import annotations
 
 from django.conf import settings

@@ -5,6 +5,7 @@ SQLite queues are polled; an idle worker sleeps up to ``max_delay`` seconds betw
 this process a new task also wakes the workers at once (``notify``), so the hand-off costs no
 polling delay; tasks queued by other processes are still seen within ``max_delay``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,8 +68,16 @@ class EmbeddedConsumer(Consumer):
     worker_class = _WakeableWorker
 
     def __init__(self, huey, workers: int = 2, max_delay: float = 0.5):
-        super().__init__(huey, workers=workers, worker_type="thread", initial_delay=min(0.01, max_delay),
-                         backoff=1.5, max_delay=max_delay, periodic=True, check_worker_health=False)
+        super().__init__(
+            huey,
+            workers=workers,
+            worker_type="thread",
+            initial_delay=min(0.01, max_delay),
+            backoff=1.5,
+            max_delay=max_delay,
+            periodic=True,
+            check_worker_health=False,
+        )
 
     def _set_signal_handlers(self) -> None:
         pass

@@ -2,6 +2,7 @@
 run_huey` processes (and OMLX_HUEY_WORKERS threads of the server) take the jobs. Each worker
 announces itself (``inference.dispatch.worker_presence``) and listens for aborts, which are broadcast to
 every worker over the channel layer (the worker running a request may be any of them)."""
+
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
@@ -32,8 +33,14 @@ class RedisBackend(HueyBackend):
     def abort(self, job) -> None:
         from . import relay
 
-        relay.broadcast_control({"kind": "abort", "request_id": job.request_id, "model": job.model,
-                                 "count": len(job.choice_ids())})
+        relay.broadcast_control(
+            {
+                "kind": "abort",
+                "request_id": job.request_id,
+                "model": job.model,
+                "count": len(job.choice_ids()),
+            }
+        )
 
     def worker_started(self) -> None:
         from . import relay, worker_presence

@@ -15,6 +15,7 @@ engine thread). The view side (``Subscription``) runs on the server's event loop
   process's worker id (``"worker"``), so that a view can tell when the worker running its request
   is gone (``inference.dispatch.worker_presence``) instead of waiting forever.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -124,8 +125,10 @@ class _Sender:
                 failing = False
             except Exception as exc:
                 if not failing:
-                    logger.exception("sending to %s failed; events are dropped until the channel layer "
-                                     "answers again", group)
+                    logger.exception(
+                        "sending to %s failed; events are dropped until the channel layer answers again",
+                        group,
+                    )
                 failing = True
                 logger.debug("dropped an event for %s: %s", group, exc)
             finally:
@@ -356,9 +359,18 @@ class Subscription:
 
 def _worker_lost_event(worker: str) -> dict:
     """A last delta for a request whose worker process stopped without ending it."""
-    return {"kind": "delta", "index": 0, "text": "", "reasoning": "", "tool_calls": [], "token_ids": [],
-            "logprobs": None, "finish_reason": "error", "usage": None,
-            "error": f"the worker running this request ({worker}) stopped"}
+    return {
+        "kind": "delta",
+        "index": 0,
+        "text": "",
+        "reasoning": "",
+        "tool_calls": [],
+        "token_ids": [],
+        "logprobs": None,
+        "finish_reason": "error",
+        "usage": None,
+        "error": f"the worker running this request ({worker}) stopped",
+    }
 
 
 _exit_callbacks: Dict[str, list] = {}

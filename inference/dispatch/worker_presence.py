@@ -2,6 +2,7 @@
 ``omlx:worker:<host>:<pid>`` alive (a heartbeat renews its expiry), so the server can answer 503 at
 once when no worker runs instead of leaving requests in the queue. Keys expire by Redis's clock,
 so the clocks of the machines do not matter."""
+
 from __future__ import annotations
 
 import logging

@@ -9,6 +9,7 @@ Invariant: with an attention mask, the output rows of a sequence's real tokens d
 the padding that follows it (padded keys get a large negative score), so a batch of mixed
 lengths gives every sequence what it gets alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,13 @@ import mlx.nn as nn
 from . import BERT_MODEL_TYPES as MODEL_TYPES
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
-_ACTIVATIONS = {"gelu": nn.gelu, "gelu_new": nn.gelu_approx, "gelu_pytorch_tanh": nn.gelu_approx,
-                "relu": nn.relu, "silu": nn.silu}
+_ACTIVATIONS = {
+    "gelu": nn.gelu,
+    "gelu_new": nn.gelu_approx,
+    "gelu_pytorch_tanh": nn.gelu_approx,
+    "relu": nn.relu,
+    "silu": nn.silu,
+}
 
 
 @dataclass
@@ -42,8 +48,10 @@ class BertArgs:
     @classmethod
     def from_config(cls, config: dict) -> "BertArgs":
         if config.get("model_type") not in MODEL_TYPES:
-            raise ValueError(f"model_type {config.get('model_type')!r} is not a BERT-family encoder "
-                             f"omlx knows ({', '.join(MODEL_TYPES)})")
+            raise ValueError(
+                f"model_type {config.get('model_type')!r} is not a BERT-family encoder "
+                f"omlx knows ({', '.join(MODEL_TYPES)})"
+            )
         if config.get("hidden_act", "gelu") not in _ACTIVATIONS:
             raise ValueError(f"hidden_act {config['hidden_act']!r} is not supported")
         if config.get("position_embedding_type", "absolute") != "absolute":
@@ -68,7 +76,11 @@ class _Embeddings(nn.Module):
             positions = (mx.cumsum(mask, axis=1) * mask).astype(mx.int32) + self.pad
         else:
             positions = mx.broadcast_to(mx.arange(ids.shape[1])[None], ids.shape)
-        h = self.word_embeddings(ids) + self.position_embeddings(positions) + self.token_type_embeddings(type_ids)
+        h = (
+            self.word_embeddings(ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(type_ids)
+        )
         return self.LayerNorm(h)
 
 
@@ -215,11 +227,11 @@ def sanitize(weights: dict, classifier: bool, model_type: str) -> dict:
             continue
         name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
         if name.startswith("pooler."):
             if not classifier:
                 continue  # sentence embeddings never use the pooler
-            out["pooler_head." + name[len("pooler."):]] = value
+            out["pooler_head." + name[len("pooler.") :]] = value
             continue
         if classifier and not name.startswith("classifier."):
             name = prefix + name

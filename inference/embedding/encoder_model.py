@@ -15,6 +15,7 @@ Two families, chosen from config.json:
 Batches are padded on the right. Causal attention never looks right, and the encoders mask the
 padding, so a sequence gets the same output in any batch (``run`` is row-for-row).
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,9 +41,11 @@ Seq = Tuple[List[int], Optional[List[int]]]  # token ids, token type ids (None: 
 
 # Qwen3-Reranker's prompt (its model card): a judge instruction in the system turn, an empty
 # reasoning block, and the answer read off the next token's yes/no logits.
-QWEN3_RERANK_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on "
-                       "the Query and the Instruct provided. Note that the answer can only be \"yes\" or "
-                       "\"no\".<|im_end|>\n<|im_start|>user\n")
+QWEN3_RERANK_PREFIX = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on "
+    'the Query and the Instruct provided. Note that the answer can only be "yes" or '
+    '"no".<|im_end|>\n<|im_start|>user\n'
+)
 QWEN3_RERANK_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
 DEFAULT_RERANK_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 MAX_TOKENS = 8192  # per sequence, as OpenAI's embeddings: attention work memory grows with its square
@@ -80,7 +83,9 @@ class EncoderModel:
             encoded = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
         return [(list(ids), None) for ids in encoded]
 
-    def tokenize_pairs(self, query: str, documents: Sequence[str], instruction: Optional[str] = None) -> List[Seq]:
+    def tokenize_pairs(
+        self, query: str, documents: Sequence[str], instruction: Optional[str] = None
+    ) -> List[Seq]:
         """One sequence per (query, document) pair, as the reranker reads it."""
         if self.llm_based:
             instruction = instruction or DEFAULT_RERANK_INSTRUCTION
@@ -91,10 +96,13 @@ class EncoderModel:
                 encoded = self.tokenizer(bodies, add_special_tokens=False)["input_ids"]
             return [(list(prefix) + list(ids) + list(suffix), None) for ids in encoded]
         with self._lock:
-            encoded = self.tokenizer([query] * len(documents), list(documents), add_special_tokens=True,
-                                     return_token_type_ids=True)
+            encoded = self.tokenizer(
+                [query] * len(documents), list(documents), add_special_tokens=True, return_token_type_ids=True
+            )
         types = encoded.get("token_type_ids") or [None] * len(documents)
-        return [(list(ids), list(t) if t is not None else None) for ids, t in zip(encoded["input_ids"], types)]
+        return [
+            (list(ids), list(t) if t is not None else None) for ids, t in zip(encoded["input_ids"], types)
+        ]
 
     # -- the forward pass (the engine thread) --------------------------------------------------
 
@@ -105,10 +113,10 @@ class EncoderModel:
         types = np.zeros_like(ids)
         mask = np.zeros_like(ids)
         for row, (tokens, type_ids) in enumerate(seqs):
-            ids[row, :len(tokens)] = tokens
-            mask[row, :len(tokens)] = 1
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
             if type_ids is not None:
-                types[row, :len(type_ids)] = type_ids
+                types[row, : len(type_ids)] = type_ids
         ids, types, mask = mx.array(ids), mx.array(types), mx.array(mask)
         if self.llm_based:
             hidden = self.model.model(ids)
@@ -152,8 +160,15 @@ def load_encoder(path, kind: str, dtype: Optional[str] = None) -> EncoderModel:
         model.set_dtype(_DTYPES[dtype], predicate=lambda t: mx.issubdtype(t, mx.floating))
     mx.eval(model.parameters())
     llm_based = not is_encoder_config(config)
-    encoder = EncoderModel(path, kind, model, tokenizer, _max_length(path, config, tokenizer),
-                           int(config.get("vocab_size") or len(tokenizer)), llm_based)
+    encoder = EncoderModel(
+        path,
+        kind,
+        model,
+        tokenizer,
+        _max_length(path, config, tokenizer),
+        int(config.get("vocab_size") or len(tokenizer)),
+        llm_based,
+    )
     if kind == "embedding":
         try:
             encoder.pooling = Pooling.of_folder(path, llm_based)
@@ -182,8 +197,9 @@ def _load_bert(path: Path, config: dict, kind: str) -> nn.Module:
     if not weights:
         raise ValueError("no weights (*.safetensors) in the folder")
     if classifier and not any(k.startswith("classifier.") for k in weights):
-        raise ValueError("a reranker needs a sequence classification head (classifier.*), and "
-                         "the weights have none")
+        raise ValueError(
+            "a reranker needs a sequence classification head (classifier.*), and the weights have none"
+        )
     model.load_weights(list(bert.sanitize(weights, classifier, args.model_type).items()), strict=True)
     return model
 
@@ -210,7 +226,9 @@ def _load_llm(path: Path, config: dict, kind: str) -> nn.Module:
     overrides = {} if has_head else {"tie_word_embeddings": True}  # no head to load: use none
     model, _ = load_model(path, model_config=overrides, get_model_classes=classes)
     if not hasattr(model, "model"):
-        raise ValueError(f"model_type {config.get('model_type')!r}: mlx-lm's model has no base model (.model)")
+        raise ValueError(
+            f"model_type {config.get('model_type')!r}: mlx-lm's model has no base model (.model)"
+        )
     return model
 
 
@@ -235,8 +253,10 @@ def _lm_head(model: nn.Module, h: mx.array) -> mx.array:
 def _yes_no_ids(path: Path, tokenizer) -> Tuple[int, int]:
     ids = tuple(tokenizer.convert_tokens_to_ids(word) for word in ("yes", "no"))
     if any(i is None or i == tokenizer.unk_token_id for i in ids):
-        raise EncoderLoadError(f"{path}: an LLM-based reranker needs \"yes\" and \"no\" tokens "
-                               "(Qwen3-Reranker's scoring), and this tokenizer has none")
+        raise EncoderLoadError(
+            f'{path}: an LLM-based reranker needs "yes" and "no" tokens '
+            "(Qwen3-Reranker's scoring), and this tokenizer has none"
+        )
     return ids
 
 

@@ -13,6 +13,7 @@ The model pool (``inference.pool``) manages it like a text engine: ``num_active`
 under the model's name (``omlx_embedding_forward_passes_total``, ``omlx_embedding_sequences_total``):
 their ratio is the batch size requests actually got.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,9 +53,16 @@ class EncoderEngine(EngineThread):
     """Serves one embedding or reranker model (``kind``). ``submit`` may be called from any
     thread; the forward passes run on the engine's thread."""
 
-    def __init__(self, model_path, kind: str = "embedding", max_batch_wait_ms: float = 0.0,
-                 dtype: Optional[str] = None, max_batch_tokens: int = MAX_BATCH_TOKENS,
-                 name: Optional[str] = None, **_text_settings):
+    def __init__(
+        self,
+        model_path,
+        kind: str = "embedding",
+        max_batch_wait_ms: float = 0.0,
+        dtype: Optional[str] = None,
+        max_batch_tokens: int = MAX_BATCH_TOKENS,
+        name: Optional[str] = None,
+        **_text_settings,
+    ):
         self.kind = kind
         self.name = name or str(model_path)  # the /metrics label
         self.max_batch_wait = max(0.0, float(max_batch_wait_ms)) / 1000.0
@@ -128,13 +136,17 @@ class EncoderEngine(EngineThread):
         # A job whose request went away (its future cancelled) is dropped; the others can no
         # longer be cancelled, so setting their results never races a cancel.
         jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]
-        rows = sorted(((len(seq[0]), job, i) for job in jobs for i, seq in enumerate(job.seqs)),
-                      key=lambda r: r[0])
+        rows = sorted(
+            ((len(seq[0]), job, i) for job in jobs for i, seq in enumerate(job.seqs)), key=lambda r: r[0]
+        )
         start = 0
         while start < len(rows):
             end = start + 1  # sorted by length: the last row of a batch is its longest
-            while (end < len(rows) and end - start < MAX_BATCH_ROWS
-                   and rows[end][0] * (end + 1 - start) <= self.max_batch_tokens):
+            while (
+                end < len(rows)
+                and end - start < MAX_BATCH_ROWS
+                and rows[end][0] * (end + 1 - start) <= self.max_batch_tokens
+            ):
                 end += 1
             batch = rows[start:end]
             try:

@@ -5,6 +5,7 @@ module's ``config.json`` gives the mode, a ``Normalize`` module turns L2 normali
 otherwise the family's convention: mean over the tokens for encoders, the last token for
 LLM-based embedders, normalised in both cases (as OpenAI's embeddings are).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,12 @@ from pathlib import Path
 import mlx.core as mx
 
 MODES = ("mean", "cls", "max", "lasttoken")
-_ST_FLAGS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
-             "pooling_mode_max_tokens": "max", "pooling_mode_lasttoken": "lasttoken"}
+_ST_FLAGS = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 _KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
 
 
@@ -78,6 +83,7 @@ def _pooling_mode(config_file: Path) -> str:
     chosen = [mode for flag, mode in _ST_FLAGS.items() if config.get(flag)]
     others = [k for k, v in config.items() if k.startswith("pooling_mode_") and v and k not in _ST_FLAGS]
     if others or len(chosen) != 1:
-        raise ValueError(f"{config_file}: pooling {others or chosen} is not supported "
-                         f"(one of {', '.join(MODES)})")
+        raise ValueError(
+            f"{config_file}: pooling {others or chosen} is not supported (one of {', '.join(MODES)})"
+        )
     return chosen[0]

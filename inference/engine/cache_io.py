@@ -6,6 +6,7 @@ attention), ``RotatingKVCache`` without kept sink tokens (sliding window) and ``
 (recurrent state). A model with any other leaf (chunked attention, quantized KV, sinks) runs
 without the prefix cache.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -45,8 +46,9 @@ def layout_of(caches) -> Optional[CacheLayout]:
             specs.append((LayerSpec(SLIDING, window=c.max_size), _heads(c)))
         elif type(c) is ArraysCache and all(a is not None for a in c.cache):
             shapes = tuple(tuple(a.shape[1:]) for a in c.cache)
-            text = "|".join(f"{str(a.dtype).rsplit('.', 1)[-1]}[{'x'.join(map(str, a.shape[1:]))}]"
-                            for a in c.cache)
+            text = "|".join(
+                f"{str(a.dtype).rsplit('.', 1)[-1]}[{'x'.join(map(str, a.shape[1:]))}]" for a in c.cache
+            )
             specs.append((LayerSpec(STATE, shapes=shapes), text))
         else:
             return None
@@ -113,18 +115,29 @@ def is_batchable(caches) -> bool:
 
 def state_bytes(caches) -> int:
     """Bytes of the recurrent states of one sequence (fixed, whatever its length)."""
-    return sum(a.nbytes for c in leaves(caches) if isinstance(c, ArraysCache) for a in c.cache if a is not None)
+    return sum(
+        a.nbytes for c in leaves(caches) if isinstance(c, ArraysCache) for a in c.cache if a is not None
+    )
 
 
 def attention_bytes_per_token(caches) -> int:
     """Bytes of keys and values per token over the attention layers (of caches that hold some)."""
-    return sum(c.keys.nbytes // c.keys.shape[2] + c.values.nbytes // c.values.shape[2]
-               for c in leaves(caches) if not isinstance(c, ArraysCache) and c.keys is not None)
+    return sum(
+        c.keys.nbytes // c.keys.shape[2] + c.values.nbytes // c.values.shape[2]
+        for c in leaves(caches)
+        if not isinstance(c, ArraysCache) and c.keys is not None
+    )
 
 
 def snapshot_arrays(snapshots: List[KVSnapshot]) -> List[mx.array]:
-    return [a for s in snapshots for layer in s.layers if layer is not None
-            for a in layer if isinstance(a, mx.array)]
+    return [
+        a
+        for s in snapshots
+        for layer in s.layers
+        if layer is not None
+        for a in layer
+        if isinstance(a, mx.array)
+    ]
 
 
 def materialize(snapshots: List[KVSnapshot]) -> None:

@@ -1,4 +1,5 @@
 """The engine's settings: one typed object, built and checked once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,8 +71,12 @@ class EngineConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
 
-        for name in ("max_concurrent_requests", "step_token_budget", "prefill_chunk_size",
-                     "cache_block_size"):
+        for name in (
+            "max_concurrent_requests",
+            "step_token_budget",
+            "prefill_chunk_size",
+            "cache_block_size",
+        ):
             positive_int(name)
         if self.max_kv_tokens is not None:
             positive_int("max_kv_tokens")

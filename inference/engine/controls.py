@@ -2,6 +2,7 @@
 (``tune``, from a model's settings) and memory relief (``relieve_memory``, from the memory
 guard, inference/pool/memory_guard.py). Each change is queued to the engine thread's inbox and
 runs there, so the engine's state is only ever touched by that thread."""
+
 from __future__ import annotations
 
 import dataclasses

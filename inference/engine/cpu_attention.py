@@ -23,6 +23,7 @@ engine's thread, a benchmark's bare mlx-lm in the same process), and always for 
 cache or attention sinks. On a GPU (Metal, CUDA) nothing is installed: the fast kernel is the
 right one there.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,7 @@ _local = threading.local()
 _ORIGINAL = base.scaled_dot_product_attention
 
 
-def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
-              mask=None) -> mx.array:
+def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask=None) -> mx.array:
     """softmax(Q K^T * scale + mask) V for queries [B, H, L, D] and keys/values [B, KV, Lk, D]
     (H a multiple of KV); ``mask``: None, ``"causal"``, or an array broadcastable to
     [B, H, L, Lk] (boolean: where to attend; otherwise added to the scores)."""

@@ -1,5 +1,6 @@
 """The engine: one loaded model, one thread that does all of its MLX work, and a queue of
 requests that stream their tokens back."""
+
 from __future__ import annotations
 
 import itertools
@@ -104,10 +105,15 @@ class Engine(EngineControls, EngineThread):
         with self._tokenizer_lock:
             return list(self.loaded.tokenizer.encode(text))
 
-    def submit(self, prompt: Prompt, params: Optional[SamplingParams] = None,
-               request_id: Optional[str] = None,
-               callback: Optional[Callable[[RequestOutput], None]] = None,
-               vision=None, checked: bool = False) -> RequestStream:
+    def submit(
+        self,
+        prompt: Prompt,
+        params: Optional[SamplingParams] = None,
+        request_id: Optional[str] = None,
+        callback: Optional[Callable[[RequestOutput], None]] = None,
+        vision=None,
+        checked: bool = False,
+    ) -> RequestStream:
         """Queue a request; raises ValueError for a bad prompt or parameters. ``vision``: a
         prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids).
         ``checked``: the caller validated the prompt already (``validate_prompt``; for ``vision``
@@ -125,7 +131,9 @@ class Engine(EngineControls, EngineThread):
         tok = self.loaded.tokenizer
         grammar = self.compile_grammar(params.structured) if params.structured is not None else None
         request = Request(
-            request_id, token_ids, params,
+            request_id,
+            token_ids,
+            params,
             TextStream(streaming_detokenizer(tok), params.stop, params.include_stop_str_in_output),
             frozenset(tok.eos_token_ids),
             callback or stream.put,
@@ -168,7 +176,9 @@ class Engine(EngineControls, EngineThread):
             ids = list(prompt)
             bad = [t for t in ids if not 0 <= t < self.loaded.vocab_size]
             if bad:
-                raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.loaded.vocab_size})")
+                raise ValueError(
+                    f"prompt token id {bad[0]} is outside the vocabulary [0, {self.loaded.vocab_size})"
+                )
         else:
             raise ValueError("a prompt must be a string or a list of token ids")
         if not ids:
@@ -176,8 +186,10 @@ class Engine(EngineControls, EngineThread):
         limit = self.context_limit(context_length)
         if limit is not None and len(ids) >= limit:
             source = "" if limit == self.loaded.context_length else " (its context_length setting)"
-            raise ValueError(f"This model's maximum context length is {limit} tokens{source}; the prompt "
-                             f"has {len(ids)} tokens")
+            raise ValueError(
+                f"This model's maximum context length is {limit} tokens{source}; the prompt "
+                f"has {len(ids)} tokens"
+            )
         return ids
 
     def stats(self, held_blocks: bool = False) -> EngineStats:
@@ -264,12 +276,16 @@ class Engine(EngineControls, EngineThread):
             return PrefixCache()
         layout = loaded.cache_layout
         if layout is None:
-            logger.warning("%s: its cache has a kind of layer that cannot be split into blocks "
-                           "(chunked attention, attention sinks or quantized KV); prefix caching is "
-                           "off for this model", loaded.path)
+            logger.warning(
+                "%s: its cache has a kind of layer that cannot be split into blocks "
+                "(chunked attention, attention sinks or quantized KV); prefix caching is "
+                "off for this model",
+                loaded.path,
+            )
             return PrefixCache()
-        fingerprint = fingerprint_model_folder(loaded.path, loaded.dtype, layout.descriptor,
-                                               config.cache_block_size)
+        fingerprint = fingerprint_model_folder(
+            loaded.path, loaded.dtype, layout.descriptor, config.cache_block_size
+        )
         cold = None
         if config.paged_ssd_cache_dir:
             from cache import cold_index
@@ -281,9 +297,16 @@ class Engine(EngineControls, EngineThread):
                 from cache import orm_index
 
                 orm_index.setup()
-            cold = ColdTier(Path(config.paged_ssd_cache_dir).expanduser(), fingerprint,
-                            model_info={"path": str(Path(loaded.path).resolve()), "dtype": loaded.dtype,
-                                        "opened": int(time.time())}, layout=layout)
+            cold = ColdTier(
+                Path(config.paged_ssd_cache_dir).expanduser(),
+                fingerprint,
+                model_info={
+                    "path": str(Path(loaded.path).resolve()),
+                    "dtype": loaded.dtype,
+                    "opened": int(time.time()),
+                },
+                layout=layout,
+            )
         hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
         return BlockCache(fingerprint, hot_bytes, cold, layout=layout)
 
@@ -338,18 +361,30 @@ class Engine(EngineControls, EngineThread):
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
         seconds = time.perf_counter() - start
         prompt_tokens = sum(n for _, n in out.prefill)
-        self.scheduler.costs.observe(out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes,
-                                     prefiller.tokens - computed)
+        self.scheduler.costs.observe(
+            out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, prefiller.tokens - computed
+        )
         if trace is not None:
-            trace.append(StepRecord(
-                step=self.steps, start=start, seconds=seconds, schedule_seconds=start - scheduled,
-                decode_rows=out.num_decoding, decode_passes=self.runner.batch.passes - before[0],
-                prefill_rows=len(out.prefill), prompt_tokens=prompt_tokens,
-                padded_tokens=prefiller.tokens - computed, prefill_passes=prefiller.forwards - passes,
-                first_tokens=self.first_tokens - before[1], restores=len(out.prefix_hits),
-                restored_tokens=sum(hit.num_tokens for _, hit in out.prefix_hits),
-                prefill_seconds=out.prefill_seconds, decode_seconds=out.decode_seconds,
-                **self.clock.seconds()))
+            trace.append(
+                StepRecord(
+                    step=self.steps,
+                    start=start,
+                    seconds=seconds,
+                    schedule_seconds=start - scheduled,
+                    decode_rows=out.num_decoding,
+                    decode_passes=self.runner.batch.passes - before[0],
+                    prefill_rows=len(out.prefill),
+                    prompt_tokens=prompt_tokens,
+                    padded_tokens=prefiller.tokens - computed,
+                    prefill_passes=prefiller.forwards - passes,
+                    first_tokens=self.first_tokens - before[1],
+                    restores=len(out.prefix_hits),
+                    restored_tokens=sum(hit.num_tokens for _, hit in out.prefix_hits),
+                    prefill_seconds=out.prefill_seconds,
+                    decode_seconds=out.decode_seconds,
+                    **self.clock.seconds(),
+                )
+            )
 
     def _run_step(self, out) -> None:
         self.steps += 1
@@ -391,11 +426,15 @@ class Engine(EngineControls, EngineThread):
 
             costs = self.scheduler.costs
             stop = (lambda: self._yields_to_arrival(level)) if level > 0 else None  # background gives way
-            snapshots = self.runner.prefill(out.prefill, prompts_done, stop, costs.piece_tokens() if stop else None,
-                                            costs.pass_tokens())
+            snapshots = self.runner.prefill(
+                out.prefill, prompts_done, stop, costs.piece_tokens() if stop else None, costs.pass_tokens()
+            )
             # What was computed: less than asked for (or nothing) when a background prefill gave way.
-            out.prefill = [(request, request.num_computed - done_before[request]) for request, _ in out.prefill
-                           if request.num_computed > done_before[request]]
+            out.prefill = [
+                (request, request.num_computed - done_before[request])
+                for request, _ in out.prefill
+                if request.num_computed > done_before[request]
+            ]
             seconds = out.prefill_seconds = time.perf_counter() - start
             self.prefill_chunks += len(out.prefill)
             self.prefix_cache.observe_prefill(sum(n for _, n in out.prefill), seconds)
@@ -412,8 +451,11 @@ class Engine(EngineControls, EngineThread):
         batch = self.runner.batch
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
-        ended = [end for request, token, logprob in self.runner.decode_step(ahead)
-                 if (end := self._on_token(request, token, logprob)) is not None]
+        ended = [
+            end
+            for request, token, logprob in self.runner.decode_step(ahead)
+            if (end := self._on_token(request, token, logprob)) is not None
+        ]
         # The rows of this step's decode pass (with those whose prompts it finished); none when
         # the step only reported tokens: what the step costs (StepCosts.observe) is then prefill.
         out.num_decoding = rows if batch.passes > passes else 0

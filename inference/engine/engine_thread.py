@@ -12,6 +12,7 @@ over its inbox and thread, never the engine): a script that forgets ``close()`` 
 the engine's thread still inside MLX while the interpreter tears down (the process aborts).
 Its thread holds the engine while it runs, so collection closes only an engine whose loading
 failed; the fronts that scripts hold (``LLM``) close theirs when collected."""
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ Three pieces:
   tokens allowed next and advances by the token sampled. It is rebuilt from the request's
   output tokens whenever the request (re)joins the decode batch.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ against the model's full logits and stays off for a model where it does not repr
 head that is not where it looks, or work between the head and the output that is not per
 position); the runner then slices the full logits, which is correct and slower.
 """
+
 from __future__ import annotations
 
 import logging

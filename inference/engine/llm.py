@@ -1,4 +1,5 @@
 """A synchronous front for scripts, tests and benchmarks: prompts in, finished results out."""
+
 from __future__ import annotations
 
 import time

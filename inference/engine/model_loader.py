@@ -1,4 +1,5 @@
 """Loading a model folder (MLX or Hugging Face format) with mlx-lm, with errors that say why."""
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,9 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
         ) from None
     if not list(path.glob("model*.safetensors")):
         raise ModelLoadError(f"{path}: no weights (model*.safetensors) in the folder")
-    if not any((path / name).exists() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+    if not any(
+        (path / name).exists() for name in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+    ):
         raise ModelLoadError(f"{path}: no tokenizer (tokenizer.json or tokenizer.model) in the folder")
     try:
         model, config = mlx_load_model(path)
@@ -86,9 +89,12 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
     vocab_size, kv_bytes, layout, state = _probe(model, path)
     text_config = config.get("text_config", {})
     context = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
-    logger.info("loaded %s (%s, %s, vocab %d, %d KV bytes/token)", path, model_type, dtype_name, vocab_size, kv_bytes)
-    return LoadedModel(path, model, tokenizer, config, model_type, dtype_name, vocab_size, context,
-                       kv_bytes, layout, state)
+    logger.info(
+        "loaded %s (%s, %s, vocab %d, %d KV bytes/token)", path, model_type, dtype_name, vocab_size, kv_bytes
+    )
+    return LoadedModel(
+        path, model, tokenizer, config, model_type, dtype_name, vocab_size, context, kv_bytes, layout, state
+    )
 
 
 def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
@@ -102,16 +108,30 @@ def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
     except Exception as exc:  # mlx-vlm and transformers raise anything for broken folders
         raise ModelLoadError(f"{path}: cannot load the vision model: {exc}") from exc
     try:
-        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id")
-                                   or config.get("text_config", {}).get("eos_token_id"))
+        tokenizer = load_tokenizer(
+            path,
+            eos_token_ids=config.get("eos_token_id") or config.get("text_config", {}).get("eos_token_id"),
+        )
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
     vocab_size, kv_bytes, layout, state = _probe(model, path)
     context = config.get("text_config", {}).get("max_position_embeddings")
     logger.info("loaded vision model %s (%s, %s)", path, config["model_type"], dtype_name)
-    return LoadedModel(path, model, tokenizer, config, config["model_type"], dtype_name, vocab_size,
-                       context, kv_bytes, layout, state, vision=vision)
+    return LoadedModel(
+        path,
+        model,
+        tokenizer,
+        config,
+        config["model_type"],
+        dtype_name,
+        vocab_size,
+        context,
+        kv_bytes,
+        layout,
+        state,
+        vision=vision,
+    )
 
 
 def _read_config(path: Path) -> dict:
@@ -125,7 +145,7 @@ def _read_config(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelLoadError(f"{config_file}: not valid JSON: {exc}") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
-        raise ModelLoadError(f"{config_file}: has no \"model_type\"")
+        raise ModelLoadError(f'{config_file}: has no "model_type"')
     return config
 
 

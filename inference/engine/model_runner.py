@@ -1,6 +1,7 @@
 """Runs the model: the prefill chunks of a step (inference.engine.prefill), the first token of
 each request whose prompt they finish, and one batched decode step for all decoding requests.
 All of it happens on the engine thread."""
+
 from __future__ import annotations
 
 from time import perf_counter
@@ -57,9 +58,15 @@ class DecodeBatch:
     for tokens (``device_wait``) and building the sampling (``sampling``).
     """
 
-    def __init__(self, model, sampler: Sampler, snapshot_every: Optional[int] = None,
-                 report_first: bool = False, context_length: Optional[int] = None,
-                 clock: Optional[StepClock] = None):
+    def __init__(
+        self,
+        model,
+        sampler: Sampler,
+        snapshot_every: Optional[int] = None,
+        report_first: bool = False,
+        context_length: Optional[int] = None,
+        clock: Optional[StepClock] = None,
+    ):
         self.model = model
         self.clock = clock if clock is not None else StepClock()
         self.sampler = sampler
@@ -185,8 +192,11 @@ class DecodeBatch:
         tokens, logprobs = self.sampler.sample(logits, self._states, masks)
         sampled = perf_counter()
         clock.sampling += sampled - began
-        pending = [tokens, [x for lp in logprobs if lp is not None for x in lp if x is not None],
-                   cache_io.snapshot_arrays(snapshots)]
+        pending = [
+            tokens,
+            [x for lp in logprobs if lp is not None for x in lp if x is not None],
+            cache_io.snapshot_arrays(snapshots),
+        ]
         if self.report_first:
             self._unlaunched = pending
         else:
@@ -215,8 +225,10 @@ class DecodeBatch:
 
     def _last_by_length(self) -> bool:
         """Whether a row's unreported token is its last (max_tokens, the context)."""
-        return any(kind is NEW and request.length_left(self.context_length) <= 1
-                   for request, kind in zip(self.rows, self._kinds))
+        return any(
+            kind is NEW and request.length_left(self.context_length) <= 1
+            for request, kind in zip(self.rows, self._kinds)
+        )
 
     def _report(self) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
         """Wait for the unreported tokens and return them, queueing no pass: the step after
@@ -232,10 +244,15 @@ class DecodeBatch:
         self._kinds = [REPORTED] * len(self.rows)
         return out
 
-    def _reported(self, host: List[int], kinds: List[str], logprobs: list) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+    def _reported(
+        self, host: List[int], kinds: List[str], logprobs: list
+    ) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
         """(request, token, logprob) of the rows whose input ``host`` holds and was NEW."""
-        return [(self.rows[i], host[i], _to_host(logprobs[i], host[i]))
-                for i, kind in enumerate(kinds) if kind is NEW]
+        return [
+            (self.rows[i], host[i], _to_host(logprobs[i], host[i]))
+            for i, kind in enumerate(kinds)
+            if kind is NEW
+        ]
 
     @property
     def unlaunched(self) -> bool:
@@ -271,8 +288,9 @@ def _to_host(lp: Optional[tuple], token: int) -> Optional[TokenLogprob]:
 class ModelRunner:
     """Owns the model's forward passes and every request's KV while it is running."""
 
-    def __init__(self, loaded: LoadedModel, block_size: Optional[int] = None,
-                 clock: Optional[StepClock] = None):
+    def __init__(
+        self, loaded: LoadedModel, block_size: Optional[int] = None, clock: Optional[StepClock] = None
+    ):
         """``block_size``: the block cache's, when it is on; models with sliding-window or
         recurrent layers then take snapshots at block boundaries (prefill and decode).
         ``clock``: where the decode batch, the prefill and the first tokens count their seconds
@@ -293,8 +311,14 @@ class ModelRunner:
         self.prefiller = Prefill(loaded, self.gate, block_size, self.clock)
 
     def _new_batch(self) -> DecodeBatch:
-        return DecodeBatch(self.model, self.sampler, self.snapshot_every, self.report_first,
-                           self.loaded.context_length, self.clock)
+        return DecodeBatch(
+            self.model,
+            self.sampler,
+            self.snapshot_every,
+            self.report_first,
+            self.loaded.context_length,
+            self.clock,
+        )
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
         """Start a request's caches from a cached prefix of ``num_tokens`` tokens (per layer
@@ -303,8 +327,7 @@ class ModelRunner:
         cache_io.seed(cache, layers, num_tokens)
         request.cache = cache
 
-    def prefill(self, chunks: Sequence[Tuple[Request, int]], on_done, stop, piece,
-                pass_tokens: int) -> dict:
+    def prefill(self, chunks: Sequence[Tuple[Request, int]], on_done, stop, piece, pass_tokens: int) -> dict:
         """Run the next n not-yet-computed tokens of each (request, n), in forward passes shared
         as the model allows (inference.engine.prefill); ``on_done`` gets the requests whose
         tokens are now all computed, with the logits of their last token, after the pass that
@@ -312,7 +335,9 @@ class ModelRunner:
         stopped}. See ``Prefill.run``."""
         return self.prefiller.run(chunks, on_done, stop, piece, pass_tokens)
 
-    def first_tokens(self, done: Sequence[Tuple[Request, mx.array]]) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
+    def first_tokens(
+        self, done: Sequence[Tuple[Request, mx.array]]
+    ) -> List[Tuple[Request, int, Optional[TokenLogprob], RowState]]:
         """Sample the next token of each request whose tokens are all computed, from the
         logits of its last token (what ``prefill`` hands to ``on_done``), all in one sampling
         pass with one wait for the host. Returns (request, token, logprob or None, the row's
@@ -322,15 +347,19 @@ class ModelRunner:
         for request, _ in done:
             if request.grammar is not None:  # replayed: after a preemption the output is not empty
                 request.matcher = request.grammar.matcher(request.output_token_ids)
-            states.append(self.sampler.make_row(
-                request.params, request.seed,
-                request.vision.model_ids if request.vision is not None else request.prompt_token_ids,
-                request.output_token_ids,
-                request.matcher,
-            ))
+            states.append(
+                self.sampler.make_row(
+                    request.params,
+                    request.seed,
+                    request.vision.model_ids if request.vision is not None else request.prompt_token_ids,
+                    request.output_token_ids,
+                    request.matcher,
+                )
+            )
         matchers = [request.matcher for request, _ in done]
-        masks = (grammar_masks(matchers, self.sampler.vocab_size)
-                 if any(m is not None for m in matchers) else None)
+        masks = (
+            grammar_masks(matchers, self.sampler.vocab_size) if any(m is not None for m in matchers) else None
+        )
         tokens, logprobs = self.sampler.sample(mx.stack([logits for _, logits in done]), states, masks)
         sampled = perf_counter()
         host = tokens.tolist()  # waits for the passes that computed the logits, too

@@ -34,6 +34,7 @@ one row at a time) and stays off where it does not reproduce the one-by-one logi
 model prefills one request after another, which is correct and slower. Image requests
 (``request.vision``) always prefill alone: their tokens enter as embeddings.
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,8 +61,13 @@ class Prefill:
     request and cut): fewer passes than rows is work done together; ``tokens`` the tokens they
     computed, padding included; ``clock.device_wait`` the seconds its ``mx.eval`` waited."""
 
-    def __init__(self, loaded: LoadedModel, gate: HeadGate, block_size: Optional[int],
-                 clock: Optional[StepClock] = None):
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        gate: HeadGate,
+        block_size: Optional[int],
+        clock: Optional[StepClock] = None,
+    ):
         self.loaded = loaded
         self.clock = clock if clock is not None else StepClock()
         self.model = loaded.model
@@ -79,8 +85,9 @@ class Prefill:
             except Exception:  # a family whose caches do not merge or pad: one by one
                 logger.exception("batched prefill check failed")
             if not self.together:
-                logger.info("batched prefill off for %s: prompts prefill one by one",
-                            type(self.model).__module__)
+                logger.info(
+                    "batched prefill off for %s: prompts prefill one by one", type(self.model).__module__
+                )
 
     def cuts(self, request: Request, n: int) -> List[int]:
         """Where the computation of the next ``n`` tokens of ``request`` stops (see the module
@@ -93,10 +100,14 @@ class Prefill:
             cuts.insert(-1, end - 1)
         return cuts
 
-    def run(self, chunks: Sequence[Tuple[Request, int]],
-            on_done: Callable[[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]], None],
-            stop: Optional[Callable[[], bool]], piece: Optional[int],
-            pass_tokens: int) -> Dict[Request, List[KVSnapshot]]:
+    def run(
+        self,
+        chunks: Sequence[Tuple[Request, int]],
+        on_done: Callable[[Dict[Request, List[KVSnapshot]], List[Tuple[Request, mx.array]]], None],
+        stop: Optional[Callable[[], bool]],
+        piece: Optional[int],
+        pass_tokens: int,
+    ) -> Dict[Request, List[KVSnapshot]]:
         """Compute the next n tokens of each (request, n). Returns {request: snapshots of its
         caches at each cut}. ``on_done(snapshots, finished)`` is called after each pass that
         finished some prompts, with those (request, logits [V] of its last token): their next
@@ -145,7 +156,9 @@ class Prefill:
                 if not rows:
                     break
                 for group in passes(rows, pass_tokens):
-                    stopped = advance(group, self._forward(group) if len(group) > 1 else self._forward_one(*group[0]))
+                    stopped = advance(
+                        group, self._forward(group) if len(group) > 1 else self._forward_one(*group[0])
+                    )
                     if stopped:
                         break
         else:

@@ -1,4 +1,5 @@
 """A request's life inside the engine, and the events it streams back."""
+
 from __future__ import annotations
 
 import enum
@@ -168,14 +169,23 @@ class Request:
         first = self.first_token_at if self.first_token_at is not None else now
         queue = admitted - self.created
         wait = max(0.0, first - admitted - self.restore_seconds - self.prefill_seconds)
-        return {"queue": queue, "restore": self.restore_seconds, "prefill": self.prefill_seconds,
-                "prefill_wait": wait, "decode": now - first}
+        return {
+            "queue": queue,
+            "restore": self.restore_seconds,
+            "prefill": self.prefill_seconds,
+            "prefill_wait": wait,
+            "decode": now - first,
+        }
 
     def usage(self, now: Optional[float] = None) -> Usage:
         """Token counts; with ``now`` (when it finishes) also the timings."""
-        return Usage(len(self.prompt_token_ids), len(self.output_token_ids),
-                     self.cached_hot_tokens, self.cached_cold_tokens,
-                     self.timings(now) if now is not None else None)
+        return Usage(
+            len(self.prompt_token_ids),
+            len(self.output_token_ids),
+            self.cached_hot_tokens,
+            self.cached_cold_tokens,
+            self.timings(now) if now is not None else None,
+        )
 
     def __repr__(self):
         return f"Request({self.request_id}, {self.status.value}, {self.num_tokens} tokens)"

@@ -1,4 +1,5 @@
 """Token selection for a batch in which every row has its own sampling parameters."""
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,14 @@ class Sampler:
     def __init__(self, vocab_size: int):
         self.vocab_size = vocab_size
 
-    def make_row(self, params: SamplingParams, seed: int, prompt: Sequence[int], output: Sequence[int],
-                 matcher: Optional[GrammarMatcher] = None) -> RowState:
+    def make_row(
+        self,
+        params: SamplingParams,
+        seed: int,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        matcher: Optional[GrammarMatcher] = None,
+    ) -> RowState:
         row = RowState(params, seed, step=len(output), matcher=matcher)
         if params.presence_penalty or params.frequency_penalty:
             row.counts = self._histogram(output)
@@ -65,8 +72,9 @@ class Sampler:
             counts = counts.at[mx.array(tokens)].add(1.0)
         return counts
 
-    def sample(self, logits: mx.array, rows: List[RowState],
-               masks: Optional[np.ndarray] = None) -> Tuple[mx.array, List[Optional[tuple]]]:
+    def sample(
+        self, logits: mx.array, rows: List[RowState], masks: Optional[np.ndarray] = None
+    ) -> Tuple[mx.array, List[Optional[tuple]]]:
         """logits: [B, V] for the rows in order. Returns lazy tokens [B] (uint32) and, per row,
         None or lazy (chosen logprob, top ids, top logprobs) when the row asked for logprobs.
 
@@ -107,8 +115,11 @@ class Sampler:
         index = [i for i, r in enumerate(rows) if r.matcher is not None]
         if not index:
             return {}
-        masked = mx.where(unpack_mask(mx.array(masks), logits.shape[-1]),
-                          logits[mx.array(index)] if len(index) < len(rows) else logits, _MASK)
+        masked = mx.where(
+            unpack_mask(mx.array(masks), logits.shape[-1]),
+            logits[mx.array(index)] if len(index) < len(rows) else logits,
+            _MASK,
+        )
         best = mx.argmax(masked, axis=-1)
         return {i: (masked[g : g + 1], best[g : g + 1]) for g, i in enumerate(index)}
 

@@ -1,4 +1,5 @@
 """Per-request sampling parameters, validated once when the request is made."""
+
 from __future__ import annotations
 
 import math
@@ -57,11 +58,7 @@ class SamplingParams:
 
     @property
     def uses_penalties(self) -> bool:
-        return (
-            self.repetition_penalty != 1.0
-            or self.presence_penalty != 0.0
-            or self.frequency_penalty != 0.0
-        )
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     def _check(self):
         def bad(name, why):

@@ -1,5 +1,6 @@
 """Decides, step by step, which requests run: continuous batching under a token budget and a
 KV capacity."""
+
 from __future__ import annotations
 
 import time
@@ -85,8 +86,13 @@ class Scheduler:
 
     PRIORITY_AGING_STEPS = 64
 
-    def __init__(self, config: EngineConfig, kv_capacity: int, prefix_cache: PrefixCache,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: EngineConfig,
+        kv_capacity: int,
+        prefix_cache: PrefixCache,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.config = config
         self.kv_capacity = kv_capacity
         self.prefix_cache = prefix_cache
@@ -223,8 +229,14 @@ class Scheduler:
             if not self.fits_alone(r):
                 self.waiting.pop(i)
                 r.status = RequestStatus.FINISHED
-                out.rejected.append((r, "error", f"the request needs {r.num_tokens + 1} KV token "
-                                     f"slots, more than the KV cache holds ({self.kv_capacity})"))
+                out.rejected.append(
+                    (
+                        r,
+                        "error",
+                        f"the request needs {r.num_tokens + 1} KV token "
+                        f"slots, more than the KV cache holds ({self.kv_capacity})",
+                    )
+                )
                 continue
             if self.waits_for_shared_prefill(r):
                 i += 1

@@ -5,6 +5,7 @@ GET /v1/cache/status and the console read instead of the engine's scheduler, run
 Read from any thread without stopping the engine: each figure is read once, as those readers
 always did, so the figures of one ``EngineStats`` may be a step apart (a hint, not a count).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

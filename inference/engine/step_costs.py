@@ -9,6 +9,7 @@ they follow the batch size, the prompt lengths and the machine's load. The decod
 pipelined (a step returns the previous step's tokens), so a single step's split between the two
 is blurred; over several steps the averages are what the time bound needs.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -42,8 +43,9 @@ class StepCosts:
     def _mix(self, old: Optional[float], new: float) -> float:
         return new if old is None else (1 - self.ALPHA) * old + self.ALPHA * new
 
-    def observe(self, decode_rows: int, prefill_tokens: int, seconds: float,
-                passes: int = 0, computed: int = 0) -> None:
+    def observe(
+        self, decode_rows: int, prefill_tokens: int, seconds: float, passes: int = 0, computed: int = 0
+    ) -> None:
         """One engine step: the rows it decoded, the prompt tokens it computed, its wall time;
         with the forward passes its prefill ran and the tokens they computed (padding included)."""
         if seconds <= 0:
@@ -92,6 +94,10 @@ class StepCosts:
         return max(1, round(self.pass_seconds / self.token_seconds))
 
     def snapshot(self) -> dict:
-        return {"decode_step_seconds": self.decode_seconds, "decode_rows": self.decode_rows,
-                "prefill_tokens_per_second": self.prefill_rate, "pass_seconds": self.pass_seconds,
-                "token_seconds": self.token_seconds}
+        return {
+            "decode_step_seconds": self.decode_seconds,
+            "decode_rows": self.decode_rows,
+            "prefill_tokens_per_second": self.prefill_rate,
+            "pass_seconds": self.pass_seconds,
+            "token_seconds": self.token_seconds,
+        }

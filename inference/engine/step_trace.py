@@ -7,6 +7,7 @@ whether the engine, once a step is done, turns them into a ``StepRecord`` and ke
 (``StepTrace``, a ring of the last N). So a trace does not change what it measures, and when it is
 off a step costs one test more than without it (the benchmark row: bench_engine.py --step-trace).
 """
+
 from __future__ import annotations
 
 import threading
@@ -77,8 +78,16 @@ class StepRecord:
     def host_seconds(self) -> float:
         """The step's wall time the clocks leave: Python building graphs and keeping books
         (scheduling not included: ``schedule_seconds``)."""
-        return max(0.0, self.seconds - self.restore_seconds - self.merge_seconds - self.store_seconds
-                   - self.sampling_seconds - self.launch_seconds - self.device_wait_seconds)
+        return max(
+            0.0,
+            self.seconds
+            - self.restore_seconds
+            - self.merge_seconds
+            - self.store_seconds
+            - self.sampling_seconds
+            - self.launch_seconds
+            - self.device_wait_seconds,
+        )
 
     def as_dict(self) -> dict:
         return dict(asdict(self), host_seconds=self.host_seconds)
@@ -106,4 +115,4 @@ class StepTrace:
         """The records kept, oldest first; with ``last``, only that many of the newest."""
         with self._lock:
             records = list(self._records)
-        return records if last is None else records[len(records) - min(last, len(records)):]
+        return records if last is None else records[len(records) - min(last, len(records)) :]

@@ -1,4 +1,5 @@
 """Incremental detokenization with stop strings."""
+
 from __future__ import annotations
 
 from typing import Sequence, Tuple

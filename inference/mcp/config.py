@@ -15,6 +15,7 @@ Names become the prefix of tool names (``name__tool``, ``inference.mcp.tools``),
 letters, digits, ``-`` and single ``_``. Every problem is a ValueError that names the place
 (``mcpServers.web.url: ...``): the setting's check shows it when omlx starts.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,10 @@ def parse(data) -> List[ServerSpec]:
     for name, entry in servers.items():
         where = f"{key}.{name}"
         if not NAME.match(name):
-            raise ValueError(f"{where}: a server name is letters, digits, '-' and single '_' (it prefixes "
-                             "its tools' names as NAME__TOOL)")
+            raise ValueError(
+                f"{where}: a server name is letters, digits, '-' and single '_' (it prefixes "
+                "its tools' names as NAME__TOOL)"
+            )
         if not isinstance(entry, dict):
             raise ValueError(f"{where}: must be an object")
         if entry.get("disabled") is True:
@@ -85,8 +88,10 @@ def parse(data) -> List[ServerSpec]:
 def _server(name: str, entry: dict, where: str) -> ServerSpec:
     kind = entry.get("type", entry.get("transport"))
     if kind == "sse":
-        raise ValueError(f"{where}.type: the SSE transport is not supported (MCP replaced it with "
-                         "streamable HTTP); give the server's streamable-HTTP url")
+        raise ValueError(
+            f"{where}.type: the SSE transport is not supported (MCP replaced it with "
+            "streamable HTTP); give the server's streamable-HTTP url"
+        )
     if kind is not None and kind != "stdio" and kind not in HTTP_TYPES:
         raise ValueError(f"{where}.type: {kind!r} is not 'stdio' or 'http'")
     if kind == "stdio" or (kind is None and "command" in entry):
@@ -96,8 +101,14 @@ def _server(name: str, entry: dict, where: str) -> ServerSpec:
         cwd = entry.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise ValueError(f"{where}.cwd: must be a string")
-        return ServerSpec(name, "stdio", command=command, args=_strings(entry.get("args", []), f"{where}.args"),
-                          env=_mapping(entry.get("env", {}), f"{where}.env"), cwd=cwd)
+        return ServerSpec(
+            name,
+            "stdio",
+            command=command,
+            args=_strings(entry.get("args", []), f"{where}.args"),
+            env=_mapping(entry.get("env", {}), f"{where}.env"),
+            cwd=cwd,
+        )
     url = entry.get("url")
     if url is None:
         raise ValueError(f"{where}: needs 'command' (a stdio server) or 'url' (a streamable-HTTP server)")

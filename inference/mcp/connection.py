@@ -15,6 +15,7 @@ start once a connection has stayed up for ``STABLE_SECONDS``).
 Everything here runs on the manager's event loop (``inference.mcp.manager``); the SDK's
 ``Client`` is entered and left by the one task that runs ``run()``, as anyio requires.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,8 +51,13 @@ class ToolCallFailed(RuntimeError):
 
 
 class ServerConnection:
-    def __init__(self, spec: ServerSpec, connect_timeout: float = 30.0, probe_seconds: float = 10.0,
-                 log_dir: Optional[Path] = None):
+    def __init__(
+        self,
+        spec: ServerSpec,
+        connect_timeout: float = 30.0,
+        probe_seconds: float = 10.0,
+        log_dir: Optional[Path] = None,
+    ):
         self.spec = spec
         self.connect_timeout = connect_timeout
         self.probe_seconds = probe_seconds
@@ -67,9 +73,15 @@ class ServerConnection:
         self._wake = asyncio.Event()  # the stream ended, a call failed, or stop(): look now
 
     def snapshot(self) -> dict:
-        return {"name": self.spec.name, "transport": self.spec.transport, "state": self.state,
-                "tools": len(self.tools) if self.state == "running" else 0, "last_error": self.last_error,
-                "restarts": self.restarts, "since": round(self.since, 3)}
+        return {
+            "name": self.spec.name,
+            "transport": self.spec.transport,
+            "state": self.state,
+            "tools": len(self.tools) if self.state == "running" else 0,
+            "last_error": self.last_error,
+            "restarts": self.restarts,
+            "since": round(self.since, 3),
+        }
 
     def stop(self) -> None:
         self._stopping = True
@@ -100,8 +112,13 @@ class ServerConnection:
             self.last_error = self._with_stderr(reason or "the connection closed")
             self._set("crashed")
             self.restarts += 1
-            logger.warning("MCP server %s: %s; restarting in %.1f s", self.spec.name, self.last_error, delay,
-                           extra={"event": "mcp_crash"})
+            logger.warning(
+                "MCP server %s: %s; restarting in %.1f s",
+                self.spec.name,
+                self.last_error,
+                delay,
+                extra={"event": "mcp_crash"},
+            )
             if loop.time() - began > STABLE_SECONDS:
                 delay = BACKOFF_START
             self._wake.clear()
@@ -121,8 +138,10 @@ class ServerConnection:
         from mcp.types import Implementation
 
         ended = asyncio.Event()
-        client = Client(_watched(self._transport(), ended, self._wake),
-                        client_info=Implementation(name="omlx", version=_version()))
+        client = Client(
+            _watched(self._transport(), ended, self._wake),
+            client_info=Implementation(name="omlx", version=_version()),
+        )
         # One cancel scope around the whole session: its deadline bounds the start only.
         with anyio.fail_after(self.connect_timeout) as scope:
             async with client:
@@ -130,8 +149,12 @@ class ServerConnection:
                 scope.deadline = math.inf
                 self.tools, self._client = tools, client
                 self._set("running")
-                logger.info("MCP server %s running: %d tools", self.spec.name, len(tools),
-                            extra={"event": "mcp_start"})
+                logger.info(
+                    "MCP server %s running: %d tools",
+                    self.spec.name,
+                    len(tools),
+                    extra={"event": "mcp_start"},
+                )
                 await self._watch(client, ended)
 
     async def _watch(self, client, ended: asyncio.Event) -> None:
@@ -147,8 +170,11 @@ class ServerConnection:
             if self._stopping:
                 return
             if ended.is_set():
-                raise ConnectionError("the server closed the connection (its process exited)"
-                                      if self.spec.transport == "stdio" else "the server closed the connection")
+                raise ConnectionError(
+                    "the server closed the connection (its process exited)"
+                    if self.spec.transport == "stdio"
+                    else "the server closed the connection"
+                )
             try:
                 with anyio.fail_after(PROBE_TIMEOUT):
                     self.tools = await _list_tools(client, self.spec.name)
@@ -160,7 +186,9 @@ class ServerConnection:
         if spec.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd)
+            params = StdioServerParameters(
+                command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd
+            )
             return _stdio(stdio_client, params, self.log_path)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -175,24 +203,32 @@ class ServerConnection:
 
         client = self._client
         if client is None or self.state != "running":
-            raise NotRunning(f"the MCP server '{self.spec.name}' is {self.state}"
-                             + (f" ({self.last_error})" if self.last_error else ""))
+            raise NotRunning(
+                f"the MCP server '{self.spec.name}' is {self.state}"
+                + (f" ({self.last_error})" if self.last_error else "")
+            )
         try:
             with anyio.fail_after(timeout):
                 result = await client.call_tool(tool, arguments)
         except TimeoutError:
             self._wake.set()  # a server that stopped answering is probed at once
-            raise ToolTimeout(f"the tool '{tool}' of '{self.spec.name}' did not answer within {timeout:g} s") from None
+            raise ToolTimeout(
+                f"the tool '{tool}' of '{self.spec.name}' did not answer within {timeout:g} s"
+            ) from None
         except MCPError as exc:
             self._wake.set()
             if exc.code == CONNECTION_CLOSED:  # the server went away under the call
-                raise NotRunning(f"the connection to the MCP server '{self.spec.name}' closed during the "
-                                 "call; it is being reconnected") from None
+                raise NotRunning(
+                    f"the connection to the MCP server '{self.spec.name}' closed during the "
+                    "call; it is being reconnected"
+                ) from None
             raise ToolCallFailed(f"the MCP server '{self.spec.name}' answered with an error: {exc}") from None
         except Exception as exc:
             self._wake.set()
             raise ToolCallFailed(f"the call to '{self.spec.name}' failed: {describe(exc)}") from None
-        content = [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content]
+        content = [
+            block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in result.content
+        ]
         return ToolResult(content, result.structured_content, bool(result.is_error))
 
     def _with_stderr(self, reason: str) -> str:
@@ -212,7 +248,9 @@ async def _list_tools(client, server: str) -> List[ToolInfo]:
     tools, cursor = [], None
     for _ in range(100):  # a server that pages forever cannot hang the start
         page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        tools += [ToolInfo(server, t.name, t.description or "", dict(t.input_schema or {})) for t in page.tools]
+        tools += [
+            ToolInfo(server, t.name, t.description or "", dict(t.input_schema or {})) for t in page.tools
+        ]
         cursor = page.next_cursor
         if not cursor:
             break

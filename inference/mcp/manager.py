@@ -7,6 +7,7 @@ routes and the console's chat ask it from their own event loops or threads: ``ex
 (crash, hang, garbage) reaches omlx but as a state and an error message
 (``inference.mcp.connection``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,11 +35,21 @@ class BadArguments(ValueError):
 
 
 class MCPManager:
-    def __init__(self, specs: List[ServerSpec], tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
-                 log_dir: Optional[Path] = None, connect_timeout: float = 30.0, probe_seconds: float = 10.0):
+    def __init__(
+        self,
+        specs: List[ServerSpec],
+        tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+        log_dir: Optional[Path] = None,
+        connect_timeout: float = 30.0,
+        probe_seconds: float = 10.0,
+    ):
         self.tool_timeout = tool_timeout
         self._specs = specs
-        self._options = {"log_dir": log_dir, "connect_timeout": connect_timeout, "probe_seconds": probe_seconds}
+        self._options = {
+            "log_dir": log_dir,
+            "connect_timeout": connect_timeout,
+            "probe_seconds": probe_seconds,
+        }
         self.connections: Dict[str, ServerConnection] = {}
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
@@ -84,7 +95,9 @@ class MCPManager:
         async def close():
             for connection in self.connections.values():
                 connection.stop()
-            done, pending = await asyncio.wait(self._tasks, timeout=timeout) if self._tasks else (set(), set())
+            done, pending = (
+                await asyncio.wait(self._tasks, timeout=timeout) if self._tasks else (set(), set())
+            )
             for task in pending:
                 task.cancel()
             if pending:
@@ -115,8 +128,10 @@ class MCPManager:
             raise UnknownTool(str(exc)) from None
         connection = self.connections.get(server)
         if connection is None:
-            raise UnknownTool(f"there is no MCP server named '{server}' (configured: "
-                              f"{', '.join(self.connections) or 'none'})")
+            raise UnknownTool(
+                f"there is no MCP server named '{server}' (configured: "
+                f"{', '.join(self.connections) or 'none'})"
+            )
         for info in connection.tools:
             if info.name == tool:
                 return connection, info
@@ -132,14 +147,16 @@ class MCPManager:
         connection, info = self.find(name)
         check_arguments(info, arguments)
         future = asyncio.run_coroutine_threadsafe(
-            connection.call(info.name, arguments, timeout or self.tool_timeout), self.loop)
+            connection.call(info.name, arguments, timeout or self.tool_timeout), self.loop
+        )
         return await asyncio.wrap_future(future)
 
     def execute_sync(self, name: str, arguments: dict, timeout: Optional[float] = None) -> ToolResult:
         connection, info = self.find(name)
         check_arguments(info, arguments)
         future = asyncio.run_coroutine_threadsafe(
-            connection.call(info.name, arguments, timeout or self.tool_timeout), self.loop)
+            connection.call(info.name, arguments, timeout or self.tool_timeout), self.loop
+        )
         return future.result()
 
 
@@ -159,8 +176,10 @@ def check_arguments(info: ToolInfo, arguments) -> None:
         return
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path)
-        raise BadArguments(f"the arguments of '{info.full_name}' do not fit its input schema"
-                           f"{' at ' + where if where else ''}: {error.message}")
+        raise BadArguments(
+            f"the arguments of '{info.full_name}' do not fit its input schema"
+            f"{' at ' + where if where else ''}: {error.message}"
+        )
 
 
 _manager: Optional[MCPManager] = None

@@ -4,6 +4,7 @@ Only this module decides whether it is there; everything that needs it calls ``r
 gets ``MCPUnavailable`` with one clear message (what to install, how to run without MCP) instead
 of an ImportError from deep inside.
 """
+
 from __future__ import annotations
 
 INSTALL_HINT = "pip install 'omlx[mcp]'"
@@ -14,8 +15,10 @@ class MCPUnavailable(RuntimeError):
 
 
 def message(reason: str) -> str:
-    return (f"MCP servers (--mcp-config) need the MCP SDK, which is not installed ({reason}). "
-            f"Install it with: {INSTALL_HINT}   (or start without MCP: --mcp-config '')")
+    return (
+        f"MCP servers (--mcp-config) need the MCP SDK, which is not installed ({reason}). "
+        f"Install it with: {INSTALL_HINT}   (or start without MCP: --mcp-config '')"
+    )
 
 
 def require():

@@ -5,6 +5,7 @@ oMLX's convention); server names never hold one (``inference.mcp.config``), so t
 splits a name back. Tools are offered to models in OpenAI's form (``openai_tool``) and their
 results go back to the model as the text of a ``tool`` message (``ToolResult.text``).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,10 +42,15 @@ class ToolInfo:
 
     def openai_tool(self) -> dict:
         """OpenAI's function-tool form, as /v1/chat/completions takes it in ``tools``."""
-        schema = self.input_schema if isinstance(self.input_schema, dict) and self.input_schema else {
-            "type": "object", "properties": {}}
-        return {"type": "function",
-                "function": {"name": self.full_name, "description": self.description, "parameters": schema}}
+        schema = (
+            self.input_schema
+            if isinstance(self.input_schema, dict) and self.input_schema
+            else {"type": "object", "properties": {}}
+        )
+        return {
+            "type": "function",
+            "function": {"name": self.full_name, "description": self.description, "parameters": schema},
+        }
 
 
 @dataclass
@@ -65,7 +71,9 @@ class ToolResult:
             kind = block.get("type")
             if kind == "text":
                 parts.append(block.get("text", ""))
-            elif kind == "resource" and isinstance(block.get("resource"), dict) and "text" in block["resource"]:
+            elif (
+                kind == "resource" and isinstance(block.get("resource"), dict) and "text" in block["resource"]
+            ):
                 parts.append(block["resource"]["text"])
             else:
                 parts.append(f"[{kind} content: {block.get('mimeType') or block.get('uri') or 'binary'}]")
@@ -74,8 +82,12 @@ class ToolResult:
         return "\n".join(parts)
 
     def as_dict(self) -> dict:
-        return {"content": self.content, "structured_content": self.structured, "is_error": self.is_error,
-                "text": self.text()}
+        return {
+            "content": self.content,
+            "structured_content": self.structured,
+            "is_error": self.is_error,
+            "text": self.text(),
+        }
 
 
 def parse_arguments(arguments: Optional[str]) -> dict:

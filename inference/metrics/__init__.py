@@ -13,11 +13,36 @@ Two kinds of series, in one registry of omlx's own (``definitions``):
 Nothing here imports the pool, the API or the memory guard: they publish into metrics, and what
 the collector reads of them is handed to it at start (``connect``).
 """
-from .collector import (EngineCollector, Sources, Totals, connect, encoder_batch, model_load_failed,
-                        model_loaded, model_unloaded, totals)
+
+from .collector import (
+    EngineCollector,
+    Sources,
+    Totals,
+    connect,
+    encoder_batch,
+    model_load_failed,
+    model_loaded,
+    model_unloaded,
+    totals,
+)
 from .definitions import CONTENT_TYPE, HTTP_REQUESTS, REGISTRY, UNLOAD_REASONS, render
 from .observer import GenerationObserver, recent_ttfts
 
-__all__ = ["CONTENT_TYPE", "EngineCollector", "GenerationObserver", "HTTP_REQUESTS", "REGISTRY", "Sources",
-           "Totals", "UNLOAD_REASONS", "connect", "encoder_batch", "model_load_failed", "model_loaded",
-           "model_unloaded", "recent_ttfts", "render", "totals"]
+__all__ = [
+    "CONTENT_TYPE",
+    "EngineCollector",
+    "GenerationObserver",
+    "HTTP_REQUESTS",
+    "REGISTRY",
+    "Sources",
+    "Totals",
+    "UNLOAD_REASONS",
+    "connect",
+    "encoder_batch",
+    "model_load_failed",
+    "model_loaded",
+    "model_unloaded",
+    "recent_ttfts",
+    "render",
+    "totals",
+]

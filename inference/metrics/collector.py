@@ -10,6 +10,7 @@ The direction of the imports: the pool and the engines publish into this module
 process (the pool, the API's admission counts, the memory guard) is handed to it once at start
 (``connect``, from inference/apps.py). It imports none of them.
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,9 +20,19 @@ from typing import Callable, Dict, Iterable, Optional, Tuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .definitions import (ENCODER_BATCHES, ENCODER_SEQUENCES, GENERATION_TOKENS, GENERATIONS, HTTP_REQUESTS,
-                          MODEL_LOAD_FAILURES, MODEL_LOAD_SECONDS, MODEL_LOADS, MODEL_UNLOADS, PROMPT_TOKENS,
-                          REGISTRY)
+from .definitions import (
+    ENCODER_BATCHES,
+    ENCODER_SEQUENCES,
+    GENERATION_TOKENS,
+    GENERATIONS,
+    HTTP_REQUESTS,
+    MODEL_LOAD_FAILURES,
+    MODEL_LOAD_SECONDS,
+    MODEL_LOADS,
+    MODEL_UNLOADS,
+    PROMPT_TOKENS,
+    REGISTRY,
+)
 
 
 @dataclass
@@ -135,10 +146,16 @@ def _sum(counter, name: str = "_total") -> float:
 
 def totals(pool=None) -> Totals:
     """The figures of this process now (``pool`` defaults to the process's pool)."""
-    out = Totals(at=time.time(), http_requests=int(_sum(HTTP_REQUESTS)), generations=int(_sum(GENERATIONS)),
-                 generated_tokens=int(_sum(GENERATION_TOKENS)), prompt_tokens=int(_sum(PROMPT_TOKENS)),
-                 api_in_flight=sum(_sources.in_flight().values()), serves_models=_sources.serves_models(),
-                 process_memory=_sources.process_rss())
+    out = Totals(
+        at=time.time(),
+        http_requests=int(_sum(HTTP_REQUESTS)),
+        generations=int(_sum(GENERATIONS)),
+        generated_tokens=int(_sum(GENERATION_TOKENS)),
+        prompt_tokens=int(_sum(PROMPT_TOKENS)),
+        api_in_flight=sum(_sources.in_flight().values()),
+        serves_models=_sources.serves_models(),
+        process_memory=_sources.process_rss(),
+    )
     cache = _cache_totals()
     out.lookup_tokens = cache.get("lookup_tokens", 0)
     out.hot_hit_tokens = cache.get("hot_hit_tokens", 0)
@@ -151,8 +168,12 @@ def totals(pool=None) -> Totals:
             running, waiting = stats.running, stats.waiting
             out.running += running
             out.waiting += waiting
-            out.models[model_id] = {"memory_bytes": info["memory_bytes"], "running": running,
-                                    "waiting": waiting, "loaded_at": info["loaded_at"]}
+            out.models[model_id] = {
+                "memory_bytes": info["memory_bytes"],
+                "running": running,
+                "waiting": waiting,
+                "loaded_at": info["loaded_at"],
+            }
         out.model_memory_used = pool.used_bytes()
         out.model_memory_limit = pool.max_model_memory
         out.process_memory_limit = pool.max_process_memory
@@ -191,9 +212,12 @@ class EngineCollector:
         with _lock:
             _seen_models.update(in_flight)
             seen = sorted(_seen_models)
-        jobs = GaugeMetricFamily("omlx_api_requests_in_flight", "Choices of API requests this server "
-                                 "admitted and has not finished (running or queued, any worker)",
-                                 labels=["model"])
+        jobs = GaugeMetricFamily(
+            "omlx_api_requests_in_flight",
+            "Choices of API requests this server "
+            "admitted and has not finished (running or queued, any worker)",
+            labels=["model"],
+        )
         for model_id in seen:
             jobs.add_metric([model_id], in_flight.get(model_id, 0))
         yield jobs
@@ -206,13 +230,17 @@ class EngineCollector:
         pool = _sources.pool()
         loaded = pool.loaded_models()
         yield GaugeMetricFamily("omlx_models_loaded", "Models loaded in this process", value=len(loaded))
-        memory = GaugeMetricFamily("omlx_model_memory_bytes", "Memory counted for a loaded model "
-                                   "(weights, KV cache, hot tier), against --max-model-memory",
-                                   labels=["model"])
-        running = GaugeMetricFamily("omlx_requests_running", "Requests prefilling or decoding in "
-                                    "a model's engine", labels=["model"])
-        waiting = GaugeMetricFamily("omlx_requests_waiting", "Requests queued in a model's engine, "
-                                    "not running yet", labels=["model"])
+        memory = GaugeMetricFamily(
+            "omlx_model_memory_bytes",
+            "Memory counted for a loaded model (weights, KV cache, hot tier), against --max-model-memory",
+            labels=["model"],
+        )
+        running = GaugeMetricFamily(
+            "omlx_requests_running", "Requests prefilling or decoding in a model's engine", labels=["model"]
+        )
+        waiting = GaugeMetricFamily(
+            "omlx_requests_waiting", "Requests queued in a model's engine, not running yet", labels=["model"]
+        )
         for model_id, info in sorted(loaded.items()):
             memory.add_metric([model_id], info["memory_bytes"])
             stats = info["engine"].stats()
@@ -220,48 +248,77 @@ class EngineCollector:
             running.add_metric([model_id], r)
             waiting.add_metric([model_id], w)
         yield from (memory, running, waiting)
-        yield GaugeMetricFamily("omlx_model_memory_used_bytes", "Memory counted for loaded models "
-                                "and loads in progress", value=pool.used_bytes())
+        yield GaugeMetricFamily(
+            "omlx_model_memory_used_bytes",
+            "Memory counted for loaded models and loads in progress",
+            value=pool.used_bytes(),
+        )
         if pool.max_model_memory is not None:
-            yield GaugeMetricFamily("omlx_model_memory_limit_bytes", "--max-model-memory",
-                                    value=pool.max_model_memory)
+            yield GaugeMetricFamily(
+                "omlx_model_memory_limit_bytes", "--max-model-memory", value=pool.max_model_memory
+            )
         rss = _sources.process_rss()
         if rss is not None:
             yield GaugeMetricFamily("omlx_process_memory_bytes", "Resident memory of this process", value=rss)
         import mlx.core as mx  # the server process has it loaded already (it serves models)
 
-        yield GaugeMetricFamily("omlx_mlx_active_memory_bytes", "Memory of MLX arrays alive in this process",
-                                value=mx.get_active_memory())
-        yield GaugeMetricFamily("omlx_mlx_cache_memory_bytes", "Memory MLX keeps from freed arrays "
-                                "for reuse", value=mx.get_cache_memory())
+        yield GaugeMetricFamily(
+            "omlx_mlx_active_memory_bytes",
+            "Memory of MLX arrays alive in this process",
+            value=mx.get_active_memory(),
+        )
+        yield GaugeMetricFamily(
+            "omlx_mlx_cache_memory_bytes",
+            "Memory MLX keeps from freed arrays for reuse",
+            value=mx.get_cache_memory(),
+        )
         if pool.max_process_memory is not None:
-            yield GaugeMetricFamily("omlx_process_memory_limit_bytes", "--max-process-memory",
-                                    value=pool.max_process_memory)
+            yield GaugeMetricFamily(
+                "omlx_process_memory_limit_bytes", "--max-process-memory", value=pool.max_process_memory
+            )
         yield from _guard_series()
 
     def _cache_series(self) -> Iterable:
         counts = _cache_counts_by_model()
         with _lock:
             live = list(_live.values())
-        hits = CounterMetricFamily("omlx_cache_hit_tokens", "Prompt tokens served from the KV block "
-                                   "cache, by tier", labels=["model", "tier"])
-        misses = CounterMetricFamily("omlx_cache_miss_tokens", "Prompt tokens looked up that a tier "
-                                     "did not serve: hot, tokens not in RAM; cold, tokens computed "
-                                     "(in neither tier)", labels=["model", "tier"])
-        evictions = CounterMetricFamily("omlx_cache_evictions", "Blocks evicted: hot, from RAM (to "
-                                        "the cold tier when there is one); cold, files removed by "
-                                        "GC (size cap, TTL)", labels=["model", "tier"])
+        hits = CounterMetricFamily(
+            "omlx_cache_hit_tokens",
+            "Prompt tokens served from the KV block cache, by tier",
+            labels=["model", "tier"],
+        )
+        misses = CounterMetricFamily(
+            "omlx_cache_miss_tokens",
+            "Prompt tokens looked up that a tier "
+            "did not serve: hot, tokens not in RAM; cold, tokens computed "
+            "(in neither tier)",
+            labels=["model", "tier"],
+        )
+        evictions = CounterMetricFamily(
+            "omlx_cache_evictions",
+            "Blocks evicted: hot, from RAM (to "
+            "the cold tier when there is one); cold, files removed by "
+            "GC (size cap, TTL)",
+            labels=["model", "tier"],
+        )
         lookups = CounterMetricFamily("omlx_cache_lookups", "Prefix lookups", labels=["model"])
-        lookup_tokens = CounterMetricFamily("omlx_cache_lookup_tokens", "Prompt tokens looked up "
-                                            "(all but the last of each prompt)", labels=["model"])
-        evicted_bytes = CounterMetricFamily("omlx_cache_hot_evicted_bytes", "Bytes of blocks evicted "
-                                            "from the hot tier", labels=["model"])
-        writes = CounterMetricFamily("omlx_cache_cold_writes", "Block files written to the cold tier",
-                                     labels=["model"])
-        reads = CounterMetricFamily("omlx_cache_cold_reads", "Block files read back from the cold tier",
-                                    labels=["model"])
-        write_errors = CounterMetricFamily("omlx_cache_cold_write_errors", "Blocks the cold tier "
-                                           "failed to write", labels=["model"])
+        lookup_tokens = CounterMetricFamily(
+            "omlx_cache_lookup_tokens",
+            "Prompt tokens looked up (all but the last of each prompt)",
+            labels=["model"],
+        )
+        evicted_bytes = CounterMetricFamily(
+            "omlx_cache_hot_evicted_bytes", "Bytes of blocks evicted from the hot tier", labels=["model"]
+        )
+        writes = CounterMetricFamily(
+            "omlx_cache_cold_writes", "Block files written to the cold tier", labels=["model"]
+        )
+        reads = CounterMetricFamily(
+            "omlx_cache_cold_reads", "Block files read back from the cold tier", labels=["model"]
+        )
+        write_errors = CounterMetricFamily(
+            "omlx_cache_cold_write_errors", "Blocks the cold tier failed to write", labels=["model"]
+        )
         for model_id, c in sorted(counts.items()):
             if "lookups" not in c:
                 continue  # caching off for this model
@@ -280,15 +337,31 @@ class EngineCollector:
                 writes.add_metric([model_id], c["cold_writes"])
                 reads.add_metric([model_id], c.get("cold_reads", 0))
                 write_errors.add_metric([model_id], c.get("cold_write_errors", 0))
-        yield from (lookups, lookup_tokens, hits, misses, evictions, evicted_bytes, writes, reads,
-                    write_errors)
+        yield from (
+            lookups,
+            lookup_tokens,
+            hits,
+            misses,
+            evictions,
+            evicted_bytes,
+            writes,
+            reads,
+            write_errors,
+        )
 
-        stored = GaugeMetricFamily("omlx_cache_bytes", "Bytes of KV blocks held now: hot, in RAM; "
-                                   "cold, block files on disk", labels=["model", "tier"])
-        blocks = GaugeMetricFamily("omlx_cache_blocks", "KV blocks held now, by tier",
-                                   labels=["model", "tier"])
-        capacity = GaugeMetricFamily("omlx_cache_capacity_bytes", "The hot tier's budget "
-                                     "(--hot-cache-max-size)", labels=["model", "tier"])
+        stored = GaugeMetricFamily(
+            "omlx_cache_bytes",
+            "Bytes of KV blocks held now: hot, in RAM; cold, block files on disk",
+            labels=["model", "tier"],
+        )
+        blocks = GaugeMetricFamily(
+            "omlx_cache_blocks", "KV blocks held now, by tier", labels=["model", "tier"]
+        )
+        capacity = GaugeMetricFamily(
+            "omlx_cache_capacity_bytes",
+            "The hot tier's budget (--hot-cache-max-size)",
+            labels=["model", "tier"],
+        )
         for model_id, engine in sorted(live, key=lambda pair: pair[0]):
             stats = engine.stats()
             hot, cold = stats.cache.get("hot"), stats.cache.get("cold")
@@ -307,27 +380,42 @@ def _guard_series() -> Iterable:
     """The memory guard's figures (inference/pool/memory_guard.py); only the on/off gauge when
     it is off."""
     guard = _sources.guard()
-    yield GaugeMetricFamily("omlx_memory_guard_enabled", "Whether the memory guard runs",
-                            value=int(guard is not None))
+    yield GaugeMetricFamily(
+        "omlx_memory_guard_enabled", "Whether the memory guard runs", value=int(guard is not None)
+    )
     if guard is None:
         return
     state = guard.snapshot()
-    yield GaugeMetricFamily("omlx_memory_pressure_level", "Memory pressure: 0 normal, 1 high "
-                            "(new requests refused), 2 critical (relieving)", value=state["level"])
+    yield GaugeMetricFamily(
+        "omlx_memory_pressure_level",
+        "Memory pressure: 0 normal, 1 high (new requests refused), 2 critical (relieving)",
+        value=state["level"],
+    )
     if state["limit"] is not None:
-        ratio = GaugeMetricFamily("omlx_memory_pressure_ratio", "Used share of the tightest "
-                                  "memory limit, by the limit's source", labels=["source"])
+        ratio = GaugeMetricFamily(
+            "omlx_memory_pressure_ratio",
+            "Used share of the tightest memory limit, by the limit's source",
+            labels=["source"],
+        )
         ratio.add_metric([state["source"]], state["ratio"])
-        used = GaugeMetricFamily("omlx_memory_guard_used_bytes", "Bytes counted against the "
-                                 "tightest memory limit", labels=["source"])
+        used = GaugeMetricFamily(
+            "omlx_memory_guard_used_bytes",
+            "Bytes counted against the tightest memory limit",
+            labels=["source"],
+        )
         used.add_metric([state["source"]], state["used"])
-        limit = GaugeMetricFamily("omlx_memory_guard_limit_bytes", "The tightest memory limit",
-                                  labels=["source"])
+        limit = GaugeMetricFamily(
+            "omlx_memory_guard_limit_bytes", "The tightest memory limit", labels=["source"]
+        )
         limit.add_metric([state["source"]], state["limit"])
         yield from (ratio, used, limit)
-    actions = CounterMetricFamily("omlx_memory_guard_actions", "What the memory guard did: reject "
-                                  "(requests refused), preempt (requests preempted), shrink (hot "
-                                  "tiers halved), unload (models unloaded)", labels=["action"])
+    actions = CounterMetricFamily(
+        "omlx_memory_guard_actions",
+        "What the memory guard did: reject "
+        "(requests refused), preempt (requests preempted), shrink (hot "
+        "tiers halved), unload (models unloaded)",
+        labels=["action"],
+    )
     for action, count in state["counts"].items():
         actions.add_metric([action], count)
     yield actions

@@ -1,14 +1,22 @@
 """Generation figures observed in the server process on each API request's subscription (so
 they hold whichever process runs the model): time to first token, inter-token latency, tokens and
 finish reasons."""
+
 from __future__ import annotations
 
 import time
 from collections import deque
 from typing import Deque, Dict, List, Tuple
 
-from .definitions import (CACHED_PROMPT_TOKENS, GENERATION_TOKENS, GENERATIONS, ITL, PROMPT_TOKENS,
-                          REQUEST_PHASE, TTFT)
+from .definitions import (
+    CACHED_PROMPT_TOKENS,
+    GENERATION_TOKENS,
+    GENERATIONS,
+    ITL,
+    PROMPT_TOKENS,
+    REQUEST_PHASE,
+    TTFT,
+)
 
 # Recent first-token times for the Status page's percentiles (histogram buckets are too coarse).
 _recent_ttft: Deque[Tuple[float, float]] = deque(maxlen=20_000)  # (time.time(), seconds)

@@ -1,4 +1,5 @@
 """GET /metrics (omlx_site/urls.py)."""
+
 from __future__ import annotations
 
 from .definitions import CONTENT_TYPE, render

@@ -4,25 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='StoredResponse',
+            name="StoredResponse",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('created', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('model', models.CharField(max_length=255)),
-                ('previous_response_id', models.CharField(blank=True, max_length=64, null=True)),
-                ('input_items', models.JSONField()),
-                ('body', models.JSONField()),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("created", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("model", models.CharField(max_length=255)),
+                ("previous_response_id", models.CharField(blank=True, max_length=64, null=True)),
+                ("input_items", models.JSONField()),
+                ("body", models.JSONField()),
             ],
             options={
-                'ordering': ['created'],
+                "ordering": ["created"],
             },
         ),
     ]

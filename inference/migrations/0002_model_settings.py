@@ -4,31 +4,38 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inference', '0001_initial'),
+        ("inference", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ModelSettings',
+            name="ModelSettings",
             fields=[
-                ('model_id', models.CharField(max_length=255, primary_key=True, serialize=False)),
-                ('alias', models.CharField(blank=True, max_length=255, null=True, unique=True)),
-                ('pinned', models.BooleanField(default=False)),
-                ('ttl_seconds', models.FloatField(blank=True, null=True)),
-                ('context_length', models.PositiveIntegerField(blank=True, null=True)),
-                ('model_type', models.CharField(blank=True, choices=[('llm', 'llm'), ('embedding', 'embedding'), ('reranker', 'reranker')], max_length=16, null=True)),
-                ('temperature', models.FloatField(blank=True, null=True)),
-                ('top_p', models.FloatField(blank=True, null=True)),
-                ('top_k', models.IntegerField(blank=True, null=True)),
-                ('min_p', models.FloatField(blank=True, null=True)),
-                ('max_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('repetition_penalty', models.FloatField(blank=True, null=True)),
-                ('presence_penalty', models.FloatField(blank=True, null=True)),
-                ('frequency_penalty', models.FloatField(blank=True, null=True)),
-                ('chat_template_kwargs', models.JSONField(blank=True, default=dict)),
-                ('updated', models.DateTimeField(auto_now=True)),
+                ("model_id", models.CharField(max_length=255, primary_key=True, serialize=False)),
+                ("alias", models.CharField(blank=True, max_length=255, null=True, unique=True)),
+                ("pinned", models.BooleanField(default=False)),
+                ("ttl_seconds", models.FloatField(blank=True, null=True)),
+                ("context_length", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "model_type",
+                    models.CharField(
+                        blank=True,
+                        choices=[("llm", "llm"), ("embedding", "embedding"), ("reranker", "reranker")],
+                        max_length=16,
+                        null=True,
+                    ),
+                ),
+                ("temperature", models.FloatField(blank=True, null=True)),
+                ("top_p", models.FloatField(blank=True, null=True)),
+                ("top_k", models.IntegerField(blank=True, null=True)),
+                ("min_p", models.FloatField(blank=True, null=True)),
+                ("max_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("repetition_penalty", models.FloatField(blank=True, null=True)),
+                ("presence_penalty", models.FloatField(blank=True, null=True)),
+                ("frequency_penalty", models.FloatField(blank=True, null=True)),
+                ("chat_template_kwargs", models.JSONField(blank=True, default=dict)),
+                ("updated", models.DateTimeField(auto_now=True)),
             ],
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inference', '0002_model_settings'),
+        ("inference", "0002_model_settings"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelsettings',
-            name='tool_parser',
+            model_name="modelsettings",
+            name="tool_parser",
             field=models.CharField(blank=True, max_length=32, null=True),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('inference', '0003_model_settings_tool_parser'),
+        ("inference", "0003_model_settings_tool_parser"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelsettings',
-            name='priority',
+            model_name="modelsettings",
+            name="priority",
             field=models.IntegerField(blank=True, null=True),
         ),
     ]

@@ -2,6 +2,7 @@
 settings (``model_settings``), the pool of loaded engines (``pool``) and which engine a folder
 gets (``engines``: the text engine for LLMs, the batching encoder engine for embedding and
 reranker models). docs/models.md tells users how it behaves."""
+
 from __future__ import annotations
 
 import threading
@@ -10,8 +11,15 @@ from typing import Optional
 
 from .pool import InsufficientMemory, ModelBusy, ModelPool, ModelUnavailable
 
-__all__ = ["InsufficientMemory", "ModelBusy", "ModelPool", "ModelUnavailable", "close_pool", "current_pool",
-           "get_pool"]
+__all__ = [
+    "InsufficientMemory",
+    "ModelBusy",
+    "ModelPool",
+    "ModelUnavailable",
+    "close_pool",
+    "current_pool",
+    "get_pool",
+]
 
 _pool: Optional[ModelPool] = None
 _pool_lock = threading.Lock()
@@ -33,15 +41,18 @@ def get_pool() -> ModelPool:
                 dirs = [settings.OMLX_MODEL_DIR]
             _pool = ModelPool(
                 dirs,
-                {"max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS,
-                 "max_batch_wait_ms": settings.OMLX_MAX_BATCH_WAIT_MS,
-                 "max_step_ms": settings.OMLX_MAX_STEP_MS,
-                 "step_trace": settings.OMLX_STEP_TRACE,
-                 "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
-                 "paged_ssd_cache_dir": str(cold) if cold is not None else None},
+                {
+                    "max_concurrent_requests": settings.OMLX_MAX_CONCURRENT_REQUESTS,
+                    "max_batch_wait_ms": settings.OMLX_MAX_BATCH_WAIT_MS,
+                    "max_step_ms": settings.OMLX_MAX_STEP_MS,
+                    "step_trace": settings.OMLX_STEP_TRACE,
+                    "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
+                    "paged_ssd_cache_dir": str(cold) if cold is not None else None,
+                },
                 max_model_memory=parse_limit(settings.OMLX_MAX_MODEL_MEMORY, "max_model_memory"),
-                max_process_memory=parse_limit(settings.OMLX_MAX_PROCESS_MEMORY, "max_process_memory",
-                                               auto=auto_process_limit()),
+                max_process_memory=parse_limit(
+                    settings.OMLX_MAX_PROCESS_MEMORY, "max_process_memory", auto=auto_process_limit()
+                ),
                 hf_cache_dir=getattr(settings, "OMLX_HF_CACHE", None),
             )
         return _pool

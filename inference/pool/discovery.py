@@ -27,6 +27,7 @@ Rules (docs/models.md says the same for users):
   models are ``ORG/NAME`` at the snapshot of ``refs/main``; a model directory's folder of the same
   id shadows it.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,20 @@ from . import hf_cache
 logger = logging.getLogger("omlx.models")
 
 KINDS = ("llm", "embedding", "reranker")
-_ENCODER_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert", "electra", "mpnet", "deberta",
-                  "deberta-v2", "nomic_bert", "modernbert", "camembert", "e5"}
+_ENCODER_TYPES = {
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "electra",
+    "mpnet",
+    "deberta",
+    "deberta-v2",
+    "nomic_bert",
+    "modernbert",
+    "camembert",
+    "e5",
+}
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
 
@@ -72,8 +85,9 @@ class ModelFolder:
         return reads_images(self.config, self.path)
 
 
-def discover(dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None,
-             hf_cache_dir: Optional[Path] = None) -> Dict[str, ModelFolder]:
+def discover(
+    dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None, hf_cache_dir: Optional[Path] = None
+) -> Dict[str, ModelFolder]:
     """Every model folder in ``dirs`` and then the Hugging Face cache, servable or not, by id
     (sorted)."""
     kind_overrides = kind_overrides or {}
@@ -132,14 +146,16 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
             folder.reason = "no weights (*.safetensors) in the folder"
         return folder
     if not isinstance(config.get("model_type"), str):
-        folder.reason = "config.json has no \"model_type\""
+        folder.reason = 'config.json has no "model_type"'
         return folder
     if not any((path / name).exists() for name in _TOKENIZER_FILES + ("vocab.txt",)):
         folder.reason = "no tokenizer (tokenizer.json or tokenizer.model)"
         return folder
     from inference.vision.model import is_vision_config, unsupported_reason
 
-    if folder.kind == "llm" and (folder.vision or (not _mlx_lm_supports(config) and is_vision_config(config))):
+    if folder.kind == "llm" and (
+        folder.vision or (not _mlx_lm_supports(config) and is_vision_config(config))
+    ):
         folder.reason = unsupported_reason(config)
     else:
         folder.reason = _unsupported(folder.kind, config)
@@ -155,8 +171,10 @@ def _unsupported(kind: str, config: dict):
             return "a BERT-family reranker needs a ...ForSequenceClassification architecture"
         return None
     if kind != "llm" and model_type in _ENCODER_TYPES:
-        return (f"encoder model_type {model_type!r} is not supported for {kind} models "
-                f"(omlx runs {', '.join(BERT_MODEL_TYPES)} and LLM-based ones)")
+        return (
+            f"encoder model_type {model_type!r} is not supported for {kind} models "
+            f"(omlx runs {', '.join(BERT_MODEL_TYPES)} and LLM-based ones)"
+        )
     if not _mlx_lm_supports(config):
         return f"model_type {model_type!r} is not supported by the installed mlx-lm"
     return None

@@ -1,5 +1,6 @@
 """The engine the pool loads for a model folder, by its kind, what its weights weigh, and how
 the pool stops it."""
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,13 @@ def make_engine(folder: ModelFolder, engine_settings: dict):
         return Engine(folder.path, **engine_settings)
     from inference.embedding.engine import EncoderEngine
 
-    return EncoderEngine(folder.path, folder.kind, max_batch_wait_ms=engine_settings.get("max_batch_wait_ms", 0),
-                         dtype=engine_settings.get("dtype"), name=folder.id)
+    return EncoderEngine(
+        folder.path,
+        folder.kind,
+        max_batch_wait_ms=engine_settings.get("max_batch_wait_ms", 0),
+        dtype=engine_settings.get("dtype"),
+        name=folder.id,
+    )
 
 
 def weights_bytes(engine) -> int:

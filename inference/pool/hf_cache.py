@@ -13,6 +13,7 @@ points to. A snapshot that lacks a weights file its file list names (a
 download still running or interrupted) is listed with the reason and not served. Dataset and space
 repos (``datasets--``, ``spaces--``) are not models and are skipped.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ PREFIX = "models--"
 def snapshots(cache_dir: Optional[Path]) -> Iterator[Tuple[str, Path, Optional[str]]]:
     """(model id, folder of its main snapshot, why it must not be served or None), by id."""
     for repo in _repos(cache_dir):
-        model_id = repo.name[len(PREFIX):].replace("--", "/", 1)
+        model_id = repo.name[len(PREFIX) :].replace("--", "/", 1)
         try:
             commit = (repo / "refs" / "main").read_text().strip()
         except OSError:
@@ -36,8 +37,14 @@ def snapshots(cache_dir: Optional[Path]) -> Iterator[Tuple[str, Path, Optional[s
             yield model_id, folder, f"refs/main names {commit}, which has no snapshot folder"
             continue
         missing = _missing_weights(model_id, repo.parent, commit, folder)
-        reason = (f"incomplete download: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} "
-                  "missing (run the download again)") if missing else None
+        reason = (
+            (
+                f"incomplete download: {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} "
+                "missing (run the download again)"
+            )
+            if missing
+            else None
+        )
         yield model_id, folder, reason
 
 
@@ -55,8 +62,11 @@ def _repos(cache_dir: Optional[Path]) -> List[Path]:
     if cache_dir is None:
         return []
     try:
-        return sorted(p for p in Path(cache_dir).expanduser().iterdir()
-                      if p.is_dir() and p.name.startswith(PREFIX) and len(p.name) > len(PREFIX))
+        return sorted(
+            p
+            for p in Path(cache_dir).expanduser().iterdir()
+            if p.is_dir() and p.name.startswith(PREFIX) and len(p.name) > len(PREFIX)
+        )
     except OSError:
         return []
 
@@ -71,8 +81,9 @@ def _missing_weights(model_id: str, cache_dir: Path, commit: str, folder: Path) 
         listed = get_cached_repo_tree(model_id, revision=commit, cache_dir=cache_dir)
     except (CachedRepoTreeNotFoundError, OSError, ValueError):
         return []
-    return sorted(f.path for f in listed
-                  if f.path.endswith(".safetensors") and not (folder / f.path).is_file())
+    return sorted(
+        f.path for f in listed if f.path.endswith(".safetensors") and not (folder / f.path).is_file()
+    )
 
 
 def _mtime(path: Path) -> int:

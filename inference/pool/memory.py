@@ -21,6 +21,7 @@ weights plus the work memory of its largest batch (``kv_bytes`` then counts that
 states of ``MAX_BATCH_TOKENS`` tokens through one layer and the attention scores of a batch of
 full-length sequences.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,22 @@ from cache.sizes import parse_size, total_ram
 GiB = 2**30
 PROCESS_RESERVE_BYTES = 8 * GiB  # --max-process-memory auto: RAM minus this (at least half of RAM)
 KV_ALLOCATION_STEP = 256
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8,
-             "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+_ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "U32": 4,
+    "I16": 2,
+    "U16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 _TARGET_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _TORCH_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
@@ -155,8 +170,9 @@ def process_rss() -> Optional[int]:
         pass
     if sys.platform == "darwin":
         try:
-            out = subprocess.run(["ps", "-o", "rss=", "-p", str(os.getpid())], capture_output=True,
-                                 text=True, timeout=5).stdout
+            out = subprocess.run(
+                ["ps", "-o", "rss=", "-p", str(os.getpid())], capture_output=True, text=True, timeout=5
+            ).stdout
             return int(out.strip()) * 1024
         except (OSError, ValueError, subprocess.SubprocessError):
             return None

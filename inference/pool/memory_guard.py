@@ -28,6 +28,7 @@ edge). Back at normal, engines admit again and hot tiers get their configured bu
 Counts of refused requests, preempted requests, shrinks and unloads go to /metrics and the
 console's Status page (``snapshot``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,11 +74,17 @@ class MemoryGuard:
     """Watches memory for one pool (see the module docstring). ``read`` returns the tightest
     `Bound` (or None when no limit can be read): tests pass their own to set the pressure."""
 
-    def __init__(self, pool, high: float = 0.9, critical: float = 0.95, interval: float = 0.25,
-                 retry_after: int = 1, read: Optional[Callable[[], Optional[Bound]]] = None):
+    def __init__(
+        self,
+        pool,
+        high: float = 0.9,
+        critical: float = 0.95,
+        interval: float = 0.25,
+        retry_after: int = 1,
+        read: Optional[Callable[[], Optional[Bound]]] = None,
+    ):
         if not 0 < high <= critical < 1:
-            raise ValueError(f"memory guard thresholds: need 0 < high ({high}) <= critical "
-                             f"({critical}) < 1")
+            raise ValueError(f"memory guard thresholds: need 0 < high ({high}) <= critical ({critical}) < 1")
         if interval <= 0:
             raise ValueError(f"memory guard interval {interval}: must be > 0")
         self.pool = pool
@@ -100,9 +107,11 @@ class MemoryGuard:
             if state.level < HIGH:
                 return
             state.counts["reject"] += 1
-            message = (f"The server is short of memory ({state.source}: {format_bytes(state.used)} "
-                       f"of {format_bytes(state.limit)} in use, {state.ratio:.0%}); new requests are "
-                       f"refused until it recovers. Retry after {self.retry_after} s")
+            message = (
+                f"The server is short of memory ({state.source}: {format_bytes(state.used)} "
+                f"of {format_bytes(state.limit)} in use, {state.ratio:.0%}); new requests are "
+                f"refused until it recovers. Retry after {self.retry_after} s"
+            )
         raise MemoryPressure(message, self.retry_after)
 
     # -- the thread ------------------------------------------------------------------------------
@@ -144,8 +153,9 @@ class MemoryGuard:
                 self.state.ratio, self.state.used = bound.ratio, bound.used
                 self.state.limit, self.state.source = bound.limit, bound.source
         if level != before:
-            logger.warning("memory pressure %s -> %s (%s)", LEVEL_NAMES[before], LEVEL_NAMES[level],
-                           _describe(bound))
+            logger.warning(
+                "memory pressure %s -> %s (%s)", LEVEL_NAMES[before], LEVEL_NAMES[level], _describe(bound)
+            )
         engines = self._engines()
         live = {id(e): e for e in engines.values()}
         with self._lock:  # an engine closed meanwhile never runs what was queued on it
@@ -211,8 +221,12 @@ class MemoryGuard:
                 if ok and result:
                     self.state.counts[step] += result if step == "preempt" else 1
             if ok and result:
-                logger.warning("memory pressure: %s", f"preempted {result} running requests"
-                               if step == "preempt" else f"the hot tier let go of {format_bytes(result)}")
+                logger.warning(
+                    "memory pressure: %s",
+                    f"preempted {result} running requests"
+                    if step == "preempt"
+                    else f"the hot tier let go of {format_bytes(result)}",
+                )
 
         with self._lock:
             self._pending.add(key)
@@ -255,8 +269,13 @@ class MemoryGuard:
     def snapshot(self) -> dict:
         with self._lock:
             out = asdict(self.state)
-        out.update(level_name=LEVEL_NAMES[out["level"]], high=self.high, critical=self.critical,
-                   interval=self.interval, enabled=self.running())
+        out.update(
+            level_name=LEVEL_NAMES[out["level"]],
+            high=self.high,
+            critical=self.critical,
+            interval=self.interval,
+            enabled=self.running(),
+        )
         return out
 
 
@@ -308,13 +327,21 @@ def start_guard(pool=None, read: Optional[Callable[[], Optional[Bound]]] = None)
         pool = get_pool()
     with _guard_lock:
         if _guard is None:
-            _guard = MemoryGuard(pool, high=settings.OMLX_MEMORY_GUARD_HIGH,
-                                 critical=settings.OMLX_MEMORY_GUARD_CRITICAL,
-                                 interval=settings.OMLX_MEMORY_GUARD_INTERVAL,
-                                 retry_after=max(1, settings.OMLX_RETRY_AFTER_SECONDS), read=read)
+            _guard = MemoryGuard(
+                pool,
+                high=settings.OMLX_MEMORY_GUARD_HIGH,
+                critical=settings.OMLX_MEMORY_GUARD_CRITICAL,
+                interval=settings.OMLX_MEMORY_GUARD_INTERVAL,
+                retry_after=max(1, settings.OMLX_RETRY_AFTER_SECONDS),
+                read=read,
+            )
             _guard.start()
-            logger.info("memory guard on: %s; refusing at %.0f%%, relieving at %.0f%%",
-                        _describe(_guard.read()), _guard.high * 100, _guard.critical * 100)
+            logger.info(
+                "memory guard on: %s; refusing at %.0f%%, relieving at %.0f%%",
+                _describe(_guard.read()),
+                _guard.high * 100,
+                _guard.critical * 100,
+            )
         return _guard
 
 

@@ -21,6 +21,7 @@ Each limit is a `Bound`: what is counted against it now, and where the OS acts.
 `read()` returns the bound with the least room; a bound that cannot be read (no cgroup limit,
 no rlimit, another OS) is left out. Every read is a few small files, cheap enough to poll.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,8 +60,13 @@ def read(process_limit: Optional[int] = None) -> Optional[Bound]:
 
 def all_bounds(process_limit: Optional[int] = None) -> List[Bound]:
     out = []
-    readers: List[Callable[[], Optional[Bound]]] = [cgroup_bound, rlimit_as_bound, rlimit_data_bound,
-                                                    system_bound, mlx_bound]
+    readers: List[Callable[[], Optional[Bound]]] = [
+        cgroup_bound,
+        rlimit_as_bound,
+        rlimit_data_bound,
+        system_bound,
+        mlx_bound,
+    ]
     for reader in readers:
         try:
             bound = reader()

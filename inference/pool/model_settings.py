@@ -7,6 +7,7 @@ pool keeps a snapshot of every row and reloads it (``reread``) after a change
 worker, so other processes see changes too; each reload hands the changed engine settings to the
 loaded engines (``tune_loaded``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,13 +18,31 @@ from .discovery import KINDS
 
 logger = logging.getLogger("omlx.models")
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "repetition_penalty",
-                   "presence_penalty", "frequency_penalty", "priority")
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "priority",
+)
 # The model's engine settings over the server-wide ones; a loaded engine takes a change at once
 # (``Engine.tune``).
 ENGINE_FIELDS = ("max_batch_wait_ms", "max_step_ms")
-FIELDS = ("alias", "pinned", "ttl_seconds", "context_length", "model_type", *SAMPLING_FIELDS,
-          *ENGINE_FIELDS, "chat_template_kwargs", "tool_parser")
+FIELDS = (
+    "alias",
+    "pinned",
+    "ttl_seconds",
+    "context_length",
+    "model_type",
+    *SAMPLING_FIELDS,
+    *ENGINE_FIELDS,
+    "chat_template_kwargs",
+    "tool_parser",
+)
 
 
 def engine_overrides(values: dict) -> dict:
@@ -51,8 +70,9 @@ def reread(read=None) -> Optional[Dict[str, dict]]:
         return None
 
 
-def tune_loaded(engines: dict, before: Dict[str, dict], after: Dict[str, dict],
-                server_settings: dict) -> None:
+def tune_loaded(
+    engines: dict, before: Dict[str, dict], after: Dict[str, dict], server_settings: dict
+) -> None:
     """Give every loaded engine (model id -> engine) whose engine settings differ between the
     snapshots ``before`` and ``after`` its new ones at once: the model's over ``server_settings``
     over EngineConfig's defaults. Embedding and reranker engines have none."""
@@ -63,7 +83,9 @@ def tune_loaded(engines: dict, before: Dict[str, dict], after: Dict[str, dict],
             continue
         wanted = engine_overrides(after.get(model_id) or {})
         if wanted != engine_overrides(before.get(model_id) or {}):
-            live = {name: server_settings.get(name, getattr(EngineConfig, name)) for name in EngineConfig.LIVE}
+            live = {
+                name: server_settings.get(name, getattr(EngineConfig, name)) for name in EngineConfig.LIVE
+            }
             try:
                 engine.tune(wait=False, **{**live, **wanted})
             except (RuntimeError, ValueError) as exc:  # closed meanwhile; checked on save
@@ -80,8 +102,9 @@ def read_all() -> Dict[str, dict]:
     """model id -> its settings (every field), for the models that have a row."""
     from inference.models import ModelSettings
 
-    return {row.model_id: {name: getattr(row, name) for name in FIELDS}
-            for row in ModelSettings.objects.all()}
+    return {
+        row.model_id: {name: getattr(row, name) for name in FIELDS} for row in ModelSettings.objects.all()
+    }
 
 
 def save(model_id: str, changes: dict, known_ids) -> dict:

@@ -14,6 +14,7 @@ Invariants:
 - Unloading writes the model's hot KV blocks down to the cold tier and waits for the writer, so
   the model's prefixes are cold hits when it comes back.
 """
+
 from __future__ import annotations
 
 import logging
@@ -79,9 +80,15 @@ class ModelPool:
 
     SETTINGS_MAX_AGE = 1.0  # seconds a settings snapshot is trusted by a worker thread
 
-    def __init__(self, model_dirs, engine_settings: Optional[dict] = None,
-                 max_model_memory: Optional[int] = None, max_process_memory: Optional[int] = None,
-                 read_settings=model_settings.read_all, hf_cache_dir: Optional[Path] = None):
+    def __init__(
+        self,
+        model_dirs,
+        engine_settings: Optional[dict] = None,
+        max_model_memory: Optional[int] = None,
+        max_process_memory: Optional[int] = None,
+        read_settings=model_settings.read_all,
+        hf_cache_dir: Optional[Path] = None,
+    ):
         if isinstance(model_dirs, (str, Path)):
             model_dirs = [model_dirs]
         self.model_dirs: List[Path] = [Path(d).expanduser() for d in model_dirs]
@@ -179,7 +186,7 @@ class ModelPool:
             return self._estimates[model_id]
 
     def kind(self, name: str) -> Optional[str]:
-        """"llm", "embedding" or "reranker" for a servable model ``name`` names, else None."""
+        """ "llm", "embedding" or "reranker" for a servable model ``name`` names, else None."""
         model_id = self.resolve(name)
         return None if model_id is None else self._folders[model_id].kind
 
@@ -224,8 +231,10 @@ class ModelPool:
             if (self._settings.get(model_id) or {}).get("pinned"):
                 raise ModelBusy(f"The model '{model_id}' is pinned; unpin it first")
             if slot.busy():
-                raise ModelBusy(f"The model '{model_id}' has {slot.engine.num_active()} requests in "
-                                "flight; it is unloaded once they end (or use its TTL)")
+                raise ModelBusy(
+                    f"The model '{model_id}' has {slot.engine.num_active()} requests in "
+                    "flight; it is unloaded once they end (or use its TTL)"
+                )
             self._take(model_id)
         self._close(model_id, slot, reason)
         return True
@@ -264,16 +273,24 @@ class ModelPool:
         """Every loaded model id -> {"engine", "memory_bytes" (its estimate, counted against the
         limit), "loaded_at" (time.time())}; never loads, scans or reads settings."""
         with self._lock:
-            return {i: {"engine": s.engine, "memory_bytes": s.estimate.total_bytes,
-                        "loaded_at": time.time() - (time.monotonic() - s.loaded_at)}
-                    for i, s in self._slots.items()}
+            return {
+                i: {
+                    "engine": s.engine,
+                    "memory_bytes": s.estimate.total_bytes,
+                    "loaded_at": time.time() - (time.monotonic() - s.loaded_at),
+                }
+                for i, s in self._slots.items()
+            }
 
     def states(self) -> Dict[str, str]:
         """Every servable model id -> "loaded", "loading" or "unloaded" (in this process)."""
         folders = self.folders()
         with self._lock:
-            return {i: "loaded" if i in self._slots else "loading" if i in self._reserved else "unloaded"
-                    for i, f in folders.items() if f.servable}
+            return {
+                i: "loaded" if i in self._slots else "loading" if i in self._reserved else "unloaded"
+                for i, f in folders.items()
+                if f.servable
+            }
 
     def used_bytes(self) -> int:
         with self._lock:
@@ -296,21 +313,36 @@ class ModelPool:
                 except Exception as exc:  # an unreadable folder must not break the listing
                     logger.warning("estimating %s failed: %s", model_id, exc)
             since = slot.idle_since() if slot is not None else None
-            rows.append({
-                "id": model_id, "path": str(folder.path), "type": folder.kind,
-                "vision": folder.vision,
-                "servable": folder.servable, "reason": folder.reason, "alias": values.get("alias"),
-                "size_bytes": folder.size_bytes, "memory_estimate": est,
-                "measured_weights_bytes": slot.measured_weights_bytes if slot is not None else None,
-                "loaded": slot is not None, "loading": loading, "pinned": bool(values.get("pinned")),
-                "ttl_seconds": values.get("ttl_seconds"),
-                "active_requests": slot.engine.num_active() if slot is not None else 0,
-                "idle_seconds": None if since is None else round(now - since, 3),
-            })
-        return {"object": "list", "data": rows, "memory": {
-            "max_model_memory": self.max_model_memory, "model_memory_used": self.used_bytes(),
-            "max_process_memory": self.max_process_memory, "process_memory": process_rss(),
-        }}
+            rows.append(
+                {
+                    "id": model_id,
+                    "path": str(folder.path),
+                    "type": folder.kind,
+                    "vision": folder.vision,
+                    "servable": folder.servable,
+                    "reason": folder.reason,
+                    "alias": values.get("alias"),
+                    "size_bytes": folder.size_bytes,
+                    "memory_estimate": est,
+                    "measured_weights_bytes": slot.measured_weights_bytes if slot is not None else None,
+                    "loaded": slot is not None,
+                    "loading": loading,
+                    "pinned": bool(values.get("pinned")),
+                    "ttl_seconds": values.get("ttl_seconds"),
+                    "active_requests": slot.engine.num_active() if slot is not None else 0,
+                    "idle_seconds": None if since is None else round(now - since, 3),
+                }
+            )
+        return {
+            "object": "list",
+            "data": rows,
+            "memory": {
+                "max_model_memory": self.max_model_memory,
+                "model_memory_used": self.used_bytes(),
+                "max_process_memory": self.max_process_memory,
+                "process_memory": process_rss(),
+            },
+        }
 
     def close(self) -> None:
         """Unload every model; later loads raise."""
@@ -355,8 +387,9 @@ class ModelPool:
                     logger.info("unloading %s (least recently used) to make room for %s", victim_id, model_id)
                     self._close(victim_id, victim, "lru")
                 folder = self._folders[model_id]
-                logger.info("loading %s from %s (estimate %s)", model_id, folder.path,
-                            format_bytes(need.total_bytes))
+                logger.info(
+                    "loading %s from %s (estimate %s)", model_id, folder.path, format_bytes(need.total_bytes)
+                )
                 started = time.monotonic()
                 try:
                     overrides = model_settings.engine_overrides(self.settings(model_id))
@@ -373,8 +406,12 @@ class ModelPool:
                 logger.warning("%s: measuring the loaded weights failed: %s", model_id, exc)
                 measured = 0
             if measured > need.weights_bytes:  # account for what is really there
-                logger.warning("%s: weights take %s, estimated %s", model_id, format_bytes(measured),
-                               format_bytes(need.weights_bytes))
+                logger.warning(
+                    "%s: weights take %s, estimated %s",
+                    model_id,
+                    format_bytes(measured),
+                    format_bytes(need.weights_bytes),
+                )
                 need = replace(need, weights_bytes=measured)
             with self._lock:
                 if self._closed:
@@ -391,12 +428,15 @@ class ModelPool:
         reserve ``need``; InsufficientMemory (nothing changed) when it cannot fit."""
         total = need.total_bytes
         limit, process_limit = self.max_model_memory, self.max_process_memory
-        sizes = (f"weights {format_bytes(need.weights_bytes)}, KV cache {format_bytes(need.kv_bytes)}, "
-                 f"hot cache {format_bytes(need.hot_bytes)}")
+        sizes = (
+            f"weights {format_bytes(need.weights_bytes)}, KV cache {format_bytes(need.kv_bytes)}, "
+            f"hot cache {format_bytes(need.hot_bytes)}"
+        )
         if limit is not None and total > limit:
             raise InsufficientMemory(
                 f"The model '{model_id}' needs {format_bytes(total)} ({sizes}), more than the whole "
-                f"model memory limit of {format_bytes(limit)} (--max-model-memory)")
+                f"model memory limit of {format_bytes(limit)} (--max-model-memory)"
+            )
         rss = process_rss() if process_limit is not None else None
         with self._lock:
             used = self._used()
@@ -409,31 +449,45 @@ class ModelPool:
                 return model_ok and process_ok
 
             pinned = {i for i, v in self._settings.items() if v.get("pinned")}
-            idle = sorted((s.last_used, i) for i, s in self._slots.items() if i not in pinned and not s.busy())
+            idle = sorted(
+                (s.last_used, i) for i, s in self._slots.items() if i not in pinned and not s.busy()
+            )
             for _, victim_id in idle:
                 if fits():
                     break
                 victims.append(victim_id)
                 freed += self._slots[victim_id].estimate.total_bytes
             if not fits():
-                kept = ", ".join(f"{i} {format_bytes(s.estimate.total_bytes)}"
-                                 f"{' pinned' if i in pinned else ''}{' busy' if s.busy() else ''}"
-                                 for i, s in self._slots.items() if i not in victims) or "none"
-                where = (f"the model memory limit is {format_bytes(limit)} with {format_bytes(used)} in use"
-                         if limit is not None and used - freed + total > limit else
-                         f"the process memory limit is {format_bytes(process_limit)} with "
-                         f"{format_bytes(rss)} in use")
+                kept = (
+                    ", ".join(
+                        f"{i} {format_bytes(s.estimate.total_bytes)}"
+                        f"{' pinned' if i in pinned else ''}{' busy' if s.busy() else ''}"
+                        for i, s in self._slots.items()
+                        if i not in victims
+                    )
+                    or "none"
+                )
+                where = (
+                    f"the model memory limit is {format_bytes(limit)} with {format_bytes(used)} in use"
+                    if limit is not None and used - freed + total > limit
+                    else f"the process memory limit is {format_bytes(process_limit)} with "
+                    f"{format_bytes(rss)} in use"
+                )
                 raise InsufficientMemory(
                     f"The model '{model_id}' needs {format_bytes(total)} ({sizes}); {where}, and the "
-                    f"loaded models that cannot be unloaded now (pinned or busy) hold it: {kept}")
+                    f"loaded models that cannot be unloaded now (pinned or busy) hold it: {kept}"
+                )
             taken = [(i, self._take(i)) for i in victims]
             self._reserved[model_id] = total
             return taken
 
     def _used(self) -> int:
         """Bytes counted against the limit: loaded models, loads in progress, engines closing."""
-        return (sum(s.estimate.total_bytes for s in self._slots.values()) + sum(self._reserved.values())
-                + sum(self._closing.values()))
+        return (
+            sum(s.estimate.total_bytes for s in self._slots.values())
+            + sum(self._reserved.values())
+            + sum(self._closing.values())
+        )
 
     def _take(self, model_id: str) -> _Slot:
         """Take a loaded model out of the pool (under the lock); its memory counts until it is closed."""
@@ -461,8 +515,11 @@ class ModelPool:
             if demo is None or not demo.servable:  # not built (tests): offer it as the stand-in did
                 demo = ModelFolder(DEMO_MODEL_NAME, path, "llm", None)
             folders[DEMO_MODEL_NAME] = demo
-        changed = {i for i in set(folders) | set(self._folders)
-                   if i not in folders or i not in self._folders or folders[i].path != self._folders[i].path}
+        changed = {
+            i
+            for i in set(folders) | set(self._folders)
+            if i not in folders or i not in self._folders or folders[i].path != self._folders[i].path
+        }
         for model_id in changed:
             self._estimates.pop(model_id, None)
         self._folders = folders

@@ -1,6 +1,7 @@
 """What every builder of the test-model kit shares: the special tokens every family starts with,
 the dtypes, the rule for which tokens may win the argmax, and the writers of config files and
 safetensors weights. Needs numpy only; the builders import it, never the other way round."""
+
 import importlib
 import json
 import struct
@@ -83,7 +84,11 @@ def _write_safetensors(path, tensors, code):
     """Write the safetensors format: u64 header size, JSON header padded to 8 bytes, raw data."""
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, array in tensors.items():
-        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        header[name] = {
+            "dtype": code,
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + array.nbytes],
+        }
         offset += array.nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)

@@ -4,6 +4,7 @@ qwen2 of ``inference.testkit.text``: neither torch nor transformers is needed).
 It exists so that omlx runs on a fresh machine with no model downloaded. Its output is
 gibberish by design; it is named ``omlx-demo`` everywhere so nobody mistakes it for a model.
 """
+
 from __future__ import annotations
 
 import logging

@@ -21,6 +21,7 @@ Weights are drawn with a seeded numpy generator (the files are a pure function o
 arguments). The BERT families use transformers' classes for names and shapes (torch and
 transformers: ``pip install 'omlx[test]'``); the Qwen3 ones start from the hand-written qwen3.
 """
+
 import json
 from pathlib import Path
 
@@ -33,13 +34,29 @@ from inference.testkit.tokenizer import WORDS, added_token
 ARCHITECTURES = ("bert_embedding", "bert_reranker", "qwen3_embedding", "qwen3_reranker")
 
 _BERT_PRESETS = {
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                 vocab_size=1024, max_position_embeddings=512),
-    "small": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
-                  vocab_size=1024, max_position_embeddings=512),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=1024,
+        max_position_embeddings=512,
+    ),
+    "small": dict(
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        vocab_size=1024,
+        max_position_embeddings=512,
+    ),
 }
-PRESETS = {"bert_embedding": _BERT_PRESETS, "bert_reranker": _BERT_PRESETS,
-           "qwen3_embedding": {"tiny": {}, "small": {}}, "qwen3_reranker": {"tiny": {}}}
+PRESETS = {
+    "bert_embedding": _BERT_PRESETS,
+    "bert_reranker": _BERT_PRESETS,
+    "qwen3_embedding": {"tiny": {}, "small": {}},
+    "qwen3_reranker": {"tiny": {}},
+}
 _BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _ST_VERSION = {"sentence_transformers": "3.0.0", "transformers": "4.50.0", "pytorch": "2.5.0"}
 
@@ -61,6 +78,7 @@ def build(path, arch, preset, seed, dtype, overrides) -> Path:
 
 # -- BERT ---------------------------------------------------------------------------------------
 
+
 def _build_bert(path, arch, preset, seed, dtype, overrides):
     require_test_extra("building the BERT embedding and reranker folders")
     import torch
@@ -75,13 +93,18 @@ def _build_bert(path, arch, preset, seed, dtype, overrides):
     torch.manual_seed(seed)  # only for shapes: every tensor is redrawn below
     model = (BertForSequenceClassification if reranker else BertModel)(config)
     rng = np.random.default_rng(seed)
-    weights = [(name, _draw_bert(name, tuple(t.shape), rng, config.hidden_size))
-               for name, t in model.state_dict().items() if not name.endswith(("position_ids", "token_type_ids"))]
+    weights = [
+        (name, _draw_bert(name, tuple(t.shape), rng, config.hidden_size))
+        for name, t in model.state_dict().items()
+        if not name.endswith(("position_ids", "token_type_ids"))
+    ]
     path.mkdir(parents=True, exist_ok=True)
     _write_wordpiece(path, min(config.vocab_size, MAX_TOKENIZER_VOCAB), seed, config.max_position_embeddings)
     write_weights(path, weights, dtype)
     data = config.to_dict()
-    data.update(architectures=["BertForSequenceClassification" if reranker else "BertModel"], torch_dtype=dtype)
+    data.update(
+        architectures=["BertForSequenceClassification" if reranker else "BertModel"], torch_dtype=dtype
+    )
     data.pop("transformers_version", None)
     write_json(path / "config.json", data)
     if not reranker:
@@ -122,45 +145,79 @@ def _write_wordpiece(path, vocab_size, seed, max_length):
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.BertProcessing(("[SEP]", sep), ("[CLS]", cls))
     (path / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
-    write_json(path / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
-        "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
-        "mask_token": "[MASK]", "do_lower_case": True, "clean_up_tokenization_spaces": False,
-        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
-    })
-    write_json(path / "special_tokens_map.json", {
-        "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]",
-        "mask_token": "[MASK]"})
+    write_json(
+        path / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": max_length,
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "mask_token": "[MASK]",
+            "do_lower_case": True,
+            "clean_up_tokenization_spaces": False,
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+        },
+    )
+    write_json(
+        path / "special_tokens_map.json",
+        {
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "mask_token": "[MASK]",
+        },
+    )
 
 
 def _write_sentence_transformers(path, mode, max_length):
-    write_json(path / "modules.json", [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-    ])
+    write_json(
+        path / "modules.json",
+        [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ],
+    )
     write_json(path / "sentence_bert_config.json", {"max_seq_length": max_length, "do_lower_case": False})
-    write_json(path / "config_sentence_transformers.json",
-                   {"__version__": _ST_VERSION, "prompts": {}, "default_prompt_name": None,
-                    "similarity_fn_name": "cosine"})
+    write_json(
+        path / "config_sentence_transformers.json",
+        {
+            "__version__": _ST_VERSION,
+            "prompts": {},
+            "default_prompt_name": None,
+            "similarity_fn_name": "cosine",
+        },
+    )
     hidden = json.loads((path / "config.json").read_text())["hidden_size"]
     (path / "1_Pooling").mkdir(exist_ok=True)
-    modes = {"cls_token": "cls", "mean_tokens": "mean", "max_tokens": "max", "mean_sqrt_len_tokens": None,
-             "weightedmean_tokens": None, "lasttoken": "lasttoken"}
+    modes = {
+        "cls_token": "cls",
+        "mean_tokens": "mean",
+        "max_tokens": "max",
+        "mean_sqrt_len_tokens": None,
+        "weightedmean_tokens": None,
+        "lasttoken": "lasttoken",
+    }
     flags = {f"pooling_mode_{key}": value == mode for key, value in modes.items()}
-    write_json(path / "1_Pooling" / "config.json",
-                   dict({"word_embedding_dimension": hidden}, **flags, include_prompt=True))
+    write_json(
+        path / "1_Pooling" / "config.json",
+        dict({"word_embedding_dimension": hidden}, **flags, include_prompt=True),
+    )
     (path / "2_Normalize").mkdir(exist_ok=True)
 
 
 # -- Qwen3 --------------------------------------------------------------------------------------
+
 
 def _build_qwen3_embedding(path, preset, seed, dtype, overrides):
     from safetensors.numpy import load_file
 
     text.build(path, "qwen3", preset, seed, "float32", overrides)
     tensors = load_file(str(path / "model.safetensors"))
-    base = [(name[len("model."):], array) for name, array in tensors.items() if name.startswith("model.")]
+    base = [(name[len("model.") :], array) for name, array in tensors.items() if name.startswith("model.")]
     write_weights(path, base, dtype)
     config = json.loads((path / "config.json").read_text())
     config["torch_dtype"] = dtype
@@ -170,8 +227,12 @@ def _build_qwen3_embedding(path, preset, seed, dtype, overrides):
     tokenizer["post_processor"] = {  # Qwen3-Embedding's: every text ends with <|endoftext|>
         "type": "TemplateProcessing",
         "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": PAD, "type_id": 0}}],
-        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": PAD, "type_id": 0}},
-                 {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": PAD, "type_id": 1}}],
+        "pair": [
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": PAD, "type_id": 0}},
+            {"Sequence": {"id": "B", "type_id": 1}},
+            {"SpecialToken": {"id": PAD, "type_id": 1}},
+        ],
         "special_tokens": {PAD: {"id": PAD, "ids": [end], "tokens": [PAD]}},
     }
     (path / "tokenizer.json").write_text(json.dumps(tokenizer, indent=2), encoding="utf-8")
@@ -186,7 +247,8 @@ def _build_qwen3_reranker(path, seed, dtype, overrides):
     text.build(path, "qwen3", "tiny-close", seed, "float32", overrides)
     tokenizer = json.loads((path / "tokenizer.json").read_text())
     size = len(tokenizer["model"]["vocab"]) + len(
-        [t for t in tokenizer["added_tokens"] if t["content"] not in tokenizer["model"]["vocab"]])
+        [t for t in tokenizer["added_tokens"] if t["content"] not in tokenizer["model"]["vocab"]]
+    )
     words = {"yes": size, "no": size + 1}
     for word, i in words.items():  # Qwen's vocabulary has both words as single tokens
         tokenizer["added_tokens"].append(dict(added_token(word), id=i, special=False))

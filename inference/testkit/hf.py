@@ -24,65 +24,139 @@ The folder is then written as a checkpoint of the family looks on the Hub, loada
 
 Needs torch and transformers (``pip install 'omlx[test]'``); the server never imports this.
 """
-import json
+
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from inference.testkit.base import (LOGIT_STD, emitted_mask, require_test_extra, special_tokens, write_json,
-                                    write_weights)
+from inference.testkit.base import (
+    LOGIT_STD,
+    emitted_mask,
+    require_test_extra,
+    special_tokens,
+    write_json,
+    write_weights,
+)
 from inference.testkit.tokenizer import write_tokenizer
 
 ARCHITECTURES = ("gemma3_text", "gpt_oss", "nemotron_h", "qwen3_5", "qwen3_moe")
 
 # The chat template (and its special tokens) of each family, borrowed from a hand-written one:
 # Qwen3.5 and Qwen3-MoE use Qwen3's format; the others get ChatML.
-TEMPLATE_FAMILY = {"gemma3_text": "qwen2", "gpt_oss": "qwen2", "nemotron_h": "qwen2",
-                   "qwen3_5": "qwen3", "qwen3_moe": "qwen3"}
+TEMPLATE_FAMILY = {
+    "gemma3_text": "qwen2",
+    "gpt_oss": "qwen2",
+    "nemotron_h": "qwen2",
+    "qwen3_5": "qwen3",
+    "qwen3_moe": "qwen3",
+}
 
-_TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-             vocab_size=1024, max_position_embeddings=4096, tie_word_embeddings=False)
-_HALF_B = dict(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, head_dim=64,
-               vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=True)
+_TINY = dict(
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=1024,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
+_HALF_B = dict(
+    hidden_size=896,
+    num_attention_heads=14,
+    num_key_value_heads=2,
+    head_dim=64,
+    vocab_size=151936,
+    max_position_embeddings=32768,
+    tie_word_embeddings=True,
+)
 
 # gpt-oss's YaRN RoPE, except truncate=True: its checkpoints say False (transformers then keeps the
 # correction range fractional) but mlx-lm 0.32 always rounds it, so the two disagree by up to
 # 0.7 in the logits from the second position on; with True they compute the same thing.
-_GPT_OSS_ROPE = dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
-                     original_max_position_embeddings=4096, truncate=True)
+_GPT_OSS_ROPE = dict(
+    rope_type="yarn",
+    rope_theta=150000.0,
+    factor=32.0,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    original_max_position_embeddings=4096,
+    truncate=True,
+)
 
 PRESETS = {
     "gemma3_text": {
         # Sliding window of 16 tokens, shorter than test prompts; layers 1 and 3 attend to all.
-        "tiny": dict(_TINY, num_hidden_layers=4, intermediate_size=128, sliding_window=16,
-                     sliding_window_pattern=2),
-        "qwen2.5-0.5b": dict(_HALF_B, num_hidden_layers=24, intermediate_size=4864, sliding_window=512,
-                             sliding_window_pattern=6),
+        "tiny": dict(
+            _TINY, num_hidden_layers=4, intermediate_size=128, sliding_window=16, sliding_window_pattern=2
+        ),
+        "qwen2.5-0.5b": dict(
+            _HALF_B,
+            num_hidden_layers=24,
+            intermediate_size=4864,
+            sliding_window=512,
+            sliding_window_pattern=6,
+        ),
     },
     "qwen3_5": {
         # full_attention_interval=4: layers 0-2 Gated DeltaNet, layer 3 full attention.
-        "tiny": dict(_TINY, num_hidden_layers=4, intermediate_size=128, full_attention_interval=4,
-                     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
-                     linear_value_head_dim=16),
-        "qwen2.5-0.5b": dict(_HALF_B, num_hidden_layers=24, intermediate_size=4864, full_attention_interval=4,
-                             linear_num_key_heads=8, linear_num_value_heads=16, linear_key_head_dim=64,
-                             linear_value_head_dim=64),
+        "tiny": dict(
+            _TINY,
+            num_hidden_layers=4,
+            intermediate_size=128,
+            full_attention_interval=4,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+        ),
+        "qwen2.5-0.5b": dict(
+            _HALF_B,
+            num_hidden_layers=24,
+            intermediate_size=4864,
+            full_attention_interval=4,
+            linear_num_key_heads=8,
+            linear_num_value_heads=16,
+            linear_key_head_dim=64,
+            linear_value_head_dim=64,
+        ),
     },
     "gpt_oss": {
         # Alternating sliding (16 tokens) and full layers, 4 experts, 2 active.
-        "tiny": dict(_TINY, num_hidden_layers=4, intermediate_size=48, sliding_window=16,
-                     num_local_experts=4, num_experts_per_tok=2, rope_parameters=_GPT_OSS_ROPE),
+        "tiny": dict(
+            _TINY,
+            num_hidden_layers=4,
+            intermediate_size=48,
+            sliding_window=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rope_parameters=_GPT_OSS_ROPE,
+        ),
     },
     "nemotron_h": {
         # Mamba2, MLP, attention, MLP, Mamba2, MLP ("M-*-M-").
-        "tiny": dict(_TINY, layers_block_type=["mamba", "mlp", "attention", "mlp", "mamba", "mlp"],
-                     intermediate_size=128, mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16,
-                     n_groups=2, conv_kernel=4, chunk_size=16),
+        "tiny": dict(
+            _TINY,
+            layers_block_type=["mamba", "mlp", "attention", "mlp", "mamba", "mlp"],
+            intermediate_size=128,
+            mamba_num_heads=4,
+            mamba_head_dim=16,
+            ssm_state_size=16,
+            n_groups=2,
+            conv_kernel=4,
+            chunk_size=16,
+        ),
     },
     "qwen3_moe": {
-        "tiny": dict(_TINY, num_hidden_layers=2, intermediate_size=128, moe_intermediate_size=48,
-                     num_experts=4, num_experts_per_tok=2, norm_topk_prob=True),
+        "tiny": dict(
+            _TINY,
+            num_hidden_layers=2,
+            intermediate_size=128,
+            moe_intermediate_size=48,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+        ),
     },
 }
 
@@ -120,9 +194,14 @@ def build(path, arch, preset, seed, dtype, overrides) -> Path:
     weights = _draw(arch, config, vocab, seed, special_tokens(TEMPLATE_FAMILY[arch]))
     write_weights(path, _checkpoint_weights(arch, weights), dtype)
     write_json(path / "config.json", _config_json(arch, config, fields, dtype))
-    write_json(path / "generation_config.json", {
-        "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0,
-    })
+    write_json(
+        path / "generation_config.json",
+        {
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
+        },
+    )
     return path
 
 
@@ -151,7 +230,8 @@ def _hf_config(arch, fields):
         ]
     if arch == "gpt_oss" and "layer_types" not in fields:
         fields["layer_types"] = [
-            "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(fields["num_hidden_layers"])
+            "sliding_attention" if i % 2 == 0 else "full_attention"
+            for i in range(fields["num_hidden_layers"])
         ]
     return _config_class(arch)(**fields)
 
@@ -177,16 +257,26 @@ def _config_json(arch, config, fields, dtype):
     if arch == "qwen3_5":
         data["full_attention_interval"] = fields["full_attention_interval"]
         data = {
-            "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-            "text_config": data, "tie_word_embeddings": data["tie_word_embeddings"],
-            "dtype": dtype, "torch_dtype": dtype, "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0,
+            "architectures": ["Qwen3_5ForConditionalGeneration"],
+            "model_type": "qwen3_5",
+            "text_config": data,
+            "tie_word_embeddings": data["tie_word_embeddings"],
+            "dtype": dtype,
+            "torch_dtype": dtype,
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+            "pad_token_id": 0,
         }
     return dict(sorted(data.items()))
 
 
-_ARCH_CLASS = {"gemma3_text": "Gemma3ForCausalLM", "gpt_oss": "GptOssForCausalLM",
-               "nemotron_h": "NemotronHForCausalLM", "qwen3_5": "Qwen3_5ForConditionalGeneration",
-               "qwen3_moe": "Qwen3MoeForCausalLM"}
+_ARCH_CLASS = {
+    "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
 
 
 def _draw(arch, config, vocab, seed, specials):
@@ -249,8 +339,10 @@ def _redraw(arch, config, state, vocab, seed, specials):
                 yield name, vocab_matrix(emitted, embed_std)
         elif len(shape) == 1 and "norm" in name:
             scale = 1.0 + normal(shape, 0.1)
-            if name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight")) \
-                    and arch == "gemma3_text":
+            if (
+                name.endswith(("post_attention_layernorm.weight", "post_feedforward_layernorm.weight"))
+                and arch == "gemma3_text"
+            ):
                 scale *= embed_std  # gemma normalises each branch's output: bring it to the residual's scale
             if name in ("model.norm.weight", "model.norm_f.weight"):
                 scale *= rng.choice(np.float32([-1, 1]), shape)
@@ -267,7 +359,12 @@ def _other(arch, name, leaf, shape, normal, rng, embed_std):
     if leaf in ("experts.gate_up_proj",):
         fan_in = shape[1] if arch == "gpt_oss" else shape[-1]
         return normal(shape, 1 / np.sqrt(fan_in))
-    if leaf in ("router.weight", "gate.weight") and "mlp" in name and len(shape) == 2 and "experts" not in name:
+    if (
+        leaf in ("router.weight", "gate.weight")
+        and "mlp" in name
+        and len(shape) == 2
+        and "experts" not in name
+    ):
         return normal(shape, _ROUTER_STD / np.sqrt(shape[1]))
     if leaf.endswith(".weight") and len(shape) == 2:  # q/k/v, gate/up, in_proj*: unit-variance outputs
         return normal(shape, 1 / np.sqrt(shape[1]))
@@ -298,7 +395,7 @@ def _checkpoint_weights(arch, weights):
     """(name, array) pairs in the checkpoint's naming and layout (see the module docstring)."""
     for name, array in sorted(weights.items()):
         if arch == "qwen3_5" and name.startswith("model."):
-            name = "model.language_model." + name[len("model."):]
+            name = "model.language_model." + name[len("model.") :]
         if arch == "gpt_oss" and ".experts." in name:
             yield from _gpt_oss_experts(name, array)
             continue
@@ -338,7 +435,9 @@ def _gpt_oss_fused(tensors):
             )
         elif proj == "gate_proj":
             up = tensors[f"{prefix}.up_proj.{kind}"]
-            if kind == "weight":  # [experts, intermediate, hidden] each -> [experts, hidden, 2 x intermediate]
+            if (
+                kind == "weight"
+            ):  # [experts, intermediate, hidden] each -> [experts, hidden, 2 x intermediate]
                 interleaved = torch.stack([tensor, up], dim=2).flatten(1, 2)
                 fused[prefix + ".gate_up_proj"] = interleaved.transpose(1, 2).contiguous()
             else:

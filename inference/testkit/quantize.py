@@ -1,4 +1,5 @@
 """MLX-format quantized copies of model folders, with mlx-lm's converter (needs mlx-lm only)."""
+
 from pathlib import Path
 
 

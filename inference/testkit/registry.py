@@ -6,6 +6,7 @@ Every builder module has the same shape: ``ARCHITECTURES`` (the families it buil
 ``base`` and ``tokenizer``, never this module, so the kit has no import cycle; none imports torch
 or transformers at its top, so this table loads without them.
 """
+
 import tempfile
 from pathlib import Path
 
@@ -21,8 +22,11 @@ QWEN_VISION_BUILT = vlm_qwen.ARCHITECTURES
 VISION_BUILT = vlm.ARCHITECTURES + vlm_gemma3.ARCHITECTURES + vlm_mistral3.ARCHITECTURES + QWEN_VISION_BUILT
 ARCHITECTURES = HAND_WRITTEN + TRANSFORMERS_BUILT + ENCODER_BUILT + VISION_BUILT
 
-BUILDERS = {arch: module for module in (text, hf, encoders, vlm, vlm_gemma3, vlm_mistral3, vlm_qwen)
-            for arch in module.ARCHITECTURES}
+BUILDERS = {
+    arch: module
+    for module in (text, hf, encoders, vlm, vlm_gemma3, vlm_mistral3, vlm_qwen)
+    for arch in module.ARCHITECTURES
+}
 
 
 def build_model(path, arch="qwen2", preset="tiny", seed=0, dtype="float32", **overrides) -> Path:

@@ -41,6 +41,7 @@ ValueError, as does one of more than 127 distinct tokens. Prompts up to 4,096 to
 (max_position_embeddings; the attention margin holds to 40,000). Greedy only: the other logits
 are 0, so sampling at temperature 1 often picks other tokens.
 """
+
 from pathlib import Path
 
 import numpy as np
@@ -82,18 +83,27 @@ def build_scripted_model(path, script, arch="qwen3", seed=0, dtype="float32") ->
     layout = 1 + (plan["k"] + 1) * plan["slots"] + len(plan["outputs"])
     heads = max(plan["k"], -(-layout // head_dim))
     overrides = dict(
-        hidden_size=heads * head_dim, num_hidden_layers=1, num_attention_heads=heads,
-        num_key_value_heads=1, intermediate_size=-(-len(plan["units"]) // 64) * 64, vocab_size=1024,
-        max_position_embeddings=_MAX_POSITIONS, rope_theta=_ROPE_BASE,
+        hidden_size=heads * head_dim,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=1,
+        intermediate_size=-(-len(plan["units"]) // 64) * 64,
+        vocab_size=1024,
+        max_position_embeddings=_MAX_POSITIONS,
+        rope_theta=_ROPE_BASE,
     )
     if arch != "qwen2":
         overrides["head_dim"] = head_dim
     config = build_config(arch, "tiny", dtype, overrides)
     write_json(path / "config.json", config)
-    write_json(path / "generation_config.json", {
-        "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
-        "pad_token_id": config["bos_token_id"],
-    })
+    write_json(
+        path / "generation_config.json",
+        {
+            "bos_token_id": config["bos_token_id"],
+            "eos_token_id": config["eos_token_id"],
+            "pad_token_id": config["bos_token_id"],
+        },
+    )
     write_weights(path, _weights(arch, config, plan, len(vocab), eos), dtype)
     return path
 
@@ -113,13 +123,17 @@ def _generation_suffix(path):
     """Token ids every generation prompt of the folder's template ends with (the common suffix
     of two prompts that differ only in the user's text)."""
     tokenizer = _tokenizer(path)
-    a, b = (tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
-                                          add_generation_prompt=True) for text in ("alpha", "omega 7"))
+    a, b = (
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=True, add_generation_prompt=True
+        )
+        for text in ("alpha", "omega 7")
+    )
     a, b = list(getattr(a, "input_ids", a)), list(getattr(b, "input_ids", b))
     n = 0
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
-    return a[len(a) - n:]
+    return a[len(a) - n :]
 
 
 def _plan(prefix, tokens, eos):
@@ -137,22 +151,25 @@ def _plan(prefix, tokens, eos):
     for p in ends:
         rivals = [q for q in ends if successor[q] != successor[p]]
         for length in range(min(2, p + 1), min(p + 1, _MAX_WINDOW) + 1):
-            window = z[p - length + 1:p + 1]
-            if not any(q - length + 1 >= 0 and z[q - length + 1:q + 1] == window for q in rivals):
+            window = z[p - length + 1 : p + 1]
+            if not any(q - length + 1 >= 0 and z[q - length + 1 : q + 1] == window for q in rivals):
                 windows[tuple(window)] = successor[p]
                 break
         else:
             raise ValueError(
                 f"cannot key this script: the last {min(p + 1, _MAX_WINDOW)} tokens before its token "
-                f"{p - len(prefix) + 1} occur again with another token after them")
+                f"{p - len(prefix) + 1} occur again with another token after them"
+            )
     k = max(map(len, windows)) - 1
     distinct = sorted(set(z))
     if len(distinct) > 127:
         raise ValueError(f"the script and prompt suffix have {len(distinct)} distinct tokens; at most 127")
     slots = {token: i + 1 for i, token in enumerate(distinct)}
     outputs = sorted(set(windows.values()))
-    units = [(tuple(slots[t] for t in reversed(window)), outputs.index(next_token))
-             for window, next_token in windows.items()]  # offsets 0 (current), 1, 2, ...
+    units = [
+        (tuple(slots[t] for t in reversed(window)), outputs.index(next_token))
+        for window, next_token in windows.items()
+    ]  # offsets 0 (current), 1, 2, ...
     return dict(k=k, slots=len(distinct) + 1, units=units, outputs=outputs, slot_of=slots)
 
 
@@ -202,8 +219,8 @@ def _weights(arch, config, plan, vocab_len, eos):
     q = np.zeros((heads * head_dim, d), np.float32)
     for h in range(1, k + 1):
         row = (h - 1) * head_dim
-        q[row:row + half, 0] = np.cos(theta * h) * q_scale
-        q[row + half:row + head_dim, 0] = -np.sin(theta * h) * q_scale
+        q[row : row + half, 0] = np.cos(theta * h) * q_scale
+        q[row + half : row + head_dim, 0] = -np.sin(theta * h) * q_scale
     kw = np.zeros((kv_dim, d), np.float32)
     kw[:half, 0] = q_scale
     v = np.zeros((kv_dim, d), np.float32)
@@ -230,8 +247,11 @@ def _weights(arch, config, plan, vocab_len, eos):
     # K + 1 blocks: norm sqrt(K + 2), so the normalised input is residual / rms2.
     rms2 = np.sqrt((k + 2.0) / d)
     inter = config["intermediate_size"]
-    gate, up, down = (np.zeros((inter, d), np.float32), np.zeros((inter, d), np.float32),
-                      np.zeros((d, inter), np.float32))
+    gate, up, down = (
+        np.zeros((inter, d), np.float32),
+        np.zeros((inter, d), np.float32),
+        np.zeros((d, inter), np.float32),
+    )
     for unit, (window_slots, output) in enumerate(plan["units"]):
         for h, slot in enumerate(window_slots):
             gate[unit, back[h] + slot] = _GATE * rms2

@@ -9,60 +9,111 @@ or ``<|im_end|>`` can win the argmax, so generated text is plain ASCII (never a 
 token such as ``<think>`` or ``<tool_call>``). ``<|im_end|>`` is the end-of-sequence token of every
 family, also where the template ends turns with another token (llama's ``<|eot_id|>``).
 """
+
 from pathlib import Path
 
 import numpy as np
 
-from inference.testkit.base import (COMMON_SPECIALS, EOS, LOGIT_STD, PAD, emitted_mask, special_tokens,
-                                    write_json, write_weights)
+from inference.testkit.base import (
+    COMMON_SPECIALS,
+    EOS,
+    LOGIT_STD,
+    PAD,
+    emitted_mask,
+    special_tokens,
+    write_json,
+    write_weights,
+)
 from inference.testkit.tokenizer import write_tokenizer
 
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 
 PRESETS = {
     "tiny": dict(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=128, vocab_size=1024, max_position_embeddings=4096,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1024,
+        max_position_embeddings=4096,
     ),
     # The tiny model without the separation trick in its output layer: logits spread about 1
     # unit, rows of equal norm, so the top two are often close and a lossy KV cache (rounded,
     # shifted) changes tokens. For tests that must notice such a cache; not for comparisons
     # with another implementation.
     "tiny-close": dict(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        intermediate_size=128, vocab_size=1024, max_position_embeddings=4096,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1024,
+        max_position_embeddings=4096,
     ),
     "small": dict(
-        hidden_size=256, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,
-        intermediate_size=768, vocab_size=1024, max_position_embeddings=8192,
+        hidden_size=256,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=768,
+        vocab_size=1024,
+        max_position_embeddings=8192,
     ),
     "qwen2.5-0.5b": dict(
-        hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-        intermediate_size=4864, vocab_size=151936, max_position_embeddings=32768,
-        tie_word_embeddings=True, rope_theta=1000000.0,
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        rope_theta=1000000.0,
     ),
 }
 
 _COMMON_FIELDS = dict(
-    hidden_act="silu", initializer_range=0.02, attention_dropout=0.0, rope_scaling=None,
-    tie_word_embeddings=False, use_cache=True,
+    hidden_act="silu",
+    initializer_range=0.02,
+    attention_dropout=0.0,
+    rope_scaling=None,
+    tie_word_embeddings=False,
+    use_cache=True,
 )
 _ARCH_FIELDS = {
     "llama": dict(
-        architectures=["LlamaForCausalLM"], rms_norm_eps=1e-5, rope_theta=500000.0,
-        attention_bias=False, mlp_bias=False, head_dim=None, pretraining_tp=1,
+        architectures=["LlamaForCausalLM"],
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        attention_bias=False,
+        mlp_bias=False,
+        head_dim=None,
+        pretraining_tp=1,
     ),
     "mistral": dict(
-        architectures=["MistralForCausalLM"], rms_norm_eps=1e-5, rope_theta=1000000.0,
-        head_dim=None, sliding_window=None,
+        architectures=["MistralForCausalLM"],
+        rms_norm_eps=1e-5,
+        rope_theta=1000000.0,
+        head_dim=None,
+        sliding_window=None,
     ),
     "qwen2": dict(
-        architectures=["Qwen2ForCausalLM"], rms_norm_eps=1e-6, rope_theta=1000000.0,
-        use_sliding_window=False, sliding_window=None, max_window_layers=None,
+        architectures=["Qwen2ForCausalLM"],
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        use_sliding_window=False,
+        sliding_window=None,
+        max_window_layers=None,
     ),
     "qwen3": dict(
-        architectures=["Qwen3ForCausalLM"], rms_norm_eps=1e-6, rope_theta=1000000.0,
-        attention_bias=False, head_dim=None, use_sliding_window=False, sliding_window=None,
+        architectures=["Qwen3ForCausalLM"],
+        rms_norm_eps=1e-6,
+        rope_theta=1000000.0,
+        attention_bias=False,
+        head_dim=None,
+        use_sliding_window=False,
+        sliding_window=None,
         max_window_layers=None,
     ),
 }
@@ -81,10 +132,14 @@ def build(path, arch, preset, seed, dtype, overrides) -> Path:
     path = Path(path)
     vocab = write_tokenizer(path, arch, fields["vocab_size"], seed)
     write_json(path / "config.json", fields)
-    write_json(path / "generation_config.json", {
-        "bos_token_id": fields["bos_token_id"], "eos_token_id": fields["eos_token_id"],
-        "pad_token_id": fields["bos_token_id"],
-    })
+    write_json(
+        path / "generation_config.json",
+        {
+            "bos_token_id": fields["bos_token_id"],
+            "eos_token_id": fields["eos_token_id"],
+            "pad_token_id": fields["bos_token_id"],
+        },
+    )
     close = _CLOSE_LOGIT_STD.get(preset)
     write_weights(path, _weights(arch, fields, vocab, seed, special_tokens(arch), close), dtype)
     return path
@@ -111,8 +166,10 @@ def build_config(arch, preset, dtype, overrides):
     if config["vocab_size"] < 256 + len(special_tokens(arch)):
         raise ValueError("vocab_size must hold the 256 bytes and the special tokens")
     config.update(
-        model_type=arch, torch_dtype=dtype,
-        bos_token_id=COMMON_SPECIALS.index(PAD), eos_token_id=COMMON_SPECIALS.index(EOS),
+        model_type=arch,
+        torch_dtype=dtype,
+        bos_token_id=COMMON_SPECIALS.index(PAD),
+        eos_token_id=COMMON_SPECIALS.index(EOS),
     )
     return dict(sorted(config.items()))
 

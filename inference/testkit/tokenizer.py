@@ -2,6 +2,7 @@
 (``WORDS`` drawn with a seeded RNG, so the same arguments give the same tokenizer.json on every
 machine), with the family's special tokens first and its chat template in tokenizer_config.json.
 Needs the ``tokenizers`` package only (a dependency of mlx-lm)."""
+
 import functools
 import json
 import random
@@ -18,24 +19,36 @@ def write_tokenizer(path, family, vocab_size, seed):
     path.mkdir(parents=True, exist_ok=True)
     (path / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
     write_json(path / "tokenizer_config.json", tokenizer_config(specials, CHAT_TEMPLATES[family]))
-    write_json(path / "special_tokens_map.json", {
-        "additional_special_tokens": list(specials[1:]),
-        "eos_token": added_token(EOS), "pad_token": added_token(PAD),
-    })
+    write_json(
+        path / "special_tokens_map.json",
+        {
+            "additional_special_tokens": list(specials[1:]),
+            "eos_token": added_token(EOS),
+            "pad_token": added_token(PAD),
+        },
+    )
     return json.loads(tokenizer_json)["model"]["vocab"]
 
 
 def tokenizer_config(specials, chat_template):
     """tokenizer_config.json for a tokenizer whose first ids are ``specials``."""
     return {
-        "add_bos_token": False, "add_prefix_space": False,
+        "add_bos_token": False,
+        "add_prefix_space": False,
         "added_tokens_decoder": {
             str(i): {**added_token(token), "special": True} for i, token in enumerate(specials)
         },
-        "additional_special_tokens": list(specials[1:]), "bos_token": None,
-        "chat_template": chat_template, "clean_up_tokenization_spaces": False, "eos_token": EOS,
-        "errors": "replace", "model_max_length": 131072, "pad_token": PAD,
-        "split_special_tokens": False, "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": None,
+        "additional_special_tokens": list(specials[1:]),
+        "bos_token": None,
+        "chat_template": chat_template,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": EOS,
+        "errors": "replace",
+        "model_max_length": 131072,
+        "pad_token": PAD,
+        "split_special_tokens": False,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": None,
     }
 
 
@@ -56,7 +69,9 @@ def train_tokenizer(vocab_size, seed, specials=COMMON_SPECIALS):
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(specials), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=list(specials),
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(_corpus(seed), trainer=trainer)

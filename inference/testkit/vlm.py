@@ -16,6 +16,7 @@ logits spread over tens of units (greedy decoding then agrees between two MLX co
 different chunking): linear layers with unit-gain fan-in scaling, embeddings with unit variance,
 the output head with ``_LOGIT_STD`` spread. The files are a pure function of the arguments.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,9 @@ def chat_template(image: str) -> str:
         "{%- for message in messages %}<|im_start|>{{ message.role }}\n"
         "{%- if message.content is string %}{{ message.content }}"
         "{%- else %}{%- for part in message.content %}"
-        "{%- if part.type == 'image' %}" + image + "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
+        "{%- if part.type == 'image' %}"
+        + image
+        + "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}"
         "{%- endfor %}{%- endif %}<|im_end|>\n{%- endfor %}"
         "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
     )
@@ -49,10 +52,24 @@ CHAT_TEMPLATE = chat_template(IMAGE_TOKEN)
 
 PRESETS = {
     "tiny": dict(
-        text=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=128, vocab_size=1024, max_position_embeddings=4096),
-        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    image_size=56, patch_size=14, projection_dim=32),
+        text=dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            vocab_size=1024,
+            max_position_embeddings=4096,
+        ),
+        vision=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=56,
+            patch_size=14,
+            projection_dim=32,
+        ),
     ),
 }
 
@@ -67,18 +84,33 @@ def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=
     and becomes ``(image_size / patch_size) ** 2`` tokens (16 for the tiny preset)."""
     require_test_extra("building a LLaVA test model")
     import torch
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor)
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
-    path, fields, text, tokenizer = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "vision", seed,
-                                                 overrides, _SPECIALS, CHAT_TEMPLATE)
+    path, fields, text, tokenizer = start_folder(
+        path, arch, preset, ARCHITECTURES, PRESETS, "vision", seed, overrides, _SPECIALS, CHAT_TEMPLATE
+    )
     vision = fields["vision"]
     config = LlavaConfig(
         vision_config=CLIPVisionConfig(**vision).to_dict(),
-        text_config=LlamaConfig(bos_token_id=0, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
-                                rms_norm_eps=1e-6, **text).to_dict(),
-        image_token_index=_SPECIALS.index(IMAGE_TOKEN), vision_feature_layer=-2,
-        vision_feature_select_strategy="default", projector_hidden_act="gelu",
+        text_config=LlamaConfig(
+            bos_token_id=0,
+            eos_token_id=2,
+            pad_token_id=0,
+            tie_word_embeddings=False,
+            rms_norm_eps=1e-6,
+            **text,
+        ).to_dict(),
+        image_token_index=_SPECIALS.index(IMAGE_TOKEN),
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+        projector_hidden_act="gelu",
         image_seq_length=(vision["image_size"] // vision["patch_size"]) ** 2,
     )
     config.eos_token_id = 2
@@ -88,17 +120,35 @@ def build(path, arch="llava", preset="tiny", seed=0, dtype="float32", overrides=
     save_weights(model, path, dtype)
     _hub_names(path / "model.safetensors")
     side = vision["image_size"]
-    image_processor = CLIPImageProcessor(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
-    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                               patch_size=vision["patch_size"], vision_feature_select_strategy="default",
-                               image_token=IMAGE_TOKEN, num_additional_image_tokens=1,
-                               chat_template=CHAT_TEMPLATE)
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": side}, crop_size={"height": side, "width": side}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=vision["patch_size"],
+        vision_feature_select_strategy="default",
+        image_token=IMAGE_TOKEN,
+        num_additional_image_tokens=1,
+        chat_template=CHAT_TEMPLATE,
+    )
     processor.save_pretrained(str(path))
     return path
 
 
-def start_folder(path, arch, preset, architectures, presets, family, seed, overrides, specials, template,
-                 **tokenizer_fields):
+def start_folder(
+    path,
+    arch,
+    preset,
+    architectures,
+    presets,
+    family,
+    seed,
+    overrides,
+    specials,
+    template,
+    **tokenizer_fields,
+):
     """What every test VLM's ``build`` starts with: check ``arch`` and ``preset`` (ValueError naming
     the ``family``), make the folder, write the tokenizer (``tokenizer_fields``: more entries of
     tokenizer_config.json) and load it. Returns (the folder as a Path, the preset's fields, the
@@ -113,8 +163,9 @@ def start_folder(path, arch, preset, architectures, presets, family, seed, overr
     path.mkdir(parents=True, exist_ok=True)
     fields = presets[preset]
     text = dict(fields["text"], **(overrides or {}))
-    (path / "tokenizer.json").write_text(train_tokenizer(min(text["vocab_size"], 1024), seed, specials),
-                                         encoding="utf-8")
+    (path / "tokenizer.json").write_text(
+        train_tokenizer(min(text["vocab_size"], 1024), seed, specials), encoding="utf-8"
+    )
     config_json = tokenizer_config(specials, template)
     config_json.update(tokenizer_fields)
     (path / "tokenizer_config.json").write_text(json.dumps(config_json, indent=2))
@@ -132,7 +183,9 @@ def save_weights(model, path: Path, dtype: str) -> None:
 def write_template_files(path: Path, template: str) -> None:
     """chat_template.json (where mlx-vlm's processors read the template) and generation_config.json."""
     (path / "chat_template.json").write_text(json.dumps({"chat_template": template}, indent=2))
-    (path / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0}))
+    (path / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0})
+    )
 
 
 def _redraw(model, seed, hidden_size) -> None:
@@ -162,6 +215,8 @@ def _hub_names(weights: Path) -> None:
     from safetensors.numpy import load_file, save_file
 
     tensors = load_file(str(weights))
-    renamed = {("vision_tower.vision_model." + k[len("vision_tower."):] if k.startswith("vision_tower.") else k): v
-               for k, v in tensors.items()}
+    renamed = {
+        ("vision_tower.vision_model." + k[len("vision_tower.") :] if k.startswith("vision_tower.") else k): v
+        for k, v in tensors.items()
+    }
     save_file(renamed, str(weights), metadata={"format": "pt"})

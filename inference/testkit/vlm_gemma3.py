@@ -18,14 +18,21 @@ has one sliding-window layer (window 16) and one global layer, so prompts longer
 exercise the block cache's sliding-window snapshots. Weights are redrawn as the LLaVA model's
 (``vlm._redraw``). The files are a pure function of the arguments.
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from inference.testkit.base import COMMON_SPECIALS, require_test_extra
-from inference.testkit.vlm import (_LOGIT_STD, _redraw, chat_template, save_weights, start_folder,
-                                          write_template_files)
+from inference.testkit.vlm import (
+    _LOGIT_STD,
+    _redraw,
+    chat_template,
+    save_weights,
+    start_folder,
+    write_template_files,
+)
 
 ARCHITECTURES = ("gemma3",)
 BOI, EOI, IMAGE = "<start_of_image>", "<end_of_image>", "<image_soft_token>"
@@ -35,11 +42,27 @@ CHAT_TEMPLATE = chat_template(BOI)
 
 PRESETS = {
     "tiny": dict(
-        text=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  intermediate_size=128, vocab_size=1024, max_position_embeddings=4096, sliding_window=16,
-                  sliding_window_pattern=2, query_pre_attn_scalar=16),
-        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    image_size=56, patch_size=14),
+        text=dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=128,
+            vocab_size=1024,
+            max_position_embeddings=4096,
+            sliding_window=16,
+            sliding_window_pattern=2,
+            query_pre_attn_scalar=16,
+        ),
+        vision=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=56,
+            patch_size=14,
+        ),
         mm_tokens_per_image=4,
     ),
 }
@@ -57,17 +80,43 @@ def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     path, fields, text, _ = start_folder(
-        path, arch, preset, ARCHITECTURES, PRESETS, "Gemma 3 vision", seed, overrides, _SPECIALS, CHAT_TEMPLATE,
-        boi_token=BOI, eoi_token=EOI, image_token=IMAGE,
-        extra_special_tokens={"boi_token": BOI, "eoi_token": EOI, "image_token": IMAGE})
+        path,
+        arch,
+        preset,
+        ARCHITECTURES,
+        PRESETS,
+        "Gemma 3 vision",
+        seed,
+        overrides,
+        _SPECIALS,
+        CHAT_TEMPLATE,
+        boi_token=BOI,
+        eoi_token=EOI,
+        image_token=IMAGE,
+        extra_special_tokens={"boi_token": BOI, "eoi_token": EOI, "image_token": IMAGE},
+    )
     pattern = text.pop("sliding_window_pattern")
-    layer_types = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
-                   for i in range(text["num_hidden_layers"])]
-    lm = dict(text, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=2, pad_token_id=0,
-              hidden_activation="gelu_pytorch_tanh", final_logit_softcapping=None, attn_logit_softcapping=None)
+    layer_types = [
+        "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+        for i in range(text["num_hidden_layers"])
+    ]
+    lm = dict(
+        text,
+        rms_norm_eps=1e-6,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=0,
+        hidden_activation="gelu_pytorch_tanh",
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+    )
     vision = dict(fields["vision"], layer_norm_eps=1e-6, vision_use_head=False)
-    ids = dict(boi_token_index=_SPECIALS.index(BOI), eoi_token_index=_SPECIALS.index(EOI),
-               image_token_index=_SPECIALS.index(IMAGE), mm_tokens_per_image=fields["mm_tokens_per_image"])
+    ids = dict(
+        boi_token_index=_SPECIALS.index(BOI),
+        eoi_token_index=_SPECIALS.index(EOI),
+        image_token_index=_SPECIALS.index(IMAGE),
+        mm_tokens_per_image=fields["mm_tokens_per_image"],
+    )
     config = Gemma3Config(text_config=dict(lm, layer_types=layer_types), vision_config=vision, **ids)
     config.eos_token_id = 2
     torch.manual_seed(seed)
@@ -78,21 +127,50 @@ def build(path, arch="gemma3", preset="tiny", seed=0, dtype="float32", overrides
     _hub_names(path / "model.safetensors")
     # vocab_size at the top too: mlx-lm reads a gemma3 folder as text from there (default 262208,
     # the real vocabulary, which Hub configs leave out).
-    hub = dict(architectures=["Gemma3ForConditionalGeneration"], model_type="gemma3", eos_token_id=2,
-               initializer_range=0.02, torch_dtype=dtype, vocab_size=text["vocab_size"], **ids,
-               text_config=dict(lm, model_type="gemma3_text", sliding_window_pattern=pattern, layer_types=layer_types,
-                                rope_theta=1000000.0, rope_local_base_freq=10000.0, rope_scaling=None,
-                                mm_tokens_per_image=fields["mm_tokens_per_image"]),
-               vision_config=dict(vision, model_type="siglip_vision_model", num_channels=3))
+    hub = dict(
+        architectures=["Gemma3ForConditionalGeneration"],
+        model_type="gemma3",
+        eos_token_id=2,
+        initializer_range=0.02,
+        torch_dtype=dtype,
+        vocab_size=text["vocab_size"],
+        **ids,
+        text_config=dict(
+            lm,
+            model_type="gemma3_text",
+            sliding_window_pattern=pattern,
+            layer_types=layer_types,
+            rope_theta=1000000.0,
+            rope_local_base_freq=10000.0,
+            rope_scaling=None,
+            mm_tokens_per_image=fields["mm_tokens_per_image"],
+        ),
+        vision_config=dict(vision, model_type="siglip_vision_model", num_channels=3),
+    )
     (path / "config.json").write_text(json.dumps(hub, indent=2, sort_keys=True))
     side = vision["image_size"]
-    image = dict(do_convert_rgb=None, do_normalize=True, do_pan_and_scan=None, do_rescale=True, do_resize=True,
-                 image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], image_seq_length=fields["mm_tokens_per_image"],
-                 image_processor_type="Gemma3ImageProcessor", processor_class="Gemma3Processor", resample=2,
-                 rescale_factor=1 / 255, size={"height": side, "width": side})
+    image = dict(
+        do_convert_rgb=None,
+        do_normalize=True,
+        do_pan_and_scan=None,
+        do_rescale=True,
+        do_resize=True,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+        image_seq_length=fields["mm_tokens_per_image"],
+        image_processor_type="Gemma3ImageProcessor",
+        processor_class="Gemma3Processor",
+        resample=2,
+        rescale_factor=1 / 255,
+        size={"height": side, "width": side},
+    )
     (path / "preprocessor_config.json").write_text(json.dumps(image, indent=2, sort_keys=True))
-    (path / "processor_config.json").write_text(json.dumps(
-        {"image_seq_length": fields["mm_tokens_per_image"], "processor_class": "Gemma3Processor"}, indent=2))
+    (path / "processor_config.json").write_text(
+        json.dumps(
+            {"image_seq_length": fields["mm_tokens_per_image"], "processor_class": "Gemma3Processor"},
+            indent=2,
+        )
+    )
     write_template_files(path, CHAT_TEMPLATE)
     return path
 
@@ -129,10 +207,10 @@ def _hub_names(weights: Path) -> None:
         if key.startswith("lm_head."):
             continue
         if key.startswith("model.language_model."):
-            key = "language_model.model." + key[len("model.language_model."):]
+            key = "language_model.model." + key[len("model.language_model.") :]
         elif key.startswith("model."):
-            key = key[len("model."):]
+            key = key[len("model.") :]
         if key.startswith("vision_tower.") and not key.startswith("vision_tower.vision_model."):
-            key = "vision_tower.vision_model." + key[len("vision_tower."):]
+            key = "vision_tower.vision_model." + key[len("vision_tower.") :]
         renamed[key] = value
     save_file(renamed, str(weights), metadata={"format": "pt"})

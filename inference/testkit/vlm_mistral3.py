@@ -18,6 +18,7 @@ The chat template is ChatML with an image part rendered as ``[IMG]``. Weights ar
 the LLaVA model's (``vlm._redraw``). The files are a pure function of the
 arguments.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,25 @@ CHAT_TEMPLATE = chat_template("[IMG]")
 
 PRESETS = {
     "tiny": dict(
-        text=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                  intermediate_size=128, vocab_size=1024, max_position_embeddings=4096),
-        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, head_dim=16,
-                    image_size=112, patch_size=14),
+        text=dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=128,
+            vocab_size=1024,
+            max_position_embeddings=4096,
+        ),
+        vision=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            head_dim=16,
+            image_size=112,
+            patch_size=14,
+        ),
         spatial_merge_size=2,
     ),
 }
@@ -55,14 +71,41 @@ def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrid
     import torch
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 
-    path, fields, text, _ = start_folder(path, arch, preset, ARCHITECTURES, PRESETS, "Mistral 3 vision", seed,
-                                         overrides, _SPECIALS, CHAT_TEMPLATE)
-    lm = dict(text, model_type="mistral", rms_norm_eps=1e-5, rope_theta=1000000000.0, bos_token_id=0,
-              eos_token_id=2, pad_token_id=0, tie_word_embeddings=False, sliding_window=None, hidden_act="silu")
-    vision = dict(fields["vision"], model_type="pixtral", rope_theta=10000.0, hidden_act="gelu", num_channels=3)
+    path, fields, text, _ = start_folder(
+        path,
+        arch,
+        preset,
+        ARCHITECTURES,
+        PRESETS,
+        "Mistral 3 vision",
+        seed,
+        overrides,
+        _SPECIALS,
+        CHAT_TEMPLATE,
+    )
+    lm = dict(
+        text,
+        model_type="mistral",
+        rms_norm_eps=1e-5,
+        rope_theta=1000000000.0,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+        sliding_window=None,
+        hidden_act="silu",
+    )
+    vision = dict(
+        fields["vision"], model_type="pixtral", rope_theta=10000.0, hidden_act="gelu", num_channels=3
+    )
     merge = fields["spatial_merge_size"]
-    top = dict(image_token_index=_SPECIALS.index("[IMG]"), spatial_merge_size=merge, projector_hidden_act="gelu",
-               vision_feature_layer=-1, multimodal_projector_bias=False)
+    top = dict(
+        image_token_index=_SPECIALS.index("[IMG]"),
+        spatial_merge_size=merge,
+        projector_hidden_act="gelu",
+        vision_feature_layer=-1,
+        multimodal_projector_bias=False,
+    )
     config = Mistral3Config(text_config=lm, vision_config=vision, tie_word_embeddings=False, **top)
     config.eos_token_id = 2
     torch.manual_seed(seed)
@@ -70,19 +113,46 @@ def build(path, arch="mistral3", preset="tiny", seed=0, dtype="float32", overrid
     _redraw(model, seed, text["hidden_size"])
     save_weights(model, path, dtype)
     _hub_names(path / "model.safetensors")
-    hub = dict(architectures=["Mistral3ForConditionalGeneration"], model_type="mistral3", torch_dtype=dtype,
-               eos_token_id=2, tie_word_embeddings=False, text_config=lm, vision_config=vision, **top)
+    hub = dict(
+        architectures=["Mistral3ForConditionalGeneration"],
+        model_type="mistral3",
+        torch_dtype=dtype,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+        text_config=lm,
+        vision_config=vision,
+        **top,
+    )
     (path / "config.json").write_text(json.dumps(hub, indent=2, sort_keys=True))
     patch, side = vision["patch_size"], vision["image_size"]
-    image = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True,
-                 image_mean=[0.48145466, 0.4578275, 0.40821073], image_std=[0.26862954, 0.26130258, 0.27577711],
-                 image_processor_type="PixtralImageProcessor", processor_class="PixtralProcessor",
-                 patch_size={"height": patch, "width": patch}, resample=3, rescale_factor=1 / 255,
-                 size={"longest_edge": side})
+    image = dict(
+        do_convert_rgb=True,
+        do_normalize=True,
+        do_rescale=True,
+        do_resize=True,
+        image_mean=[0.48145466, 0.4578275, 0.40821073],
+        image_std=[0.26862954, 0.26130258, 0.27577711],
+        image_processor_type="PixtralImageProcessor",
+        processor_class="PixtralProcessor",
+        patch_size={"height": patch, "width": patch},
+        resample=3,
+        rescale_factor=1 / 255,
+        size={"longest_edge": side},
+    )
     (path / "preprocessor_config.json").write_text(json.dumps(image, indent=2, sort_keys=True))
-    (path / "processor_config.json").write_text(json.dumps(
-        {"image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]", "image_token": "[IMG]",
-         "patch_size": patch, "processor_class": "PixtralProcessor", "spatial_merge_size": merge}, indent=2))
+    (path / "processor_config.json").write_text(
+        json.dumps(
+            {
+                "image_break_token": "[IMG_BREAK]",
+                "image_end_token": "[IMG_END]",
+                "image_token": "[IMG]",
+                "patch_size": patch,
+                "processor_class": "PixtralProcessor",
+                "spatial_merge_size": merge,
+            },
+            indent=2,
+        )
+    )
     write_template_files(path, CHAT_TEMPLATE)
     return path
 
@@ -98,8 +168,8 @@ def _hub_names(weights: Path) -> None:
         if key.startswith("lm_head."):
             key = "language_model." + key
         elif key.startswith("model.language_model."):
-            key = "language_model.model." + key[len("model.language_model."):]
+            key = "language_model.model." + key[len("model.language_model.") :]
         elif key.startswith("model."):
-            key = key[len("model."):]
+            key = key[len("model.") :]
         renamed[key] = value
     save_file(renamed, str(weights), metadata={"format": "pt"})

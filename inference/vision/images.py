@@ -5,6 +5,7 @@ A source is a ``data:`` URL (base64), a local file (a path or a ``file://`` URL)
 default: a server should not fetch what a client names). Every failure is a ValueError whose
 message says what is wrong with which image (the API answers 400).
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,11 +28,14 @@ def check_source(url: str, where: str, allow_remote: bool) -> None:
     if not isinstance(url, str) or not url:
         raise ValueError(f"{where}: the image url must be a non-empty string")
     if is_remote(url) and not allow_remote:
-        raise ValueError(f"{where}: http(s) image URLs are not fetched by this server (setting "
-                         f"allow_remote_images is off); send the image as a data: URL (base64)")
+        raise ValueError(
+            f"{where}: http(s) image URLs are not fetched by this server (setting "
+            f"allow_remote_images is off); send the image as a data: URL (base64)"
+        )
     if not (url.startswith("data:") or is_remote(url) or url.startswith("file://") or url.startswith("/")):
-        raise ValueError(f"{where}: an image url is a data: URL, an http(s) URL, a file:// URL "
-                         f"or an absolute path")
+        raise ValueError(
+            f"{where}: an image url is a data: URL, an http(s) URL, a file:// URL or an absolute path"
+        )
 
 
 def data_url(media_type: str, data: str) -> str:

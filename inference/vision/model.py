@@ -28,6 +28,7 @@ and a batch's default are the plain ``cache offset + i`` on all three axes, plus
 (key ids: text and image content and grid) and its index, never on what ran before on the model,
 so KV restored from the block cache sits at the positions it was computed at.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,7 +43,14 @@ import mlx.nn as nn
 
 logger = logging.getLogger("omlx.engine")
 
-IMAGE_FAMILIES = ("llava", "gemma3", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # served with images (module docstring)
+IMAGE_FAMILIES = (
+    "llava",
+    "gemma3",
+    "mistral3",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+)  # served with images (module docstring)
 MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # three-axis rotary positions
 
 
@@ -69,7 +77,9 @@ def has_vision_weights(path: Path) -> bool:
     then says what is wrong."""
     files = sorted(path.glob("model*.safetensors"))
     index = path / "model.safetensors.index.json"
-    stamps = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files + ([index] if index.is_file() else []))
+    stamps = tuple(
+        (f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files + ([index] if index.is_file() else [])
+    )
     return _has_vision_weights(str(path), stamps)
 
 
@@ -99,8 +109,10 @@ def unsupported_reason(config: dict) -> Optional[str]:
     """Why the VLM of ``config`` cannot be served with images; None if it can."""
     model_type = config.get("model_type")
     if model_type not in IMAGE_FAMILIES:
-        return (f"vision model_type {model_type!r} is not served yet (images are served for "
-                f"{', '.join(IMAGE_FAMILIES)}) and the installed mlx-lm does not read it as text")
+        return (
+            f"vision model_type {model_type!r} is not served yet (images are served for "
+            f"{', '.join(IMAGE_FAMILIES)}) and the installed mlx-lm does not read it as text"
+        )
     try:
         from mlx_vlm.utils import get_model_and_args
 
@@ -152,14 +164,21 @@ class MRopeTextModel(TextModel):
     rope delta). ``visual_pos_masks`` / ``deepstack_visual_embeds``: Qwen3-VL's image features
     added to the first layers' hidden states at image positions, for the range computed."""
 
-    def __call__(self, inputs: mx.array, cache=None, input_embeddings: Optional[mx.array] = None,
-                 position_ids: Optional[mx.array] = None, position_deltas: Optional[mx.array] = None,
-                 **deepstack):
+    def __call__(
+        self,
+        inputs: mx.array,
+        cache=None,
+        input_embeddings: Optional[mx.array] = None,
+        position_ids: Optional[mx.array] = None,
+        position_deltas: Optional[mx.array] = None,
+        **deepstack,
+    ):
         if position_ids is None:
             position_ids = default_positions(inputs, cache, position_deltas)
         lm = self.language_model
-        h = lm.model(inputs, inputs_embeds=input_embeddings, cache=cache, position_ids=position_ids,
-                     **deepstack)
+        h = lm.model(
+            inputs, inputs_embeds=input_embeddings, cache=cache, position_ids=position_ids, **deepstack
+        )
         if "lm_head" in lm:
             return lm.lm_head(h)
         return lm.model.embed_tokens.as_linear(h)
@@ -214,7 +233,8 @@ class VisionModel:
         ``get_rope_index`` on the whole prompt and its image grids."""
         grid = (extras or {}).get("image_grid_thw")
         positions, delta = self.vlm.language_model.get_rope_index(
-            mx.array([list(input_ids)]), None if grid is None else mx.array(grid))
+            mx.array([list(input_ids)]), None if grid is None else mx.array(grid)
+        )
         return positions[:, 0, :], int(mx.array(delta).reshape(-1)[0].item())
 
     def token_embeddings(self, token_ids) -> mx.array:
@@ -231,7 +251,9 @@ def size_unit(config: dict) -> int:
     picture as the processor sized it; 0 for the other families."""
     if config.get("model_type") != "mistral3":
         return 0
-    return int((config.get("vision_config") or {}).get("patch_size", 14)) * int(config.get("spatial_merge_size", 1))
+    return int((config.get("vision_config") or {}).get("patch_size", 14)) * int(
+        config.get("spatial_merge_size", 1)
+    )
 
 
 class ProcessorOnly:
@@ -239,8 +261,9 @@ class ProcessorOnly:
     process); processors are cached per folder."""
 
     def __init__(self, path: Path, config: dict):
-        self.processor = _processor(str(path), (Path(path) / "config.json").stat().st_mtime_ns,
-                                    config.get("model_type"))
+        self.processor = _processor(
+            str(path), (Path(path) / "config.json").stat().st_mtime_ns, config.get("model_type")
+        )
         self.image_token_id = VisionModel.token_id(config)
         self.merge_size = merge_size(config)
         self.size_unit = size_unit(config)

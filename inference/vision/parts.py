@@ -6,6 +6,7 @@ The API layers turn OpenAI ``image_url`` / Responses ``input_image`` parts and A
 render such a part as the model's image placeholder. A message without images keeps a plain
 string content, so text-only requests render exactly as before.
 """
+
 from __future__ import annotations
 
 from typing import List

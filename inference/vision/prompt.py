@@ -20,6 +20,7 @@ prompt also carries its positions, computed once from the whole prompt on the en
 every range it computes, from the start or after a block-cache hit, gets its slice of them, and
 the tokens after the prompt get ``index + rope_delta``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,7 +63,9 @@ class VisionPrompt:
         M-RoPE families get ``position_ids`` for every range; Qwen3-VL's deepstack features
         come with a range that has image tokens."""
         prompt_len = len(self.model_ids)
-        real = self.model_ids[start:min(end, prompt_len)] + list(all_token_ids[max(start, prompt_len):end])
+        real = self.model_ids[start : min(end, prompt_len)] + list(
+            all_token_ids[max(start, prompt_len) : end]
+        )
         tokens = mx.array(real)[None]
         kwargs = {}
         if vision.mrope:
@@ -70,9 +73,10 @@ class VisionPrompt:
         if not self.has_image_in(start, end):
             return tokens, kwargs
         if self._embeddings is None:
-            self._embeddings, self._deepstack = vision.prompt_embeddings(self.model_ids, self.pixel_values,
-                                                                         self.extras)
-        parts = [self._embeddings[start:min(end, prompt_len)]]
+            self._embeddings, self._deepstack = vision.prompt_embeddings(
+                self.model_ids, self.pixel_values, self.extras
+            )
+        parts = [self._embeddings[start : min(end, prompt_len)]]
         if end > prompt_len:  # a replay after preemption: generated tokens follow the prompt
             parts.append(vision.token_embeddings(all_token_ids[prompt_len:end]).astype(parts[0].dtype))
         kwargs["input_embeddings"] = mx.concatenate(parts)[None]
@@ -93,7 +97,7 @@ class VisionPrompt:
         if self._positions is None:
             self._positions, self.rope_delta = vision.prompt_positions(self.model_ids, self.extras)
         prompt_len = len(self.model_ids)
-        parts = [self._positions[:, start:min(end, prompt_len)]]
+        parts = [self._positions[:, start : min(end, prompt_len)]]
         if end > prompt_len:  # tokens after the prompt (a replay after preemption)
             after = mx.arange(max(start, prompt_len), end) + self.rope_delta
             parts.append(mx.broadcast_to(after[None], (3, after.shape[0])).astype(parts[0].dtype))
@@ -114,12 +118,17 @@ def prepare(vision, text: str, images: list) -> VisionPrompt:
     pixels = np.asarray(batch["pixel_values"])
     extras = {k: np.asarray(batch[k]) for k in ("image_grid_thw", "image_sizes") if k in batch}
     positions = [i for i, t in enumerate(ids) if t == vision.image_token_id]
-    counts, pictures = _per_image(pixels, extras, len(images), len(positions), vision.merge_size,
-                                  getattr(vision, "size_unit", 0))
+    counts, pictures = _per_image(
+        pixels, extras, len(images), len(positions), vision.merge_size, getattr(vision, "size_unit", 0)
+    )
     if not positions or sum(counts) != len(positions):
         raise ValueError(f"the prompt has {len(positions)} image tokens for {len(images)} images")
-    digests = [hashlib.sha256(str(p.shape).encode() + str(grid).encode() + np.ascontiguousarray(p).tobytes()).digest()
-               for p, grid in pictures]
+    digests = [
+        hashlib.sha256(
+            str(p.shape).encode() + str(grid).encode() + np.ascontiguousarray(p).tobytes()
+        ).digest()
+        for p, grid in pictures
+    ]
     keys = list(ids)
     image, index = 0, 0
     for pos in positions:
@@ -143,8 +152,10 @@ def _per_image(pixels: np.ndarray, extras: dict, n_images: int, n_tokens: int, m
         if len(sizes) != n_images:
             raise ValueError(f"the processor made {len(sizes)} image sizes for {n_images} images")
         hw = [(int(h), int(w)) for h, w in sizes]
-        return ([(h // unit) * (w // unit) for h, w in hw],
-                [(pixels[i][..., :h, :w], hw[i]) for i, (h, w) in enumerate(hw)])
+        return (
+            [(h // unit) * (w // unit) for h, w in hw],
+            [(pixels[i][..., :h, :w], hw[i]) for i, (h, w) in enumerate(hw)],
+        )
     if grids is None:
         per = n_tokens // n_images if n_images else 0
         return [per] * n_images, [(pixels[i], None) for i in range(n_images)]
@@ -152,5 +163,7 @@ def _per_image(pixels: np.ndarray, extras: dict, n_images: int, n_tokens: int, m
         raise ValueError(f"the processor made {len(grids)} image grids for {n_images} images")
     patches = [int(np.prod(g)) for g in grids]
     bounds = np.cumsum([0] + patches)
-    return ([p // merge ** 2 for p in patches],
-            [(pixels[bounds[i]:bounds[i + 1]], tuple(int(x) for x in grids[i])) for i in range(n_images)])
+    return (
+        [p // merge**2 for p in patches],
+        [(pixels[bounds[i] : bounds[i + 1]], tuple(int(x) for x in grids[i])) for i in range(n_images)],
+    )

@@ -4,6 +4,7 @@ Each module has ``add_parser(subparsers)``, which registers its command with ``r
 code`` as the parser's default; omlx_site/cli.py calls ``add_parsers`` and runs ``args.run``.
 What several commands share is in ``common``; this module only imports downward.
 """
+
 from __future__ import annotations
 
 from . import bench, cache, launch, models, pull

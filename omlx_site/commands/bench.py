@@ -1,5 +1,6 @@
 """`omlx bench`: the admin page's benchmark from the command line, against a model run in this
 process (the local engine) or against any OpenAI-compatible server (--url)."""
+
 from __future__ import annotations
 
 import json
@@ -38,36 +39,66 @@ def add_parser(subparsers) -> None:
 
     from . import bench_agentic
 
-    p = subparsers.add_parser("bench", help="benchmark the local engine or any OpenAI-compatible server",
-                              description=DESCRIPTION)
-    p.add_argument("target", nargs="?", metavar="MODEL",
-                   help="a model folder, or a model id in --model-dir (local engine); with --url, "
-                   "the model name (same as --model)")
-    p.add_argument("--scenario", choices=("default", "agentic"), default="default",
-                   help="default: prefill, decode, cold vs cached; agentic: multi-turn conversations "
-                   "sharing a system prompt, closed loop or bursts (see below)")
-    p.add_argument("--url", help="an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 "
-                   "(/v1 is added to a URL without a path)")
+    p = subparsers.add_parser(
+        "bench", help="benchmark the local engine or any OpenAI-compatible server", description=DESCRIPTION
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        metavar="MODEL",
+        help="a model folder, or a model id in --model-dir (local engine); with --url, "
+        "the model name (same as --model)",
+    )
+    p.add_argument(
+        "--scenario",
+        choices=("default", "agentic"),
+        default="default",
+        help="default: prefill, decode, cold vs cached; agentic: multi-turn conversations "
+        "sharing a system prompt, closed loop or bursts (see below)",
+    )
+    p.add_argument(
+        "--url",
+        help="an OpenAI-compatible API base, e.g. http://127.0.0.1:8000/v1 "
+        "(/v1 is added to a URL without a path)",
+    )
     p.add_argument("--model", dest="model_name", help="the model name to send to --url")
     p.add_argument("--api-key", help="the API key of --url (default $OMLX_API_KEY)")
-    p.add_argument("--endpoint", choices=("completions", "chat"), default=None,
-                   help="with --url: stream /v1/completions (default) or /v1/chat/completions (the prompt "
-                   "as one user message, for servers without text completions)")
-    p.add_argument("--model-dir", action="append", default=None,
-                   help="where to look a model id up (default: `omlx serve`'s --model-dir)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="default",
-                   help="starting sizes: small (concurrency 1,2, 64-token prompts, 8 tokens) or default "
-                   "(concurrency 1,2,4,8, 256-token prompts, 32 tokens); with --scenario agentic: small (3 "
-                   "conversations x 2 turns) or default (12 x 3); the flags below override them")
+    p.add_argument(
+        "--endpoint",
+        choices=("completions", "chat"),
+        default=None,
+        help="with --url: stream /v1/completions (default) or /v1/chat/completions (the prompt "
+        "as one user message, for servers without text completions)",
+    )
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        default=None,
+        help="where to look a model id up (default: `omlx serve`'s --model-dir)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="default",
+        help="starting sizes: small (concurrency 1,2, 64-token prompts, 8 tokens) or default "
+        "(concurrency 1,2,4,8, 256-token prompts, 32 tokens); with --scenario agentic: small (3 "
+        "conversations x 2 turns) or default (12 x 3); the flags below override them",
+    )
     p.add_argument("--concurrency", help="concurrency levels, e.g. 1,2,4,8")
     p.add_argument("--prompt-tokens", type=int, help="prompt length of the prefill scenario")
-    p.add_argument("--gen-tokens", type=int, help="tokens generated per stream in the decode scenario "
-                   "(agentic: per turn, default 32)")
+    p.add_argument(
+        "--gen-tokens",
+        type=int,
+        help="tokens generated per stream in the decode scenario (agentic: per turn, default 32)",
+    )
     p.add_argument("--repeats", type=int, help="rounds per concurrency level")
     p.add_argument("--cache-prompt-tokens", type=int, help="prompt length of the cold vs cached scenario")
     p.add_argument("--cached-repeats", type=int, help="how many times the cached prompt is sent again")
-    p.add_argument("--no-ignore-eos", action="store_true",
-                   help="let streams stop at end-of-sequence (default: ask for exactly --gen-tokens)")
+    p.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help="let streams stop at end-of-sequence (default: ask for exactly --gen-tokens)",
+    )
     bench_agentic.add_arguments(p)
     p.add_argument("--output", help="write the results (settings, target, date, every figure) as JSON here")
     p.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
@@ -85,9 +116,11 @@ def settings_from_args(args):
 
     from inference.bench import PRESETS, parse_concurrency
 
-    changes = {name: getattr(args, name) for name in ("prompt_tokens", "gen_tokens", "repeats",
-                                                       "cache_prompt_tokens", "cached_repeats")
-               if getattr(args, name) is not None}
+    changes = {
+        name: getattr(args, name)
+        for name in ("prompt_tokens", "gen_tokens", "repeats", "cache_prompt_tokens", "cached_repeats")
+        if getattr(args, name) is not None
+    }
     if args.concurrency is not None:
         changes["concurrency"] = parse_concurrency(args.concurrency)
     if args.no_ignore_eos:
@@ -120,7 +153,9 @@ def run(args) -> int:
     bar = StepProgress()
     try:
         with target:
-            results = scenario(target, settings, lambda done, total, message, _: bar.update(done, total, message))
+            results = scenario(
+                target, settings, lambda done, total, message, _: bar.update(done, total, message)
+            )
     except TargetError as exc:
         bar.close()
         return _fail(f"{target.describe()['model']}: {exc}")
@@ -160,8 +195,12 @@ def _target(args):
             raise TargetError("--url needs --model NAME (the model name the server knows)")
         if args.model_name and args.target and args.model_name != args.target:
             raise TargetError(f"two model names: {args.target!r} and --model {args.model_name!r}")
-        target = OpenAITarget(args.url, model, args.api_key or os.environ.get("OMLX_API_KEY"),
-                              endpoint=args.endpoint or "completions")
+        target = OpenAITarget(
+            args.url,
+            model,
+            args.api_key or os.environ.get("OMLX_API_KEY"),
+            endpoint=args.endpoint or "completions",
+        )
         try:
             target.check()
         except TargetError:
@@ -188,9 +227,11 @@ def _engine_settings() -> dict:
     defaults) for the local engine."""
     values = config.load()
     cold = values["paged_ssd_cache_dir"]
-    return {"max_concurrent_requests": values["max_concurrent_requests"],
-            "hot_cache_max_size": values["hot_cache_max_size"],
-            "paged_ssd_cache_dir": str(cold) if cold is not None else None}
+    return {
+        "max_concurrent_requests": values["max_concurrent_requests"],
+        "hot_cache_max_size": values["hot_cache_max_size"],
+        "paged_ssd_cache_dir": str(cold) if cold is not None else None,
+    }
 
 
 def _model_folder(name: str, model_dirs: Optional[list]):
@@ -211,8 +252,10 @@ def _model_folder(name: str, model_dirs: Optional[list]):
     folder = folders.get(name)
     if folder is None:
         known = ", ".join(sorted(i for i, f in folders.items() if f.servable)) or "none"
-        raise TargetError(f"unknown model {name!r}: not a folder, and no model of that id in "
-                          f"{', '.join(map(str, dirs))} (models there: {known})")
+        raise TargetError(
+            f"unknown model {name!r}: not a folder, and no model of that id in "
+            f"{', '.join(map(str, dirs))} (models there: {known})"
+        )
     if not folder.servable:
         raise TargetError(f"the model {name!r} cannot be served: {folder.reason}")
     return folder.path, name
@@ -229,28 +272,76 @@ def _rate(value) -> str:
 def print_summary(results: dict) -> None:
     target, s = results["target"], results["settings"]
     where = target["url"] or f"local engine, {target.get('path')}"
-    print(f"omlx bench: {target['model']} ({where}), {results['started_at']}, "
-          f"{results['duration_s']:.1f} s")
-    _table(f"prefill: {s['prompt_tokens']}-token prompts, max_tokens 1",
-           ("concurrency", "requests", "errors", "prompt tokens", "TTFT p50 ms", "p95", "p99", "tok/s per request",
-            "tok/s aggregate"),
-           [(r["concurrency"], r["requests"], r["errors"], r["prompt_tokens"], _ms(r["ttft_s"]["p50"]), _ms(r["ttft_s"]["p95"]),
-             _ms(r["ttft_s"]["p99"]), _rate(r["tokens_per_s"]["per_stream"]), _rate(r["tokens_per_s"]["aggregate"]))
-            for r in results["prefill"]])
-    _table(f"decode: {s['gen_tokens']} tokens per stream{', ignore_eos' if s['ignore_eos'] else ''}",
-           ("concurrency", "requests", "errors", "tokens", "TTFT p50 ms", "tok/s per stream", "tok/s aggregate"),
-           [(r["concurrency"], r["requests"], r["errors"], r["completion_tokens"], _ms(r["ttft_s"]["p50"]),
-             _rate(r["tokens_per_s"]["per_stream"]), _rate(r["tokens_per_s"]["aggregate"]))
-            for r in results["decode"]])
+    print(f"omlx bench: {target['model']} ({where}), {results['started_at']}, {results['duration_s']:.1f} s")
+    _table(
+        f"prefill: {s['prompt_tokens']}-token prompts, max_tokens 1",
+        (
+            "concurrency",
+            "requests",
+            "errors",
+            "prompt tokens",
+            "TTFT p50 ms",
+            "p95",
+            "p99",
+            "tok/s per request",
+            "tok/s aggregate",
+        ),
+        [
+            (
+                r["concurrency"],
+                r["requests"],
+                r["errors"],
+                r["prompt_tokens"],
+                _ms(r["ttft_s"]["p50"]),
+                _ms(r["ttft_s"]["p95"]),
+                _ms(r["ttft_s"]["p99"]),
+                _rate(r["tokens_per_s"]["per_stream"]),
+                _rate(r["tokens_per_s"]["aggregate"]),
+            )
+            for r in results["prefill"]
+        ],
+    )
+    _table(
+        f"decode: {s['gen_tokens']} tokens per stream{', ignore_eos' if s['ignore_eos'] else ''}",
+        ("concurrency", "requests", "errors", "tokens", "TTFT p50 ms", "tok/s per stream", "tok/s aggregate"),
+        [
+            (
+                r["concurrency"],
+                r["requests"],
+                r["errors"],
+                r["completion_tokens"],
+                _ms(r["ttft_s"]["p50"]),
+                _rate(r["tokens_per_s"]["per_stream"]),
+                _rate(r["tokens_per_s"]["aggregate"]),
+            )
+            for r in results["decode"]
+        ],
+    )
     cache = results["cache"]
     if cache:
         cached = cache["cached_tokens"]
-        _table(f"cold vs cached: a {cache['prompt_tokens']}-token prompt, sent once then {len(cached)} more times",
-               ("", "requests", "TTFT p50 ms", "p95", "p99", "cached tokens"),
-               [("cold", len(cache["cold_ttft_s"]), _ms(cache["cold"]["p50"]), _ms(cache["cold"]["p95"]),
-                 _ms(cache["cold"]["p99"]), ",".join(map(str, cache["cold_cached_tokens"])) or "-"),
-                ("cached", len(cache["cached_ttft_s"]), _ms(cache["cached"]["p50"]), _ms(cache["cached"]["p95"]),
-                 _ms(cache["cached"]["p99"]), ",".join(map(str, cached)) or "-")])
+        _table(
+            f"cold vs cached: a {cache['prompt_tokens']}-token prompt, sent once then {len(cached)} more times",
+            ("", "requests", "TTFT p50 ms", "p95", "p99", "cached tokens"),
+            [
+                (
+                    "cold",
+                    len(cache["cold_ttft_s"]),
+                    _ms(cache["cold"]["p50"]),
+                    _ms(cache["cold"]["p95"]),
+                    _ms(cache["cold"]["p99"]),
+                    ",".join(map(str, cache["cold_cached_tokens"])) or "-",
+                ),
+                (
+                    "cached",
+                    len(cache["cached_ttft_s"]),
+                    _ms(cache["cached"]["p50"]),
+                    _ms(cache["cached"]["p95"]),
+                    _ms(cache["cached"]["p99"]),
+                    ",".join(map(str, cached)) or "-",
+                ),
+            ],
+        )
         if cache["speedup"]:
             print(f"cached TTFT p50 is {cache['speedup']:.1f}x faster than cold")
     if results["errors"]:

@@ -1,5 +1,6 @@
 """`omlx cache`: the KV block cache per model (hot tier from a running server, cold tier from the
 SSD directory and its rows); `omlx cache clear`: remove cold-tier blocks (cache/cold_usage.py)."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,19 +38,26 @@ def add_parser(subparsers) -> None:
         "the removed blocks as misses and recomputes them).",
     )
     _add_common(clear, default=argparse.SUPPRESS)
-    clear.add_argument("--model", help="a model's name (as `omlx cache` shows it), its folder, or "
-                       "its fingerprint")
+    clear.add_argument(
+        "--model", help="a model's name (as `omlx cache` shows it), its folder, or its fingerprint"
+    )
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     clear.add_argument("--force", action="store_true", help="clear even while a server answers at --url")
     clear.set_defaults(run=run_clear)
 
 
 def _add_common(parser, **kwargs) -> None:
-    parser.add_argument("--paged-ssd-cache-dir", help="the SSD tier's directory (default "
-                        "$OMLX_COLD_CACHE_DIR, else $OMLX_HOME/cache)", **kwargs)
-    parser.add_argument("--model-dir", action="append",
-                        help="folder of model folders, to name the models (default "
-                        "$OMLX_MODEL_DIR, else $OMLX_HOME/models)", **kwargs)
+    parser.add_argument(
+        "--paged-ssd-cache-dir",
+        help="the SSD tier's directory (default $OMLX_COLD_CACHE_DIR, else $OMLX_HOME/cache)",
+        **kwargs,
+    )
+    parser.add_argument(
+        "--model-dir",
+        action="append",
+        help="folder of model folders, to name the models (default $OMLX_MODEL_DIR, else $OMLX_HOME/models)",
+        **kwargs,
+    )
     add_server_flags(parser, **kwargs)
 
 
@@ -74,18 +82,37 @@ def collect(args) -> dict:
     on_disk = root is not None and root.is_dir()
     if on_disk:
         orm_index.setup()  # the rows (cache/cold_index.py): this command starts Django itself
-    for u in (usage(root) if on_disk else []):
+    for u in usage(root) if on_disk else []:
         rows[u.fingerprint] = {
-            "fingerprint": u.fingerprint, "model": _name(u.model_path, names), "model_path": u.model_path,
-            "loaded_as": None, "hot": None,
-            "cold": {"files": u.files, "bytes": u.bytes, "rows": u.rows, "row_bytes": u.row_bytes,
-                     "tokens": u.tokens, "last_used": u.last_used}}
+            "fingerprint": u.fingerprint,
+            "model": _name(u.model_path, names),
+            "model_path": u.model_path,
+            "loaded_as": None,
+            "hot": None,
+            "cold": {
+                "files": u.files,
+                "bytes": u.bytes,
+                "rows": u.rows,
+                "row_bytes": u.row_bytes,
+                "tokens": u.tokens,
+                "last_used": u.last_used,
+            },
+        }
     for h in hot:
         fp = h.get("fingerprint")
         if fp is None:
             continue
-        row = rows.setdefault(fp, {"fingerprint": fp, "model": h.get("id"), "model_path": None,
-                                   "loaded_as": None, "hot": None, "cold": None})
+        row = rows.setdefault(
+            fp,
+            {
+                "fingerprint": fp,
+                "model": h.get("id"),
+                "model_path": None,
+                "loaded_as": None,
+                "hot": None,
+                "cold": None,
+            },
+        )
         row["loaded_as"], row["hot"] = h.get("id"), h.get("hot")
         row["model"] = row["model"] or h.get("id")
     report["models"] = sorted(rows.values(), key=lambda r: (r["model"] or "~", r["fingerprint"]))
@@ -106,18 +133,25 @@ def run_show(args) -> int:
     table = [("MODEL", "FINGERPRINT", "HOT (RAM)", "SSD BLOCKS", "SSD SIZE", "ROWS", "LAST USED")]
     for r in report["models"]:
         hot, cold = r["hot"], r["cold"] or {}
-        table.append((
-            (r["model"] or "? (name not recorded)") + (" [loaded]" if r["loaded_as"] else ""),
-            r["fingerprint"][:12],
-            f"{hot['blocks']} / {human_bytes(hot['bytes'])}" if hot else "-",
-            str(cold.get("files", 0)), human_bytes(cold.get("bytes", 0)), str(cold.get("rows", 0)),
-            _ago(cold.get("last_used"))))
+        table.append(
+            (
+                (r["model"] or "? (name not recorded)") + (" [loaded]" if r["loaded_as"] else ""),
+                r["fingerprint"][:12],
+                f"{hot['blocks']} / {human_bytes(hot['bytes'])}" if hot else "-",
+                str(cold.get("files", 0)),
+                human_bytes(cold.get("bytes", 0)),
+                str(cold.get("rows", 0)),
+                _ago(cold.get("last_used")),
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     if any(r["cold"] and r["cold"]["files"] != r["cold"]["rows"] for r in report["models"]):
-        print("(files and rows differ where a server is writing, or after a crash: the next "
-              "server start reconciles them)")
+        print(
+            "(files and rows differ where a server is writing, or after a crash: the next "
+            "server start reconciles them)"
+        )
     return 0
 
 
@@ -131,9 +165,11 @@ def run_clear(args) -> int:
         return 1
     server = Server(getattr(args, "url", None), getattr(args, "api_key", None))
     if server.get("/v1/models") is not None and not args.force:
-        print(f"omlx cache clear: a server is running at {server.url}; stop it first, or pass "
-              "--force (it then treats the removed blocks as misses; its RAM tier keeps its own)",
-              file=sys.stderr)
+        print(
+            f"omlx cache clear: a server is running at {server.url}; stop it first, or pass "
+            "--force (it then treats the removed blocks as misses; its RAM tier keeps its own)",
+            file=sys.stderr,
+        )
         return 1
     report = collect(args)
     targets = [r for r in report["models"] if r["cold"] and (r["cold"]["files"] or r["cold"]["rows"])]
@@ -141,8 +177,11 @@ def run_clear(args) -> int:
         targets = [r for r in targets if _matches(r, args.model)]
         if not targets:
             known = sorted({r["model"] or r["fingerprint"] for r in report["models"] if r["cold"]})
-            print(f"omlx cache clear: no SSD-tier blocks of {args.model!r} in {root}"
-                  + (f" (there are: {', '.join(known)})" if known else ""), file=sys.stderr)
+            print(
+                f"omlx cache clear: no SSD-tier blocks of {args.model!r} in {root}"
+                + (f" (there are: {', '.join(known)})" if known else ""),
+                file=sys.stderr,
+            )
             return 1
     if not targets:
         print(f"nothing to clear in {root}")
@@ -159,8 +198,10 @@ def run_clear(args) -> int:
             return 1
     orm_index.setup()
     result = clear(root, [r["fingerprint"] for r in targets])
-    print(f"removed {result.files} block files ({human_bytes(result.bytes)}) and {result.rows} rows "
-          f"of {len(result.fingerprints)} model(s)")
+    print(
+        f"removed {result.files} block files ({human_bytes(result.bytes)}) and {result.rows} rows "
+        f"of {len(result.fingerprints)} model(s)"
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
 """What several commands share: where omlx keeps its files, where models are looked for without
 --model-dir, and how a byte count is written."""
+
 from __future__ import annotations
 
 import os

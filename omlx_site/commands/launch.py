@@ -7,6 +7,7 @@ after the client exits) unless --no-start. Pick the model (omlx_site/integration
 `pick_model`), write the client's files into $OMLX_HOME/launch/CLIENT/ and exec the client with
 its environment and the user's arguments. --print shows the settings instead and starts nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,17 +48,26 @@ def add_parser(subparsers) -> None:
         "client, e.g. `omlx launch --model qwen claude -p 'explain main.py'`. --print shows the settings instead.",
     )
     p.add_argument("client", choices=integrations.CLIENTS, help="the coding agent to run")
-    p.add_argument("client_args", nargs=argparse.REMAINDER, metavar="ARG",
-                   help="everything after CLIENT goes to the client as it is (omlx launch's own "
-                   "options come before CLIENT)")
+    p.add_argument(
+        "client_args",
+        nargs=argparse.REMAINDER,
+        metavar="ARG",
+        help="everything after CLIENT goes to the client as it is (omlx launch's own "
+        "options come before CLIENT)",
+    )
     p.add_argument("--model", help="the model id or alias (default: pinned, else most recently used)")
     p.add_argument("--url", help="the omlx server (default http://HOST:PORT of the settings)")
     p.add_argument("--api-key", help="its API key (default the api_key setting / $OMLX_API_KEY)")
-    p.add_argument("--print", action="store_true", dest="print_only",
-                   help="print the client's settings (environment variables, config snippet) "
-                   "instead of running it; starts no server")
-    p.add_argument("--no-start", action="store_true",
-                   help="fail when no server answers instead of starting `omlx serve`")
+    p.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_only",
+        help="print the client's settings (environment variables, config snippet) "
+        "instead of running it; starts no server",
+    )
+    p.add_argument(
+        "--no-start", action="store_true", help="fail when no server answers instead of starting `omlx serve`"
+    )
     p.set_defaults(run=run)
 
 
@@ -104,8 +114,10 @@ def model_rows(url: str, api_key: Optional[str]) -> List[dict]:
     except httpx.HTTPError as exc:
         raise LaunchError(f"the server at {url} did not answer: {exc}") from None
     if response.status_code == 401:
-        raise LaunchError(f"the server at {url} refused the API key: give it with --api-key or "
-                          "OMLX_API_KEY (or the api_key setting)")
+        raise LaunchError(
+            f"the server at {url} refused the API key: give it with --api-key or "
+            "OMLX_API_KEY (or the api_key setting)"
+        )
     if response.status_code != 200:
         raise LaunchError(f"the server at {url} answered HTTP {response.status_code} to /v1/models/status")
     return response.json().get("data", [])
@@ -118,10 +130,18 @@ def start_server(url: str) -> subprocess.Popen:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "launch-serve.log"
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "serve"], stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    print(f"omlx launch: started `omlx serve` (pid {process.pid}, log {log_path}); it keeps "
-          f"running after the client exits (stop it with: kill {process.pid})", file=sys.stderr)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "omlx_site.cli", "serve"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    print(
+        f"omlx launch: started `omlx serve` (pid {process.pid}, log {log_path}); it keeps "
+        f"running after the client exits (stop it with: kill {process.pid})",
+        file=sys.stderr,
+    )
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -129,8 +149,10 @@ def start_server(url: str) -> subprocess.Popen:
         if _is_omlx(url):
             return process
         time.sleep(0.25)
-    raise LaunchError(f"`omlx serve` (pid {process.pid}) did not answer at {url} within "
-                      f"{START_TIMEOUT_SECONDS:.0f} s; see {log_path}")
+    raise LaunchError(
+        f"`omlx serve` (pid {process.pid}) did not answer at {url} within "
+        f"{START_TIMEOUT_SECONDS:.0f} s; see {log_path}"
+    )
 
 
 def _disk_rows(values: dict) -> List[dict]:
@@ -154,8 +176,10 @@ def run(args) -> int:
 def _run(args) -> int:
     values = _settings()
     if not args.url and values["port"] == 0:
-        raise LaunchError("the port setting is 0 (a free port at each start), so the server cannot be "
-                          "found: give --url, or set a port (omlx serve --port 8000)")
+        raise LaunchError(
+            "the port setting is 0 (a free port at each start), so the server cannot be "
+            "found: give --url, or set a port (omlx serve --port 8000)"
+        )
     url = server_url(values, args.url)
     api_key = args.api_key or values["api_key"]
     found = _is_omlx(url)
@@ -182,8 +206,9 @@ def _run(args) -> int:
         return 0
     program = shutil.which(built.program)
     if program is None:
-        raise LaunchError(f"{built.program} is not on PATH; install it: "
-                          f"{integrations.INSTALL_HINTS[args.client]}")
+        raise LaunchError(
+            f"{built.program} is not on PATH; install it: {integrations.INSTALL_HINTS[args.client]}"
+        )
     env = dict(os.environ)
     for name, value in integrations.write_files(built, omlx_home() / "launch" / args.client).items():
         if value is None:

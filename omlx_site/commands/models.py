@@ -1,4 +1,5 @@
 """`omlx models`: the models in the model folder, with their state in a running server."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,13 @@ def add_parser(subparsers) -> None:
         "are loaded, pinned, and their idle TTL. When none answers, the folders on disk are "
         "listed and the loaded state is unknown.",
     )
-    p.add_argument("--model-dir", action="append", default=None,
-                   help="folder of model folders; repeat it for several (default $OMLX_MODEL_DIR, "
-                   "else $OMLX_HOME/models)")
+    p.add_argument(
+        "--model-dir",
+        action="append",
+        default=None,
+        help="folder of model folders; repeat it for several (default $OMLX_MODEL_DIR, "
+        "else $OMLX_HOME/models)",
+    )
     add_server_flags(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(run=run)
@@ -37,9 +42,17 @@ def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> Lis
     # not at every `omlx` start
     from inference.pool.discovery import discover as discover_folders
 
-    return [{"id": f.id, "path": str(f.path), "type": f.kind, "size_bytes": f.size_bytes,
-             "servable": f.servable, "reason": f.reason}
-            for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()]
+    return [
+        {
+            "id": f.id,
+            "path": str(f.path),
+            "type": f.kind,
+            "size_bytes": f.size_bytes,
+            "servable": f.servable,
+            "reason": f.reason,
+        }
+        for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()
+    ]
 
 
 def _hf_cache_dir() -> Optional[Path]:
@@ -51,8 +64,13 @@ def run(args) -> int:
     model_dirs = [Path(d).expanduser() for d in (args.model_dir or [default_model_dir()])]
     server = Server(args.url, args.api_key)
     hf_cache_dir = _hf_cache_dir()
-    report = {"server": None, "source": "disk", "model_dirs": [str(d) for d in model_dirs],
-              "hf_cache": str(hf_cache_dir) if hf_cache_dir else None, "note": None}
+    report = {
+        "server": None,
+        "source": "disk",
+        "model_dirs": [str(d) for d in model_dirs],
+        "hf_cache": str(hf_cache_dir) if hf_cache_dir else None,
+        "note": None,
+    }
     rows: Optional[List[dict]] = None
     served: List[str] = []
     status = server.get("/v1/models/status")
@@ -65,21 +83,39 @@ def run(args) -> int:
         listed = server.get("/v1/models") if status.status == 404 else status
         why = server.refused(listed) if listed is not None else None
         if listed is None or why:
-            report["note"] = f"{why or 'no server answers at ' + server.url}: folders on disk, loaded state unknown"
+            report["note"] = (
+                f"{why or 'no server answers at ' + server.url}: folders on disk, loaded state unknown"
+            )
         else:
             report.update(server=server.url, source="disk+server")
-            report["note"] = (f"the server at {server.url} lists the models it serves but not their "
-                              "loaded state")
+            report["note"] = (
+                f"the server at {server.url} lists the models it serves but not their loaded state"
+            )
             served = [m.get("id") for m in listed.data.get("data", []) if isinstance(m, dict)]
     if rows is None:
-        rows = [dict(r, loaded=None, pinned=None, ttl_seconds=None, served=None) for r in discover(model_dirs, hf_cache_dir)]
+        rows = [
+            dict(r, loaded=None, pinned=None, ttl_seconds=None, served=None)
+            for r in discover(model_dirs, hf_cache_dir)
+        ]
         if report["source"] == "disk+server":
             for r in rows:
                 r["served"] = r["id"] in served
-            rows += [{"id": i, "path": None, "type": None, "size_bytes": None, "servable": True,
-                      "reason": "served, but not found in the model folder here", "loaded": None,
-                      "pinned": None, "ttl_seconds": None, "served": True}
-                     for i in served if not any(r["id"] == i for r in rows)]
+            rows += [
+                {
+                    "id": i,
+                    "path": None,
+                    "type": None,
+                    "size_bytes": None,
+                    "servable": True,
+                    "reason": "served, but not found in the model folder here",
+                    "loaded": None,
+                    "pinned": None,
+                    "ttl_seconds": None,
+                    "served": True,
+                }
+                for i in served
+                if not any(r["id"] == i for r in rows)
+            ]
     report["models"] = rows
     if args.json:
         print(json.dumps(report, indent=2))
@@ -89,11 +125,20 @@ def run(args) -> int:
 
 
 def _from_status(r: dict) -> dict:
-    return {"id": r.get("id"), "path": r.get("path"), "type": r.get("type"),
-            "size_bytes": r.get("size_bytes"), "servable": r.get("servable", True),
-            "reason": r.get("reason"), "loaded": r.get("loaded"), "pinned": r.get("pinned"),
-            "ttl_seconds": r.get("ttl_seconds"), "served": r.get("servable", True),
-            "alias": r.get("alias"), "active_requests": r.get("active_requests")}
+    return {
+        "id": r.get("id"),
+        "path": r.get("path"),
+        "type": r.get("type"),
+        "size_bytes": r.get("size_bytes"),
+        "servable": r.get("servable", True),
+        "reason": r.get("reason"),
+        "loaded": r.get("loaded"),
+        "pinned": r.get("pinned"),
+        "ttl_seconds": r.get("ttl_seconds"),
+        "served": r.get("servable", True),
+        "alias": r.get("alias"),
+        "active_requests": r.get("active_requests"),
+    }
 
 
 def _state(r: dict) -> str:
@@ -111,8 +156,10 @@ def _print_table(rows: List[dict], report: dict) -> None:
     if report["source"] == "server":
         print(f"models of the server at {report['server']}")
     else:
-        print(f"models in {', '.join(report['model_dirs'])}"
-              + (f" and the Hugging Face cache {report['hf_cache']}" if report["hf_cache"] else ""))
+        print(
+            f"models in {', '.join(report['model_dirs'])}"
+            + (f" and the Hugging Face cache {report['hf_cache']}" if report["hf_cache"] else "")
+        )
     if report["note"]:
         print(f"({report['note']})")
     if not rows:
@@ -120,8 +167,15 @@ def _print_table(rows: List[dict], report: dict) -> None:
         return
     table = [("NAME", "TYPE", "SIZE", "STATE", "NOTE")]
     for r in rows:
-        table.append((r["id"], r.get("type") or "-", human_bytes(r.get("size_bytes")), _state(r),
-                      r.get("reason") or ""))
+        table.append(
+            (
+                r["id"],
+                r.get("type") or "-",
+                human_bytes(r.get("size_bytes")),
+                _state(r),
+                r.get("reason") or "",
+            )
+        )
     widths = [max(len(str(row[i])) for row in table) for i in range(4)]
     for row in table:
         print(("  ".join(str(v).ljust(w) for v, w in zip(row[:4], widths)) + "  " + row[4]).rstrip())

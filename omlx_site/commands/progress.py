@@ -1,5 +1,6 @@
 """Progress displays of the command line: `omlx pull`'s bytes (a bar redrawn in place on a terminal,
 plain lines otherwise) and `omlx bench`'s steps."""
+
 from __future__ import annotations
 
 import sys
@@ -34,8 +35,10 @@ class PullProgress(Progress):
         self.total, self.done, self._start_done = snapshot.total_bytes, done_bytes, done_bytes
         self.count = len(snapshot.files)
         resumed = f", {human_bytes(done_bytes)} already here" if done_bytes else ""
-        self._line(f"pulling {snapshot.repo} at {snapshot.commit}: {self.count} files, "
-                   f"{human_bytes(self.total)}{resumed}")
+        self._line(
+            f"pulling {snapshot.repo} at {snapshot.commit}: {self.count} files, "
+            f"{human_bytes(self.total)}{resumed}"
+        )
 
     def file_start(self, file: HubFile, done_bytes: int) -> None:
         self.file, self.file_done_bytes = file, done_bytes
@@ -58,8 +61,10 @@ class PullProgress(Progress):
         if self.tty:
             self._draw(force=True)
         else:
-            self._line(f"  {file.path}: done [{self.files_done}/{self.count} files, "
-                       f"{self._percent(self.done, self.total)} of {human_bytes(self.total)}]")
+            self._line(
+                f"  {file.path}: done [{self.files_done}/{self.count} files, "
+                f"{self._percent(self.done, self.total)} of {human_bytes(self.total)}]"
+            )
 
     def finish(self, path: Path) -> None:
         self._line(f"{self.count} files, {human_bytes(self.total)}: complete")
@@ -74,10 +79,12 @@ class PullProgress(Progress):
         filled = int(_BAR * min(1.0, fraction))
         elapsed = now - self._started
         speed = (self.done - self._start_done) / elapsed if elapsed > 0 else 0.0
-        text = (f"{self.file.path} [{'#' * filled}{'.' * (_BAR - filled)}] {fraction:4.0%} "
-                f"{human_bytes(self.file_done_bytes)}/{human_bytes(size)} | total "
-                f"{self._percent(self.done, self.total)} {human_bytes(self.done)}/{human_bytes(self.total)} "
-                f"{human_bytes(speed)}/s")
+        text = (
+            f"{self.file.path} [{'#' * filled}{'.' * (_BAR - filled)}] {fraction:4.0%} "
+            f"{human_bytes(self.file_done_bytes)}/{human_bytes(size)} | total "
+            f"{self._percent(self.done, self.total)} {human_bytes(self.done)}/{human_bytes(self.total)} "
+            f"{human_bytes(speed)}/s"
+        )
         self.stream.write("\r\x1b[K" + text)
         self.stream.flush()
 
@@ -105,8 +112,10 @@ class StepProgress:
     def update(self, done: int, total: int, message: str) -> None:
         fraction = done / total if total else 1.0
         filled = int(_BAR * min(1.0, fraction))
-        text = (f"[{'#' * filled}{'.' * (_BAR - filled)}] {done}/{total} {message} "
-                f"({time.monotonic() - self._started:.1f} s)")
+        text = (
+            f"[{'#' * filled}{'.' * (_BAR - filled)}] {done}/{total} {message} "
+            f"({time.monotonic() - self._started:.1f} s)"
+        )
         if self.tty:
             self.stream.write("\r\x1b[K" + text)
             self._open = True

@@ -1,5 +1,6 @@
 """`omlx pull ORG/NAME`: download a model folder from the Hugging Face hub with huggingface_hub
 (inference/hub.py)."""
+
 from __future__ import annotations
 
 import os
@@ -26,18 +27,34 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("repo", metavar="ORG/NAME", help="the model's id on the hub")
     p.add_argument("--revision", default="main", help="branch, tag or commit (default main)")
-    p.add_argument("--model-dir", default=None,
-                   help="folder of model folders (default $OMLX_MODEL_DIR, else $OMLX_HOME/models)")
-    p.add_argument("--hf-endpoint", default=None,
-                   help="the hub or a mirror of it (default $HF_ENDPOINT, else https://huggingface.co)")
-    p.add_argument("--token", default=None,
-                   help="access token for gated or private models (default $HF_TOKEN, else the "
-                   "token saved by `hf auth login`)")
-    p.add_argument("--all-files", action="store_true",
-                   help="download every file of the repository, other weight formats included")
-    p.add_argument("--progress", choices=("text", "json"), default="text",
-                   help="text: a bar on a terminal, else a line per file (stderr); json: one JSON "
-                   "object per line on stdout, for programs (default text)")
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        help="folder of model folders (default $OMLX_MODEL_DIR, else $OMLX_HOME/models)",
+    )
+    p.add_argument(
+        "--hf-endpoint",
+        default=None,
+        help="the hub or a mirror of it (default $HF_ENDPOINT, else https://huggingface.co)",
+    )
+    p.add_argument(
+        "--token",
+        default=None,
+        help="access token for gated or private models (default $HF_TOKEN, else the "
+        "token saved by `hf auth login`)",
+    )
+    p.add_argument(
+        "--all-files",
+        action="store_true",
+        help="download every file of the repository, other weight formats included",
+    )
+    p.add_argument(
+        "--progress",
+        choices=("text", "json"),
+        default="text",
+        help="text: a bar on a terminal, else a line per file (stderr); json: one JSON "
+        "object per line on stdout, for programs (default text)",
+    )
     p.set_defaults(run=run)
 
 
@@ -51,8 +68,15 @@ def run(args) -> int:
     token = args.token or os.environ.get("HF_TOKEN") or None
     progress = JsonProgress() if args.progress == "json" else PullProgress()
     try:
-        path = pull(args.repo, model_dir, revision=args.revision, endpoint=args.hf_endpoint, token=token,
-                    progress=progress, all_files=args.all_files)
+        path = pull(
+            args.repo,
+            model_dir,
+            revision=args.revision,
+            endpoint=args.hf_endpoint,
+            token=token,
+            progress=progress,
+            all_files=args.all_files,
+        )
     except FileExistsError as exc:  # pulled before: nothing to do (its files are not re-checked)
         print(f"omlx pull: {exc}", file=sys.stderr)
         return 0

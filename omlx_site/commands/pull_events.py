@@ -10,6 +10,7 @@ Invariant: the bytes that arrived are reported within PROGRESS_EVERY seconds, ev
 follows them (a hub that stalls after a chunk): a progress event held back by the rate limit is
 sent by a timer, never dropped.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,14 @@ class JsonProgress(Progress):
 
     def start(self, snapshot: Snapshot, done_bytes: int) -> None:
         self.done = done_bytes
-        self._emit("start", repo=snapshot.repo, commit=snapshot.commit, files=len(snapshot.files),
-                   total=snapshot.total_bytes, done=done_bytes)
+        self._emit(
+            "start",
+            repo=snapshot.repo,
+            commit=snapshot.commit,
+            files=len(snapshot.files),
+            total=snapshot.total_bytes,
+            done=done_bytes,
+        )
 
     def file_start(self, file: HubFile, done_bytes: int) -> None:
         self._emit("file", path=file.path, size=file.size, done=self.done)

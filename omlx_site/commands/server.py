@@ -1,5 +1,6 @@
 """Asking a running `omlx serve` (for `omlx models` and `omlx cache`): GET with the API key, and a
 plain None when nothing answers."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ installed by scripts/install_system_deps.sh).
 
 Screenshots go to tests/artifacts/screenshots/ (OMLX_TEST_ARTIFACTS to move them): CI keeps them.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,16 @@ API_KEY = "test-key"
 ARTIFACTS = Path(os.environ.get("OMLX_TEST_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts")
 CHROMIUM = os.environ.get("OMLX_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # As the machine has no network, Chromium's own background connections only cost time.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 ADMIN_MODELS = {"tiny": ("qwen2", "tiny"), "tiny2": ("qwen2", "tiny")}
@@ -43,8 +51,9 @@ def private_admin_server(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("admin-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny2")
-    server = ServerProcess(["--model-dir", str(models), "--api-key", API_KEY],
-                           tmp_path_factory.mktemp("admin-home"))
+    server = ServerProcess(
+        ["--model-dir", str(models), "--api-key", API_KEY], tmp_path_factory.mktemp("admin-home")
+    )
     server.api_key = API_KEY
     yield server
     server.stop()
@@ -55,8 +64,10 @@ def private_admin_server(tmp_path_factory, model_dir):
 @pytest.fixture(scope="module")
 def browser():
     if not os.path.exists(CHROMIUM):
-        pytest.fail(f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
-                    "(Debian package chromium), or set OMLX_CHROMIUM")
+        pytest.fail(
+            f"Chromium is not installed at {CHROMIUM}: run `bash scripts/install_system_deps.sh` "
+            "(Debian package chromium), or set OMLX_CHROMIUM"
+        )
     from playwright.sync_api import expect, sync_playwright
 
     # expect() waits 5 s by default: less than the history's 5 s between points, and less than a

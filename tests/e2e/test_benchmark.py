@@ -1,5 +1,6 @@
 """The Benchmark page in Chromium: start a small benchmark, watch its progress and charts update over
 the websocket, find it in the list of runs, compare two runs, delete one."""
+
 import re
 
 from playwright.sync_api import expect
@@ -26,7 +27,9 @@ def start_run(page, **fields):
     page.select_option("#bench-form select[name=preset]", "small")
     for name, value in fields.items():
         page.fill(f"#bench-form input[name={name}]", value)
-    with page.expect_response(lambda r: r.request.method == "POST" and r.url.endswith("/admin/benchmark/")) as answer:
+    with page.expect_response(
+        lambda r: r.request.method == "POST" and r.url.endswith("/admin/benchmark/")
+    ) as answer:
         page.click("#bench-run")
     assert answer.value.status == 200, answer.value.text()
     run_id = int(re.search(r"Benchmark #(\d+) of tiny queued", answer.value.text()).group(1))

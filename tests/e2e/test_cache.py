@@ -1,6 +1,7 @@
 """The Cache page in Chromium against a live `omlx serve`: a request's blocks show up hot, the
 probe measures the SSD directory and suggests settings, GC runs are listed, clear empties both
 tiers."""
+
 import re
 
 import httpx
@@ -10,10 +11,17 @@ from tests.e2e.conftest import API_KEY
 
 
 def _chat(server, text):
-    response = httpx.post(server.url + "/v1/chat/completions", timeout=120,
-                          headers={"Authorization": f"Bearer {API_KEY}"},
-                          json={"model": "tiny", "max_tokens": 3, "temperature": 0,
-                                "messages": [{"role": "user", "content": text}]})
+    response = httpx.post(
+        server.url + "/v1/chat/completions",
+        timeout=120,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={
+            "model": "tiny",
+            "max_tokens": 3,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": text}],
+        },
+    )
     assert response.status_code == 200, response.text
     return response.json()
 

@@ -1,6 +1,7 @@
 """The Chat page in Chromium against a live `omlx serve` (the Huey hand-off): an answer streams
 into its bubble over several websocket messages, then its numbers; the same conversation in a new
 chat comes from the hot tier; Stop ends a long answer; in Redis mode the worker process answers."""
+
 import os
 import re
 import shutil
@@ -39,7 +40,9 @@ def send(page, message, max_tokens="24"):
 def numbers(page, turn):
     stats = page.locator(f"#answer-{turn}-stats[data-prompt]")
     expect(stats).to_be_visible(timeout=120_000)
-    return {k: int(stats.get_attribute(f"data-{k}")) for k in ("prompt", "hot", "cold", "computed", "generated")}
+    return {
+        k: int(stats.get_attribute(f"data-{k}")) for k in ("prompt", "hot", "cold", "computed", "generated")
+    }
 
 
 def test_chat_streams_an_answer_with_its_cache_numbers(page, admin_server, shot):
@@ -108,18 +111,38 @@ def redis_server(tmp_path_factory, model_dir):
     if REDIS is None:
         pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
     port = free_port()
-    redis = Process([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                     "--dir", str(tmp_path_factory.mktemp("redis"))], dict(os.environ), "Ready to accept connections")
+    redis = Process(
+        [
+            REDIS,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path_factory.mktemp("redis")),
+        ],
+        dict(os.environ),
+        "Ready to accept connections",
+    )
     url = f"redis://127.0.0.1:{port}/0"
     models = tmp_path_factory.mktemp("redis-chat-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     home = tmp_path_factory.mktemp("redis-chat-home")
     server = ServerProcess(["--redis-url", url, "--model-dir", str(models), "--api-key", API_KEY], home)
     server.api_key = API_KEY
-    env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), PYTHONUNBUFFERED="1"
+    )
     env.pop("OMLX_API_KEY", None)
-    worker = Process([sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", url, "--model-dir",
-                      str(models)], env, "taking requests from")
+    worker = Process(
+        [sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", url, "--model-dir", str(models)],
+        env,
+        "taking requests from",
+    )
     yield server, worker
     worker.stop()
     server.stop()

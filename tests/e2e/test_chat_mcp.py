@@ -2,6 +2,7 @@
 server (tests/support/mcp_servers/stdio_server.py) offers one tool: the model's call, the tool's result and
 the answer after it appear as steps of the answer. "Tool use: required" makes the random-weight
 model's first answer a call (see tests/unit/test_mcp_chat.py)."""
+
 import json
 import shutil
 import sys
@@ -21,9 +22,13 @@ def mcp_server(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("mcp-chat-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     config = tmp_path_factory.mktemp("mcp-chat-config") / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"local": {"command": sys.executable, "args": [STDIO, "forecast"]}}}))
-    server = ServerProcess(["--model-dir", str(models), "--api-key", API_KEY, "--mcp-config", str(config)],
-                           tmp_path_factory.mktemp("mcp-chat-home"))
+    config.write_text(
+        json.dumps({"mcpServers": {"local": {"command": sys.executable, "args": [STDIO, "forecast"]}}})
+    )
+    server = ServerProcess(
+        ["--model-dir", str(models), "--api-key", API_KEY, "--mcp-config", str(config)],
+        tmp_path_factory.mktemp("mcp-chat-home"),
+    )
     server.api_key = API_KEY
     try:
         assert server.wait_for_output("MCP server local running", 120), "".join(server.output)
@@ -58,8 +63,13 @@ def test_the_models_tool_call_and_its_result_are_steps_of_the_answer(browser, mc
         result = page.locator("#answer-1-step-1-result")
         expect(result).to_have_attribute("data-error", "false")
         expect(result.locator("pre")).to_have_text(
-            {"Oslo": "Oslo: 4 C, snow", "Paris": "Paris: 12 C, rain", "Lima": "Lima: 22 C, sun"}[arguments["city"]])
-        expect(page.locator("#answer-1-steps #answer-1-text-2")).to_have_count(1)  # the answer after the result
+            {"Oslo": "Oslo: 4 C, snow", "Paris": "Paris: 12 C, rain", "Lima": "Lima: 22 C, sun"}[
+                arguments["city"]
+            ]
+        )
+        expect(page.locator("#answer-1-steps #answer-1-text-2")).to_have_count(
+            1
+        )  # the answer after the result
         expect(stats).to_have_attribute("data-tool-calls", "1")
         expect(stats).to_contain_text("1 tool call in 2 rounds")
         shot(page, "chat-mcp-tool-call")

@@ -3,6 +3,7 @@
 hub's reason; a download shows its progress (pushed over the websocket), is cancelled while the
 hub stalls, leaves nothing that discovery sees, resumes where it stopped and completes, and the
 model then shows in the Models list."""
+
 import json
 import random
 import shutil
@@ -46,8 +47,9 @@ def admin_server(tmp_path_factory, hub, model_dir):
         mp.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "300")
         for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
             mp.delenv(name, raising=False)
-        server = ServerProcess(["--model-dir", str(models), "--api-key", API_KEY],
-                               tmp_path_factory.mktemp("download-home"))
+        server = ServerProcess(
+            ["--model-dir", str(models), "--api-key", API_KEY], tmp_path_factory.mktemp("download-home")
+        )
     server.api_key = API_KEY
     server.models = models
     yield server
@@ -55,7 +57,9 @@ def admin_server(tmp_path_factory, hub, model_dir):
 
 
 def _api_models(server) -> list:
-    request = urllib.request.Request(server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+    request = urllib.request.Request(
+        server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return [m["id"] for m in json.load(response)["data"]]
 
@@ -90,7 +94,9 @@ def test_progress_cancel_resume_and_the_model_is_listed(page, admin_server, hub,
     # Progress arrives over the websocket while the hub holds the big file after its first chunk.
     page.wait_for_function(
         f"() => {{ const c = document.querySelector('#downloads tr[data-repo=\"{REPO}\"] .progress');"
-        f" return c && Number(c.dataset.done) >= {CHUNK}; }}", timeout=DOWNLOAD_TIMEOUT)
+        f" return c && Number(c.dataset.done) >= {CHUNK}; }}",
+        timeout=DOWNLOAD_TIMEOUT,
+    )
     expect(row.locator(".state .badge")).to_have_text("running")
     expect(row.locator(".file")).to_contain_text(BIG)
     shot(page, "downloads-progress")

@@ -1,5 +1,6 @@
 """The Integrations page in Chromium against a live `omlx serve` (API key "test-key"): each
 client's snippet for the server's address, the model switch (htmx), and the key left out."""
+
 import os
 import re
 import subprocess
@@ -13,7 +14,9 @@ def test_integrations_show_launch_print_for_the_chosen_model(page, admin_server,
     page.click("nav >> text=Integrations")
     expect(page).to_have_url(re.compile(r".*/admin/integrations/$"))
     for client in ("claude", "codex", "opencode", "aider"):
-        expect(page.locator(f"#integration-{client} code.launch")).to_have_text(f"omlx launch --model tiny {client}")
+        expect(page.locator(f"#integration-{client} code.launch")).to_have_text(
+            f"omlx launch --model tiny {client}"
+        )
     claude = page.locator("#integration-claude pre.snippet")
     expect(claude).to_contain_text(f"export ANTHROPIC_BASE_URL={admin_server.url}\n")
     expect(claude).to_contain_text("export ANTHROPIC_AUTH_TOKEN=YOUR_OMLX_API_KEY")
@@ -27,8 +30,24 @@ def test_integrations_show_launch_print_for_the_chosen_model(page, admin_server,
 
     # the same text as `omlx launch --print` (the key given there is the real one)
     printed = subprocess.run(
-        [sys.executable, "-m", "omlx_site.cli", "launch", "--url", admin_server.url, "--api-key",
-         admin_server.api_key, "--model", "tiny2", "--print", "codex"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "OMLX_HOME": str(tmp_path)})
+        [
+            sys.executable,
+            "-m",
+            "omlx_site.cli",
+            "launch",
+            "--url",
+            admin_server.url,
+            "--api-key",
+            admin_server.api_key,
+            "--model",
+            "tiny2",
+            "--print",
+            "codex",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMLX_HOME": str(tmp_path)},
+    )
     assert printed.returncode == 0, printed.stderr
     assert printed.stdout.strip() == shown.strip().replace("YOUR_OMLX_API_KEY", admin_server.api_key)

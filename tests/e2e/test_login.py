@@ -1,4 +1,5 @@
 """The console behind the API key: the login page, a wrong key, a logged-in page, logout."""
+
 import re
 
 from playwright.sync_api import expect

@@ -1,5 +1,6 @@
 """The Models page in Chromium against a live `omlx serve`: load with the button and see the row
 become loaded, pin, TTL, alias, a bad TTL shows an error, unload."""
+
 import re
 
 import pytest

@@ -2,6 +2,7 @@
 its source; a change is saved to settings.json and shows its new source; a bad value is refused
 with a message and nothing saved; a setting that needs a restart is marked, and the Restart button
 restarts the server (the same process re-executes itself), after which it is in force."""
+
 import json
 import re
 import shutil
@@ -32,8 +33,9 @@ def admin_server(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("settings-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     home = tmp_path_factory.mktemp("settings-home")
-    server = ServerProcess(["--port", str(_free_port()), "--model-dir", str(models), "--api-key", API_KEY],
-                           home)
+    server = ServerProcess(
+        ["--port", str(_free_port()), "--model-dir", str(models), "--api-key", API_KEY], home
+    )
     server.api_key = API_KEY
     server.home = home
     yield server
@@ -42,10 +44,14 @@ def admin_server(tmp_path_factory, model_dir):
 
 def _post_status(server, nbytes: int) -> int:
     """The status of a POST /v1/chat/completions with a body of ``nbytes`` bytes."""
-    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x" * nbytes}],
-                       "max_tokens": 1}).encode()
-    request = urllib.request.Request(server.url + "/v1/chat/completions", data=body, headers={
-        "Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": "tiny", "messages": [{"role": "user", "content": "x" * nbytes}], "max_tokens": 1}
+    ).encode()
+    request = urllib.request.Request(
+        server.url + "/v1/chat/completions",
+        data=body,
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status
@@ -99,7 +105,9 @@ def test_every_setting_with_its_source_saved_and_refused(page, admin_server, sho
     _save(page, "workers", "0")
     expect(page.locator("#settings-table [role=alert]")).to_contain_text("--workers 0 needs --redis-url")
     stored = _stored(admin_server)
-    assert stored["max_queued_requests"] == 7 and "paged_ssd_cache_ttl" not in stored and "workers" not in stored
+    assert (
+        stored["max_queued_requests"] == 7 and "paged_ssd_cache_ttl" not in stored and "workers" not in stored
+    )
     shot(page, "settings-refused")
 
     # Reset: the key leaves the file, the default applies again.
@@ -115,7 +123,9 @@ def test_every_setting_with_its_source_saved_and_refused(page, admin_server, sho
     assert _post_status(admin_server, 4096) != 413  # (the tiny model may refuse so long a prompt: 400)
     # A reload reads it all again from the server.
     page.reload()
-    expect(_row(page, "max_queued_requests").get_by_label("value of max_queued_requests")).to_have_value("256")
+    expect(_row(page, "max_queued_requests").get_by_label("value of max_queued_requests")).to_have_value(
+        "256"
+    )
 
 
 def test_a_restart_setting_is_marked_and_the_restart_applies_it(page, admin_server, shot):
@@ -136,7 +146,9 @@ def test_a_restart_setting_is_marked_and_the_restart_applies_it(page, admin_serv
     page.get_by_role("button", name="Restart omlx").click()
     expect(page.locator("#restart-state")).to_contain_text("Restarting omlx")
     # The page reloads by itself once the restarted server answers: nothing pending any more.
-    expect(page.locator("#restart-state")).to_contain_text("Every saved setting is in force", timeout=RESTART_TIMEOUT)
+    expect(page.locator("#restart-state")).to_contain_text(
+        "Every saved setting is in force", timeout=RESTART_TIMEOUT
+    )
     expect(_row(page, "log_backups").locator(".pending")).to_have_count(0)
     expect(_row(page, "log_backups").get_by_label("value of log_backups")).to_have_value("3")
     assert sum(line.startswith("omlx serving ") for line in admin_server.output) == starts + 1

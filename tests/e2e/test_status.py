@@ -1,5 +1,6 @@
 """The Status page in Chromium: the loaded model and the charts, and values that the websocket
 updates while requests are served (no reload)."""
+
 import re
 
 import openai
@@ -7,9 +8,12 @@ from playwright.sync_api import expect
 
 
 def test_status_page_updates_live(page, admin_server, shot):
-    client = openai.OpenAI(base_url=admin_server.url + "/v1", api_key=admin_server.api_key, max_retries=0,
-                           timeout=120)
-    client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=2)
+    client = openai.OpenAI(
+        base_url=admin_server.url + "/v1", api_key=admin_server.api_key, max_retries=0, timeout=120
+    )
+    client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=2
+    )
     page.goto(admin_server.url + "/admin/")
     expect(page).to_have_url(re.compile(r".*/admin/status/$"))
     expect(page.locator("#status-models")).to_contain_text("tiny")
@@ -22,8 +26,9 @@ def test_status_page_updates_live(page, admin_server, shot):
 
     prompt = "Tell me a story about the sea and the ships that sail on it. " * 6
     for _ in range(3):
-        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": prompt}],
-                                       max_tokens=8)
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=8
+        )
 
     expect(page.locator("#status-requests")).to_have_text(str(served + 3))
     expect(page.locator("#status-tokens-saved")).not_to_have_text(saved)

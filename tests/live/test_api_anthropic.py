@@ -1,5 +1,6 @@
 """The Anthropic Messages API end to end: a live `omlx serve` driven by the official anthropic SDK
 (strict response validation) and by httpx on the raw SSE stream."""
+
 import json
 import os
 import re
@@ -18,8 +19,13 @@ USER = [{"role": "user", "content": "Tell me about caching."}]
 
 @pytest.fixture(scope="module")
 def client(omlx_server):
-    with anthropic.Anthropic(base_url=omlx_server.url, api_key="unused", max_retries=0, timeout=120,
-                             _strict_response_validation=True) as c:
+    with anthropic.Anthropic(
+        base_url=omlx_server.url,
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         yield c
 
 
@@ -85,8 +91,11 @@ def test_raw_event_order(client, http):
         assert response.headers["content-type"].startswith("text/event-stream")
         events = sse_events(response)
     types = " ".join(e["type"] for e in events)
-    assert re.fullmatch(r"message_start ping (content_block_start (content_block_delta |ping )*"
-                        r"content_block_stop )*message_delta message_stop", types), types
+    assert re.fullmatch(
+        r"message_start ping (content_block_start (content_block_delta |ping )*"
+        r"content_block_stop )*message_delta message_stop",
+        types,
+    ), types
     start = events[0]["message"]
     assert start["id"].startswith("msg_") and start["content"] == [] and start["stop_reason"] is None
     assert start["usage"]["input_tokens"] == count and start["usage"]["output_tokens"] == 0
@@ -96,25 +105,39 @@ def test_raw_event_order(client, http):
     assert end["delta"] == {"stop_reason": "max_tokens", "stop_sequence": None}
     assert end["usage"]["output_tokens"] == 6
     assert end["usage"]["input_tokens"] + end["usage"]["cache_read_input_tokens"] == count
-    assert set(end["usage"]) == {"input_tokens", "output_tokens", "cache_read_input_tokens",
-                                 "cache_creation_input_tokens"}
+    assert set(end["usage"]) == {
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    }
 
 
 def test_system_as_string_blocks_or_message(client):
-    counts = [client.messages.count_tokens(model="tiny", messages=USER, system="Answer in one word.").input_tokens,
-              client.messages.count_tokens(model="tiny", messages=USER, system=[
-                  {"type": "text", "text": "Answer in one word.", "cache_control": {"type": "ephemeral"}}]).input_tokens,
-              client.messages.count_tokens(model="tiny", messages=[
-                  {"role": "system", "content": "Answer in one word."}, *USER]).input_tokens]
+    counts = [
+        client.messages.count_tokens(model="tiny", messages=USER, system="Answer in one word.").input_tokens,
+        client.messages.count_tokens(
+            model="tiny",
+            messages=USER,
+            system=[{"type": "text", "text": "Answer in one word.", "cache_control": {"type": "ephemeral"}}],
+        ).input_tokens,
+        client.messages.count_tokens(
+            model="tiny", messages=[{"role": "system", "content": "Answer in one word."}, *USER]
+        ).input_tokens,
+    ]
     assert counts[0] == counts[1] == counts[2]
     assert counts[0] > client.messages.count_tokens(model="tiny", messages=USER).input_tokens
-    replies = [client.messages.create(model="tiny", max_tokens=6, **GREEDY, messages=USER, system=system)
-               for system in ("Answer in one word.", [{"type": "text", "text": "Answer in one word."}])]
+    replies = [
+        client.messages.create(model="tiny", max_tokens=6, **GREEDY, messages=USER, system=system)
+        for system in ("Answer in one word.", [{"type": "text", "text": "Answer in one word."}])
+    ]
     assert replies[0].content[0].text == replies[1].content[0].text
 
 
 def test_repeated_prompt_reads_the_cache(client):
-    messages = [{"role": "user", "content": "A prompt sent twice to the Anthropic route, then from the cache."}]
+    messages = [
+        {"role": "user", "content": "A prompt sent twice to the Anthropic route, then from the cache."}
+    ]
     first = client.messages.create(model="tiny", max_tokens=4, messages=messages, **GREEDY)
     second = client.messages.create(model="tiny", max_tokens=4, messages=messages, **GREEDY)
     assert second.usage.cache_read_input_tokens > first.usage.cache_read_input_tokens
@@ -124,8 +147,11 @@ def test_repeated_prompt_reads_the_cache(client):
 
 
 def test_count_tokens_equals_the_request_usage(client):
-    messages = [{"role": "user", "content": "Count me, then run me: the counts must agree."},
-                {"role": "assistant", "content": "Agreed."}, {"role": "user", "content": "Go on."}]
+    messages = [
+        {"role": "user", "content": "Count me, then run me: the counts must agree."},
+        {"role": "assistant", "content": "Agreed."},
+        {"role": "user", "content": "Go on."},
+    ]
     count = client.messages.count_tokens(model="tiny", messages=messages, system="You count.")
     message = client.messages.create(model="tiny", max_tokens=3, messages=messages, system="You count.")
     # Anthropic splits the prompt: input_tokens were computed, cache_read_input_tokens came from the cache.
@@ -137,12 +163,14 @@ def test_stop_sequence(client):
     full = client.messages.create(model="tiny", max_tokens=16, messages=USER, **GREEDY).content[0].text
     stop = full[4:7]
     assert stop.strip(), full
-    message = client.messages.create(model="tiny", max_tokens=16, messages=USER, **GREEDY,
-                                     stop_sequences=["never-seen-stop", stop])
+    message = client.messages.create(
+        model="tiny", max_tokens=16, messages=USER, **GREEDY, stop_sequences=["never-seen-stop", stop]
+    )
     assert message.stop_reason == "stop_sequence" and message.stop_sequence == stop
     assert message.content[0].text == full[: full.index(stop)]
-    with client.messages.stream(model="tiny", max_tokens=16, messages=USER, **GREEDY,
-                                stop_sequences=[stop]) as stream:
+    with client.messages.stream(
+        model="tiny", max_tokens=16, messages=USER, **GREEDY, stop_sequences=[stop]
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == full[: full.index(stop)]
@@ -152,27 +180,57 @@ def test_stop_sequence(client):
 def test_claude_code_like_request(client):
     """Fields, blocks, headers and query parameters that real clients send are accepted."""
     with client.messages.stream(
-        model="tiny", max_tokens=6,
-        system=[{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
-                {"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-        messages=[{"role": "user", "content": [
-            {"type": "text", "text": "<system-reminder>context</system-reminder>"},
-            {"type": "text", "text": "List the files.", "cache_control": {"type": "ephemeral"}}]}],
-        tools=[{"name": "Bash", "description": "Run a command", "cache_control": {"type": "ephemeral"},
-                "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
-                                 "required": ["command"], "additionalProperties": False,
-                                 "$schema": "http://json-schema.org/draft-07/schema#"}},
-               {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}],
+        model="tiny",
+        max_tokens=6,
+        system=[
+            {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+        ],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+                    {"type": "text", "text": "List the files.", "cache_control": {"type": "ephemeral"}},
+                ],
+            }
+        ],
+        tools=[
+            {
+                "name": "Bash",
+                "description": "Run a command",
+                "cache_control": {"type": "ephemeral"},
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"command": {"type": "string"}},
+                    "required": ["command"],
+                    "additionalProperties": False,
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                },
+            },
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+        ],
         tool_choice={"type": "auto"},
         metadata={"user_id": "user_abc_account_def_session_123"},
         thinking={"type": "disabled"},
-        extra_headers={"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,"
-                                         "fine-grained-tool-streaming-2025-05-14", "x-app": "cli",
-                       "anthropic-dangerous-direct-browser-access": "true"},
+        extra_headers={
+            "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,"
+            "fine-grained-tool-streaming-2025-05-14",
+            "x-app": "cli",
+            "anthropic-dangerous-direct-browser-access": "true",
+        },
         extra_query={"beta": "true"},
-        extra_body={"service_tier": "auto", "container": None, "mcp_servers": [],
-                    "context_management": {"edits": []}, "output_format": None, "some_future_field": {"x": 1},
-                    "temperature": 0, "top_k": 5, "top_p": 0.9},
+        extra_body={
+            "service_tier": "auto",
+            "container": None,
+            "mcp_servers": [],
+            "context_management": {"edits": []},
+            "output_format": None,
+            "some_future_field": {"x": 1},
+            "temperature": 0,
+            "top_k": 5,
+            "top_p": 0.9,
+        },
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason in ("max_tokens", "end_turn", "tool_use")
@@ -181,10 +239,19 @@ def test_claude_code_like_request(client):
 
 def test_unknown_block_types_are_skipped(client):
     plain = [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
-    extra = [{"role": "user", "content": [{"type": "text", "text": "Hello"},
-                                          {"type": "a_block_from_the_future", "data": {"x": 1}}]}]
-    assert (client.messages.count_tokens(model="tiny", messages=extra).input_tokens
-            == client.messages.count_tokens(model="tiny", messages=plain).input_tokens)
+    extra = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Hello"},
+                {"type": "a_block_from_the_future", "data": {"x": 1}},
+            ],
+        }
+    ]
+    assert (
+        client.messages.count_tokens(model="tiny", messages=extra).input_tokens
+        == client.messages.count_tokens(model="tiny", messages=plain).input_tokens
+    )
     message = client.messages.create(model="tiny", max_tokens=3, messages=extra)
     assert message.usage.output_tokens >= 1
 
@@ -192,46 +259,92 @@ def test_unknown_block_types_are_skipped(client):
 def test_tool_and_thinking_history_is_accepted(client):
     messages = [
         {"role": "user", "content": "What is the weather in Paris?"},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "I should call the tool.", "signature": "sig"},
-            {"type": "redacted_thinking", "data": "opaque"},
-            {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_01", "content": [{"type": "text", "text": "Sunny, 21C"}]},
-            {"type": "text", "text": "And tomorrow?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "I should call the tool.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_01",
+                    "content": [{"type": "text", "text": "Sunny, 21C"}],
+                },
+                {"type": "text", "text": "And tomorrow?"},
+            ],
+        },
     ]
-    tools = [{"name": "get_weather", "description": "Weather of a city",
-              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "input_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
     message = client.messages.create(model="tiny", max_tokens=4, messages=messages, tools=tools)
     count = client.messages.count_tokens(model="tiny", messages=messages, tools=tools)
     assert count.input_tokens == total_input(message.usage)
 
 
 # Bounded strings: a random-weight model under a grammar never closes an unbounded one.
-WEATHER = {"name": "get_weather", "description": "Weather of a city",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-                            "required": ["city"], "additionalProperties": False}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Weather of a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+}
 
 
 def test_tool_choice_any_returns_tool_use(client):
-    message = client.messages.create(model="tiny", max_tokens=200, tools=[WEATHER], tool_choice={"type": "any"},
-                                     messages=[{"role": "user", "content": "Weather in Paris?"}])
+    message = client.messages.create(
+        model="tiny",
+        max_tokens=200,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+    )
     tool_uses = [b for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and tool_uses
     assert tool_uses[0].name == "get_weather" and tool_uses[0].id.startswith("toolu_")
     assert isinstance(tool_uses[0].input.get("city"), str)
-    with client.messages.stream(model="tiny", max_tokens=200, tools=[WEATHER],
-                                tool_choice={"type": "tool", "name": "get_weather"},
-                                messages=[{"role": "user", "content": "Weather in Paris?"}]) as stream:
+    with client.messages.stream(
+        model="tiny",
+        max_tokens=200,
+        tools=[WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"},
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+    ) as stream:
         final = stream.get_final_message()
     streamed = [b for b in final.content if b.type == "tool_use"]
     assert final.stop_reason == "tool_use" and streamed[0].name == "get_weather"
     assert isinstance(streamed[0].input.get("city"), str)
     # The result goes back in the next turn.
-    follow = client.messages.create(model="tiny", max_tokens=4, tools=[WEATHER], messages=[
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": [b.model_dump() for b in message.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_uses[0].id, "content": "Sunny"}]}])
+    follow = client.messages.create(
+        model="tiny",
+        max_tokens=4,
+        tools=[WEATHER],
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [b.model_dump() for b in message.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": tool_uses[0].id, "content": "Sunny"}],
+            },
+        ],
+    )
     assert follow.usage.output_tokens >= 1
 
 
@@ -247,40 +360,90 @@ def envelope(response, status, error_type):
 
 
 def test_malformed_json_is_a_400(http):
-    response = http.post("/v1/messages", content=b'{"model": "tiny", "max_tokens": ',
-                         headers={"content-type": "application/json"})
+    response = http.post(
+        "/v1/messages",
+        content=b'{"model": "tiny", "max_tokens": ',
+        headers={"content-type": "application/json"},
+    )
     assert "JSON" in envelope(response, 400, "invalid_request_error")
-    response = http.post("/v1/messages/count_tokens", content=b"[1, 2",
-                         headers={"content-type": "application/json"})
+    response = http.post(
+        "/v1/messages/count_tokens", content=b"[1, 2", headers={"content-type": "application/json"}
+    )
     envelope(response, 400, "invalid_request_error")
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ({"model": "tiny", "messages": USER}, "max_tokens"),
-    ({"model": "tiny", "max_tokens": "many", "messages": USER}, "max_tokens"),
-    ({"model": "tiny", "max_tokens": 0, "messages": USER}, "max_tokens"),
-    ({"model": "tiny", "max_tokens": 4, "messages": []}, "messages"),
-    ({"model": "tiny", "max_tokens": 4, "messages": "hi"}, "messages"),
-    ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": 5}]}, "content"),
-    ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "robot", "content": "hi"}]}, "role"),
-    ({"model": 7, "max_tokens": 4, "messages": USER}, "model"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "temperature": -1}, "temperature"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "stop_sequences": [""]}, "stop_sequences"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "stop_sequences": "END"}, "stop_sequences"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "stream": "sometimes"}, "stream"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "system": 12}, "system"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "tools": [{"description": "no name"}]}, "name"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "tools": [WEATHER],
-      "tool_choice": {"type": "tool", "name": "other"}}, "tool_choice"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "sometimes"}}, "thinking"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 1024},
-      "tools": [WEATHER], "tool_choice": {"type": "any"}}, "thinking"),
-    ({"model": "tiny", "max_tokens": 4, "messages": USER, "output_config": {"format": {"type": "xml"}}},
-     "output_config"),
-    ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]},
-     "image"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"model": "tiny", "messages": USER}, "max_tokens"),
+        ({"model": "tiny", "max_tokens": "many", "messages": USER}, "max_tokens"),
+        ({"model": "tiny", "max_tokens": 0, "messages": USER}, "max_tokens"),
+        ({"model": "tiny", "max_tokens": 4, "messages": []}, "messages"),
+        ({"model": "tiny", "max_tokens": 4, "messages": "hi"}, "messages"),
+        ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": 5}]}, "content"),
+        ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "robot", "content": "hi"}]}, "role"),
+        ({"model": 7, "max_tokens": 4, "messages": USER}, "model"),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "temperature": -1}, "temperature"),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "stop_sequences": [""]}, "stop_sequences"),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "stop_sequences": "END"}, "stop_sequences"),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "stream": "sometimes"}, "stream"),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "system": 12}, "system"),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "tools": [{"description": "no name"}]}, "name"),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 4,
+                "messages": USER,
+                "tools": [WEATHER],
+                "tool_choice": {"type": "tool", "name": "other"},
+            },
+            "tool_choice",
+        ),
+        ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "sometimes"}}, "thinking"),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 4,
+                "messages": USER,
+                "thinking": {"type": "enabled", "budget_tokens": 1024},
+                "tools": [WEATHER],
+                "tool_choice": {"type": "any"},
+            },
+            "thinking",
+        ),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 4,
+                "messages": USER,
+                "output_config": {"format": {"type": "xml"}},
+            },
+            "output_config",
+        ),
+        (
+            {
+                "model": "tiny",
+                "max_tokens": 4,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": "iVBORw0KGgo=",
+                                },
+                            }
+                        ],
+                    }
+                ],
+            },
+            "image",
+        ),
+    ],
+)
 def test_bad_requests_are_400_in_the_envelope(http, body, fragment):
     for stream in (False, True):
         response = http.post("/v1/messages", json=dict(body, stream=body.get("stream", stream)))
@@ -297,8 +460,18 @@ def test_sdk_raises_the_right_classes(client):
         client.messages.create(model="tiny", max_tokens=-3, messages=USER)
     assert raised.value.body["error"]["type"] == "invalid_request_error"
     with pytest.raises(anthropic.BadRequestError):
-        with client.messages.stream(model="tiny", max_tokens=4, messages=[{"role": "user", "content": [
-                {"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}}]}]) as stream:
+        with client.messages.stream(
+            model="tiny",
+            max_tokens=4,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}}
+                    ],
+                }
+            ],
+        ) as stream:
             stream.get_final_message()
 
 
@@ -311,8 +484,9 @@ def keyed_server(tmp_path_factory, model_dir):
     shutil.copytree(model_dir("qwen3", "tiny"), models / "qwen3")
     os.environ["OMLX_SSE_KEEPALIVE_SECONDS"] = "0.001"
     try:
-        server = ServerProcess(["--model-dir", str(models), "--api-key", "s3cret"],
-                               tmp_path_factory.mktemp("keyed-home"))
+        server = ServerProcess(
+            ["--model-dir", str(models), "--api-key", "s3cret"], tmp_path_factory.mktemp("keyed-home")
+        )
     finally:
         del os.environ["OMLX_SSE_KEEPALIVE_SECONDS"]
     yield server
@@ -325,29 +499,40 @@ def test_api_key(keyed_server):
         with pytest.raises(anthropic.AuthenticationError) as raised:
             c.messages.count_tokens(model="tiny", messages=USER)
         assert raised.value.body["error"]["type"] == "authentication_error"
-    with anthropic.Anthropic(base_url=url, api_key="s3cret", max_retries=0, _strict_response_validation=True) as c:
+    with anthropic.Anthropic(
+        base_url=url, api_key="s3cret", max_retries=0, _strict_response_validation=True
+    ) as c:
         assert c.messages.count_tokens(model="tiny", messages=USER).input_tokens > 0
         assert c.messages.create(model="tiny", max_tokens=2, messages=USER).usage.output_tokens >= 1
     with anthropic.Anthropic(base_url=url, auth_token="s3cret", max_retries=0) as c:  # Authorization: Bearer
         assert c.messages.count_tokens(model="tiny", messages=USER).input_tokens > 0
     for path in ("/v1/messages", "/v1/messages/count_tokens"):  # no key at all
-        response = httpx.post(url + path, json={"model": "tiny", "max_tokens": 2, "messages": USER, "stream": True})
+        response = httpx.post(
+            url + path, json={"model": "tiny", "max_tokens": 2, "messages": USER, "stream": True}
+        )
         envelope(response, 401, "authentication_error")
 
 
 def test_keepalive_pings_and_disconnect(keyed_server):
     headers = {"x-api-key": "s3cret", "anthropic-version": "2023-06-01"}
     body = {"model": "tiny", "max_tokens": 24, "messages": USER, "stream": True}
-    with httpx.stream("POST", keyed_server.url + "/v1/messages", json=body, headers=headers, timeout=60) as response:
+    with httpx.stream(
+        "POST", keyed_server.url + "/v1/messages", json=body, headers=headers, timeout=60
+    ) as response:
         assert response.status_code == 200
         events = sse_events(response)
     types = " ".join(e["type"] for e in events)  # pings may come anywhere after message_start
-    assert re.fullmatch(r"message_start (ping )+(content_block_start (content_block_delta |ping )*"
-                        r"content_block_stop (ping )*)*message_delta message_stop", types), types
+    assert re.fullmatch(
+        r"message_start (ping )+(content_block_start (content_block_delta |ping )*"
+        r"content_block_stop (ping )*)*message_delta message_stop",
+        types,
+    ), types
     assert events[-2]["usage"]["output_tokens"] >= 1
 
     body = dict(body, max_tokens=100000, ignore_eos=True)
-    with httpx.stream("POST", keyed_server.url + "/v1/messages", json=body, headers=headers, timeout=60) as response:
+    with httpx.stream(
+        "POST", keyed_server.url + "/v1/messages", json=body, headers=headers, timeout=60
+    ) as response:
         lines = response.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
         message_id = json.loads(first[6:])["message"]["id"]
@@ -355,11 +540,18 @@ def test_keepalive_pings_and_disconnect(keyed_server):
 
 
 def test_output_config_json_schema(client):
-    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
-                                               "sure": {"type": "boolean"}},
-              "required": ["answer", "sure"], "additionalProperties": False}
-    message = client.messages.create(model="tiny", max_tokens=200, messages=USER,
-                                     output_config={"format": {"type": "json_schema", "schema": schema}})
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "maxLength": 12}, "sure": {"type": "boolean"}},
+        "required": ["answer", "sure"],
+        "additionalProperties": False,
+    }
+    message = client.messages.create(
+        model="tiny",
+        max_tokens=200,
+        messages=USER,
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+    )
     data = json.loads(message.content[0].text)
     assert set(data) == {"answer", "sure"} and isinstance(data["sure"], bool)
     assert message.stop_reason == "end_turn"
@@ -368,14 +560,23 @@ def test_output_config_json_schema(client):
 def test_too_long_prompt_and_too_large_body(client, http):
     long_text = " ".join(f"w{i}" for i in range(6000))  # more tokens than the tiny model's 4096 context
     for stream in (False, True):
-        response = http.post("/v1/messages", json={"model": "tiny", "max_tokens": 4, "stream": stream,
-                                                   "messages": [{"role": "user", "content": long_text}]})
+        response = http.post(
+            "/v1/messages",
+            json={
+                "model": "tiny",
+                "max_tokens": 4,
+                "stream": stream,
+                "messages": [{"role": "user", "content": long_text}],
+            },
+        )
         assert "context" in envelope(response, 400, "invalid_request_error")
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     if limit is None:
         pytest.skip("no request body limit configured")
-    response = http.post("/v1/messages", json={"model": "tiny", "max_tokens": 4,
-                                               "messages": [{"role": "user", "content": "x" * (limit + 1)}]})
+    response = http.post(
+        "/v1/messages",
+        json={"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "x" * (limit + 1)}]},
+    )
     envelope(response, 413, "request_too_large")
     with pytest.raises(anthropic.RequestTooLargeError):
         client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": "x" * (limit + 1)}])
@@ -387,21 +588,37 @@ def test_openapi_schema_lists_the_routes(http):
 
 
 def test_qwen3_thinking_blocks(keyed_server):
-    with anthropic.Anthropic(base_url=keyed_server.url, api_key="s3cret", max_retries=0, timeout=120,
-                             _strict_response_validation=True) as c:
+    with anthropic.Anthropic(
+        base_url=keyed_server.url,
+        api_key="s3cret",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         thinking = {"type": "enabled", "budget_tokens": 1024}
         message = c.messages.create(model="qwen3", max_tokens=12, messages=USER, thinking=thinking, **GREEDY)
         assert [b.type for b in message.content] == ["thinking"]  # a random model never closes </think>
         block = message.content[0]
         assert block.thinking.strip() and block.signature and "<think>" not in block.thinking
         assert message.stop_reason == "max_tokens"
-        with c.messages.stream(model="qwen3", max_tokens=12, messages=USER, thinking=thinking, **GREEDY) as stream:
+        with c.messages.stream(
+            model="qwen3", max_tokens=12, messages=USER, thinking=thinking, **GREEDY
+        ) as stream:
             final = stream.get_final_message()
         assert final.content[0].thinking == block.thinking and final.content[0].signature == block.signature
-        plain = c.messages.create(model="qwen3", max_tokens=12, messages=USER, thinking={"type": "disabled"}, **GREEDY)
+        plain = c.messages.create(
+            model="qwen3", max_tokens=12, messages=USER, thinking={"type": "disabled"}, **GREEDY
+        )
         assert [b.type for b in plain.content] == ["text"]
-        history = [*USER, {"role": "assistant", "content": [b.model_dump() for b in message.content] + [
-            {"type": "text", "text": "Caching keeps results."}]}, {"role": "user", "content": "More?"}]
+        history = [
+            *USER,
+            {
+                "role": "assistant",
+                "content": [b.model_dump() for b in message.content]
+                + [{"type": "text", "text": "Caching keeps results."}],
+            },
+            {"role": "user", "content": "More?"},
+        ]
         follow = c.messages.create(model="qwen3", max_tokens=2, messages=history, thinking=thinking)
         count = c.messages.count_tokens(model="qwen3", messages=history, thinking=thinking)
         assert count.input_tokens == total_input(follow.usage)

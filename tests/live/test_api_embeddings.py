@@ -3,6 +3,7 @@
 sentence-transformers / transformers on the same random weights; concurrent requests equal
 single ones and share forward passes (counted in /metrics); bad input is a 400 with a message; the
 models live in the pool like chat models."""
+
 import base64
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -33,8 +34,10 @@ def models(tmp_path_factory, model_dir):
 def server(models, tmp_path_factory):
     # A short batch wait, so that requests sent together meet in the engine however the machine
     # schedules the server's request threads (tests of batching count forward passes).
-    proc = ServerProcess(["--model-dir", str(models), "--hot-cache-max-size", "1MB", "--max-batch-wait-ms", "20"],
-                         tmp_path_factory.mktemp("embed-home"))
+    proc = ServerProcess(
+        ["--model-dir", str(models), "--hot-cache-max-size", "1MB", "--max-batch-wait-ms", "20"],
+        tmp_path_factory.mktemp("embed-home"),
+    )
     yield proc
     proc.stop()
 
@@ -49,8 +52,13 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def strict(server):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
-                       _strict_response_validation=True) as c:
+    with openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         yield c
 
 
@@ -78,20 +86,30 @@ def test_embeddings_equal_the_reference(client, strict, references, name):
 
 def test_token_ids_dimensions_and_raw_base64(server, client, references):
     ids = references["bert-embedding"].tokenizer(TEXTS[:2])["input_ids"]
-    by_text = np.array([d.embedding for d in client.embeddings.create(
-        model="bert-embedding", input=TEXTS[:2], encoding_format="float").data])
+    by_text = np.array(
+        [
+            d.embedding
+            for d in client.embeddings.create(
+                model="bert-embedding", input=TEXTS[:2], encoding_format="float"
+            ).data
+        ]
+    )
     by_ids = client.embeddings.create(model="bert-embedding", input=ids, encoding_format="float")
     assert np.allclose(np.array([d.embedding for d in by_ids.data]), by_text, atol=1e-5)
     one = client.embeddings.create(model="bert-embedding", input=ids[0], encoding_format="float")
     assert np.allclose(one.data[0].embedding, by_text[0], atol=1e-5)
 
-    short = client.embeddings.create(model="bert-embedding", input=TEXTS[:2], dimensions=16,
-                                     encoding_format="float")
+    short = client.embeddings.create(
+        model="bert-embedding", input=TEXTS[:2], dimensions=16, encoding_format="float"
+    )
     cut = by_text[:, :16] / np.linalg.norm(by_text[:, :16], axis=-1, keepdims=True)
     assert np.allclose(np.array([d.embedding for d in short.data]), cut, atol=1e-5)
 
-    raw = httpx.post(server.url + "/v1/embeddings", json={"model": "bert-embedding", "input": TEXTS[:2],
-                                                          "encoding_format": "base64"}, timeout=60).json()
+    raw = httpx.post(
+        server.url + "/v1/embeddings",
+        json={"model": "bert-embedding", "input": TEXTS[:2], "encoding_format": "base64"},
+        timeout=60,
+    ).json()
     decoded = np.array([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in raw["data"]])
     assert np.allclose(decoded, by_text, atol=1e-6)
 
@@ -119,7 +137,9 @@ def test_concurrent_requests_equal_single_ones(server, client, name):
     texts = [f"{TEXTS[i % len(TEXTS)]} number {i}" + " again" * (i % 5) for i in range(32)]
 
     def embed(text):
-        return np.array(client.embeddings.create(model=name, input=text, encoding_format="float").data[0].embedding)
+        return np.array(
+            client.embeddings.create(model=name, input=text, encoding_format="float").data[0].embedding
+        )
 
     alone = [embed(t) for t in texts]
     before = forward_passes(server, name)
@@ -135,8 +155,12 @@ def test_concurrent_requests_equal_single_ones(server, client, name):
 def test_concurrent_reranks_equal_single_ones(server, name):
     """16 rerank requests at once (different queries and document counts): the same scores as
     each alone, in fewer forward passes than requests."""
-    bodies = [dict(model=name, query=f"{QUERY} {i}" + " please" * (i % 3), documents=DOCS[:2 + i % (len(DOCS) - 1)])
-              for i in range(16)]
+    bodies = [
+        dict(
+            model=name, query=f"{QUERY} {i}" + " please" * (i % 3), documents=DOCS[: 2 + i % (len(DOCS) - 1)]
+        )
+        for i in range(16)
+    ]
 
     def scores(body):
         reply = rerank(server, **body)
@@ -159,7 +183,9 @@ def rerank(server, **body):
 
 
 def test_cross_encoder_rerank_equals_the_reference(server, models):
-    reference = st.CrossEncoder(str(models / "bert-reranker"), device="cpu").predict([(QUERY, d) for d in DOCS])
+    reference = st.CrossEncoder(str(models / "bert-reranker"), device="cpu").predict(
+        [(QUERY, d) for d in DOCS]
+    )
     reply = rerank(server, model="bert-reranker", query=QUERY, documents=DOCS)
     assert reply.status_code == 200, reply.text
     results = reply.json()["results"]
@@ -167,8 +193,14 @@ def test_cross_encoder_rerank_equals_the_reference(server, models):
     assert np.allclose([r["relevance_score"] for r in results], np.sort(reference)[::-1], atol=1e-5)
     assert "document" not in results[0] and reply.json()["usage"]["total_tokens"] > 0
 
-    top = rerank(server, model="bert-reranker", query=QUERY, documents=[{"text": d} for d in DOCS],
-                 top_n=2, return_documents=True).json()["results"]
+    top = rerank(
+        server,
+        model="bert-reranker",
+        query=QUERY,
+        documents=[{"text": d} for d in DOCS],
+        top_n=2,
+        return_documents=True,
+    ).json()["results"]
     assert [r["index"] for r in top] == [r["index"] for r in results[:2]]
     assert [r["document"]["text"] for r in top] == [DOCS[r["index"]] for r in top]
 

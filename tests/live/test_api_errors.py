@@ -1,5 +1,6 @@
 """Bad input on every OpenAI route of a live `omlx serve`: always a 4xx in OpenAI's envelope with a
 message, and the server keeps serving. Also the limits: 413 (body size), 429 (queue), 503."""
+
 import asyncio
 import json
 import shutil
@@ -27,14 +28,14 @@ def completion(**fields):
 RAW = [  # bodies that are not a JSON object: the same on both routes
     b"",
     b"not json",
-    b"{\"model\": ",
+    b'{"model": ',
     b"[1, 2]",
-    b"[{\"model\": \"tiny\"}]",
-    b"\"a string\"",
+    b'[{"model": "tiny"}]',
+    b'"a string"',
     b"null",
     b"123",
     b"\xff\xfe\x00\x01",
-    b"{\"model\": \"tiny\", \"prompt\": \"\xff\xfe\"}",
+    b'{"model": "tiny", "prompt": "\xff\xfe"}',
 ]
 
 BAD = [
@@ -53,8 +54,12 @@ BAD = [
     (CHAT, json.dumps({"model": "tiny", "messages": [{"role": "user", "content": 5}]}).encode()),
     (CHAT, json.dumps({"model": "tiny", "messages": [{"role": "user", "content": {"a": 1}}]}).encode()),
     (CHAT, json.dumps({"model": "tiny", "messages": [{"role": "user", "content": [5]}]}).encode()),
-    (CHAT, json.dumps({"model": "tiny", "messages": [{"role": "user",
-                                                      "content": [{"type": "image_url"}]}]}).encode()),
+    (
+        CHAT,
+        json.dumps(
+            {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}
+        ).encode(),
+    ),
     (CHAT, chat(max_tokens=0)),
     (CHAT, chat(max_tokens=-5)),
     (CHAT, chat(max_tokens="many")),
@@ -93,8 +98,8 @@ BAD = [
     (COMPLETIONS, completion(prompt=[])),
     (COMPLETIONS, completion(prompt=[[]])),
     (COMPLETIONS, completion(prompt=[-1])),
-    (COMPLETIONS, completion(prompt=[10 ** 9])),
-    (COMPLETIONS, completion(prompt=[10 ** 30])),
+    (COMPLETIONS, completion(prompt=[10**9])),
+    (COMPLETIONS, completion(prompt=[10**30])),
     (COMPLETIONS, completion(prompt=[1.5])),
     (COMPLETIONS, completion(prompt=["a", [1]])),
     (COMPLETIONS, completion(prompt={"text": "x"})),
@@ -115,28 +120,35 @@ BAD = [
 def test_bad_requests_are_4xx_and_the_server_keeps_serving(omlx_server, route, body):
     for stream in (False, True):
         sent = body
-        if stream and body.startswith(b"{") and b"\"stream\"" not in body:
-            sent = body[:-1] + b", \"stream\": true}"
-        response = httpx.post(omlx_server.url + route, content=sent, timeout=120,
-                              headers={"content-type": "application/json"})
+        if stream and body.startswith(b"{") and b'"stream"' not in body:
+            sent = body[:-1] + b', "stream": true}'
+        response = httpx.post(
+            omlx_server.url + route, content=sent, timeout=120, headers={"content-type": "application/json"}
+        )
         assert 400 <= response.status_code < 500, (sent[:200], response.status_code, response.text[:300])
         assert response.headers["content-type"].startswith("application/json")
         error = response.json()["error"]
         assert isinstance(error["message"], str) and error["message"]
         assert error["type"] in ("invalid_request_error", "authentication_error")
-    good = httpx.post(omlx_server.url + COMPLETIONS, timeout=120,
-                      json={"model": "tiny", "prompt": "still there?", "max_tokens": 2})
+    good = httpx.post(
+        omlx_server.url + COMPLETIONS,
+        timeout=120,
+        json={"model": "tiny", "prompt": "still there?", "max_tokens": 2},
+    )
     assert good.status_code == 200
     assert good.json()["usage"]["completion_tokens"] == 2
 
 
 def test_context_length_errors(omlx_server):
     long_text = "cache " * 6000
-    for route, body in ((CHAT, {"messages": [{"role": "user", "content": long_text}]}),
-                        (COMPLETIONS, {"prompt": long_text})):
+    for route, body in (
+        (CHAT, {"messages": [{"role": "user", "content": long_text}]}),
+        (COMPLETIONS, {"prompt": long_text}),
+    ):
         for stream in (False, True):
-            response = httpx.post(omlx_server.url + route, timeout=120,
-                                  json={"model": "tiny", "stream": stream, **body})
+            response = httpx.post(
+                omlx_server.url + route, timeout=120, json={"model": "tiny", "stream": stream, **body}
+            )
             assert response.status_code == 400
             assert "maximum context length is 4096 tokens" in response.json()["error"]["message"]
 
@@ -145,8 +157,11 @@ def test_max_tokens_beyond_the_context_stops_at_the_context(omlx_server):
     """prompt + max_tokens over the context is not an error: generation ends at the context's end
     with finish_reason "length" (clients such as coding agents send large max_tokens)."""
     prompt = list(range(3, 1003)) * 4 + list(range(3, 88))  # 4085 tokens of 4096
-    response = httpx.post(omlx_server.url + COMPLETIONS, timeout=120,
-                          json={"model": "tiny", "prompt": prompt, "max_tokens": 100, "ignore_eos": True})
+    response = httpx.post(
+        omlx_server.url + COMPLETIONS,
+        timeout=120,
+        json={"model": "tiny", "prompt": prompt, "max_tokens": 100, "ignore_eos": True},
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["choices"][0]["finish_reason"] == "length"
@@ -154,8 +169,12 @@ def test_max_tokens_beyond_the_context_stops_at_the_context(omlx_server):
 
 
 def test_unknown_routes_and_methods_use_the_envelope(omlx_server):
-    for method, path, status in (("GET", "/v1/nope", 404), ("POST", "/v1/chat/nope", 404),
-                                 ("POST", "/v1/models", 405), ("GET", CHAT, 405)):
+    for method, path, status in (
+        ("GET", "/v1/nope", 404),
+        ("POST", "/v1/chat/nope", 404),
+        ("POST", "/v1/models", 405),
+        ("GET", CHAT, 405),
+    ):
         response = httpx.request(method, omlx_server.url + path, timeout=60)
         assert response.status_code == status
         assert response.json()["error"]["message"]
@@ -165,32 +184,50 @@ def test_unknown_routes_and_methods_use_the_envelope(omlx_server):
 def limited_server(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("limited-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    server = ServerProcess(["--model-dir", str(models), "--max-request-size", "64KiB",
-                            "--max-concurrent-requests", "1", "--max-queued-requests", "1"],
-                           tmp_path_factory.mktemp("limited-home"))
+    server = ServerProcess(
+        [
+            "--model-dir",
+            str(models),
+            "--max-request-size",
+            "64KiB",
+            "--max-concurrent-requests",
+            "1",
+            "--max-queued-requests",
+            "1",
+        ],
+        tmp_path_factory.mktemp("limited-home"),
+    )
     yield server
     server.stop()
 
 
 def test_oversized_bodies_get_413(limited_server):
     big = json.dumps({"model": "tiny", "prompt": "a" * 70000}).encode()
-    response = httpx.post(limited_server.url + COMPLETIONS, content=big, timeout=60,
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        limited_server.url + COMPLETIONS,
+        content=big,
+        timeout=60,
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
     assert "65536 bytes" in response.json()["error"]["message"]
 
     def chunked():  # no Content-Length: counted as it arrives
         for i in range(0, len(big), 8192):
-            yield big[i:i + 8192]
+            yield big[i : i + 8192]
 
-    response = httpx.post(limited_server.url + CHAT, content=chunked(), timeout=60,
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        limited_server.url + CHAT, content=chunked(), timeout=60, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
     # Just under the limit (an unknown field is ignored): served.
-    ok = httpx.post(limited_server.url + COMPLETIONS, timeout=120,
-                    json={"model": "tiny", "prompt": "hi", "max_tokens": 1, "padding": "x" * 60000})
+    ok = httpx.post(
+        limited_server.url + COMPLETIONS,
+        timeout=120,
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 1, "padding": "x" * 60000},
+    )
     assert ok.status_code == 200
 
 
@@ -198,8 +235,14 @@ def test_over_capacity_gets_429_with_retry_after(limited_server):
     """One running + one queued choice fill the model (a request with n=2: 2 x 3000 tokens, one
     after the other, far longer than the few requests below); a third choice is refused before
     queuing."""
-    body = {"model": "tiny", "prompt": "Go on", "max_tokens": 3000, "ignore_eos": True, "stream": True,
-            "n": 2}
+    body = {
+        "model": "tiny",
+        "prompt": "Go on",
+        "max_tokens": 3000,
+        "ignore_eos": True,
+        "stream": True,
+        "n": 2,
+    }
     url = limited_server.url + COMPLETIONS
     with httpx.stream("POST", url, json=body, timeout=120) as running:
         assert running.status_code == 200
@@ -235,9 +278,14 @@ def test_503_while_shutting_down(tmp_path_factory, model_dir):
     with override_settings(OMLX_MODEL_DIR=models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None):
         lifecycle.start_shutdown()
         try:
+
             async def go():
-                return await AsyncClient().post(COMPLETIONS, json.dumps({"model": "tiny", "prompt": "hi"}),
-                                                content_type="application/json")
+                return await AsyncClient().post(
+                    COMPLETIONS,
+                    json.dumps({"model": "tiny", "prompt": "hi"}),
+                    content_type="application/json",
+                )
+
             response = asyncio.run(go())
         finally:
             lifecycle._shutting_down.clear()
@@ -255,11 +303,17 @@ def test_django_body_limit_is_a_413_too(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("django-limit-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     close_pool()
-    with override_settings(OMLX_MODEL_DIR=models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None,
-                           DATA_UPLOAD_MAX_MEMORY_SIZE=2048):
+    with override_settings(
+        OMLX_MODEL_DIR=models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None, DATA_UPLOAD_MAX_MEMORY_SIZE=2048
+    ):
+
         async def go():
-            return await AsyncClient().post(COMPLETIONS, json.dumps({"model": "tiny", "prompt": "a" * 5000}),
-                                            content_type="application/json")
+            return await AsyncClient().post(
+                COMPLETIONS,
+                json.dumps({"model": "tiny", "prompt": "a" * 5000}),
+                content_type="application/json",
+            )
+
         response = asyncio.run(go())
         close_pool()
     assert response.status_code == 413

@@ -11,6 +11,7 @@ FUZZ_EXAMPLES cases per operation and mode); the `slow` run takes OMLX_FUZZ_EXAM
 completions) to the other routes and to the shapes a schema cannot produce: deep nesting, numbers
 beyond float and int, bad UTF-8, lone surrogates, truncated JSON, 10 MB strings.
 """
+
 import copy
 import json
 import os
@@ -35,11 +36,13 @@ SMALL_TOKENS = 4
 CHAT, COMPLETIONS, RESPONSES = "/v1/chat/completions", "/v1/completions", "/v1/responses"
 MESSAGES, COUNT = "/v1/messages", "/v1/messages/count_tokens"
 HI = [{"role": "user", "content": "hi"}]
-BASE = {CHAT: {"model": "tiny", "messages": HI, "max_tokens": 2},
-        COMPLETIONS: {"model": "tiny", "prompt": "hi", "max_tokens": 2},
-        RESPONSES: {"model": "tiny", "input": "hi", "max_output_tokens": 2},
-        MESSAGES: {"model": "tiny", "messages": HI, "max_tokens": 2},
-        COUNT: {"model": "tiny", "messages": HI}}
+BASE = {
+    CHAT: {"model": "tiny", "messages": HI, "max_tokens": 2},
+    COMPLETIONS: {"model": "tiny", "prompt": "hi", "max_tokens": 2},
+    RESPONSES: {"model": "tiny", "input": "hi", "max_output_tokens": 2},
+    MESSAGES: {"model": "tiny", "messages": HI, "max_tokens": 2},
+    COUNT: {"model": "tiny", "messages": HI},
+}
 ROLES = {MESSAGES: ("user", "assistant"), COUNT: ("user", "assistant")}
 CHAT_ROLES = ("system", "user", "assistant", "developer")
 
@@ -117,9 +120,16 @@ def fuzz_operation(url: str, operation, mode, examples: int, run_seed: int, stat
         examples = 1  # nothing to vary: one call
 
     @seed(run_seed)
-    @settings(max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(case=operation.as_strategy(generation_mode=mode), steered=st.booleans(), pick=st.integers(0, 2 ** 16))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        case=operation.as_strategy(generation_mode=mode), steered=st.booleans(), pick=st.integers(0, 2**16)
+    )
     def run(case, steered, pick):
         if steered:
             case.body = steer(path, case.body, random.Random(pick))
@@ -128,8 +138,10 @@ def fuzz_operation(url: str, operation, mode, examples: int, run_seed: int, stat
         try:
             response = case.call(base_url=url, timeout=REQUEST_TIMEOUT)
         except Exception as exc:  # a timeout is a hang; a dropped connection a crash
-            problems.append(f"{type(exc).__name__} after {time.monotonic() - started:.0f} s: "
-                            f"{case.as_curl_command()[:2000]}")
+            problems.append(
+                f"{type(exc).__name__} after {time.monotonic() - started:.0f} s: "
+                f"{case.as_curl_command()[:2000]}"
+            )
             return
         statuses[f"{operation.label} {response.status_code}"] += 1
         wrong = check_answer(response.status_code, response.text, response.headers.get("content-type"))
@@ -153,16 +165,21 @@ def fuzz_schemas(url: str, examples: int, run_seed: int) -> list:
             operation = result.ok()
             operations += 1
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                problems += [f"{operation.label} ({mode.value}): {p}"
-                             for p in fuzz_operation(url, operation, mode, examples, run_seed, statuses)]
+                problems += [
+                    f"{operation.label} ({mode.value}): {p}"
+                    for p in fuzz_operation(url, operation, mode, examples, run_seed, statuses)
+                ]
     assert operations >= 16, operations  # both schemas were read, every route is in them
     print("\nschema fuzz, answers by operation and status:", json.dumps(dict(sorted(statuses.items()))))
     return problems
 
 
 def assert_still_serving(url: str) -> None:
-    response = httpx.post(url + "/v1/completions", timeout=REQUEST_TIMEOUT,
-                          json={"model": "tiny", "prompt": "still there?", "max_tokens": 2})
+    response = httpx.post(
+        url + "/v1/completions",
+        timeout=REQUEST_TIMEOUT,
+        json={"model": "tiny", "prompt": "still there?", "max_tokens": 2},
+    )
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["completion_tokens"] == 2
 
@@ -176,7 +193,7 @@ def test_schema_fuzz_bounded(fuzz_server):
 @pytest.mark.slow
 def test_schema_fuzz_long(fuzz_server):
     examples = int(os.environ.get("OMLX_FUZZ_EXAMPLES", "400"))
-    run_seed = int(os.environ.get("OMLX_FUZZ_SEED", random.randrange(2 ** 32)))
+    run_seed = int(os.environ.get("OMLX_FUZZ_SEED", random.randrange(2**32)))
     print(f"\nschema fuzz: {examples} cases per operation and mode, OMLX_FUZZ_SEED={run_seed}")
     problems = fuzz_schemas(fuzz_server.url, examples, run_seed)
     assert not problems, "\n".join(problems[:20])
@@ -203,27 +220,56 @@ def spliced(route: str, field: str, literal: bytes) -> bytes:
 
 def deep_tool(depth: int) -> bytes:
     schema = json.loads(nested(depth))
-    return raw(CHAT, tools=[{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"a": schema}}}}])
+    return raw(
+        CHAT,
+        tools=[
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": schema}}},
+            }
+        ],
+    )
 
 
 CORPUS = {  # name -> (method, path, body) or a function that makes it (big bodies): a 4xx each
-    "deep-array-content": ("POST", CHAT, b'{"model":"tiny","messages":[{"role":"user","content":'
-                           + b"[" * 100000 + b"]" * 100000 + b"}]}"),
+    "deep-array-content": (
+        "POST",
+        CHAT,
+        b'{"model":"tiny","messages":[{"role":"user","content":' + b"[" * 100000 + b"]" * 100000 + b"}]}",
+    ),
     "deep-object-field": ("POST", CHAT, spliced(CHAT, "metadata", nested(5000).encode())),
     "deep-900-tool-schema": ("POST", CHAT, deep_tool(900)),  # was a 500 (RecursionError)
     "deep-65-tool-schema": ("POST", CHAT, deep_tool(65)),  # 71 levels
-    "deep-900-response-format": ("POST", CHAT, raw(CHAT, response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": json.loads(nested(900))}})),
-    "deep-900-responses-tools": ("POST", RESPONSES, raw(RESPONSES, tools=[{"type": "function", "name": "f",
-                                                                          "parameters": json.loads(nested(900))}])),
-    "deep-900-anthropic-tools": ("POST", MESSAGES, raw(MESSAGES, tools=[{"name": "f",
-                                                                        "input_schema": json.loads(nested(900))}])),
+    "deep-900-response-format": (
+        "POST",
+        CHAT,
+        raw(
+            CHAT,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": json.loads(nested(900))},
+            },
+        ),
+    ),
+    "deep-900-responses-tools": (
+        "POST",
+        RESPONSES,
+        raw(RESPONSES, tools=[{"type": "function", "name": "f", "parameters": json.loads(nested(900))}]),
+    ),
+    "deep-900-anthropic-tools": (
+        "POST",
+        MESSAGES,
+        raw(MESSAGES, tools=[{"name": "f", "input_schema": json.loads(nested(900))}]),
+    ),
     "deep-900-anthropic-metadata": ("POST", MESSAGES, spliced(MESSAGES, "metadata", nested(900).encode())),
     "deep-900-count-tokens": ("POST", COUNT, spliced(COUNT, "system", nested(900).encode())),
     "deep-900-settings": ("PATCH", "/v1/models/tiny/settings", nested(900).encode()),
     "int-5000-digits": ("POST", CHAT, spliced(CHAT, "max_tokens", b"9" * 5000)),
-    "float-overflow-temperature": ("POST", COMPLETIONS, spliced(COMPLETIONS, "temperature", b"1e400")),  # was a 200
+    "float-overflow-temperature": (
+        "POST",
+        COMPLETIONS,
+        spliced(COMPLETIONS, "temperature", b"1e400"),
+    ),  # was a 200
     "float-overflow-repetition-penalty": ("POST", CHAT, spliced(CHAT, "repetition_penalty", b"1e400")),
     "int-beyond-float-temperature": ("POST", CHAT, spliced(CHAT, "temperature", b"1" + b"0" * 400)),
     "int-beyond-float-anthropic-top-p": ("POST", MESSAGES, spliced(MESSAGES, "top_p", b"1" + b"0" * 400)),
@@ -232,19 +278,37 @@ CORPUS = {  # name -> (method, path, body) or a function that makes it (big bodi
     "infinity-presence": ("POST", COMPLETIONS, spliced(COMPLETIONS, "presence_penalty", b"Infinity")),
     "nan-anthropic-temperature": ("POST", MESSAGES, spliced(MESSAGES, "temperature", b"NaN")),
     "minus-infinity-responses-top-p": ("POST", RESPONSES, spliced(RESPONSES, "top_p", b"-Infinity")),
-    "bad-utf8-anthropic": ("POST", MESSAGES, b'{"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"\xff"}]}'),
+    "bad-utf8-anthropic": (
+        "POST",
+        MESSAGES,
+        b'{"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"\xff"}]}',
+    ),
     "bad-utf8-responses": ("POST", RESPONSES, b'{"model":"tiny","input":"\xc3\x28"}'),
-    "bad-utf8-count": ("POST", COUNT, b'{"model":"tiny","messages":[{"role":"user","content":"\xed\xa0\x80"}]}'),
+    "bad-utf8-count": (
+        "POST",
+        COUNT,
+        b'{"model":"tiny","messages":[{"role":"user","content":"\xed\xa0\x80"}]}',
+    ),
     "bad-utf8-settings": ("PATCH", "/v1/models/tiny/settings", b'{"alias":"\xff"}'),
     "surrogate-chat": ("POST", CHAT, raw(CHAT, messages=[{"role": "user", "content": "\ud800 hi"}])),
     "surrogate-completions": ("POST", COMPLETIONS, raw(COMPLETIONS, prompt="\udfff")),
-    "surrogate-anthropic": ("POST", MESSAGES, raw(MESSAGES, messages=[{"role": "user", "content": "\ud800"}])),
+    "surrogate-anthropic": (
+        "POST",
+        MESSAGES,
+        raw(MESSAGES, messages=[{"role": "user", "content": "\ud800"}]),
+    ),
     "surrogate-anthropic-system": ("POST", MESSAGES, raw(MESSAGES, system="\udc00")),
     "surrogate-count": ("POST", COUNT, raw(COUNT, messages=[{"role": "user", "content": "\ud800"}])),
     "surrogate-responses": ("POST", RESPONSES, raw(RESPONSES, input="\ud800")),
     "surrogate-responses-instructions": ("POST", RESPONSES, raw(RESPONSES, instructions="\udc00")),
-    "surrogate-tool-name": ("POST", CHAT, raw(CHAT, tools=[{"type": "function", "function": {
-        "name": "\ud800", "parameters": {"type": "object"}}}])),
+    "surrogate-tool-name": (
+        "POST",
+        CHAT,
+        raw(
+            CHAT,
+            tools=[{"type": "function", "function": {"name": "\ud800", "parameters": {"type": "object"}}}],
+        ),
+    ),
     "truncated-anthropic": ("POST", MESSAGES, raw(MESSAGES)[:25]),
     "truncated-responses": ("POST", RESPONSES, raw(RESPONSES)[:17]),
     "truncated-count": ("POST", COUNT, b'{"model'),
@@ -269,27 +333,52 @@ SLOW_CORPUS = {
     "million-token-ids": lambda: ("POST", COMPLETIONS, raw(COMPLETIONS, prompt=[5] * 1_000_000)),
     "10mb-anthropic-model": lambda: ("POST", MESSAGES, raw(MESSAGES, model="m" * MB10)),
     "10mb-role": lambda: ("POST", CHAT, raw(CHAT, messages=[{"role": "r" * MB10, "content": "x"}])),
-    "10mb-anthropic-role": lambda: ("POST", MESSAGES, raw(MESSAGES, messages=[{"role": "r" * MB10, "content": "x"}])),
+    "10mb-anthropic-role": lambda: (
+        "POST",
+        MESSAGES,
+        raw(MESSAGES, messages=[{"role": "r" * MB10, "content": "x"}]),
+    ),
     "10mb-tool-choice": lambda: ("POST", CHAT, raw(CHAT, tool_choice="t" * MB10)),
-    "10mb-setting": lambda: ("PATCH", "/v1/models/tiny/settings", json.dumps({"ttl_seconds": "1" * MB10}).encode()),
+    "10mb-setting": lambda: (
+        "PATCH",
+        "/v1/models/tiny/settings",
+        json.dumps({"ttl_seconds": "1" * MB10}).encode(),
+    ),
     "10mb-prompt": lambda: ("POST", COMPLETIONS, raw(COMPLETIONS, prompt="a" * MB10)),
-    "10mb-chat": lambda: ("POST", CHAT, raw(CHAT, messages=[{"role": "user", "content": "ab " * (MB10 // 3)}])),
-    "10mb-anthropic": lambda: ("POST", MESSAGES, raw(MESSAGES, messages=[{"role": "user", "content": "x" * MB10}])),
+    "10mb-chat": lambda: (
+        "POST",
+        CHAT,
+        raw(CHAT, messages=[{"role": "user", "content": "ab " * (MB10 // 3)}]),
+    ),
+    "10mb-anthropic": lambda: (
+        "POST",
+        MESSAGES,
+        raw(MESSAGES, messages=[{"role": "user", "content": "x" * MB10}]),
+    ),
     "10mb-responses": lambda: ("POST", RESPONSES, raw(RESPONSES, input="y" * MB10)),
     "200k-messages": lambda: ("POST", CHAT, raw(CHAT, messages=HI * 200000)),
 }
 
 
 def send(url: str, method: str, path: str, body: bytes) -> httpx.Response:
-    return httpx.request(method, url + path, content=body or None, timeout=REQUEST_TIMEOUT,
-                         headers={"content-type": "application/json"} if body else {})
+    return httpx.request(
+        method,
+        url + path,
+        content=body or None,
+        timeout=REQUEST_TIMEOUT,
+        headers={"content-type": "application/json"} if body else {},
+    )
 
 
 def check_corpus_case(url, case):
     method, path, body = case() if callable(case) else case
     response = send(url, method, path, body)
     assert 400 <= response.status_code < 500 and response.status_code != 422, (
-        path, body[:200], response.status_code, response.text[:300])
+        path,
+        body[:200],
+        response.status_code,
+        response.text[:300],
+    )
     assert check_answer(response.status_code, response.text, response.headers.get("content-type")) == ""
     if path.startswith("/v1/messages"):  # Anthropic's envelope
         assert response.json()["type"] == "error"
@@ -317,7 +406,10 @@ def test_nesting_limit_names_the_limit_and_64_levels_are_served(fuzz_server):
     assert at_limit.status_code == 200, at_limit.text[:300]
     over = send(fuzz_server.url, "POST", CHAT, deep_tool(MAX_DEPTH - 5))
     assert over.status_code == 400
-    assert over.json()["error"]["message"] == f"The request body nests objects and arrays more than {MAX_DEPTH} levels deep"
+    assert (
+        over.json()["error"]["message"]
+        == f"The request body nests objects and arrays more than {MAX_DEPTH} levels deep"
+    )
     over = send(fuzz_server.url, "POST", MESSAGES, spliced(MESSAGES, "metadata", nested(MAX_DEPTH).encode()))
     assert over.status_code == 400 and "levels deep" in over.json()["error"]["message"]
 
@@ -326,11 +418,13 @@ def test_lone_surrogates_are_a_400_that_says_so(fuzz_server):
     """JSON can escape a lone UTF-16 surrogate; no tokenizer encodes it: refused when parsed, on
     every route (it was a 400 from the tokenizer that blamed the chat template, or a 200 for a
     stop string)."""
-    for method, path, body in (("POST", COMPLETIONS, raw(COMPLETIONS, prompt="\udfff")),
-                               ("POST", CHAT, raw(CHAT, stop=["\ud800"])),
-                               ("POST", MESSAGES, raw(MESSAGES, system="\udc00")),
-                               ("POST", RESPONSES, json.dumps({"\ud800": 1, **BASE[RESPONSES]}).encode()),
-                               ("PATCH", "/v1/models/tiny/settings", json.dumps({"alias": "\ud800"}).encode())):
+    for method, path, body in (
+        ("POST", COMPLETIONS, raw(COMPLETIONS, prompt="\udfff")),
+        ("POST", CHAT, raw(CHAT, stop=["\ud800"])),
+        ("POST", MESSAGES, raw(MESSAGES, system="\udc00")),
+        ("POST", RESPONSES, json.dumps({"\ud800": 1, **BASE[RESPONSES]}).encode()),
+        ("PATCH", "/v1/models/tiny/settings", json.dumps({"alias": "\ud800"}).encode()),
+    ):
         response = send(fuzz_server.url, method, path, body)
         assert response.status_code == 400, (path, response.text[:300])
         assert "lone surrogate" in response.json()["error"]["message"], response.text[:300]

@@ -1,5 +1,6 @@
 """The end-to-end path: a real `omlx serve` (Daphne, the Huey consumer in the process, the
 in-memory channel layer) driven by the official OpenAI SDK, with strict response validation."""
+
 import json
 import signal
 
@@ -14,8 +15,13 @@ CHAT = [{"role": "user", "content": "Tell me about caching."}]
 
 @pytest.fixture(scope="module")
 def client(omlx_server):
-    with openai.OpenAI(base_url=omlx_server.url + "/v1", api_key="unused", max_retries=0,
-                       timeout=120, _strict_response_validation=True) as c:
+    with openai.OpenAI(
+        base_url=omlx_server.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         yield c
 
 
@@ -34,8 +40,11 @@ def test_chat_completion_and_stream_agree(client):
     assert reply.usage.completion_tokens == 12
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 12
 
-    chunks = list(client.chat.completions.create(model="tiny", messages=CHAT, temperature=0,
-                                                 max_completion_tokens=12, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=CHAT, temperature=0, max_completion_tokens=12, stream=True
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == choice.message.content
@@ -47,9 +56,16 @@ def test_stream_include_usage_and_cached_tokens(client):
     messages = [{"role": "user", "content": "A prompt that is sent twice, the second time from the cache."}]
     first = client.chat.completions.create(model="tiny", messages=messages, temperature=0, max_tokens=4)
     cached_before = first.usage.prompt_tokens_details.cached_tokens  # the template's head, maybe
-    chunks = list(client.chat.completions.create(
-        model="tiny", messages=messages, temperature=0, max_tokens=4, stream=True,
-        stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            temperature=0,
+            max_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     usage_chunk = chunks[-1]
     assert usage_chunk.choices == []
     assert usage_chunk.usage.prompt_tokens == first.usage.prompt_tokens
@@ -59,16 +75,21 @@ def test_stream_include_usage_and_cached_tokens(client):
 
 
 def test_n_choices_and_seed(client):
-    reply = client.chat.completions.create(model="tiny", messages=CHAT, n=2, max_tokens=6, seed=7,
-                                           temperature=1.0)
+    reply = client.chat.completions.create(
+        model="tiny", messages=CHAT, n=2, max_tokens=6, seed=7, temperature=1.0
+    )
     assert [c.index for c in reply.choices] == [0, 1]
     assert reply.usage.completion_tokens == 12
-    again = client.chat.completions.create(model="tiny", messages=CHAT, n=2, max_tokens=6, seed=7,
-                                           temperature=1.0)
+    again = client.chat.completions.create(
+        model="tiny", messages=CHAT, n=2, max_tokens=6, seed=7, temperature=1.0
+    )
     assert [c.message.content for c in again.choices] == [c.message.content for c in reply.choices]
 
-    chunks = list(client.chat.completions.create(model="tiny", messages=CHAT, n=2, max_tokens=6, seed=7,
-                                                 temperature=1.0, stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=CHAT, n=2, max_tokens=6, seed=7, temperature=1.0, stream=True
+        )
+    )
     for index in (0, 1):
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices[0].index == index)
         assert text == reply.choices[index].message.content
@@ -79,15 +100,17 @@ def test_stop_string(client):
     text = full.choices[0].text
     stop = text[3:6]
     assert stop.strip()
-    cut = client.completions.create(model="tiny", prompt="The cache", temperature=0, max_tokens=16,
-                                    stop=[stop])
+    cut = client.completions.create(
+        model="tiny", prompt="The cache", temperature=0, max_tokens=16, stop=[stop]
+    )
     assert cut.choices[0].finish_reason == "stop"
-    assert cut.choices[0].text == text[:text.index(stop)]
+    assert cut.choices[0].text == text[: text.index(stop)]
 
 
 def test_completions(client):
-    reply = client.completions.create(model="tiny", prompt="Once upon a time", temperature=0, max_tokens=8,
-                                      logprobs=2)
+    reply = client.completions.create(
+        model="tiny", prompt="Once upon a time", temperature=0, max_tokens=8, logprobs=2
+    )
     choice = reply.choices[0]
     assert reply.object == "text_completion"
     assert choice.finish_reason == "length"
@@ -97,8 +120,11 @@ def test_completions(client):
     # (OpenAI's own chunks carry null too), so chunks are checked without strict validation.
     lenient = client.with_options()
     lenient._strict_response_validation = False
-    stream = list(lenient.completions.create(model="tiny", prompt="Once upon a time", temperature=0,
-                                             max_tokens=8, stream=True))
+    stream = list(
+        lenient.completions.create(
+            model="tiny", prompt="Once upon a time", temperature=0, max_tokens=8, stream=True
+        )
+    )
     assert "".join(c.choices[0].text for c in stream) == choice.text
 
     ids = client.completions.create(model="tiny", prompt=[[5, 6, 7, 8]], temperature=0, max_tokens=3)
@@ -106,21 +132,25 @@ def test_completions(client):
 
 
 def test_chat_logprobs(client):
-    reply = client.chat.completions.create(model="tiny", messages=CHAT, temperature=0, max_tokens=5,
-                                           logprobs=True, top_logprobs=2)
+    reply = client.chat.completions.create(
+        model="tiny", messages=CHAT, temperature=0, max_tokens=5, logprobs=True, top_logprobs=2
+    )
     content = reply.choices[0].logprobs.content
     assert len(content) == 5
     assert all(len(entry.top_logprobs) == 2 for entry in content)
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"model": "tiny", "messages": CHAT, "max_tokens": 0}, 400, "max_tokens"),
-    ({"model": "tiny", "messages": CHAT, "max_tokens": "many"}, 400, "max_tokens"),
-    ({"model": "tiny", "messages": "hello"}, 400, "messages"),
-    ({"model": "tiny", "messages": CHAT, "temperature": -1}, 400, "temperature"),
-    ({"model": "nope", "messages": CHAT}, 404, "model"),
-    ({"model": "tiny"}, 400, "messages"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "tiny", "messages": CHAT, "max_tokens": 0}, 400, "max_tokens"),
+        ({"model": "tiny", "messages": CHAT, "max_tokens": "many"}, 400, "max_tokens"),
+        ({"model": "tiny", "messages": "hello"}, 400, "messages"),
+        ({"model": "tiny", "messages": CHAT, "temperature": -1}, 400, "temperature"),
+        ({"model": "nope", "messages": CHAT}, 404, "model"),
+        ({"model": "tiny"}, 400, "messages"),
+    ],
+)
 def test_bad_requests_get_an_error_envelope(omlx_server, body, status, param):
     response = httpx.post(omlx_server.url + "/v1/chat/completions", json=body, timeout=60)
     assert response.status_code == status
@@ -130,21 +160,33 @@ def test_bad_requests_get_an_error_envelope(omlx_server, body, status, param):
 
 
 def test_malformed_json_and_too_long_prompt(omlx_server):
-    response = httpx.post(omlx_server.url + "/v1/chat/completions", content=b"{not json", timeout=60,
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        omlx_server.url + "/v1/chat/completions",
+        content=b"{not json",
+        timeout=60,
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 400
     assert "JSON" in response.json()["error"]["message"]
     long_prompt = list(range(3, 1003)) * 5  # 5000 tokens; the tiny model's context is 4096
     for stream in (False, True):
-        response = httpx.post(omlx_server.url + "/v1/completions", timeout=60,
-                              json={"model": "tiny", "prompt": long_prompt, "max_tokens": 4, "stream": stream})
+        response = httpx.post(
+            omlx_server.url + "/v1/completions",
+            timeout=60,
+            json={"model": "tiny", "prompt": long_prompt, "max_tokens": 4, "stream": stream},
+        )
         assert response.status_code == 400
         assert "context" in response.json()["error"]["message"]
 
 
 def test_client_disconnect_aborts_the_request(omlx_server):
-    body = {"model": "tiny", "prompt": "Go on forever", "max_tokens": 100000, "ignore_eos": True,
-            "stream": True}
+    body = {
+        "model": "tiny",
+        "prompt": "Go on forever",
+        "max_tokens": 100000,
+        "ignore_eos": True,
+        "stream": True,
+    }
     with httpx.stream("POST", omlx_server.url + "/v1/completions", json=body, timeout=60) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
@@ -163,8 +205,9 @@ def test_demo_model_api_key_and_clean_shutdown(tmp_path):
         with openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0) as wrong:
             with pytest.raises(openai.AuthenticationError):
                 wrong.models.list()
-        with openai.OpenAI(base_url=server.url + "/v1", api_key="sekrit", max_retries=0,
-                           _strict_response_validation=True) as sdk:
+        with openai.OpenAI(
+            base_url=server.url + "/v1", api_key="sekrit", max_retries=0, _strict_response_validation=True
+        ) as sdk:
             assert [m.id for m in sdk.models.list().data] == ["omlx-demo"]
             reply = sdk.completions.create(model="omlx-demo", prompt="hi", max_tokens=2)
             assert reply.usage.completion_tokens <= 2
@@ -180,14 +223,17 @@ def test_concurrent_streams(client):
     from concurrent.futures import ThreadPoolExecutor
 
     prompts = [f"Request number {i} says" for i in range(6)]
-    alone = [client.completions.create(model="tiny", prompt=p, temperature=0, max_tokens=10).choices[0].text
-             for p in prompts]
+    alone = [
+        client.completions.create(model="tiny", prompt=p, temperature=0, max_tokens=10).choices[0].text
+        for p in prompts
+    ]
 
     def stream(prompt):
         lenient = client.with_options()
         lenient._strict_response_validation = False  # see test_completions
-        chunks = lenient.completions.create(model="tiny", prompt=prompt, temperature=0, max_tokens=10,
-                                            stream=True)
+        chunks = lenient.completions.create(
+            model="tiny", prompt=prompt, temperature=0, max_tokens=10, stream=True
+        )
         return "".join(c.choices[0].text for c in chunks)
 
     with ThreadPoolExecutor(len(prompts)) as pool:

@@ -1,5 +1,6 @@
 """POST /v1/responses: the request translation and the event builder as plain data, then the live
 `omlx serve` driven by the official OpenAI SDK with strict response validation."""
+
 import json
 
 import httpx
@@ -10,38 +11,86 @@ from inference.api.common.errors import ApiError
 from inference.api.responses.format import ResponseBuilder
 from inference.api.responses.input import to_messages, to_structured, to_tool_choice, to_tools
 
-WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-                          "required": ["city"]}}  # bounded: a random-weight model never ends an unbounded string
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather of a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}},
+        "required": ["city"],
+    },
+}  # bounded: a random-weight model never ends an unbounded string
 
 
 # -- the request translation ------------------------------------------------------------------
 
+
 def test_string_input_and_instructions():
-    assert to_messages("Hi", "Be brief") == [{"role": "system", "content": "Be brief"},
-                                             {"role": "user", "content": "Hi"}]
+    assert to_messages("Hi", "Be brief") == [
+        {"role": "system", "content": "Be brief"},
+        {"role": "user", "content": "Hi"},
+    ]
 
 
 def test_items_become_chat_messages():
     items = [
         {"role": "developer", "content": "Use tools."},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather "},
-                                                         {"type": "input_text", "text": "in Paris?"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Look"}]},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Weather "},
+                {"type": "input_text", "text": "in Paris?"},
+            ],
+        },
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Look"}],
+        },
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"city":"Paris"}',
+        },
         {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city":"Lyon"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-        {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "rain"}]},
-        {"type": "message", "role": "assistant", "status": "completed", "id": "msg_1",
-         "content": [{"type": "output_text", "text": "Sunny in Paris.", "annotations": []}]},
+        {
+            "type": "function_call_output",
+            "call_id": "call_2",
+            "output": [{"type": "input_text", "text": "rain"}],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "id": "msg_1",
+            "content": [{"type": "output_text", "text": "Sunny in Paris.", "annotations": []}],
+        },
     ]
     assert to_messages(items, None) == [
         {"role": "system", "content": "Use tools."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "reasoning_content": "Look", "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
-            {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Lyon"}'}},
-        ]},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "Look",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Lyon"}'},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny", "name": "get_weather"},
         {"role": "tool", "tool_call_id": "call_2", "content": "rain", "name": "get_weather"},
         {"role": "assistant", "content": "Sunny in Paris."},
@@ -51,28 +100,46 @@ def test_items_become_chat_messages():
 def test_context_items_come_first_and_are_stored_typed():
     from inference.api.responses.input import stored_items
 
-    earlier = stored_items("Hi") + [{"id": "msg_2", "type": "message", "role": "assistant", "status": "completed",
-                                     "content": [{"type": "output_text", "text": "Hello.", "annotations": []}]}]
-    assert earlier[0]["id"].startswith("msg_") and earlier[0]["content"] == [{"type": "input_text", "text": "Hi"}]
+    earlier = stored_items("Hi") + [
+        {
+            "id": "msg_2",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Hello.", "annotations": []}],
+        }
+    ]
+    assert earlier[0]["id"].startswith("msg_") and earlier[0]["content"] == [
+        {"type": "input_text", "text": "Hi"}
+    ]
     assert to_messages("Again", "Be brief", earlier) == [
-        {"role": "system", "content": "Be brief"}, {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Again"}]
+        {"role": "system", "content": "Be brief"},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Again"},
+    ]
     with pytest.raises(ApiError) as caught:
         to_messages([{"role": "nobody", "content": "x"}], None, earlier)
     assert caught.value.param == "input[0].role"  # numbered within this request's input
 
 
-@pytest.mark.parametrize("items, param", [
-    ([], "input"),
-    ([{"role": "robot", "content": "x"}], "input[0].role"),
-    ([{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}], "input[0].content[0].image_url"),
-    ([{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}], "input[0].content[0].type"),
-    ([{"role": "user", "content": 3}], "input[0].content"),
-    ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input[0].call_id"),
-    ([{"type": "item_reference", "id": "msg_1"}], "input[0].type"),
-    ([{"content": "no role"}], "input[0]"),
-    ([{"role": "system", "content": "only a system message"}], "input"),
-])
+@pytest.mark.parametrize(
+    "items, param",
+    [
+        ([], "input"),
+        ([{"role": "robot", "content": "x"}], "input[0].role"),
+        (
+            [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}],
+            "input[0].content[0].image_url",
+        ),
+        ([{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}], "input[0].content[0].type"),
+        ([{"role": "user", "content": 3}], "input[0].content"),
+        ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input[0].call_id"),
+        ([{"type": "item_reference", "id": "msg_1"}], "input[0].type"),
+        ([{"content": "no role"}], "input[0]"),
+        ([{"role": "system", "content": "only a system message"}], "input"),
+    ],
+)
 def test_bad_items_name_the_field(items, param):
     with pytest.raises(ApiError) as caught:
         to_messages(items, None)
@@ -81,13 +148,23 @@ def test_bad_items_name_the_field(items, param):
 
 def test_tools_and_tool_choice():
     chat, echo = to_tools([WEATHER, {"type": "web_search"}])
-    assert chat == [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                                      "parameters": WEATHER["parameters"]}}]
+    assert chat == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather of a city",
+                "parameters": WEATHER["parameters"],
+            },
+        }
+    ]
     assert echo == [dict(WEATHER, strict=None)]
     assert to_tool_choice(None, echo) == (None, "auto")
     assert to_tool_choice("required", echo) == ("required", "required")
     assert to_tool_choice({"type": "function", "name": "get_weather"}, echo) == (
-        {"type": "function", "function": {"name": "get_weather"}}, {"type": "function", "name": "get_weather"})
+        {"type": "function", "function": {"name": "get_weather"}},
+        {"type": "function", "name": "get_weather"},
+    )
     for bad in ("always", {"type": "function", "name": "nope"}, {"type": "web_search"}):
         with pytest.raises(ApiError):
             to_tool_choice(bad, echo)
@@ -99,47 +176,84 @@ def test_text_format():
     assert to_structured(None) == (None, {"format": {"type": "text"}})
     assert to_structured({"format": {"type": "json_object"}})[0] == {"type": "json_object"}
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    structured, echo = to_structured({"format": {"type": "json_schema", "name": "A", "schema": schema, "strict": True}})
+    structured, echo = to_structured(
+        {"format": {"type": "json_schema", "name": "A", "schema": schema, "strict": True}}
+    )
     assert structured == {"type": "json_schema", "schema": schema}
     assert echo["format"] == {"type": "json_schema", "name": "A", "schema": schema, "strict": True}
-    for bad in ({"type": "xml"}, {"type": "json_schema", "schema": schema}, {"type": "json_schema", "name": "A"}):
+    for bad in (
+        {"type": "xml"},
+        {"type": "json_schema", "schema": schema},
+        {"type": "json_schema", "name": "A"},
+    ):
         with pytest.raises(ApiError):
             to_structured({"format": bad})
 
 
 # -- the event builder --------------------------------------------------------------------------
 
+
 def _delta(text="", reasoning="", tool_calls=(), finish=None, tokens=1):
     usage = {"prompt_tokens": 10, "completion_tokens": 7, "cached_tokens": 4} if finish else None
-    return {"kind": "delta", "index": 0, "text": text, "reasoning": reasoning, "tool_calls": list(tool_calls),
-            "token_ids": [1] * tokens, "logprobs": None, "finish_reason": finish, "usage": usage, "error": None}
+    return {
+        "kind": "delta",
+        "index": 0,
+        "text": text,
+        "reasoning": reasoning,
+        "tool_calls": list(tool_calls),
+        "token_ids": [1] * tokens,
+        "logprobs": None,
+        "finish_reason": finish,
+        "usage": usage,
+        "error": None,
+    }
 
 
 def test_builder_items_and_events_validate_in_the_sdk():
     from openai.types.responses import Response, ResponseStreamEvent
     from pydantic import TypeAdapter
 
-    builder = ResponseBuilder("resp_1", "tiny", {"tools": [], "tool_choice": "auto", "parallel_tool_calls": True})
+    builder = ResponseBuilder(
+        "resp_1", "tiny", {"tools": [], "tool_choice": "auto", "parallel_tool_calls": True}
+    )
     events = builder.start()
-    for delta in (_delta(reasoning="Think", tokens=2), _delta(tokens=2), _delta(reasoning=" more"),
-                  _delta(tokens=1), _delta(text="Hello"),
-                  _delta(text=" you"),
-                  _delta(tool_calls=[{"id": "call_1", "name": "f", "arguments": "{}"}], finish="tool_calls")):
+    for delta in (
+        _delta(reasoning="Think", tokens=2),
+        _delta(tokens=2),
+        _delta(reasoning=" more"),
+        _delta(tokens=1),
+        _delta(text="Hello"),
+        _delta(text=" you"),
+        _delta(tool_calls=[{"id": "call_1", "name": "f", "arguments": "{}"}], finish="tool_calls"),
+    ):
         events += builder.feed(delta)
     adapter = TypeAdapter(ResponseStreamEvent)
     for event in events:
         adapter.validate_python(event, strict=False)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress",
-        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
-        "response.reasoning_text.delta", "response.reasoning_text.done", "response.content_part.done",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
         "response.output_item.done",
-        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
-        "response.output_text.delta", "response.output_text.done", "response.content_part.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
         "response.output_item.done",
-        "response.output_item.added", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     final = Response.model_validate(events[-1]["response"])
     assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
     assert final.output[0].content[0].text == "Think more"
@@ -170,16 +284,27 @@ def test_builder_length_and_failure():
 
 # -- the live server ----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def client(omlx_server):
-    with openai.OpenAI(base_url=omlx_server.url + "/v1", api_key="unused", max_retries=0,
-                       timeout=120, _strict_response_validation=True) as c:
+    with openai.OpenAI(
+        base_url=omlx_server.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         yield c
 
 
 def test_string_input(client):
-    response = client.responses.create(model="tiny", input="Tell me about caching.", max_output_tokens=8,
-                                       temperature=0, extra_body={"ignore_eos": True})
+    response = client.responses.create(
+        model="tiny",
+        input="Tell me about caching.",
+        max_output_tokens=8,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert response.id.startswith("resp_") and response.object == "response"
     assert response.model == "tiny"
     message = response.output[-1]
@@ -191,12 +316,15 @@ def test_string_input(client):
 
 
 def test_messages_with_instructions(client):
-    items = [{"role": "user", "content": "Hello"},
-             {"role": "assistant", "content": [{"type": "output_text", "text": "Hi.", "annotations": []}]},
-             {"role": "user", "content": [{"type": "input_text", "text": "More?"}]}]
+    items = [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "Hi.", "annotations": []}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "More?"}]},
+    ]
     plain = client.responses.create(model="tiny", input=items, max_output_tokens=4, temperature=0)
-    told = client.responses.create(model="tiny", input=items, instructions="Answer in French.",
-                                   max_output_tokens=4, temperature=0)
+    told = client.responses.create(
+        model="tiny", input=items, instructions="Answer in French.", max_output_tokens=4, temperature=0
+    )
     assert told.instructions == "Answer in French."
     assert told.usage.input_tokens > plain.usage.input_tokens  # the instructions reached the prompt
 
@@ -207,10 +335,17 @@ def test_stream_events(client):
     events = list(client.responses.create(stream=True, **kwargs))
     types = [e.type for e in events]
     assert types[:2] == ["response.created", "response.in_progress"]
-    assert types[2:5] == ["response.output_item.added", "response.content_part.added",
-                          "response.output_text.delta"]
-    assert types[-4:] == ["response.output_text.done", "response.content_part.done",
-                          "response.output_item.done", f"response.{whole.status}"]
+    assert types[2:5] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+    ]
+    assert types[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        f"response.{whole.status}",
+    ]
     numbers = [e.sequence_number for e in events]
     assert numbers == sorted(set(numbers))
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
@@ -229,12 +364,13 @@ def test_stream_helper_and_stop(client):
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert final.status == "completed" and final.completed_at is not None
-    assert "".join(deltas) == final.output_text == text[:text.index(stop)]
+    assert "".join(deltas) == final.output_text == text[: text.index(stop)]
 
 
 def test_max_output_tokens_incomplete(client):
-    response = client.responses.create(model="tiny", input="Go on forever.", max_output_tokens=3,
-                                       extra_body={"ignore_eos": True})
+    response = client.responses.create(
+        model="tiny", input="Go on forever.", max_output_tokens=3, extra_body={"ignore_eos": True}
+    )
     assert response.status == "incomplete"
     assert response.incomplete_details.reason == "max_output_tokens"
     assert response.usage.output_tokens == 3
@@ -250,38 +386,66 @@ def test_cached_tokens_on_repeat(client):
 
 
 def test_function_call_output_round_trip(client):
-    items = [{"role": "user", "content": "What is the weather in Paris?"},
-             {"type": "function_call", "call_id": "call_abc", "name": "get_weather",
-              "arguments": '{"city": "Paris"}'},
-             {"type": "function_call_output", "call_id": "call_abc", "output": "sunny, 21 C"}]
+    items = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {
+            "type": "function_call",
+            "call_id": "call_abc",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+        },
+        {"type": "function_call_output", "call_id": "call_abc", "output": "sunny, 21 C"},
+    ]
     without = client.responses.create(model="tiny", input=items[:1], max_output_tokens=2, temperature=0)
     response = client.responses.create(model="tiny", input=items, max_output_tokens=4, temperature=0)
     assert response.status in ("completed", "incomplete")
-    assert response.usage.input_tokens > without.usage.input_tokens + 5  # the call and its output were rendered
+    assert (
+        response.usage.input_tokens > without.usage.input_tokens + 5
+    )  # the call and its output were rendered
 
 
 def test_previous_response_id_continues_the_conversation(client):
-    first = client.responses.create(model="tiny", input="My name is Ada. Remember it.", max_output_tokens=5,
-                                    temperature=0, instructions="You are terse.")
+    first = client.responses.create(
+        model="tiny",
+        input="My name is Ada. Remember it.",
+        max_output_tokens=5,
+        temperature=0,
+        instructions="You are terse.",
+    )
     assert client.responses.retrieve(first.id).model_dump() == first.model_dump()
-    alone = client.responses.create(model="tiny", input="What is my name?", max_output_tokens=3, temperature=0,
-                                    store=False)
-    second = client.responses.create(model="tiny", input="What is my name?", max_output_tokens=3,
-                                     temperature=0, previous_response_id=first.id)
+    alone = client.responses.create(
+        model="tiny", input="What is my name?", max_output_tokens=3, temperature=0, store=False
+    )
+    second = client.responses.create(
+        model="tiny",
+        input="What is my name?",
+        max_output_tokens=3,
+        temperature=0,
+        previous_response_id=first.id,
+    )
     assert second.previous_response_id == first.id
     # the first turn (without its instructions: they do not carry over) and its answer were in the prompt
     assert second.usage.input_tokens >= alone.usage.input_tokens + 10
     assert second.usage.input_tokens_details.cached_tokens > 0
-    events = list(client.responses.create(model="tiny", input=[{"role": "user", "content": "And now?"}],
-                                          max_output_tokens=3, temperature=0, previous_response_id=second.id,
-                                          stream=True))
+    events = list(
+        client.responses.create(
+            model="tiny",
+            input=[{"role": "user", "content": "And now?"}],
+            max_output_tokens=3,
+            temperature=0,
+            previous_response_id=second.id,
+            stream=True,
+        )
+    )
     third_id = events[0].response.id
     third = client.responses.retrieve(third_id)
     assert third.previous_response_id == second.id
     assert third.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens
 
     items = client.responses.input_items.list(second.id)
-    assert [(i.type, i.role, i.content[0].text) for i in items.data] == [("message", "user", "What is my name?")]
+    assert [(i.type, i.role, i.content[0].text) for i in items.data] == [
+        ("message", "user", "What is my name?")
+    ]
     assert items.data[0].id.startswith("msg_")
 
     with pytest.raises(openai.NotFoundError):
@@ -330,8 +494,13 @@ def test_qwen3_reasoning_item(serve):
     output is reasoning, unless reasoning.effort is "none" (enable_thinking false)."""
     # The server of tests/live/test_api_chat_tools.py (one test model per family), shared.
     server = serve(models={arch: (arch, "tiny") for arch in ("qwen2", "qwen3", "llama", "mistral")})
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
-                       _strict_response_validation=True) as client:
+    with openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as client:
         kwargs = dict(model="qwen3", input="Why is the sky blue?", max_output_tokens=12, temperature=0)
         response = client.responses.create(**kwargs)
         reasoning = response.output[0]
@@ -351,11 +520,19 @@ def test_qwen3_reasoning_item(serve):
 
 def test_json_schema_format(client):
     # bounded values: a random-weight model never ends an unbounded string or number by itself
-    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 12},
-                                               "sure": {"type": "boolean"}},
-              "required": ["answer", "sure"], "additionalProperties": False}
-    kwargs = dict(model="tiny", input="Answer in JSON.", max_output_tokens=64, temperature=0,
-                  text={"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}})
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "maxLength": 12}, "sure": {"type": "boolean"}},
+        "required": ["answer", "sure"],
+        "additionalProperties": False,
+    }
+    kwargs = dict(
+        model="tiny",
+        input="Answer in JSON.",
+        max_output_tokens=64,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}},
+    )
     response = client.responses.create(**kwargs)
     assert response.status == "completed"
     value = json.loads(response.output_text)
@@ -364,41 +541,69 @@ def test_json_schema_format(client):
     events = list(client.responses.create(stream=True, **kwargs))
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == response.output_text
 
-    anything = client.responses.create(model="tiny", input="JSON please.", max_output_tokens=48, temperature=0,
-                                       text={"format": {"type": "json_object"}})
+    anything = client.responses.create(
+        model="tiny",
+        input="JSON please.",
+        max_output_tokens=48,
+        temperature=0,
+        text={"format": {"type": "json_object"}},
+    )
     if anything.status == "completed":  # an object can be unbounded: only a finished one must parse
         assert isinstance(json.loads(anything.output_text), dict)
     assert anything.output_text.lstrip().startswith("{")
 
 
 def test_tool_choice_required(client):
-    response = client.responses.create(model="tiny", input="Weather in Paris?", tools=[WEATHER],
-                                       tool_choice="required", max_output_tokens=64, temperature=0)
+    response = client.responses.create(
+        model="tiny",
+        input="Weather in Paris?",
+        tools=[WEATHER],
+        tool_choice="required",
+        max_output_tokens=64,
+        temperature=0,
+    )
     calls = [item for item in response.output if item.type == "function_call"]
     assert calls and calls[0].name == "get_weather" and calls[0].call_id.startswith("call_")
     assert calls[0].id.startswith("fc_")
     assert isinstance(json.loads(calls[0].arguments)["city"], str)
     assert response.tool_choice == "required" and response.tools[0].name == "get_weather"
 
-    events = list(client.responses.create(model="tiny", input="Weather in Paris?", tools=[WEATHER],
-                                          tool_choice={"type": "function", "name": "get_weather"},
-                                          max_output_tokens=64, temperature=0, stream=True))
+    events = list(
+        client.responses.create(
+            model="tiny",
+            input="Weather in Paris?",
+            tools=[WEATHER],
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=64,
+            temperature=0,
+            stream=True,
+        )
+    )
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
     assert done and json.loads(done[0].arguments)["city"]
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"model": "tiny"}, 400, "input"),
-    ({"model": "tiny", "input": 5}, 400, "input"),
-    ({"model": "tiny", "input": "x", "max_output_tokens": 0}, 400, "max_output_tokens"),
-    ({"model": "tiny", "input": "x", "temperature": -1}, 400, "temperature"),
-    ({"model": "tiny", "input": "x", "tool_choice": "always"}, 400, "tool_choice"),
-    ({"model": "tiny", "input": "x", "text": {"format": {"type": "xml"}}}, 400, "text.format.type"),
-    ({"model": "tiny", "input": "x", "previous_response_id": "resp_1"}, 400, "previous_response_id"),
-    ({"model": "tiny", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-     400, "input[0].content[0].type"),
-    ({"model": "nope", "input": "x"}, 404, "model"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "tiny"}, 400, "input"),
+        ({"model": "tiny", "input": 5}, 400, "input"),
+        ({"model": "tiny", "input": "x", "max_output_tokens": 0}, 400, "max_output_tokens"),
+        ({"model": "tiny", "input": "x", "temperature": -1}, 400, "temperature"),
+        ({"model": "tiny", "input": "x", "tool_choice": "always"}, 400, "tool_choice"),
+        ({"model": "tiny", "input": "x", "text": {"format": {"type": "xml"}}}, 400, "text.format.type"),
+        ({"model": "tiny", "input": "x", "previous_response_id": "resp_1"}, 400, "previous_response_id"),
+        (
+            {
+                "model": "tiny",
+                "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}],
+            },
+            400,
+            "input[0].content[0].type",
+        ),
+        ({"model": "nope", "input": "x"}, 404, "model"),
+    ],
+)
 def test_bad_requests(omlx_server, body, status, param):
     reply = httpx.post(omlx_server.url + "/v1/responses", json=body, timeout=60)
     assert reply.status_code == status

@@ -7,6 +7,7 @@ messages, each streaming and not.
 - ``scripted-tool`` writes ``TOOL_REASONING</think>`` then two Hermes ``<tool_call>`` blocks and ends;
 - ``scripted-text`` writes ``REASONING</think>`` then ``ANSWER`` and ends.
 The qwen3 template opens ``<think>`` in the prompt, so both outputs start as reasoning."""
+
 import json
 import shutil
 
@@ -20,20 +21,35 @@ from tests.support.server import ServerProcess
 ARGS = {"city": "Paris", "unit": "c"}
 TOOL_REASONING = "The user asks for the weather in Paris. I will call the tool.\n"
 CALLS = [("get_weather", ARGS), ("get_time", {})]
-TOOL_SCRIPT = TOOL_REASONING + "</think>\n\n" + "\n".join(
-    "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>" for name, args in CALLS)
+TOOL_SCRIPT = (
+    TOOL_REASONING
+    + "</think>\n\n"
+    + "\n".join(
+        "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+        for name, args in CALLS
+    )
+)
 REASONING = "Two plus two is four.\n"
 ANSWER = "The answer is 4. Have a nice day!"
 TEXT_SCRIPT = REASONING + "</think>\n\n" + ANSWER
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
-          "required": ["city", "unit"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+}
 TIME_SCHEMA = {"type": "object", "properties": {}}
-CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                                "parameters": SCHEMA}},
-              {"type": "function", "function": {"name": "get_time", "description": "The time now",
-                                                "parameters": TIME_SCHEMA}}]
+CHAT_TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather in a city", "parameters": SCHEMA},
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "description": "The time now", "parameters": TIME_SCHEMA},
+    },
+]
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
-MARKUP = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_end|>", "{\"name\"")
+MARKUP = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_end|>", '{"name"')
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +65,21 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def oai(server):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
-                       _strict_response_validation=True) as c:
+    with openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def claude(server):
-    with anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=120,
-                             _strict_response_validation=True) as c:
+    with anthropic.Anthropic(
+        base_url=server.url, api_key="unused", max_retries=0, timeout=120, _strict_response_validation=True
+    ) as c:
         yield c
 
 
@@ -68,13 +90,17 @@ def _clean(*texts):
 
 # --- OpenAI chat completions --------------------------------------------------------------------
 
+
 def _chat(oai, model, **kwargs):
     """(message-like dict, finish_reason) of the whole reply, and the same assembled from a stream."""
     args = {"model": model, "messages": USER, "temperature": 0, "max_tokens": 200, **kwargs}
     reply = oai.chat.completions.create(**args).choices[0]
     message = reply.message
-    whole = {"content": message.content or "", "reasoning": (message.model_extra or {}).get("reasoning_content"),
-             "calls": [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []]}
+    whole = {
+        "content": message.content or "",
+        "reasoning": (message.model_extra or {}).get("reasoning_content"),
+        "calls": [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls or []],
+    }
     streamed = {"content": "", "reasoning": "", "calls": {}}
     finish = None
     for chunk in oai.chat.completions.create(stream=True, **args):
@@ -84,8 +110,11 @@ def _chat(oai, model, **kwargs):
         streamed["reasoning"] += (delta.model_extra or {}).get("reasoning_content") or ""
         for call in delta.tool_calls or []:
             id_, name, arguments = streamed["calls"].get(call.index, ("", "", ""))
-            streamed["calls"][call.index] = (id_ + (call.id or ""), name + (call.function.name or ""),
-                                             arguments + (call.function.arguments or ""))
+            streamed["calls"][call.index] = (
+                id_ + (call.id or ""),
+                name + (call.function.name or ""),
+                arguments + (call.function.arguments or ""),
+            )
         finish = chunk.choices[0].finish_reason or finish
     streamed["calls"] = [streamed["calls"][i] for i in sorted(streamed["calls"])]
     streamed["reasoning"] = streamed["reasoning"] or None
@@ -96,12 +125,15 @@ def _chat(oai, model, **kwargs):
 def test_chat_tool_calls_are_parsed_into_tool_calls(oai, parallel):
     """Both calls, each a tool_calls entry (in the stream: index 0 then 1); with
     parallel_tool_calls false, the first only."""
-    (whole, finish), (streamed, stream_finish) = _chat(oai, "scripted-tool", tools=CHAT_TOOLS,
-                                                       parallel_tool_calls=parallel)
+    (whole, finish), (streamed, stream_finish) = _chat(
+        oai, "scripted-tool", tools=CHAT_TOOLS, parallel_tool_calls=parallel
+    )
     for reply, reason in ((whole, finish), (streamed, stream_finish)):
         assert reason == "tool_calls"
         assert reply["content"] == "" and reply["reasoning"] == TOOL_REASONING
-        assert [(name, json.loads(arguments)) for _, name, arguments in reply["calls"]] == CALLS[:2 if parallel else 1]
+        assert [(name, json.loads(arguments)) for _, name, arguments in reply["calls"]] == CALLS[
+            : 2 if parallel else 1
+        ]
         assert all(call_id.startswith("call_") for call_id, _, _ in reply["calls"])
     _clean(whole["content"], whole["reasoning"])
 
@@ -129,9 +161,10 @@ def test_chat_max_tokens_is_length_not_stop(oai):
 
 # --- OpenAI Responses -----------------------------------------------------------------------------
 
-RESPONSE_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
-                   "parameters": SCHEMA},
-                  {"type": "function", "name": "get_time", "description": "The time now", "parameters": TIME_SCHEMA}]
+RESPONSE_TOOLS = [
+    {"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": SCHEMA},
+    {"type": "function", "name": "get_time", "description": "The time now", "parameters": TIME_SCHEMA},
+]
 
 
 def _responses(oai, model, **kwargs):
@@ -164,11 +197,15 @@ def test_responses_tool_calls_are_function_call_items(oai):
         reasoning, *calls = response.output
         assert reasoning.type == "reasoning" and [c.text for c in reasoning.content] == [TOOL_REASONING]
         assert [(c.type, c.name, json.loads(c.arguments), c.status) for c in calls] == [
-            ("function_call", name, args, "completed") for name, args in CALLS]
+            ("function_call", name, args, "completed") for name, args in CALLS
+        ]
         assert all(c.call_id.startswith("call_") for c in calls) and response.output_text == ""
     assert _items(whole) == _items(streamed)
-    assert deltas == {"reasoning": TOOL_REASONING, "text": "",
-                      "arguments": "".join(c.arguments for c in whole.output[1:])}
+    assert deltas == {
+        "reasoning": TOOL_REASONING,
+        "text": "",
+        "arguments": "".join(c.arguments for c in whole.output[1:]),
+    }
 
 
 def test_responses_reasoning_then_message(oai):
@@ -190,8 +227,10 @@ def test_responses_max_output_tokens_is_incomplete(oai):
 
 # --- Anthropic messages ---------------------------------------------------------------------------
 
-ANTHROPIC_TOOLS = [{"name": "get_weather", "description": "Weather in a city", "input_schema": SCHEMA},
-                   {"name": "get_time", "description": "The time now", "input_schema": TIME_SCHEMA}]
+ANTHROPIC_TOOLS = [
+    {"name": "get_weather", "description": "Weather in a city", "input_schema": SCHEMA},
+    {"name": "get_time", "description": "The time now", "input_schema": TIME_SCHEMA},
+]
 GREEDY = {"extra_body": {"temperature": 0}}  # this SDK has no temperature argument any more
 
 
@@ -215,27 +254,48 @@ def _messages(claude, model, **kwargs):
 def test_anthropic_tool_calls_are_tool_use_blocks(claude, parallel):
     choice = {"tool_choice": {"type": "auto", "disable_parallel_tool_use": not parallel}}
     whole, streamed = _messages(claude, "scripted-tool", tools=ANTHROPIC_TOOLS, **choice)
-    assert whole == streamed == {
-        "blocks": [{"type": "thinking", "thinking": TOOL_REASONING}] + [
-            {"type": "tool_use", "name": name, "input": args} for name, args in CALLS[:2 if parallel else 1]],
-        "stop_reason": "tool_use", "stop_sequence": None,
-    }
+    assert (
+        whole
+        == streamed
+        == {
+            "blocks": [{"type": "thinking", "thinking": TOOL_REASONING}]
+            + [
+                {"type": "tool_use", "name": name, "input": args}
+                for name, args in CALLS[: 2 if parallel else 1]
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+        }
+    )
 
 
 def test_anthropic_thinking_text_and_end_turn(claude):
     whole, streamed = _messages(claude, "scripted-text")
-    assert whole == streamed == {
-        "blocks": [{"type": "thinking", "thinking": REASONING}, {"type": "text", "text": ANSWER}],
-        "stop_reason": "end_turn", "stop_sequence": None,
-    }
+    assert (
+        whole
+        == streamed
+        == {
+            "blocks": [{"type": "thinking", "thinking": REASONING}, {"type": "text", "text": ANSWER}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+        }
+    )
 
 
 def test_anthropic_stop_sequence_and_max_tokens(claude):
     whole, streamed = _messages(claude, "scripted-text", stop_sequences=["4."])
-    assert whole == streamed == {
-        "blocks": [{"type": "thinking", "thinking": REASONING}, {"type": "text", "text": "The answer is "}],
-        "stop_reason": "stop_sequence", "stop_sequence": "4.",
-    }
+    assert (
+        whole
+        == streamed
+        == {
+            "blocks": [
+                {"type": "thinking", "thinking": REASONING},
+                {"type": "text", "text": "The answer is "},
+            ],
+            "stop_reason": "stop_sequence",
+            "stop_sequence": "4.",
+        }
+    )
     whole, streamed = _messages(claude, "scripted-text", max_tokens=3)
     assert whole == streamed and whole["stop_reason"] == "max_tokens"
     [thinking] = whole["blocks"]

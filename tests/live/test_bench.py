@@ -1,6 +1,7 @@
 """The benchmark (inference.bench): its core against a live `omlx serve` over the OpenAI URL
 target and against an engine of this process, `omlx bench` as the real command line, and the
 admin page's Huey task through a live server."""
+
 import json
 import os
 import sqlite3
@@ -11,13 +12,21 @@ import time
 import httpx
 import pytest
 
-from inference.bench import (PRESETS, BenchSettings, EngineTarget, OpenAITarget, TargetError,
-                               parse_concurrency, run_benchmark)
+from inference.bench import (
+    PRESETS,
+    BenchSettings,
+    EngineTarget,
+    OpenAITarget,
+    TargetError,
+    parse_concurrency,
+    run_benchmark,
+)
 from inference.bench.stats import percentile, summary
 from tests.support.server import ServerProcess
 
-SMALL = BenchSettings(concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1,
-                      cache_prompt_tokens=64, cached_repeats=2)
+SMALL = BenchSettings(
+    concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1, cache_prompt_tokens=64, cached_repeats=2
+)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -63,8 +72,14 @@ def test_percentiles_and_settings():
     for bad in ("", "1,x", ","):
         with pytest.raises(ValueError, match="concurrency"):
             parse_concurrency(bad)
-    for bad in ({"concurrency": ()}, {"concurrency": (0,)}, {"concurrency": (2, 2)}, {"gen_tokens": 1},
-                {"prompt_tokens": "64"}, {"repeats": 0}):
+    for bad in (
+        {"concurrency": ()},
+        {"concurrency": (0,)},
+        {"concurrency": (2, 2)},
+        {"gen_tokens": 1},
+        {"prompt_tokens": "64"},
+        {"repeats": 0},
+    ):
         with pytest.raises(ValueError):
             BenchSettings(**bad)
     with pytest.raises(ValueError, match="unknown benchmark settings: nope"):
@@ -79,10 +94,17 @@ def test_url_target_against_omlx_serve(omlx_server):
     with OpenAITarget(omlx_server.url, "tiny") as target:  # http://host:port gets /v1
         assert target.url == omlx_server.url + "/v1"
         target.check()
-        results = run_benchmark(target, SMALL, lambda done, total, message, partial: steps.append((done, total, message)))
+        results = run_benchmark(
+            target, SMALL, lambda done, total, message, partial: steps.append((done, total, message))
+        )
     check_results(results, SMALL)
-    assert results["target"] == {"kind": "url", "model": "tiny", "url": omlx_server.url + "/v1", "path": None,
-                                 "endpoint": "completions"}
+    assert results["target"] == {
+        "kind": "url",
+        "model": "tiny",
+        "url": omlx_server.url + "/v1",
+        "path": None,
+        "endpoint": "completions",
+    }
     total = SMALL.total_steps()
     assert [d for d, _, _ in steps] == list(range(total + 1)) and {t for _, t, _ in steps} == {total}
 
@@ -105,7 +127,9 @@ def test_url_target_errors(omlx_server):
 
 
 def test_engine_target(model_dir):
-    target = EngineTarget.from_folder(model_dir("qwen2", "tiny"), "tiny", settings={"paged_ssd_cache_dir": None})
+    target = EngineTarget.from_folder(
+        model_dir("qwen2", "tiny"), "tiny", settings={"paged_ssd_cache_dir": None}
+    )
     with target:
         results = run_benchmark(target, SMALL)
         assert target.engine.num_active() == 0
@@ -120,8 +144,14 @@ def omlx_bench(home, *args):
     env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"))
     for name in ("OMLX_MODEL_DIR", "OMLX_API_KEY", "OMLX_COLD_CACHE_DIR"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "omlx_site.cli", "bench", *args], env=env, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "bench", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def check_png(path):
@@ -131,8 +161,18 @@ def check_png(path):
     assert width > 500 and height > 200  # the IHDR chunk: a real image, three panels wide
 
 
-SMALL_FLAGS = ("--concurrency", "1,2", "--prompt-tokens", "32", "--gen-tokens", "4", "--cache-prompt-tokens", "64",
-               "--cached-repeats", "2")
+SMALL_FLAGS = (
+    "--concurrency",
+    "1,2",
+    "--prompt-tokens",
+    "32",
+    "--gen-tokens",
+    "4",
+    "--cache-prompt-tokens",
+    "64",
+    "--cached-repeats",
+    "2",
+)
 
 
 def test_cli_local_engine(tmp_path, model_dir):
@@ -140,7 +180,9 @@ def test_cli_local_engine(tmp_path, model_dir):
     models = home / "models"
     models.mkdir(parents=True)
     os.symlink(model_dir("qwen2", "tiny"), models / "tiny")
-    out = omlx_bench(home, "tiny", *SMALL_FLAGS, "--output", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"))
+    out = omlx_bench(
+        home, "tiny", *SMALL_FLAGS, "--output", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")
+    )
     assert out.returncode == 0, out.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     check_results(results, SMALL)
@@ -154,8 +196,19 @@ def test_cli_local_engine(tmp_path, model_dir):
 
 
 def test_cli_url(tmp_path, omlx_server):
-    out = omlx_bench(tmp_path, "--url", omlx_server.url + "/v1", "--model", "tiny", "--preset", "small",
-                     "--repeats", "2", "--output", str(tmp_path / "r.json"))
+    out = omlx_bench(
+        tmp_path,
+        "--url",
+        omlx_server.url + "/v1",
+        "--model",
+        "tiny",
+        "--preset",
+        "small",
+        "--repeats",
+        "2",
+        "--output",
+        str(tmp_path / "r.json"),
+    )
     assert out.returncode == 0, out.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     settings = PRESETS["small"].__class__(**dict(PRESETS["small"].to_dict(), repeats=2))
@@ -171,7 +224,10 @@ def test_cli_errors(tmp_path, omlx_server, model_dir):
         closed = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
     cases = [
         (("--url", closed, "--model", "tiny"), "nothing answers at"),
-        (("--url", omlx_server.url, "--model", "nope", "--preset", "small"), "The model 'nope' does not exist"),
+        (
+            ("--url", omlx_server.url, "--model", "nope", "--preset", "small"),
+            "The model 'nope' does not exist",
+        ),
         (("--url", omlx_server.url), "--url needs --model"),
         (("no-such-model", "--model-dir", str(tmp_path)), "unknown model 'no-such-model'"),
         ((str(tmp_path),), "is not a model folder"),
@@ -186,10 +242,25 @@ def test_cli_errors(tmp_path, omlx_server, model_dir):
 
 
 def test_cli_help():
-    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "bench", "--help"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "bench", "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0
-    for flag in ("--url", "--model", "--api-key", "--concurrency", "--prompt-tokens", "--gen-tokens", "--repeats",
-                 "--output", "--plot", "--preset", "--scenario", "--mode", "--burst"):
+    for flag in (
+        "--url",
+        "--model",
+        "--api-key",
+        "--concurrency",
+        "--prompt-tokens",
+        "--gen-tokens",
+        "--repeats",
+        "--output",
+        "--plot",
+        "--preset",
+        "--scenario",
+        "--mode",
+        "--burst",
+    ):
         assert flag in out.stdout
     assert "{closed,burst}" in out.stdout  # --mode's choices
 
@@ -206,8 +277,11 @@ def test_cli_refused_key(tmp_path, bench_server):
 API_KEY = "bench-key"
 
 
-def db_rows(home, sql="SELECT id, status, error, results, settings, progress_done, progress_total "
-                      "FROM admin_panel_benchmarkrun ORDER BY id"):
+def db_rows(
+    home,
+    sql="SELECT id, status, error, results, settings, progress_done, progress_total "
+    "FROM admin_panel_benchmarkrun ORDER BY id",
+):
     with sqlite3.connect(home / "omlx.sqlite3") as db:
         return db.execute(sql).fetchall()
 
@@ -217,7 +291,8 @@ def insert_run(home, status):
         cursor = db.execute(
             "INSERT INTO admin_panel_benchmarkrun (created, status, model, target, settings, error, progress_done, "
             "progress_total, progress_message, worker) VALUES (datetime('now'), ?, 'tiny', 'local', ?, '', 0, 7, '', '')",
-            (status, json.dumps(SMALL.to_dict())))
+            (status, json.dumps(SMALL.to_dict())),
+        )
         return cursor.lastrowid
 
 
@@ -244,12 +319,23 @@ def admin(bench_server):
     """An httpx client logged in to the console; ``post`` sends the CSRF header as htmx does."""
     client = httpx.Client(base_url=bench_server.url, timeout=60)
     client.get("/admin/login/")
-    response = client.post("/admin/login/", data={"api_key": API_KEY, "csrfmiddlewaretoken": client.cookies["omlx_csrftoken"],
-                                                  "next": "/admin/benchmark/"},
-                           headers={"Referer": bench_server.url + "/admin/login/"})
+    response = client.post(
+        "/admin/login/",
+        data={
+            "api_key": API_KEY,
+            "csrfmiddlewaretoken": client.cookies["omlx_csrftoken"],
+            "next": "/admin/benchmark/",
+        },
+        headers={"Referer": bench_server.url + "/admin/login/"},
+    )
     assert response.status_code == 302, response.text
-    client.headers.update({"X-CSRFToken": client.cookies["omlx_csrftoken"], "Referer": bench_server.url + "/admin/benchmark/",
-                           "HX-Request": "true"})
+    client.headers.update(
+        {
+            "X-CSRFToken": client.cookies["omlx_csrftoken"],
+            "Referer": bench_server.url + "/admin/benchmark/",
+            "HX-Request": "true",
+        }
+    )
     yield client
     client.close()
 
@@ -264,8 +350,14 @@ def wait_for_status(home, run_id, statuses=("done", "failed"), timeout=180):
     raise AssertionError(f"run {run_id} still {row[1]} after {timeout} s")
 
 
-FORM = {"model": "tiny", "preset": "small", "concurrency": "1,2", "prompt_tokens": "32", "gen_tokens": "4",
-        "repeats": "1"}
+FORM = {
+    "model": "tiny",
+    "preset": "small",
+    "concurrency": "1,2",
+    "prompt_tokens": "32",
+    "gen_tokens": "4",
+    "repeats": "1",
+}
 
 
 def test_interrupted_runs_marked_failed_at_start(bench_server):
@@ -286,8 +378,14 @@ def test_page_runs_the_benchmark_task(bench_server, admin):
     assert f'ws-connect="/ws/admin/benchmark/{run_id}/"' in started.text  # the page follows it live
     row = wait_for_status(bench_server.home, run_id)
     assert row[1] == "done" and row[2] == "", row
-    settings = BenchSettings(concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1,
-                             cache_prompt_tokens=128, cached_repeats=2)
+    settings = BenchSettings(
+        concurrency=(1, 2),
+        prompt_tokens=32,
+        gen_tokens=4,
+        repeats=1,
+        cache_prompt_tokens=128,
+        cached_repeats=2,
+    )
     check_results(json.loads(row[3]), settings)
     assert json.loads(row[4])["preset"] == "small+custom" and row[5] == row[6] == settings.total_steps()
     assert json.loads(row[3])["target"]["kind"] == "local"
@@ -300,7 +398,11 @@ def test_page_runs_the_benchmark_task(bench_server, admin):
     second = max(r[0] for r in db_rows(bench_server.home))
     assert wait_for_status(bench_server.home, second)[1] == "done"
     compared = admin.get("/admin/benchmark/compare/", params={"runs": [run_id, second]})
-    assert compared.status_code == 200 and f"#{run_id} tiny" in compared.text and f"#{second} tiny" in compared.text
+    assert (
+        compared.status_code == 200
+        and f"#{run_id} tiny" in compared.text
+        and f"#{second} tiny" in compared.text
+    )
     assert compared.text.count('class="chart"') == 3
     assert admin.get("/admin/benchmark/compare/", params={"runs": [run_id]}).status_code == 400
     # the API still answers while nothing runs, and the run can be deleted
@@ -310,12 +412,14 @@ def test_page_runs_the_benchmark_task(bench_server, admin):
 
 
 def test_page_refuses_bad_values_and_a_second_run(bench_server, admin):
-    cases = [({"model": ""}, "Choose a model."),
-             ({"model": "nope"}, "The model &#x27;nope&#x27; does not exist"),
-             ({"concurrency": "1,x"}, "give integers separated by commas"),
-             ({"gen_tokens": "1"}, "gen tokens=1: must be an integer in [2, 100000]"),
-             ({"repeats": "two"}, "repeats: &#x27;two&#x27; is not a whole number"),
-             ({"preset": "huge"}, "Unknown preset")]
+    cases = [
+        ({"model": ""}, "Choose a model."),
+        ({"model": "nope"}, "The model &#x27;nope&#x27; does not exist"),
+        ({"concurrency": "1,x"}, "give integers separated by commas"),
+        ({"gen_tokens": "1"}, "gen tokens=1: must be an integer in [2, 100000]"),
+        ({"repeats": "two"}, "repeats: &#x27;two&#x27; is not a whole number"),
+        ({"preset": "huge"}, "Unknown preset"),
+    ]
     for change, message in cases:
         response = admin.post("/admin/benchmark/", data=dict(FORM, **change))
         assert response.status_code == 400 and message in response.text, (change, response.text)
@@ -338,8 +442,12 @@ def test_api_is_served_while_a_benchmark_runs(bench_server, admin):
     assert admin.post("/admin/benchmark/", data=form).status_code == 200
     run_id = max(r[0] for r in db_rows(bench_server.home))
     wait_for_status(bench_server.home, run_id, statuses=("running",))
-    response = httpx.post(bench_server.url + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"},
-                          json={"model": "tiny", "prompt": "hello", "max_tokens": 4}, timeout=60)
+    response = httpx.post(
+        bench_server.url + "/v1/completions",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={"model": "tiny", "prompt": "hello", "max_tokens": 4},
+        timeout=60,
+    )
     assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 4
     assert next(r for r in db_rows(bench_server.home) if r[0] == run_id)[1] == "running"
     assert wait_for_status(bench_server.home, run_id)[1] == "done"
@@ -356,7 +464,9 @@ def test_a_server_with_one_worker_thread_refuses_benchmarks(tmp_path, model_dir)
         assert client.get("/admin/benchmark/").status_code == 200  # no API key: the console is open
         client.headers["X-CSRFToken"] = client.cookies["omlx_csrftoken"]
         response = client.post("/admin/benchmark/", data=FORM)
-        assert response.status_code == 400 and "only one (--workers 1): it would stall the API" in response.text
+        assert (
+            response.status_code == 400 and "only one (--workers 1): it would stall the API" in response.text
+        )
         assert db_rows(tmp_path / "home") == []
         client.close()
     finally:

@@ -2,6 +2,7 @@
 grow by the answer as the server returned it, the prompt tokens and cached tokens the target
 reports, in-process and over HTTP against a live `omlx serve` and a live mlx-lm server, and
 `omlx bench --scenario agentic` as the real command line."""
+
 import json
 import os
 import subprocess
@@ -10,13 +11,22 @@ import threading
 
 import pytest
 
-from inference.bench import (AGENTIC_PRESETS, AgenticSettings, EngineTarget, OpenAITarget, Target,
-                               TargetError, plan_bursts, run_agentic)
+from inference.bench import (
+    AGENTIC_PRESETS,
+    AgenticSettings,
+    EngineTarget,
+    OpenAITarget,
+    Target,
+    TargetError,
+    plan_bursts,
+    run_agentic,
+)
 from tests.live.test_bench import omlx_bench
 
 SMALL = AGENTIC_PRESETS["small"]  # 3 conversations x 2 turns, 64-token system prompt, 2 in flight, closed
-THREE_TURNS = AgenticSettings(conversations=3, turns=3, system_tokens=64, context_tokens=16, new_tokens=16,
-                              gen_tokens=6, burst=2)
+THREE_TURNS = AgenticSettings(
+    conversations=3, turns=3, system_tokens=64, context_tokens=16, new_tokens=16, gen_tokens=6, burst=2
+)
 
 
 def test_bursts_and_settings():
@@ -33,13 +43,27 @@ def test_bursts_and_settings():
             for c, t in burst:  # turn t of c comes in a later burst than turn t - 1
                 assert t == 0 or any((c, t - 1) in earlier for earlier in bursts[:i])
     # the load of issue 24 (and 12), closed loop by default
-    assert AgenticSettings() == AgenticSettings(conversations=12, turns=3, system_tokens=1024, context_tokens=128,
-                                                new_tokens=64, gen_tokens=32, burst=4, mode="closed")
+    assert AgenticSettings() == AgenticSettings(
+        conversations=12,
+        turns=3,
+        system_tokens=1024,
+        context_tokens=128,
+        new_tokens=64,
+        gen_tokens=32,
+        burst=4,
+        mode="closed",
+    )
     assert AgenticSettings.from_dict(SMALL.to_dict()) == SMALL
     assert SMALL.mode == "closed" and SMALL.total_steps() == 1 + 6  # a step per request
     assert AgenticSettings(**dict(SMALL.to_dict(), mode="burst")).total_steps() == 1 + 3  # a step per burst
-    for bad in ({"conversations": 0}, {"burst": 0}, {"turns": "2"}, {"system_tokens": 8}, {"ignore_eos": 1},
-                {"mode": "open"}):
+    for bad in (
+        {"conversations": 0},
+        {"burst": 0},
+        {"turns": "2"},
+        {"system_tokens": 8},
+        {"ignore_eos": 1},
+        {"mode": "open"},
+    ):
         with pytest.raises(ValueError):
             AgenticSettings(**bad)
     with pytest.raises(ValueError, match="unknown agentic settings: nope"):
@@ -70,15 +94,21 @@ def check_agentic(results, settings, transcripts, folder, cached="omlx"):
     assert results["settings"] == settings.to_dict() and results["finished_at"] and results["duration_s"] > 0
     n, turns = settings.conversations, settings.turns
     total = results["summary"]
-    assert total["requests"] == total["sent"] == total["ok"] == n * turns and total["errors"] == total["skipped"] == 0
-    assert total["output_tokens"] == n * turns * settings.gen_tokens  # ignore_eos: exactly gen_tokens per turn
+    assert (
+        total["requests"] == total["sent"] == total["ok"] == n * turns
+        and total["errors"] == total["skipped"] == 0
+    )
+    assert (
+        total["output_tokens"] == n * turns * settings.gen_tokens
+    )  # ignore_eos: exactly gen_tokens per turn
     for name in ("ttft_s", "itl_s", "latency_s"):
         s = total[name]
         assert 0 <= s["p50"] <= s["p95"] <= s["p99"] <= s["max"], (name, s)
     assert total["output_tokens_per_s"] == pytest.approx(total["output_tokens"] / total["wall_s"])
     rows = results["requests"]
-    assert sorted((r["conversation"], r["turn"]) for r in rows) == [(c, t) for c in range(1, n + 1)
-                                                                      for t in range(1, turns + 1)]
+    assert sorted((r["conversation"], r["turn"]) for r in rows) == [
+        (c, t) for c in range(1, n + 1) for t in range(1, turns + 1)
+    ]
     assert total["prompt_tokens"] == sum(r["prompt_tokens"] for r in rows)
     assert total["cached_tokens"] is not None, "the target reported no cached tokens"
     assert total["cached_tokens"] == sum(r["cached_tokens"] for r in rows)
@@ -105,7 +135,7 @@ def check_agentic(results, settings, transcripts, folder, cached="omlx"):
         assert messages[0]["content"] == transcripts[0][0]["content"]  # one shared system prompt
         mine = sorted((r for r in rows if r["conversation"] == c), key=lambda r: r["turn"])
         for t, row in enumerate(mine):
-            sent = messages[:2 + 2 * t]  # what turn t + 1 sent: the history, its answers included
+            sent = messages[: 2 + 2 * t]  # what turn t + 1 sent: the history, its answers included
             assert row["prompt_tokens"] == count(sent), (c, t)
             if t == 0:
                 assert row["prompt_growth"] is None
@@ -113,7 +143,10 @@ def check_agentic(results, settings, transcripts, folder, cached="omlx"):
             answer, new = messages[2 * t], messages[2 * t + 1]
             assert answer["role"] == "assistant" and answer["content"].strip()
             # the history grew by exactly the previous answer, the new text and the template's tokens
-            assert row["prompt_growth"] == encode(answer["content"]) + encode(new["content"]) + template, (c, t)
+            assert row["prompt_growth"] == encode(answer["content"]) + encode(new["content"]) + template, (
+                c,
+                t,
+            )
             assert row["prompt_growth"] >= settings.new_tokens // 2 + 1
             if cached == "omlx":  # the whole previous prompt comes from the cache
                 assert row["cached_tokens"] >= mine[t - 1]["prompt_tokens"], (c, t, row)
@@ -188,8 +221,16 @@ def test_closed_loop_sends_each_turn_after_its_own_answer(model_dir):
     """Two clients, two conversations of two turns: each client sends its turn 2 once its own
     turn 1 has been answered, without waiting for the other's. Checked by order only: the log of
     the target and the recorded send / end times."""
-    settings = AgenticSettings(conversations=2, turns=2, system_tokens=64, context_tokens=16, new_tokens=16,
-                               gen_tokens=4, burst=2, mode="closed")
+    settings = AgenticSettings(
+        conversations=2,
+        turns=2,
+        system_tokens=64,
+        context_tokens=16,
+        new_tokens=16,
+        gen_tokens=4,
+        burst=2,
+        mode="closed",
+    )
     folder = model_dir("qwen2", "tiny")
     with EngineTarget.from_folder(folder, "tiny", settings={"paged_ssd_cache_dir": None}) as inner:
         target = HeldTarget(inner)
@@ -224,7 +265,10 @@ def test_url_omlx_serve(omlx_server, model_dir):
     assert sorted(r["burst"] for r in results["requests"]) == [1, 1, 2, 2, 3, 3]
     assert results["target"]["url"] == omlx_server.url + "/v1"
     # over HTTP omlx reports cached tokens, not which tier they came from
-    assert results["summary"]["hot_cached_tokens"] is None and results["requests"][0]["hot_cached_tokens"] is None
+    assert (
+        results["summary"]["hot_cached_tokens"] is None
+        and results["requests"][0]["hot_cached_tokens"] is None
+    )
     assert results["summary"]["phases_s"] is None  # nor the engine's phases
 
 
@@ -241,8 +285,21 @@ def mlx_lm_server(model_dir, tmp_path_factory):
 
     folder = model_dir("qwen2", "tiny")
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", MLX_LM_SERVER, "--model", str(folder), "--port", str(port),
-                                "--log-level", "WARNING"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            MLX_LM_SERVER,
+            "--model",
+            str(folder),
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_until_up(url, process)
@@ -266,29 +323,76 @@ def test_url_mlx_lm_server(mlx_lm_server):
 
 
 def test_cli_url(tmp_path, omlx_server):
-    out = omlx_bench(tmp_path, "--url", omlx_server.url, "--model", "tiny", "--scenario", "agentic", "--preset",
-                     "small", "--turns", "3", "--gen-tokens", "6", "--output", str(tmp_path / "r.json"))
+    out = omlx_bench(
+        tmp_path,
+        "--url",
+        omlx_server.url,
+        "--model",
+        "tiny",
+        "--scenario",
+        "agentic",
+        "--preset",
+        "small",
+        "--turns",
+        "3",
+        "--gen-tokens",
+        "6",
+        "--output",
+        str(tmp_path / "r.json"),
+    )
     assert out.returncode == 0, out.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     settings = AgenticSettings(**dict(SMALL.to_dict(), turns=3, gen_tokens=6))
     assert results["settings"] == settings.to_dict() and results["summary"]["ok"] == 9
-    for key in ("ttft_s", "latency_s", "itl_s", "output_tokens_per_s", "prompt_tokens", "cached_tokens",
-                "computed_tokens"):
+    for key in (
+        "ttft_s",
+        "latency_s",
+        "itl_s",
+        "output_tokens_per_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "computed_tokens",
+    ):
         assert results["summary"][key] is not None, key
-    assert {"conversation", "turn", "burst", "client", "sent_s", "ttft_s", "decode_s", "ended_s", "latency_s",
-            "prompt_tokens", "cached_tokens", "prompt_growth"} <= set(results["requests"][0])
-    for text in ("3 conversations x 3 turns", "closed loop: 2 clients", "TTFT p50 ms", "ITL p50 ms",
-                 "latency p50 ms", "output tok/s", "computed vs reused", "per turn"):
+    assert {
+        "conversation",
+        "turn",
+        "burst",
+        "client",
+        "sent_s",
+        "ttft_s",
+        "decode_s",
+        "ended_s",
+        "latency_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "prompt_growth",
+    } <= set(results["requests"][0])
+    for text in (
+        "3 conversations x 3 turns",
+        "closed loop: 2 clients",
+        "TTFT p50 ms",
+        "ITL p50 ms",
+        "latency p50 ms",
+        "output tok/s",
+        "computed vs reused",
+        "per turn",
+    ):
         assert text in out.stdout, (text, out.stdout)
     lines = out.stdout.splitlines()
     load = lines[lines.index("load") + 2].split()
     assert load[:4] == ["9", "9", "0", "0"]  # requests, ok, errors, skipped
     latency = results["summary"]["latency_s"]
     assert load[9:11] == [f"{latency['p50'] * 1000:.1f}", f"{latency['p95'] * 1000:.1f}"]
-    reuse = lines[lines.index("prompt tokens: computed vs reused (usage.prompt_tokens_details.cached_tokens)") + 2]
+    reuse = lines[
+        lines.index("prompt tokens: computed vs reused (usage.prompt_tokens_details.cached_tokens)") + 2
+    ]
     summary = results["summary"]
-    assert reuse.split()[:3] == [str(summary["prompt_tokens"]), str(summary["cached_tokens"]),
-                                 str(summary["computed_tokens"])] and reuse.split()[-2:] == ["n/a", "n/a"]
+    assert reuse.split()[:3] == [
+        str(summary["prompt_tokens"]),
+        str(summary["cached_tokens"]),
+        str(summary["computed_tokens"]),
+    ] and reuse.split()[-2:] == ["n/a", "n/a"]
     assert "Traceback" not in out.stderr
 
 
@@ -296,8 +400,18 @@ def test_cli_local_engine(tmp_path, model_dir):
     home = tmp_path / "home"
     (home / "models").mkdir(parents=True)
     os.symlink(model_dir("qwen2", "tiny"), home / "models" / "tiny")
-    out = omlx_bench(home, "tiny", "--scenario", "agentic", "--preset", "small", "--mode", "burst",
-                     "--output", str(tmp_path / "r.json"))
+    out = omlx_bench(
+        home,
+        "tiny",
+        "--scenario",
+        "agentic",
+        "--preset",
+        "small",
+        "--mode",
+        "burst",
+        "--output",
+        str(tmp_path / "r.json"),
+    )
     assert out.returncode == 0, out.stderr
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["target"]["kind"] == "local" and results["summary"]["ok"] == 6
@@ -307,13 +421,32 @@ def test_cli_local_engine(tmp_path, model_dir):
 
 
 def test_cli_errors(tmp_path):
-    cases = [(("tiny", "--scenario", "agentic", "--concurrency", "1,2"), "--concurrency is for the default scenario"),
-             (("tiny", "--scenario", "agentic", "--plot", "x.png"), "--plot is for the default scenario"),
-             (("tiny", "--turns", "2", "--burst", "3"), "--turns, --burst are for --scenario agentic"),
-             (("tiny", "--mode", "closed"), "--mode is for --scenario agentic"),
-             (("tiny", "--scenario", "agentic", "--burst", "0"), "burst=0: must be an integer in [1, 256]"),
-             (("--url", "http://127.0.0.1:9/v1", "--model", "tiny", "--scenario", "agentic", "--endpoint",
-               "completions"), "always streams /v1/chat/completions")]
+    cases = [
+        (
+            ("tiny", "--scenario", "agentic", "--concurrency", "1,2"),
+            "--concurrency is for the default scenario",
+        ),
+        (("tiny", "--scenario", "agentic", "--plot", "x.png"), "--plot is for the default scenario"),
+        (("tiny", "--turns", "2", "--burst", "3"), "--turns, --burst are for --scenario agentic"),
+        (("tiny", "--mode", "closed"), "--mode is for --scenario agentic"),
+        (("tiny", "--scenario", "agentic", "--burst", "0"), "burst=0: must be an integer in [1, 256]"),
+        (
+            (
+                "--url",
+                "http://127.0.0.1:9/v1",
+                "--model",
+                "tiny",
+                "--scenario",
+                "agentic",
+                "--endpoint",
+                "completions",
+            ),
+            "always streams /v1/chat/completions",
+        ),
+    ]
     for args, message in cases:
         out = omlx_bench(tmp_path, *args)
-        assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+        assert out.returncode == 1 and message in out.stderr and "Traceback" not in out.stderr, (
+            args,
+            out.stderr,
+        )

@@ -1,6 +1,7 @@
 """The Benchmark page's task in Redis mode: `omlx serve --redis-url` runs no worker of its own, the
 benchmark runs in an `omlx worker` process, its progress reaches the channel layer group
 ``omlx.bench.<id>`` through Redis, and its results land in the shared database."""
+
 import asyncio
 import json
 import sqlite3
@@ -61,8 +62,17 @@ def test_benchmark_runs_in_the_worker_process(setup, server, bench_worker):  # n
     assert results == events[-1]["results"]
     from inference.bench import BenchSettings
 
-    check_results(results, BenchSettings(concurrency=(1, 2), prompt_tokens=32, gen_tokens=4, repeats=1,
-                                         cache_prompt_tokens=128, cached_repeats=2))
+    check_results(
+        results,
+        BenchSettings(
+            concurrency=(1, 2),
+            prompt_tokens=32,
+            gen_tokens=4,
+            repeats=1,
+            cache_prompt_tokens=128,
+            cached_repeats=2,
+        ),
+    )
     with sqlite3.connect(home / "omlx.sqlite3") as db:
         assert db.execute("SELECT COUNT(*) FROM admin_panel_benchmarkrun").fetchone()[0] == 1
     assert any("benchmark #1 of tiny done" in line for line in bench_worker.output)
@@ -78,7 +88,9 @@ def test_a_run_of_a_killed_worker_is_marked_failed(setup, server, bench_worker):
     client = httpx.Client(base_url=server.url, timeout=60, headers={"HX-Request": "true"})
     client.get("/admin/benchmark/")
     client.headers["X-CSRFToken"] = client.cookies["omlx_csrftoken"]
-    assert client.post("/admin/benchmark/", data=dict(FORM, gen_tokens="2000", repeats="10")).status_code == 200
+    assert (
+        client.post("/admin/benchmark/", data=dict(FORM, gen_tokens="2000", repeats="10")).status_code == 200
+    )
     run_id = max(r[0] for r in db_rows(setup["home"]))
     wait_for_status(setup["home"], run_id, statuses=("running",))
     bench_worker.stop(signal.SIGKILL)

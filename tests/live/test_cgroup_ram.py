@@ -7,6 +7,7 @@ nested limits, v1 hierarchical limits, a container that mounts only its own cgro
 cgroup made for a child process and a live `omlx serve` (tests/support/memory_limit.py; skipped with the
 reason where no memory cgroup can be made).
 """
+
 import re
 import shutil
 import subprocess
@@ -34,8 +35,12 @@ def write(folder: Path, **files) -> Path:
 
 
 def v2(folder: Path, limit: str, current: int, inactive: int = 0) -> Path:
-    return write(folder, memory_max=limit, memory_current=str(current),
-                 memory_stat=f"anon {current}\ninactive_file {inactive}\n")
+    return write(
+        folder,
+        memory_max=limit,
+        memory_current=str(current),
+        memory_stat=f"anon {current}\ninactive_file {inactive}\n",
+    )
 
 
 def proc_cgroup(tmp_path: Path, text: str) -> str:
@@ -45,6 +50,7 @@ def proc_cgroup(tmp_path: Path, text: str) -> str:
 
 
 # -- file trees ----------------------------------------------------------------------------------
+
 
 def test_a_parent_limit_applies_to_a_child_without_one(tmp_path):
     mount = tmp_path / "fs"
@@ -95,9 +101,12 @@ def test_a_container_that_mounts_only_its_own_cgroup(tmp_path):
 
 def test_cgroup_v1_hierarchical_limit(tmp_path):
     mount = tmp_path / "fs"
-    folder = write(mount / "memory" / "batch" / "job", memory_limit_in_bytes="9223372036854771712",
-                   memory_usage_in_bytes=str(GiB),
-                   memory_stat=f"cache 0\nhierarchical_memory_limit {3 * GiB}\ntotal_inactive_file {GiB // 2}\n")
+    folder = write(
+        mount / "memory" / "batch" / "job",
+        memory_limit_in_bytes="9223372036854771712",
+        memory_usage_in_bytes=str(GiB),
+        memory_stat=f"cache 0\nhierarchical_memory_limit {3 * GiB}\ntotal_inactive_file {GiB // 2}\n",
+    )
     proc = proc_cgroup(tmp_path, "12:pids:/batch/job\n4:memory:/batch/job\n0::/\n")
     assert ram.total_ram(mount, proc) == 3 * GiB
     level = ram.cgroup_memory(mount, proc)
@@ -116,11 +125,13 @@ def test_percentages_and_defaults_are_taken_of_the_same_reading(monkeypatch):
 
 # -- a real cgroup ------------------------------------------------------------------------------
 
-CHILD = ("import json, sys; sys.path.insert(0, {root!r}); "
-         "from cache import ram, sizes; from inference.pool import memory, memory_reading; "
-         "b = memory_reading.cgroup_bound(); "
-         "print(json.dumps([ram.total_ram(), sizes.parse_size('80%'), memory.auto_process_limit(), "
-         "b and b.limit]))")
+CHILD = (
+    "import json, sys; sys.path.insert(0, {root!r}); "
+    "from cache import ram, sizes; from inference.pool import memory, memory_reading; "
+    "b = memory_reading.cgroup_bound(); "
+    "print(json.dumps([ram.total_ram(), sizes.parse_size('80%'), memory.auto_process_limit(), "
+    "b and b.limit]))"
+)
 
 
 @pytest.fixture
@@ -128,8 +139,10 @@ def cgroup():
     limit = MemoryLimit(LIMIT)
     if limit.folder is None:
         limit.close()
-        pytest.skip("no memory cgroup can be made here (needs a writable cgroup v2 with the memory "
-                    "controller, or cgroup v1's memory hierarchy)")
+        pytest.skip(
+            "no memory cgroup can be made here (needs a writable cgroup v2 with the memory "
+            "controller, or cgroup v1's memory hierarchy)"
+        )
     if ram.physical_ram() <= LIMIT:
         limit.close()
         pytest.skip(f"this machine has no more RAM than the test's limit ({LIMIT >> 20} MiB)")
@@ -141,8 +154,13 @@ def cgroup():
 def test_a_process_in_a_cgroup_sees_its_limit_as_ram(cgroup):
     import json
 
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT))], capture_output=True,
-                         text=True, timeout=120, preexec_fn=cgroup.preexec)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cgroup.preexec,
+    )
     assert out.returncode == 0, out.stderr
     total, eighty, auto, guard = json.loads(out.stdout)
     assert total == LIMIT and guard == LIMIT
@@ -154,8 +172,11 @@ def test_a_server_in_a_cgroup_takes_its_limits_of_the_cgroup(cgroup, tmp_path, m
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     server = ServerProcess(["--model-dir", str(models)], tmp_path / "home", preexec_fn=cgroup.preexec)
     try:
-        response = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
-            "model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
+        response = httpx.post(
+            server.url + "/v1/chat/completions",
+            timeout=120,
+            json={"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert response.status_code == 200, response.text
         metrics = httpx.get(server.url + "/metrics", timeout=30).text
         found = dict(re.findall(r"^omlx_(model|process)_memory_limit_bytes (\S+)$", metrics, re.M))

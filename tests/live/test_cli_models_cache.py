@@ -1,5 +1,6 @@
 """`omlx models` and `omlx cache` as the real command line (subprocesses), with and without a
 live `omlx serve`."""
+
 import json
 import os
 import shutil
@@ -17,8 +18,14 @@ def omlx(home, *args, stdin=None):
     env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"))
     for name in ("OMLX_MODEL_DIR", "OMLX_API_KEY", "OMLX_COLD_CACHE_DIR"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "omlx_site.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=300, stdin=stdin if stdin is not None else subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
+    )
 
 
 def report_of(out):
@@ -69,16 +76,23 @@ def test_models_without_a_server(tmp_path, models):
 def test_models_and_cache_with_a_live_server(tmp_path, models):
     home, cold = tmp_path / "home", tmp_path / "ssd"
     key = "k-123"
-    server = ServerProcess(["--model-dir", str(models), "--paged-ssd-cache-dir", str(cold),
-                            "--api-key", key], home)
+    server = ServerProcess(
+        ["--model-dir", str(models), "--paged-ssd-cache-dir", str(cold), "--api-key", key], home
+    )
     listing = ["--model-dir", str(models), "--url", server.url]
     common = listing + ["--paged-ssd-cache-dir", str(cold)]
     try:
         for model in ("alpha", "beta"):
-            reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=300,
-                               headers={"Authorization": f"Bearer {key}"},
-                               json={"model": model, "max_tokens": 3,
-                                     "messages": [{"role": "user", "content": "tell me a story " * 20}]})
+            reply = httpx.post(
+                f"{server.url}/v1/chat/completions",
+                timeout=300,
+                headers={"Authorization": f"Bearer {key}"},
+                json={
+                    "model": model,
+                    "max_tokens": 3,
+                    "messages": [{"role": "user", "content": "tell me a story " * 20}],
+                },
+            )
             assert reply.status_code == 200, reply.text
 
         # A wrong key: the server is there but says nothing; the listing falls back to disk.

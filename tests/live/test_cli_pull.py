@@ -1,5 +1,6 @@
 """`omlx pull` against a local HTTP server standing in for the Hugging Face hub (tests/support/hub_server.py),
 run as the real command line in a subprocess (huggingface_hub does the HTTP)."""
+
 import os
 import random
 import signal
@@ -24,13 +25,20 @@ BIG_SIZE = 2 * CHUNK + 12345
 
 def omlx(tmp_path, *args, env=None, **kwargs):
     # HF_HOME in the test's folder: no token or cache of the machine's user is used.
-    full_env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf-home"),
-                    **(env or {}))
+    full_env = dict(
+        os.environ, OMLX_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf-home"), **(env or {})
+    )
     for name in ("HF_ENDPOINT", "HF_TOKEN", "OMLX_MODEL_DIR", "HF_HUB_OFFLINE", "HF_HUB_CACHE"):
         if name not in (env or {}):
             full_env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "omlx_site.cli", *args], env=full_env,
-                          capture_output=True, text=True, timeout=300, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -91,8 +99,14 @@ def test_hf_endpoint_from_environment_and_default_model_dir(tmp_path, hub, model
     assert_same_folder(tmp_path / "home" / "models" / REPO, model_dir("qwen2", "tiny"))
     # --hf-endpoint wins over HF_ENDPOINT (which here points nowhere).
     hub.add_repo("test-org/other", model_dir("qwen2", "tiny"))
-    out = omlx(tmp_path, "pull", "test-org/other", "--hf-endpoint", hub.url,
-               env={"HF_ENDPOINT": "http://127.0.0.1:9"})
+    out = omlx(
+        tmp_path,
+        "pull",
+        "test-org/other",
+        "--hf-endpoint",
+        hub.url,
+        env={"HF_ENDPOINT": "http://127.0.0.1:9"},
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -114,8 +128,10 @@ def test_a_connection_that_keeps_dropping_fails_clearly_and_resumes_later(tmp_pa
     models = tmp_path / "models"
     out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url)
     assert out.returncode == 1
-    assert f"downloading {BIG} failed after huggingface_hub's retries; run the same command again " \
+    assert (
+        f"downloading {BIG} failed after huggingface_hub's retries; run the same command again "
         "to resume" in out.stderr
+    )
     assert "Traceback" not in out.stderr
     partial = models / ".omlx-pull" / REPO / (BIG + ".incomplete")
     assert partial.stat().st_size == CHUNK  # what arrived is kept
@@ -165,9 +181,22 @@ def test_killed_pull_resumes_on_the_next_run(tmp_path, hub, big):
     hub.stall_after[BIG] = CHUNK + 5000
     models = tmp_path / "models"
     env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), HF_HOME=str(tmp_path / "hf-home"))
-    proc = subprocess.Popen([sys.executable, "-m", "omlx_site.cli", "pull", REPO, "--model-dir",
-                             str(models), "--hf-endpoint", hub.url], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omlx_site.cli",
+            "pull",
+            REPO,
+            "--model-dir",
+            str(models),
+            "--hf-endpoint",
+            hub.url,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     partial = models / ".omlx-pull" / REPO / (BIG + ".incomplete")
     deadline = time.monotonic() + 120
     while not (partial.exists() and partial.stat().st_size == CHUNK):
@@ -188,7 +217,9 @@ def test_killed_pull_resumes_on_the_next_run(tmp_path, hub, big):
     assert_pulled(models / REPO, big)
     rerun = hub.log[before:]
     weights = [s for s in rerun if s.path.endswith(BIG) and s.path.startswith("/cdn/")]
-    assert [(s.status, s.range, s.body_bytes) for s in weights] == [(206, f"bytes={CHUNK}-", BIG_SIZE - CHUNK)]
+    assert [(s.status, s.range, s.body_bytes) for s in weights] == [
+        (206, f"bytes={CHUNK}-", BIG_SIZE - CHUNK)
+    ]
     # Files finished before the kill were not fetched again.
     assert not [s for s in rerun if s.path.endswith(("/config.json", "/model.safetensors"))]
 
@@ -204,12 +235,29 @@ def test_errors_are_clear(tmp_path, hub, model_dir):
     out = omlx(tmp_path, "pull", "test-org/gated", "--model-dir", models, "--hf-endpoint", hub.url)
     assert out.returncode == 1
     assert "is gated" in out.stderr and "HF_TOKEN" in out.stderr
-    out = omlx(tmp_path, "pull", "test-org/gated", "--model-dir", models, "--hf-endpoint", hub.url,
-               "--token", "hf_wrong")
+    out = omlx(
+        tmp_path,
+        "pull",
+        "test-org/gated",
+        "--model-dir",
+        models,
+        "--hf-endpoint",
+        hub.url,
+        "--token",
+        "hf_wrong",
+    )
     assert out.returncode == 1 and "this token has no access" in out.stderr
     before = len(hub.log)
-    out = omlx(tmp_path, "pull", "test-org/gated", "--model-dir", models, "--hf-endpoint", hub.url,
-               env={"HF_TOKEN": "hf_secret"})
+    out = omlx(
+        tmp_path,
+        "pull",
+        "test-org/gated",
+        "--model-dir",
+        models,
+        "--hf-endpoint",
+        hub.url,
+        env={"HF_TOKEN": "hf_secret"},
+    )
     assert out.returncode == 0, out.stderr
     # The token goes to the hub, never to the CDN it redirects to.
     sent = hub.log[before:]
@@ -222,8 +270,9 @@ def test_errors_are_clear(tmp_path, hub, model_dir):
     out = omlx(tmp_path, "pull", REPO, "--model-dir", models, "--hf-endpoint", "http://127.0.0.1:9")
     assert out.returncode == 1 and "cannot reach the hub at http://127.0.0.1:9" in out.stderr
 
-    out = omlx(tmp_path, "pull", REPO, "--model-dir", models, "--hf-endpoint", hub.url,
-               env={"HF_HUB_OFFLINE": "1"})
+    out = omlx(
+        tmp_path, "pull", REPO, "--model-dir", models, "--hf-endpoint", hub.url, env={"HF_HUB_OFFLINE": "1"}
+    )
     assert out.returncode == 1 and "HF_HUB_OFFLINE is set" in out.stderr
 
     out = omlx(tmp_path, "pull", "not-a-repo-id", "--model-dir", models, "--hf-endpoint", hub.url)
@@ -257,8 +306,11 @@ def test_pulled_model_is_served(tmp_path, hub):
     try:
         ids = [m["id"] for m in httpx.get(f"{server.url}/v1/models", timeout=60).json()["data"]]
         assert ids == [model_id]
-        reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=300, json={
-            "model": model_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        reply = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            timeout=300,
+            json={"model": model_id, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] >= 1
     finally:

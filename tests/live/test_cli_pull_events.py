@@ -1,5 +1,6 @@
 """`omlx pull --progress json` (what the console's Downloads page reads) against the stand-in hub:
 every stdout line is one JSON event, from start to finish, with byte counts that add up."""
+
 import io
 import json
 import time
@@ -13,8 +14,9 @@ from tests.live.test_cli_pull import CHUNK, COMMIT, REPO, hub, omlx  # noqa: F40
 
 def test_json_progress_events(tmp_path, hub):  # noqa: F811
     models = tmp_path / "models"
-    out = omlx(tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url,
-               "--progress", "json")
+    out = omlx(
+        tmp_path, "pull", REPO, "--model-dir", str(models), "--hf-endpoint", hub.url, "--progress", "json"
+    )
     assert out.returncode == 0, out.stderr
     events = [json.loads(line) for line in out.stdout.splitlines()]  # every line is JSON
     kinds = [e["event"] for e in events]

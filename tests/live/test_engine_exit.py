@@ -4,6 +4,7 @@ Without it, an engine thread still inside MLX while the interpreter tears down a
 ("terminate called without an active exception", exit code 134) in some runs, so each case runs
 its script 20 times (two at a time) and wants 20 clean exits.
 """
+
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUNS = 20
 
 # argv: text model folder, encoder model folder, case. Nothing here closes an engine.
-SCRIPT = r'''
+SCRIPT = r"""
 import sys
 
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
@@ -36,7 +37,7 @@ if case == "several":
     embedder.submit(embedder.loaded.tokenize(["one", "two"]))
     # Collection closes an LLM's engine too.
     del other
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,9 @@ def folders(model_dir):
 
 def _run(args):
     env = dict(os.environ, PYTHONPATH=str(REPO), OMLX_LOG_LEVEL="ERROR")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 

@@ -2,6 +2,7 @@
 without anything secret; 503 while a SIGTERM's grace period runs (a stream kept going meanwhile).
 In-process: 503 "starting" for as long as the pinned models load (a live server whose pinned model
 loads after it listens is in tests/live/test_model_pool_live.py), 503 "unavailable" with no worker."""
+
 import json
 import shutil
 import signal
@@ -33,8 +34,12 @@ def test_health_needs_no_key_and_tells_nothing_secret(tmp_path, models):
         assert health.headers["cache-control"] == "no-store"
         for secret in (KEY, str(models), str(home)):
             assert secret not in health.text
-        reply = httpx.post(server.url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
-                           json={"model": "tiny", "prompt": "hi", "max_tokens": 2}, timeout=120)
+        reply = httpx.post(
+            server.url + "/v1/completions",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={"model": "tiny", "prompt": "hi", "max_tokens": 2},
+            timeout=120,
+        )
         assert reply.status_code == 200, reply.text
         assert httpx.get(server.url + "/health").json()["models"] == {"tiny": "loaded"}
         assert httpx.head(server.url + "/health").status_code == 200
@@ -87,8 +92,11 @@ def test_starting_lasts_until_the_pinned_models_are_loaded(tmp_path, model_dir):
             return super().load_pinned()
 
     pinned = {"tiny": {**model_settings.defaults(), "pinned": True}}
-    pool = ObservedPool([tmp_path / "models"], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": None},
-                        read_settings=lambda: pinned)
+    pool = ObservedPool(
+        [tmp_path / "models"],
+        {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": None},
+        read_settings=lambda: pinned,
+    )
     lifecycle.begin_start()  # what `omlx serve` does before it listens
     try:
         _load_pinned(pool)
@@ -97,7 +105,10 @@ def test_starting_lasts_until_the_pinned_models_are_loaded(tmp_path, model_dir):
         # No Huey consumer runs in this test process: no worker can take a request.
         after = Client().get("/health")
         assert after.status_code == 503
-        assert (after.json()["status"], after.json()["detail"]) == ("unavailable", "No worker is running in this server")
+        assert (after.json()["status"], after.json()["detail"]) == (
+            "unavailable",
+            "No worker is running in this server",
+        )
     finally:
         lifecycle.end_start()
         pool.close()

@@ -1,6 +1,7 @@
 """Models in the Hugging Face cache are discovered and served: the cache is made by running
 huggingface_hub's snapshot_download against the stand-in hub (tests/support/hub_server.py), and served by a
 real `omlx serve --hf-cache DIR`."""
+
 import json
 import os
 import signal
@@ -17,15 +18,22 @@ from tests.support.hub_server import HubServer
 
 REPO, COMMIT = "test-org/tiny-chat", "c" * 40
 PARTIAL, PARTIAL_COMMIT = "test-org/half-done", "d" * 40
-DOWNLOAD = ("import sys; from huggingface_hub import snapshot_download; "
-            "snapshot_download(sys.argv[1], cache_dir=sys.argv[2], endpoint=sys.argv[3], token=False)")
+DOWNLOAD = (
+    "import sys; from huggingface_hub import snapshot_download; "
+    "snapshot_download(sys.argv[1], cache_dir=sys.argv[2], endpoint=sys.argv[3], token=False)"
+)
 
 
 def snapshot_download(repo, cache, hub, **popen):
     """huggingface_hub's snapshot_download in a process of its own (so that it can be killed)."""
     env = dict(os.environ, HF_HOME=str(cache.parent / "hf-home"), HF_HUB_DISABLE_PROGRESS_BARS="1")
-    return subprocess.Popen([sys.executable, "-c", DOWNLOAD, repo, str(cache), hub.url], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-c", DOWNLOAD, repo, str(cache), hub.url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
 
 
 @pytest.fixture
@@ -73,16 +81,20 @@ def test_discovery_finds_the_main_snapshot_and_refuses_a_partial_one(cache, tmp_
 
 
 def test_served_from_the_cache_and_listed_with_where_it_lives(cache, tmp_path):
-    server = ServerProcess(["--model-dir", str(tmp_path / "no-models"), "--hf-cache", str(cache)],
-                           tmp_path / "home")
+    server = ServerProcess(
+        ["--model-dir", str(tmp_path / "no-models"), "--hf-cache", str(cache)], tmp_path / "home"
+    )
     try:
         ids = [m["id"] for m in httpx.get(f"{server.url}/v1/models", timeout=60).json()["data"]]
         assert ids == [REPO]
         rows = {r["id"]: r for r in httpx.get(f"{server.url}/v1/models/status", timeout=60).json()["data"]}
         assert rows[REPO]["path"].endswith(f"models--test-org--tiny-chat/snapshots/{COMMIT}")
         assert not rows[PARTIAL]["servable"] and "incomplete download" in rows[PARTIAL]["reason"]
-        reply = httpx.post(f"{server.url}/v1/chat/completions", timeout=300, json={
-            "model": REPO, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        reply = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            timeout=300,
+            json={"model": REPO, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] >= 1
     finally:
@@ -90,9 +102,23 @@ def test_served_from_the_cache_and_listed_with_where_it_lives(cache, tmp_path):
 
     # `omlx models` (no server at --url) lists the cache from $OMLX_HF_CACHE, with the paths.
     env = dict(os.environ, OMLX_HOME=str(tmp_path / "home2"), OMLX_HF_CACHE=str(cache))
-    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "models", "--json", "--url",
-                          "http://127.0.0.1:9", "--model-dir", str(tmp_path / "no-models")],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "omlx_site.cli",
+            "models",
+            "--json",
+            "--url",
+            "http://127.0.0.1:9",
+            "--model-dir",
+            str(tmp_path / "no-models"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["hf_cache"] == str(cache)

@@ -9,6 +9,7 @@ and tools are 15-50K tokens with its small vocabulary) and a quarter of its voca
 tokens, so that a reply ends after a few tokens as a real model's turn does (a reply cut by
 max_tokens is an error for Claude Code).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,12 @@ from tests.support.server import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS_DIR = Path(os.environ.get("OMLX_CLIENTS_DIR") or ROOT / ".clients")
-PROGRAMS = {"claude": "npm/bin/claude", "codex": "npm/bin/codex", "opencode": "npm/bin/opencode",
-            "aider": "aider/bin/aider"}
+PROGRAMS = {
+    "claude": "npm/bin/claude",
+    "codex": "npm/bin/codex",
+    "opencode": "npm/bin/opencode",
+    "aider": "aider/bin/aider",
+}
 KEY = "launch-key"
 # A config of the user's own per client: `omlx launch` must leave each byte of it as it was.
 USER_CONFIGS = {
@@ -42,8 +47,10 @@ USER_CONFIGS = {
 def client_bin(client: str) -> Path:
     path = CLIENTS_DIR / PROGRAMS[client]
     if not path.exists():
-        pytest.skip(f"{client} is not installed at {path}: run `bash scripts/install_clients.sh` "
-                    "(npm for claude, codex, opencode; PyPI for aider)")
+        pytest.skip(
+            f"{client} is not installed at {path}: run `bash scripts/install_clients.sh` "
+            "(npm for claude, codex, opencode; PyPI for aider)"
+        )
     return path
 
 
@@ -62,8 +69,9 @@ def agent_models(tmp_path_factory, model_dir):
 
 @pytest.fixture(scope="module")
 def agent_server(tmp_path_factory, agent_models):
-    server = ServerProcess(["--model-dir", str(agent_models), "--api-key", KEY],
-                           tmp_path_factory.mktemp("agent-home"))
+    server = ServerProcess(
+        ["--model-dir", str(agent_models), "--api-key", KEY], tmp_path_factory.mktemp("agent-home")
+    )
     yield server
     server.stop()
 
@@ -85,18 +93,38 @@ def assert_user_configs_unchanged(home: Path) -> None:
 
 def launch(args, omlx_home: Path, user_home: Path, timeout=600, **env):
     """`omlx launch ARGS` as a user runs it: HOME=user_home, the clients on PATH, no terminal."""
-    path = os.pathsep.join([str(CLIENTS_DIR / "npm" / "bin"), str(CLIENTS_DIR / "aider" / "bin"),
-                            os.environ.get("PATH", "")])
-    full_env = dict(os.environ, HOME=str(user_home), OMLX_HOME=str(omlx_home), PATH=path,
-                    OMLX_DATABASE=str(omlx_home / "omlx.sqlite3"), PYTHONUNBUFFERED="1")
+    path = os.pathsep.join(
+        [str(CLIENTS_DIR / "npm" / "bin"), str(CLIENTS_DIR / "aider" / "bin"), os.environ.get("PATH", "")]
+    )
+    full_env = dict(
+        os.environ,
+        HOME=str(user_home),
+        OMLX_HOME=str(omlx_home),
+        PATH=path,
+        OMLX_DATABASE=str(omlx_home / "omlx.sqlite3"),
+        PYTHONUNBUFFERED="1",
+    )
     full_env.update(env)
-    for name in ("OMLX_API_KEY", "OMLX_MODEL_DIR", "OMLX_PORT", "OMLX_HOST", "ANTHROPIC_API_KEY",
-                 "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    for name in (
+        "OMLX_API_KEY",
+        "OMLX_MODEL_DIR",
+        "OMLX_PORT",
+        "OMLX_HOST",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+    ):
         if name not in env:
             full_env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "omlx_site.cli", "launch", *args], env=full_env,
-                          cwd=user_home.parent / "work", stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "launch", *args],
+        env=full_env,
+        cwd=user_home.parent / "work",
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def free_port() -> int:
@@ -189,8 +217,21 @@ def claude_turn_full(home, user_home, url, *extra):
 
 def test_aider_finishes_a_turn(tmp_path, user_home, agent_server):
     client_bin("aider")
-    done = launch(["--url", agent_server.url, "--api-key", KEY, "aider", "--message", "Say hello.",
-                   "--yes-always", "--no-git"], tmp_path / "omlx-home", user_home)
+    done = launch(
+        [
+            "--url",
+            agent_server.url,
+            "--api-key",
+            KEY,
+            "aider",
+            "--message",
+            "Say hello.",
+            "--yes-always",
+            "--no-git",
+        ],
+        tmp_path / "omlx-home",
+        user_home,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout + done.stderr
     assert "Model: openai/tiny" in out and "Tokens: " in out and " received" in out, out
@@ -202,8 +243,12 @@ def test_aider_finishes_a_turn(tmp_path, user_home, agent_server):
 def test_codex_exec_finishes_a_turn(tmp_path, user_home, agent_server):
     client_bin("codex")
     home = tmp_path / "omlx-home"
-    done = launch(["--url", agent_server.url + "/v1", "codex", "exec", "--skip-git-repo-check",
-                   "Say hello."], home, user_home, OMLX_API_KEY=KEY)
+    done = launch(
+        ["--url", agent_server.url + "/v1", "codex", "exec", "--skip-git-repo-check", "Say hello."],
+        home,
+        user_home,
+        OMLX_API_KEY=KEY,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "provider: omlx" in done.stderr and "model: tiny" in done.stderr, done.stderr
     assert done.stdout.strip(), done.stderr  # the final message
@@ -215,8 +260,9 @@ def test_codex_exec_finishes_a_turn(tmp_path, user_home, agent_server):
 def test_opencode_run_finishes_a_turn(tmp_path, user_home, agent_server):
     client_bin("opencode")
     home = tmp_path / "omlx-home"
-    done = launch(["--url", agent_server.url, "--api-key", KEY, "opencode", "run", "Say hello."],
-                  home, user_home)
+    done = launch(
+        ["--url", agent_server.url, "--api-key", KEY, "opencode", "run", "Say hello."], home, user_home
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tiny" in done.stderr and done.stdout.strip(), done.stdout + done.stderr
     assert "Error" not in done.stdout + done.stderr, done.stdout + done.stderr
@@ -229,17 +275,27 @@ def test_print_shows_each_client_s_settings(tmp_path, user_home, agent_server):
     from omlx_site import integrations
 
     for client in integrations.CLIENTS:
-        done = launch(["--url", agent_server.url, "--api-key", KEY, "--print", client], tmp_path, user_home,
-                      PATH="/nonexistent")  # --print needs no client
+        done = launch(
+            ["--url", agent_server.url, "--api-key", KEY, "--print", client],
+            tmp_path,
+            user_home,
+            PATH="/nonexistent",
+        )  # --print needs no client
         assert done.returncode == 0, done.stderr
         target = integrations.Target(agent_server.url, KEY, "tiny", 131072)
         assert done.stdout == integrations.setup(client, target).snippet + "\n"
     assert not (tmp_path / "launch").exists()  # --print writes nothing
-    claude = launch(["--url", agent_server.url, "--api-key", KEY, "--print", "claude"], tmp_path, user_home).stdout
+    claude = launch(
+        ["--url", agent_server.url, "--api-key", KEY, "--print", "claude"], tmp_path, user_home
+    ).stdout
     assert f"export ANTHROPIC_BASE_URL={agent_server.url}\n" in claude
     assert f"export ANTHROPIC_AUTH_TOKEN={KEY}\n" in claude and "unset ANTHROPIC_API_KEY" in claude
-    assert "export ANTHROPIC_MODEL=tiny\n" in claude and "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1" in claude
-    codex = launch(["--url", agent_server.url, "--api-key", KEY, "--print", "codex"], tmp_path, user_home).stdout
+    assert (
+        "export ANTHROPIC_MODEL=tiny\n" in claude and "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1" in claude
+    )
+    codex = launch(
+        ["--url", agent_server.url, "--api-key", KEY, "--print", "codex"], tmp_path, user_home
+    ).stdout
     assert f'base_url = "{agent_server.url}/v1"' in codex and f"export OMLX_API_KEY={KEY}" in codex
 
 
@@ -263,9 +319,16 @@ def test_what_a_user_gets_wrong(tmp_path, user_home, agent_server):
     assert no_key.returncode == 1 and "refused the API key" in no_key.stderr
     unknown = launch([*url, "--api-key", KEY, "--model", "nope", "codex"], tmp_path, user_home)
     assert unknown.returncode == 1 and "no chat model 'nope' (the models: tiny)" in unknown.stderr
-    missing = launch([*url, "--api-key", KEY, "opencode", "run", "hi"], tmp_path, user_home, PATH="/nonexistent")
-    assert missing.returncode == 1 and "opencode is not on PATH; install it: npm install -g opencode-ai" in missing.stderr
-    nothing = launch(["--url", f"http://127.0.0.1:{free_port()}", "--no-start", "claude"], tmp_path, user_home)
+    missing = launch(
+        [*url, "--api-key", KEY, "opencode", "run", "hi"], tmp_path, user_home, PATH="/nonexistent"
+    )
+    assert (
+        missing.returncode == 1
+        and "opencode is not on PATH; install it: npm install -g opencode-ai" in missing.stderr
+    )
+    nothing = launch(
+        ["--url", f"http://127.0.0.1:{free_port()}", "--no-start", "claude"], tmp_path, user_home
+    )
     assert nothing.returncode == 1 and "no omlx server answers at" in nothing.stderr
     from omlx_site import config
 
@@ -293,8 +356,18 @@ def test_the_model_launch_picks():
     from omlx_site.integrations import pick_model
 
     def row(model_id, **kw):
-        return dict({"id": model_id, "type": "llm", "servable": True, "pinned": False, "loaded": False,
-                     "idle_seconds": None, "alias": None}, **kw)
+        return dict(
+            {
+                "id": model_id,
+                "type": "llm",
+                "servable": True,
+                "pinned": False,
+                "loaded": False,
+                "idle_seconds": None,
+                "alias": None,
+            },
+            **kw,
+        )
 
     rows = [row("b"), row("a"), row("emb", type="embedding"), row("bad", servable=False)]
     assert pick_model(rows) == "a"  # nothing pinned or loaded: the first by id
@@ -318,8 +391,12 @@ def test_each_client_runs_with_the_user_s_arguments_and_config_left_alone(tmp_pa
     for client in ("claude", "codex", "opencode", "aider"):
         if not (CLIENTS_DIR / PROGRAMS[client]).exists():
             continue
-        done = launch(["--url", agent_server.url, "--api-key", KEY, client, "--version"], tmp_path, user_home,
-                      timeout=120)
+        done = launch(
+            ["--url", agent_server.url, "--api-key", KEY, client, "--version"],
+            tmp_path,
+            user_home,
+            timeout=120,
+        )
         assert done.returncode == 0 and done.stdout.strip(), (client, done.stdout, done.stderr)
         ran.append(client)
     if not ran:
@@ -328,7 +405,10 @@ def test_each_client_runs_with_the_user_s_arguments_and_config_left_alone(tmp_pa
     for path in (tmp_path / "launch").rglob("*"):
         assert path.is_dir() or KEY not in path.read_text(), path
     if "opencode" in ran:
-        assert json.loads((tmp_path / "launch" / "opencode" / "opencode.json").read_text())["model"] == "omlx/tiny"
+        assert (
+            json.loads((tmp_path / "launch" / "opencode" / "opencode.json").read_text())["model"]
+            == "omlx/tiny"
+        )
 
 
 def test_launch_is_documented():
@@ -340,7 +420,9 @@ def test_launch_is_documented():
     parser = argparse.ArgumentParser(prog="omlx")
     launch_command.add_parser(parser.add_subparsers())
     sub = parser._subparsers._group_actions[0].choices["launch"]
-    flags = [s for action in sub._actions for s in action.option_strings if s.startswith("--") and s != "--help"]
+    flags = [
+        s for action in sub._actions for s in action.option_strings if s.startswith("--") and s != "--help"
+    ]
     cli_md = (ROOT / "docs" / "cli.md").read_text()
     readme = (ROOT / "README.md").read_text()
     section = cli_md.split("## `omlx launch`", 1)[1].split("\n## ", 1)[0]

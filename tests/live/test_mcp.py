@@ -1,6 +1,7 @@
 """MCP servers under `omlx serve --mcp-config` (inference/mcp/, inference/api/omlx/mcp.py), end to end:
 a live omlx, a real stdio MCP server it starts itself and a real streamable-HTTP MCP server the
 test starts (tests/support/mcp_servers/, written with the official SDK), driven over HTTP."""
+
 import json
 import os
 import shutil
@@ -26,8 +27,12 @@ class HttpMcp:
     """The streamable-HTTP test server in a subprocess (``port`` 0: a free one)."""
 
     def __init__(self, port=0):
-        self.process = subprocess.Popen([sys.executable, HTTP, TOKEN, str(port)], stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, HTTP, TOKEN, str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.port = int(self.process.stdout.readline().split()[1])
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
@@ -37,12 +42,18 @@ class HttpMcp:
 
 
 def write_config(path, http_url):
-    path.write_text(json.dumps({"mcpServers": {
-        "local": {"command": sys.executable, "args": [STDIO], "env": {"OMLX_TEST": "1"}},
-        "web": {"type": "http", "url": http_url, "headers": {"X-Token": TOKEN}},
-        "noauth": {"url": http_url},  # refused by the server: reported, never fatal
-        "off": {"command": "never-run", "disabled": True},
-    }}))
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "local": {"command": sys.executable, "args": [STDIO], "env": {"OMLX_TEST": "1"}},
+                    "web": {"type": "http", "url": http_url, "headers": {"X-Token": TOKEN}},
+                    "noauth": {"url": http_url},  # refused by the server: reported, never fatal
+                    "off": {"command": "never-run", "disabled": True},
+                }
+            }
+        )
+    )
     return path
 
 
@@ -79,8 +90,9 @@ def omlx(tmp_path_factory, model_dir, http_mcp):
     models = tmp_path_factory.mktemp("mcp-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     path = write_config(tmp_path_factory.mktemp("mcp-config") / "mcp.json", http_mcp.url)
-    server = ServerProcess(["--model-dir", str(models), "--mcp-config", str(path)],
-                           tmp_path_factory.mktemp("omlx-home"))
+    server = ServerProcess(
+        ["--model-dir", str(models), "--mcp-config", str(path)], tmp_path_factory.mktemp("omlx-home")
+    )
     try:
         rows = wait_for(lambda: servers(server.url), running(["local", "web"]))
         assert running(["local", "web"])(rows), rows
@@ -102,13 +114,29 @@ def test_servers_are_listed_with_their_state(omlx):
 def test_tools_are_openai_tools_that_chat_completions_takes(omlx):
     tools = httpx.get(f"{omlx.url}/v1/mcp/tools").json()["data"]
     names = [t["function"]["name"] for t in tools]
-    assert names == ["local__add", "local__echo", "local__pid", "local__fail", "local__forecast",
-                     "local__broken", "local__nap", "web__weather"]
+    assert names == [
+        "local__add",
+        "local__echo",
+        "local__pid",
+        "local__fail",
+        "local__forecast",
+        "local__broken",
+        "local__nap",
+        "web__weather",
+    ]
     add = tools[0]
     assert add["type"] == "function" and add["function"]["description"] == "Add two integers."
     assert add["function"]["parameters"]["required"] == ["a", "b"]
-    reply = httpx.post(f"{omlx.url}/v1/chat/completions", timeout=120, json={
-        "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "tools": tools, "max_tokens": 2})
+    reply = httpx.post(
+        f"{omlx.url}/v1/chat/completions",
+        timeout=120,
+        json={
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": tools,
+            "max_tokens": 2,
+        },
+    )
     assert reply.status_code == 200, reply.text
 
 
@@ -117,7 +145,9 @@ def test_execute_runs_tools_on_both_transports(omlx):
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert (body["server"], body["tool"], body["text"], body["is_error"]) == ("local", "add", "42", False)
-    assert body["content"] == [{"type": "text", "text": "42"}] and body["structured_content"] == {"result": 42}
+    assert body["content"] == [{"type": "text", "text": "42"}] and body["structured_content"] == {
+        "result": 42
+    }
     # server + tool, arguments as the JSON text of an OpenAI tool call
     body = execute(omlx.url, server="local", tool="echo", arguments='{"text": "hé"}').json()
     assert body["text"] == "echo: hé"
@@ -128,19 +158,26 @@ def test_execute_runs_tools_on_both_transports(omlx):
     assert body["is_error"] is True and body["text"].endswith("no luck")
 
 
-@pytest.mark.parametrize("body, status, expected", [
-    ({"tool_name": "local__nope"}, 404, "has no tool named 'nope'"),
-    ({"tool_name": "ghost__add"}, 404, "no MCP server named 'ghost'"),
-    ({"tool_name": "add"}, 404, "SERVER__TOOL"),
-    ({}, 400, "tool_name: required"),
-    ({"tool_name": "local__add", "arguments": {"a": "two", "b": 1}}, 400, "at a: 'two' is not of type 'integer'"),
-    ({"tool_name": "local__add", "arguments": {"a": 1}}, 400, "'b' is a required property"),
-    ({"tool_name": "local__add", "arguments": "[1, 2]"}, 400, "arguments: must be a JSON object"),
-    ({"tool_name": "local__add", "arguments": "{oops"}, 400, "arguments: not valid JSON"),
-    ({"tool_name": "local__add", "arguments": 7}, 400, "arguments: must be a JSON object"),
-    ({"tool_name": "local__add", "arguments": {"a": 1, "b": 2}, "timeout": -1}, 400, "timeout"),
-    ({"tool_name": "noauth__anything"}, 503, "the MCP server 'noauth' is"),
-])
+@pytest.mark.parametrize(
+    "body, status, expected",
+    [
+        ({"tool_name": "local__nope"}, 404, "has no tool named 'nope'"),
+        ({"tool_name": "ghost__add"}, 404, "no MCP server named 'ghost'"),
+        ({"tool_name": "add"}, 404, "SERVER__TOOL"),
+        ({}, 400, "tool_name: required"),
+        (
+            {"tool_name": "local__add", "arguments": {"a": "two", "b": 1}},
+            400,
+            "at a: 'two' is not of type 'integer'",
+        ),
+        ({"tool_name": "local__add", "arguments": {"a": 1}}, 400, "'b' is a required property"),
+        ({"tool_name": "local__add", "arguments": "[1, 2]"}, 400, "arguments: must be a JSON object"),
+        ({"tool_name": "local__add", "arguments": "{oops"}, 400, "arguments: not valid JSON"),
+        ({"tool_name": "local__add", "arguments": 7}, 400, "arguments: must be a JSON object"),
+        ({"tool_name": "local__add", "arguments": {"a": 1, "b": 2}, "timeout": -1}, 400, "timeout"),
+        ({"tool_name": "noauth__anything"}, 503, "the MCP server 'noauth' is"),
+    ],
+)
 def test_execute_errors_are_4xx_with_a_message(omlx, body, status, expected):
     reply = execute(omlx.url, **body)
     assert reply.status_code == status, reply.text
@@ -151,7 +188,9 @@ def test_a_tool_that_takes_too_long_is_a_504_and_the_server_goes_on(omlx):
     reply = execute(omlx.url, tool_name="local__nap", arguments={"seconds": 5}, timeout=0.5)
     assert reply.status_code == 504 and reply.json()["error"]["code"] == "mcp_timeout"
     assert execute(omlx.url, tool_name="local__add", arguments={"a": 1, "b": 1}).json()["text"] == "2"
-    bad = httpx.post(f"{omlx.url}/v1/mcp/execute", content=b"{not json", headers={"content-type": "application/json"})
+    bad = httpx.post(
+        f"{omlx.url}/v1/mcp/execute", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert bad.status_code == 400
 
 
@@ -161,8 +200,15 @@ def test_crashed_servers_are_reported_and_restarted_and_stop_with_omlx(tmp_path,
     reconnected when it listens again). Stopping omlx ends the stdio server's process."""
     web = HttpMcp()
     try:
-        omlx = ServerProcess(["--model-dir", str(tmp_path / "none"),
-                              "--mcp-config", str(write_config(tmp_path / "mcp.json", web.url))], tmp_path / "home")
+        omlx = ServerProcess(
+            [
+                "--model-dir",
+                str(tmp_path / "none"),
+                "--mcp-config",
+                str(write_config(tmp_path / "mcp.json", web.url)),
+            ],
+            tmp_path / "home",
+        )
     except BaseException:
         web.kill()
         raise
@@ -186,9 +232,15 @@ def test_crashed_servers_are_reported_and_restarted_and_stop_with_omlx(tmp_path,
         assert down["state"] in ("crashed", "restarting") and down["last_error"]
         assert execute(omlx.url, tool_name="web__weather", arguments={"city": "Rome"}).status_code == 503
         web = HttpMcp(port)
-        assert wait_for(lambda: servers(omlx.url)["web"], lambda r: r["state"] == "running")["state"] == "running"
-        assert execute(omlx.url, tool_name="web__weather", arguments={"city": "Rome"}).json()["text"] == "sunny in Rome"
-        log = (tmp_path / "home" / "logs" / "mcp-local.log")
+        assert (
+            wait_for(lambda: servers(omlx.url)["web"], lambda r: r["state"] == "running")["state"]
+            == "running"
+        )
+        assert (
+            execute(omlx.url, tool_name="web__weather", arguments={"city": "Rome"}).json()["text"]
+            == "sunny in Rome"
+        )
+        log = tmp_path / "home" / "logs" / "mcp-local.log"
         assert log.exists()  # the stdio server's stderr
     finally:
         code = omlx.stop()
@@ -211,8 +263,13 @@ def _alive(pid):
 
 def run_serve(tmp_path, *args, env=None):
     env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_without_the_mcp_package_serve_says_how_to_install_it(tmp_path):
@@ -224,11 +281,13 @@ def test_without_the_mcp_package_serve_says_how_to_install_it(tmp_path):
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'mcp' or name.startswith('mcp.'):\n"
         "            raise ModuleNotFoundError(f\"No module named '{name}'\", name=name)\n"
-        "sys.meta_path.insert(0, NoMcp())\n")
+        "sys.meta_path.insert(0, NoMcp())\n"
+    )
     path = tmp_path / "mcp.json"
     path.write_text(json.dumps({"mcpServers": {"local": {"command": sys.executable, "args": [STDIO]}}}))
-    out = run_serve(tmp_path, "--mcp-config", str(path),
-                    env={"PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)])})
+    out = run_serve(
+        tmp_path, "--mcp-config", str(path), env={"PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)])}
+    )
     assert out.returncode == 2, out.stderr
     assert "need the MCP SDK" in out.stderr and "pip install 'omlx[mcp]'" in out.stderr
     assert "Traceback" not in out.stderr and "omlx serving" not in out.stdout
@@ -243,29 +302,37 @@ def test_a_bad_mcp_config_is_refused_with_its_place(tmp_path):
     assert out.returncode == 2 and "cannot be read" in out.stderr
 
 
-@pytest.mark.parametrize("data, message", [
-    ([], "must be a JSON object"),
-    ({"servers": []}, "servers: must be an object"),
-    ({"other": {}}, "no 'mcpServers' object"),
-    ({"mcpServers": {"a__b": {"command": "x"}}}, "single '_'"),
-    ({"mcpServers": {"a": {"command": ""}}}, "mcpServers.a.command"),
-    ({"mcpServers": {"a": {"command": "x", "args": "y"}}}, "mcpServers.a.args"),
-    ({"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}, "mcpServers.a.env"),
-    ({"mcpServers": {"a": {"url": "http://h/mcp", "headers": []}}}, "mcpServers.a.headers"),
-    ({"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}, "SSE transport is not supported"),
-    ({"mcpServers": {"a": {"type": "websocket"}}}, "not 'stdio' or 'http'"),
-    ({"mcpServers": {"a": {}}}, "needs 'command'"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([], "must be a JSON object"),
+        ({"servers": []}, "servers: must be an object"),
+        ({"other": {}}, "no 'mcpServers' object"),
+        ({"mcpServers": {"a__b": {"command": "x"}}}, "single '_'"),
+        ({"mcpServers": {"a": {"command": ""}}}, "mcpServers.a.command"),
+        ({"mcpServers": {"a": {"command": "x", "args": "y"}}}, "mcpServers.a.args"),
+        ({"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}, "mcpServers.a.env"),
+        ({"mcpServers": {"a": {"url": "http://h/mcp", "headers": []}}}, "mcpServers.a.headers"),
+        ({"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}, "SSE transport is not supported"),
+        ({"mcpServers": {"a": {"type": "websocket"}}}, "not 'stdio' or 'http'"),
+        ({"mcpServers": {"a": {}}}, "needs 'command'"),
+    ],
+)
 def test_config_errors_name_the_place(data, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         mcp_config.parse(data)
 
 
 def test_config_reads_claude_desktop_and_vscode_forms():
-    specs = mcp_config.parse({"mcpServers": {
-        "files": {"command": "npx", "args": ["-y", "server"], "env": {"K": "v"}},
-        "web": {"type": "streamable-http", "url": "https://h/mcp", "headers": {"A": "b"}},
-        "gone": {"command": "x", "disabled": True}}})
+    specs = mcp_config.parse(
+        {
+            "mcpServers": {
+                "files": {"command": "npx", "args": ["-y", "server"], "env": {"K": "v"}},
+                "web": {"type": "streamable-http", "url": "https://h/mcp", "headers": {"A": "b"}},
+                "gone": {"command": "x", "disabled": True},
+            }
+        }
+    )
     assert [(s.name, s.transport) for s in specs] == [("files", "stdio"), ("web", "http")]
     assert specs[0].args == ["-y", "server"] and specs[0].env == {"K": "v"} and specs[1].headers == {"A": "b"}
     assert [s.name for s in mcp_config.parse({"servers": {"x": {"url": "http://h/mcp"}}})] == ["x"]

@@ -17,6 +17,7 @@ gigabytes.
 The default run floods for FLOOD_SECONDS; the slow one for OMLX_GUARD_FLOOD_SECONDS (300) with
 longer prompts.
 """
+
 import os
 import random
 import shutil
@@ -39,8 +40,10 @@ WORDS = "alpha beta gamma delta cache block token prefix model server memory gua
 @pytest.fixture(scope="module")
 def heavy_models(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("guard-models")
-    shutil.copytree(model_dir("llama", "tiny", num_attention_heads=16, num_key_value_heads=16,
-                              head_dim=512), models / "heavy")
+    shutil.copytree(
+        model_dir("llama", "tiny", num_attention_heads=16, num_key_value_heads=16, head_dim=512),
+        models / "heavy",
+    )
     return models
 
 
@@ -58,11 +61,23 @@ def flood(url: str, seconds: float, words: int, results: list, seed: int) -> Non
             anthropic = rnd.random() < 0.5
             text = prompt(rnd, words)
             if anthropic:
-                response = client.post(url + "/v1/messages", json={
-                    "model": "heavy", "max_tokens": 16, "messages": [{"role": "user", "content": text}]})
+                response = client.post(
+                    url + "/v1/messages",
+                    json={
+                        "model": "heavy",
+                        "max_tokens": 16,
+                        "messages": [{"role": "user", "content": text}],
+                    },
+                )
             else:
-                response = client.post(url + "/v1/chat/completions", json={
-                    "model": "heavy", "max_tokens": 16, "messages": [{"role": "user", "content": text}]})
+                response = client.post(
+                    url + "/v1/chat/completions",
+                    json={
+                        "model": "heavy",
+                        "max_tokens": 16,
+                        "messages": [{"role": "user", "content": text}],
+                    },
+                )
             body = response.json()
             results.append((response.status_code, anthropic, response.headers.get("retry-after"), body))
             if response.status_code in (429, 503):
@@ -74,31 +89,56 @@ def run_flood(models, tmp_path, seconds: float, words: int, clients: int):
     limit = MemoryLimit(LIMIT)
     print(f"memory limit: {limit.kind}, {LIMIT >> 20} MiB")
     if limit.folder is None:
-        pytest.skip("no memory cgroup can be made here (needs a writable cgroup v2 with the memory "
-                    "controller, or cgroup v1's memory hierarchy)")
+        pytest.skip(
+            "no memory cgroup can be made here (needs a writable cgroup v2 with the memory "
+            "controller, or cgroup v1's memory hierarchy)"
+        )
     # The load-time check: inside the cgroup RAM is 1.5 GB, so the 'auto' process limit is half
     # of it, which the model's whole KV budget (a quarter of RAM) and hot tier (a tenth) do not
     # fit next to the server itself: it would refuse the model (507). This test is about the
     # runtime guard, whose bound is then the cgroup's limit.
-    server = ServerProcess(["--model-dir", str(models), "--memory-guard", guard, "--max-process-memory", "disabled",
-                            "--memory-guard-high", "0.5", "--memory-guard-critical", "0.6",
-                            "--memory-guard-interval", "0.1", "--max-concurrent-requests", "4"],
-                           tmp_path / "home", preexec_fn=limit.preexec)
+    server = ServerProcess(
+        [
+            "--model-dir",
+            str(models),
+            "--memory-guard",
+            guard,
+            "--max-process-memory",
+            "disabled",
+            "--memory-guard-high",
+            "0.5",
+            "--memory-guard-critical",
+            "0.6",
+            "--memory-guard-interval",
+            "0.1",
+            "--max-concurrent-requests",
+            "4",
+        ],
+        tmp_path / "home",
+        preexec_fn=limit.preexec,
+    )
     results = []
     try:
-        first = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
-            "model": "heavy", "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]})
+        first = httpx.post(
+            server.url + "/v1/chat/completions",
+            timeout=120,
+            json={"model": "heavy", "max_tokens": 4, "messages": [{"role": "user", "content": "hello"}]},
+        )
         assert first.status_code == 200, first.text
-        threads = [threading.Thread(target=flood, args=(server.url, seconds, words, results, seed))
-                   for seed in range(clients)]
+        threads = [
+            threading.Thread(target=flood, args=(server.url, seconds, words, results, seed))
+            for seed in range(clients)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         alive = server.process.poll() is None
         kills = limit.oom_kills()
-        assert alive and not kills, (f"the server died under the flood (exit {server.process.poll()}, "
-                                     f"OOM kills {kills}):\n" + "".join(server.output[-20:]))
+        assert alive and not kills, (
+            f"the server died under the flood (exit {server.process.poll()}, "
+            f"OOM kills {kills}):\n" + "".join(server.output[-20:])
+        )
         after = retrying(server.url)
         metrics = httpx.get(server.url + "/metrics", timeout=30).text
         return results, after, metrics, limit
@@ -112,8 +152,15 @@ def retrying(url: str, patience: float = 120.0) -> httpx.Response:
     (idle, the guard shrinks what the flood left behind)."""
     deadline = time.monotonic() + patience
     while True:
-        response = httpx.post(url + "/v1/chat/completions", timeout=120, json={
-            "model": "heavy", "max_tokens": 4, "messages": [{"role": "user", "content": "still there?"}]})
+        response = httpx.post(
+            url + "/v1/chat/completions",
+            timeout=120,
+            json={
+                "model": "heavy",
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "still there?"}],
+            },
+        )
         if response.status_code != 503 or time.monotonic() > deadline:
             return response
         time.sleep(float(response.headers["retry-after"]))
@@ -138,7 +185,10 @@ def check(results, after, metrics) -> None:
         if status in (429, 503):
             assert retry_after is not None and int(retry_after) >= 1
             if anthropic:
-                assert body["type"] == "error" and body["error"]["type"] in ("overloaded_error", "rate_limit_error")
+                assert body["type"] == "error" and body["error"]["type"] in (
+                    "overloaded_error",
+                    "rate_limit_error",
+                )
             else:
                 assert body["error"]["code"] in ("memory_pressure", "rate_limit_exceeded")
             if status == 503:

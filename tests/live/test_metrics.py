@@ -1,6 +1,7 @@
 """GET /metrics of a live `omlx serve` (API key set), read with prometheus_client's own parser:
 the series change as real requests are served (OpenAI SDK), errors are counted by status, the
 cache counters stay monotonic across an unload, and the key is required."""
+
 import shutil
 import time
 
@@ -19,7 +20,9 @@ CHAT = "/v1/chat/completions"
 def server(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("metrics-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    proc = ServerProcess(["--model-dir", str(models), "--api-key", KEY], tmp_path_factory.mktemp("metrics-home"))
+    proc = ServerProcess(
+        ["--model-dir", str(models), "--api-key", KEY], tmp_path_factory.mktemp("metrics-home")
+    )
     yield proc
     proc.stop()
 
@@ -37,7 +40,9 @@ class Scrape:
         self.samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
 
     def _find(self, name, labels):
-        return [s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return [
+            s for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
 
     def value(self, name, **labels) -> float:
         return sum(s.value for s in self._find(name, labels))
@@ -58,8 +63,9 @@ def scrape(server) -> Scrape:
 
 
 def chat(client, content, **kwargs):
-    return client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": content}],
-                                          **kwargs)
+    return client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": content}], **kwargs
+    )
 
 
 def test_the_key_is_required(server):
@@ -75,8 +81,14 @@ def test_the_key_is_required(server):
 def test_requests_tokens_and_latencies(server, client):
     before = scrape(server)
     plain = chat(client, "Count to five.", max_tokens=6, extra_body={"ignore_eos": True})
-    stream = chat(client, "Name three colours.", max_tokens=5, stream=True,
-                  stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    stream = chat(
+        client,
+        "Name three colours.",
+        max_tokens=5,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
     usage = [chunk.usage for chunk in stream if chunk.usage is not None][0]
     after = scrape(server)
 
@@ -92,8 +104,9 @@ def test_requests_tokens_and_latencies(server, client):
     assert delta("omlx_time_to_first_token_seconds_sum", model="tiny") > 0
     # one gap per token after each choice's first: 5 + 4
     assert delta("omlx_inter_token_latency_seconds_count", model="tiny") == 9
-    assert after.value("omlx_time_to_first_token_seconds_bucket", model="tiny", le="+Inf") == \
-        after.value("omlx_time_to_first_token_seconds_count", model="tiny")
+    assert after.value("omlx_time_to_first_token_seconds_bucket", model="tiny", le="+Inf") == after.value(
+        "omlx_time_to_first_token_seconds_count", model="tiny"
+    )
     for phase in ("queue", "restore", "prefill", "prefill_wait", "decode"):  # one per finished choice
         assert delta("omlx_request_phase_seconds_count", model="tiny", phase=phase) == 2
     assert delta("omlx_request_phase_seconds_sum", model="tiny", phase="prefill") > 0
@@ -102,7 +115,9 @@ def test_requests_tokens_and_latencies(server, client):
     assert after.value("omlx_models_loaded") == 1
     assert after.value("omlx_model_memory_bytes", model="tiny") > 0
     assert after.value("omlx_model_memory_used_bytes") >= after.value("omlx_model_memory_bytes", model="tiny")
-    assert after.has("omlx_requests_running", model="tiny") and after.has("omlx_requests_waiting", model="tiny")
+    assert after.has("omlx_requests_running", model="tiny") and after.has(
+        "omlx_requests_waiting", model="tiny"
+    )
     assert after.value("omlx_cache_bytes", model="tiny", tier="hot") > 0  # the prompts' KV blocks
 
 
@@ -110,15 +125,22 @@ def test_errors_are_counted_by_status(server, client):
     before = scrape(server)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
-    bad = httpx.post(server.url + CHAT, content=b"{not json", headers={"Authorization": f"Bearer {KEY}",
-                                                                      "Content-Type": "application/json"})
+    bad = httpx.post(
+        server.url + CHAT,
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
     assert bad.status_code == 400
-    no_key = httpx.post(server.url + CHAT, json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    no_key = httpx.post(
+        server.url + CHAT, json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert no_key.status_code == 401
     assert httpx.get(server.url + "/v1/no/such/route", headers={"x-api-key": KEY}).status_code == 404
     after = scrape(server)
     for status in ("404", "400", "401"):
-        assert after.since(before, "omlx_http_requests_total", endpoint=CHAT, method="POST", status=status) == 1
+        assert (
+            after.since(before, "omlx_http_requests_total", endpoint=CHAT, method="POST", status=status) == 1
+        )
     assert after.since(before, "omlx_http_requests_total", endpoint="(unmatched)", status="404") == 1
     assert not after.has("omlx_generation_tokens_total", model="no-such-model")  # no series for it
     assert after.since(before, "omlx_generation_tokens_total", model="tiny") == 0
@@ -141,14 +163,19 @@ def test_cache_hits_are_counted(server, client):
 
 
 def test_queue_depth_while_a_request_runs(server, client):
-    stream = chat(client, "Write a long story.", max_tokens=3000, stream=True, extra_body={"ignore_eos": True})
+    stream = chat(
+        client, "Write a long story.", max_tokens=3000, stream=True, extra_body={"ignore_eos": True}
+    )
     try:
         next(iter(stream))  # the request is running
         during = scrape(server)
     finally:
         stream.close()  # the client goes: the request is aborted
     assert during.value("omlx_api_requests_in_flight", model="tiny") >= 1
-    assert sum(during.value(name, model="tiny") for name in ("omlx_requests_running", "omlx_requests_waiting")) >= 1
+    assert (
+        sum(during.value(name, model="tiny") for name in ("omlx_requests_running", "omlx_requests_waiting"))
+        >= 1
+    )
     assert wait_until_idle(server)  # the abort reaches the engine: the gauges go back to 0
 
 
@@ -156,8 +183,11 @@ def wait_until_idle(server, timeout=60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         now = scrape(server)
-        if now.value("omlx_api_requests_in_flight") == 0 and now.value("omlx_requests_running") == 0 \
-                and now.value("omlx_requests_waiting") == 0:
+        if (
+            now.value("omlx_api_requests_in_flight") == 0
+            and now.value("omlx_requests_running") == 0
+            and now.value("omlx_requests_waiting") == 0
+        ):
             return True
         time.sleep(0.1)
     return False
@@ -172,7 +202,9 @@ def test_unload_is_counted_and_counters_stay_monotonic(server, client):
     assert unloaded.since(before, "omlx_model_unloads_total", model="tiny", reason="manual") == 1
     assert unloaded.value("omlx_models_loaded") == 0
     assert not unloaded.has("omlx_model_memory_bytes", model="tiny")
-    assert unloaded.value("omlx_http_requests_total", endpoint="/v1/models/{model_id}/unload", status="200") >= 1
+    assert (
+        unloaded.value("omlx_http_requests_total", endpoint="/v1/models/{model_id}/unload", status="200") >= 1
+    )
     # the engine is gone; its cache counters are kept
     for name in ("omlx_cache_lookup_tokens_total", "omlx_cache_hit_tokens_total", "omlx_cache_lookups_total"):
         assert unloaded.value(name, model="tiny") == before.value(name, model="tiny") > 0

@@ -1,6 +1,7 @@
 """The model pool through a live `omlx serve` and the OpenAI SDK: two model directories, a model
 larger than the whole limit (507), the status, load / unload and settings routes, an alias and
 settings changes applied without a restart."""
+
 import json
 import shutil
 import time
@@ -33,8 +34,19 @@ def server(tmp_path_factory, model_dir):
     tiny, big = model_estimate(first / "tiny"), model_estimate(second / "acme" / "big")
     assert tiny * 2 < big
     limit = tiny * 2  # tiny fits; big is larger than the whole limit
-    proc = ServerProcess(["--model-dir", str(first), "--model-dir", str(second), "--hot-cache-max-size",
-                          "1MB", "--max-model-memory", str(limit)], tmp_path_factory.mktemp("pool-home"))
+    proc = ServerProcess(
+        [
+            "--model-dir",
+            str(first),
+            "--model-dir",
+            str(second),
+            "--hot-cache-max-size",
+            "1MB",
+            "--max-model-memory",
+            str(limit),
+        ],
+        tmp_path_factory.mktemp("pool-home"),
+    )
     proc.limit, proc.big, proc.dirs = limit, big, (first, second)
     yield proc
     proc.stop()
@@ -62,8 +74,9 @@ def test_models_list_and_status(server, client):
 
 def test_a_model_larger_than_the_limit_gets_507(server, client):
     with pytest.raises(openai.APIStatusError) as exc:
-        client.chat.completions.create(model="acme/big", messages=[{"role": "user", "content": "hi"}],
-                                       max_tokens=2)
+        client.chat.completions.create(
+            model="acme/big", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
     assert exc.value.status_code == 507
     message = exc.value.body["message"] if isinstance(exc.value.body, dict) else str(exc.value)
     assert "acme/big" in message and "limit" in message and "MiB" in message
@@ -104,8 +117,12 @@ def test_pinned_model_loads_at_start_and_settings_survive_a_restart(tmp_path, mo
     proc = ServerProcess(args, home)
     try:
         assert httpx.get(proc.url + "/v1/models/status").json()["data"][0]["loaded"] is False
-        assert httpx.patch(proc.url + "/v1/models/tiny/settings",
-                           json={"pinned": True, "alias": "mine"}).status_code == 200
+        assert (
+            httpx.patch(
+                proc.url + "/v1/models/tiny/settings", json={"pinned": True, "alias": "mine"}
+            ).status_code
+            == 200
+        )
     finally:
         proc.stop()
     proc = ServerProcess(args, home)

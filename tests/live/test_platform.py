@@ -64,7 +64,11 @@ def run_python(code, env_overrides, *args):
     env = clean_env()
     env.update(env_overrides)
     proc = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -121,8 +125,12 @@ def test_omlx_blas_path_that_does_not_load_is_an_error():
     env = clean_env()
     env["OMLX_BLAS_PATH"] = "/nonexistent/libopenblas.so.0"
     proc = subprocess.run(
-        [sys.executable, "-c", "import inference"], cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "-c", "import inference"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "OMLX_BLAS_PATH" in proc.stderr
@@ -132,8 +140,12 @@ def test_bad_omlx_blas_value_is_rejected():
     env = clean_env()
     env["OMLX_BLAS"] = "fast"
     proc = subprocess.run(
-        [sys.executable, "-c", "import inference"], cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "-c", "import inference"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "allowed values are auto, reference, off" in proc.stderr
@@ -147,7 +159,11 @@ def test_preload_after_mlx_is_a_warned_no_op():
     )
     env = clean_env()
     proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

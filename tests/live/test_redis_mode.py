@@ -1,6 +1,7 @@
 """Redis mode end to end: a real redis-server, `omlx serve --redis-url` with no worker threads of its
 own, and the inference in another process (`omlx worker`, then `manage.py run_huey`), driven by the
 official OpenAI SDK with strict response validation."""
+
 import json
 import os
 import shutil
@@ -18,8 +19,10 @@ import pytest
 from tests.support.server import ServerProcess
 
 REDIS = shutil.which("redis-server")
-pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed "
-                                "(scripts/install_system_deps.sh installs Debian's redis-server)")
+pytestmark = pytest.mark.skipif(
+    REDIS is None,
+    reason="redis-server is not installed (scripts/install_system_deps.sh installs Debian's redis-server)",
+)
 
 CHAT = [{"role": "user", "content": "Tell me about caching."}]
 HEARTBEAT = "3"  # seconds: a killed worker is noticed within two of these
@@ -35,8 +38,9 @@ class Process:
     """A subprocess whose output lines are collected (``output``) as they come."""
 
     def __init__(self, argv, env, ready_text, timeout=120):
-        self.process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
+        self.process = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.output = []
         threading.Thread(target=self._read, daemon=True).start()
         if not self.wait_for_output(ready_text, timeout):
@@ -73,8 +77,23 @@ class Process:
 def redis_url(tmp_path_factory):
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
-    server = Process([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                      "--dir", str(workdir)], dict(os.environ), "Ready to accept connections")
+    server = Process(
+        [
+            REDIS,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        dict(os.environ),
+        "Ready to accept connections",
+    )
     yield f"redis://127.0.0.1:{port}/0"
     server.stop()
 
@@ -84,17 +103,32 @@ def setup(tmp_path_factory, model_dir, redis_url):
     models = tmp_path_factory.mktemp("redis-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     home = tmp_path_factory.mktemp("redis-home")
-    env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), OMLX_LOG_LEVEL="INFO",
-               PYTHONUNBUFFERED="1", OMLX_REDIS_URL=redis_url, OMLX_MODEL_DIR=str(models),
-               OMLX_WORKER_HEARTBEAT_SECONDS=HEARTBEAT)
+    env = dict(
+        os.environ,
+        OMLX_HOME=str(home),
+        OMLX_DATABASE=str(home / "omlx.sqlite3"),
+        OMLX_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+        OMLX_REDIS_URL=redis_url,
+        OMLX_MODEL_DIR=str(models),
+        OMLX_WORKER_HEARTBEAT_SECONDS=HEARTBEAT,
+    )
     for name in ("OMLX_API_KEY", "OMLX_HUEY_WORKERS", "OMLX_API_HANDOFF"):
         env.pop(name, None)
     return {"models": models, "home": home, "env": env, "redis_url": redis_url}
 
 
 def start_worker(setup):
-    argv = [sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", setup["redis_url"],
-            "--model-dir", str(setup["models"])]
+    argv = [
+        sys.executable,
+        "-m",
+        "omlx_site.cli",
+        "worker",
+        "--redis-url",
+        setup["redis_url"],
+        "--model-dir",
+        str(setup["models"]),
+    ]
     return Process(argv, setup["env"], "taking requests from")
 
 
@@ -106,8 +140,9 @@ def server(setup):
     saved = {name: os.environ.get(name) for name in extra}
     os.environ.update(extra)
     try:
-        server = ServerProcess(["--redis-url", setup["redis_url"], "--model-dir", str(setup["models"])],
-                               setup["home"])
+        server = ServerProcess(
+            ["--redis-url", setup["redis_url"], "--model-dir", str(setup["models"])], setup["home"]
+        )
     finally:
         for name, value in saved.items():
             if value is None:
@@ -132,8 +167,13 @@ def worker(setup, server):
 
 @pytest.fixture(scope="module")
 def client(server, worker):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120,
-                       _strict_response_validation=True) as c:
+    with openai.OpenAI(
+        base_url=server.url + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
         yield c
 
 
@@ -147,8 +187,16 @@ def test_stream_and_non_stream_agree_across_processes(client, worker, server):
     assert choice.message.content and choice.finish_reason == "length"
     assert reply.usage.completion_tokens == 12
 
-    chunks = list(client.chat.completions.create(model="tiny", messages=CHAT, temperature=0, max_tokens=12,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=CHAT,
+            temperature=0,
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == choice.message.content
@@ -168,12 +216,16 @@ def test_metrics_of_the_server_in_redis_mode(client, server):
 
     def scrape():
         text = httpx.get(server.url + "/metrics", timeout=60).text
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for f in text_string_to_metric_families(text) for s in f.samples}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
 
     before = scrape()
-    reply = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=5,
-                                           extra_body={"ignore_eos": True})
+    reply = client.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=5, extra_body={"ignore_eos": True}
+    )
     after = scrape()
     key = ("omlx_generation_tokens_total", (("model", "tiny"),))
     assert after[key] - before.get(key, 0) == reply.usage.completion_tokens == 5
@@ -188,14 +240,17 @@ def test_concurrent_streams_keep_their_order(client):
     from concurrent.futures import ThreadPoolExecutor
 
     prompts = [f"Request number {i} says" for i in range(4)]
-    alone = [client.completions.create(model="tiny", prompt=p, temperature=0, max_tokens=16).choices[0].text
-             for p in prompts]
+    alone = [
+        client.completions.create(model="tiny", prompt=p, temperature=0, max_tokens=16).choices[0].text
+        for p in prompts
+    ]
 
     def stream(prompt):
         lenient = client.with_options()
         lenient._strict_response_validation = False  # as in test_api_live.test_completions
-        chunks = lenient.completions.create(model="tiny", prompt=prompt, temperature=0, max_tokens=16,
-                                            stream=True)
+        chunks = lenient.completions.create(
+            model="tiny", prompt=prompt, temperature=0, max_tokens=16, stream=True
+        )
         return "".join(c.choices[0].text for c in chunks)
 
     with ThreadPoolExecutor(len(prompts)) as pool:
@@ -203,8 +258,13 @@ def test_concurrent_streams_keep_their_order(client):
 
 
 def test_client_disconnect_aborts_in_the_worker(server, worker):
-    body = {"model": "tiny", "prompt": "Go on forever", "max_tokens": 100000, "ignore_eos": True,
-            "stream": True}
+    body = {
+        "model": "tiny",
+        "prompt": "Go on forever",
+        "max_tokens": 100000,
+        "ignore_eos": True,
+        "stream": True,
+    }
     with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
@@ -218,9 +278,13 @@ def test_server_and_worker_write_their_own_log_files(setup, server, worker, clie
     """Each process its own JSON-lines file (a rotating file must have one writer)."""
     reply = client.completions.create(model="tiny", prompt="log me", max_tokens=3)
     logs = setup["home"] / "logs"
-    worker_lines = [json.loads(line) for line in (logs / f"worker-{worker.process.pid}.log").read_text().splitlines()]
-    assert any(e.get("request_id") == reply.id and e.get("model") == "tiny" and e.get("completion_tokens") == 3
-               for e in worker_lines)
+    worker_lines = [
+        json.loads(line) for line in (logs / f"worker-{worker.process.pid}.log").read_text().splitlines()
+    ]
+    assert any(
+        e.get("request_id") == reply.id and e.get("model") == "tiny" and e.get("completion_tokens") == 3
+        for e in worker_lines
+    )
     server_lines = [json.loads(line) for line in (logs / "server.log").read_text().splitlines()]
     assert any("queue and channel layer in Redis" in e["message"] for e in server_lines)
     assert not any(e.get("request_id") == reply.id for e in server_lines)
@@ -230,12 +294,17 @@ def test_manage_py_run_huey_is_a_worker_too(setup, server, worker, client):
     """`manage.py run_huey` with OMLX_REDIS_URL serves requests the same way (the `omlx worker`
     is stopped first, so the other process must be the one that answers)."""
     assert worker.stop() == 0
-    runner = Process([sys.executable, "manage.py", "run_huey"], setup["env"], "Huey consumer started", timeout=120)
+    runner = Process(
+        [sys.executable, "manage.py", "run_huey"], setup["env"], "Huey consumer started", timeout=120
+    )
     try:
         deadline = time.monotonic() + 60
         while True:  # the stopped worker's key is gone; the new one announces itself on start
-            response = httpx.post(server.url + "/v1/completions", timeout=120,
-                                  json={"model": "tiny", "prompt": "hi", "max_tokens": 3, "temperature": 0})
+            response = httpx.post(
+                server.url + "/v1/completions",
+                timeout=120,
+                json={"model": "tiny", "prompt": "hi", "max_tokens": 3, "temperature": 0},
+            )
             if response.status_code != 503 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
@@ -263,7 +332,9 @@ def test_a_killed_worker_ends_its_streams_with_an_error(setup, server, worker):
     assert "stopped" in last["error"]["message"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        response = httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, timeout=60)
+        response = httpx.post(
+            server.url + "/v1/completions", json={"model": "tiny", "prompt": "hi"}, timeout=60
+        )
         if response.status_code == 503:
             break
         time.sleep(0.5)

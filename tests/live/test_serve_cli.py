@@ -1,4 +1,5 @@
 """`omlx serve` refusing to start: bad flags, a port already in use."""
+
 import os
 import socket
 import subprocess
@@ -7,8 +8,13 @@ import sys
 
 def run_serve(tmp_path, *args):
     env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
-    return subprocess.run([sys.executable, "-m", "omlx_site.cli", "serve", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "serve", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bad_flags(tmp_path):
@@ -18,12 +24,20 @@ def test_bad_flags(tmp_path):
     out = run_serve(tmp_path, "--port", "70000")
     assert out.returncode == 2
     assert "--port" in out.stderr
-    for flag, value in [("--hot-cache-max-size", "lots"), ("--paged-ssd-cache-max-size", "-5GB"),
-                        ("--paged-ssd-cache-ttl", "0"), ("--workers", "-1"), ("--workers", "0"),
-                        ("--max-request-size", "10"), ("--max-request-size", "huge"),
-                        ("--max-queued-requests", "-1"), ("--redis-url", "http://localhost"),
-                        ("--max-model-memory", "lots"), ("--max-model-memory", "auto"),
-                        ("--max-process-memory", "0")]:
+    for flag, value in [
+        ("--hot-cache-max-size", "lots"),
+        ("--paged-ssd-cache-max-size", "-5GB"),
+        ("--paged-ssd-cache-ttl", "0"),
+        ("--workers", "-1"),
+        ("--workers", "0"),
+        ("--max-request-size", "10"),
+        ("--max-request-size", "huge"),
+        ("--max-queued-requests", "-1"),
+        ("--redis-url", "http://localhost"),
+        ("--max-model-memory", "lots"),
+        ("--max-model-memory", "auto"),
+        ("--max-process-memory", "0"),
+    ]:
         out = run_serve(tmp_path, flag, value)
         assert out.returncode == 2, (flag, out.stderr)
         assert flag in out.stderr
@@ -42,8 +56,13 @@ def test_port_in_use(tmp_path):
 def test_worker_needs_redis(tmp_path):
     env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
     env.pop("OMLX_REDIS_URL", None)
-    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "worker"], env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "--redis-url" in out.stderr
 
@@ -52,7 +71,12 @@ def test_version_is_the_package_metadata(tmp_path):
     from importlib.metadata import version
 
     env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
-    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "--version"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (out.returncode, out.stdout, out.stderr) == (0, f"omlx {version('omlx')}\n", "")
     assert not (tmp_path / "home").exists()  # nothing set up, nothing written

@@ -2,6 +2,7 @@
 hybrid (Gated DeltaNet) folder, as `mlx_lm.convert -q` writes it, and a sliding-window MoE folder
 (gpt_oss) are discovered, served, and their repeated prompts come from the block cache, also after a
 restart (SSD tier)."""
+
 import shutil
 
 import openai
@@ -10,8 +11,10 @@ import pytest
 from inference.testkit.quantize import quantize_model
 from tests.support.server import ServerProcess
 
-SYSTEM = ("You are a careful assistant for a coding agent. Read the request, think about the files it "
-          "names, and answer with the smallest change that solves it. ") * 3
+SYSTEM = (
+    "You are a careful assistant for a coding agent. Read the request, think about the files it "
+    "names, and answer with the smallest change that solves it. "
+) * 3
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +27,11 @@ def models(tmp_path_factory, model_dir):
 
 def _chat(client, model, user):
     return client.chat.completions.create(
-        model=model, max_tokens=6, temperature=0,
-        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}])
+        model=model,
+        max_tokens=6,
+        temperature=0,
+        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+    )
 
 
 @pytest.mark.parametrize("model", ["qwen3_5-4bit", "gpt-oss-tiny"])

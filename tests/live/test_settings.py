@@ -1,5 +1,6 @@
 """Settings (omlx_site/config.py): precedence flag > environment > settings.json > default, flags
 saved by `omlx serve` and in force after a restart, a corrupt or wrong settings file never fatal."""
+
 import json
 import os
 import shutil
@@ -30,7 +31,9 @@ def write(home, data):
 def test_each_level_wins_over_the_next(tmp_path):
     values, warnings = load(tmp_path)
     assert (values["max_queued_requests"], values["max_request_size"], warnings) == (256, 32 * 2**20, [])
-    assert values["model_dir"] == [tmp_path / "models"] and values["paged_ssd_cache_dir"] == tmp_path / "cache"
+    assert (
+        values["model_dir"] == [tmp_path / "models"] and values["paged_ssd_cache_dir"] == tmp_path / "cache"
+    )
 
     write(tmp_path, {"max_queued_requests": 7, "max_request_size": "64KiB", "paged_ssd_cache_dir": "off"})
     values, _ = load(tmp_path)
@@ -47,16 +50,38 @@ def test_each_level_wins_over_the_next(tmp_path):
 
 
 def test_wrong_values_in_the_file_are_ignored_one_by_one(tmp_path):
-    write(tmp_path, {"max_queued_requests": "lots", "max_concurrent_requests": 0, "port": True,
-                     "sse_keepalive_seconds": [1], "hot_cache_max_size": "1MB", "api_handoff": "fast",
-                     "model_dir": 5, "a_future_setting": 1})
+    write(
+        tmp_path,
+        {
+            "max_queued_requests": "lots",
+            "max_concurrent_requests": 0,
+            "port": True,
+            "sse_keepalive_seconds": [1],
+            "hot_cache_max_size": "1MB",
+            "api_handoff": "fast",
+            "model_dir": 5,
+            "a_future_setting": 1,
+        },
+    )
     values, warnings = load(tmp_path)
     assert values["hot_cache_max_size"] == "1MB"  # the good key is used
-    assert (values["max_queued_requests"], values["max_concurrent_requests"], values["port"],
-            values["sse_keepalive_seconds"], values["api_handoff"]) == (256, 16, 8000, 10.0, "huey")
+    assert (
+        values["max_queued_requests"],
+        values["max_concurrent_requests"],
+        values["port"],
+        values["sse_keepalive_seconds"],
+        values["api_handoff"],
+    ) == (256, 16, 8000, 10.0, "huey")
     assert values["model_dir"] == [tmp_path / "models"]
-    for key in ("max_queued_requests", "max_concurrent_requests", "port", "sse_keepalive_seconds",
-                "api_handoff", "model_dir", "a_future_setting"):
+    for key in (
+        "max_queued_requests",
+        "max_concurrent_requests",
+        "port",
+        "sse_keepalive_seconds",
+        "api_handoff",
+        "model_dir",
+        "a_future_setting",
+    ):
         assert any(key in w for w in warnings), (key, warnings)
     assert "hot_cache_max_size" not in " ".join(warnings)
     config.save({"max_queued_requests": 3}, tmp_path)
@@ -79,8 +104,9 @@ def test_a_bad_environment_variable_names_itself(tmp_path):
     with pytest.raises(ValueError, match="OMLX_MAX_QUEUED_REQUESTS='lots'"):
         load(tmp_path, environ={"OMLX_MAX_QUEUED_REQUESTS": "lots"})
     env = dict(os.environ, OMLX_HOME=str(tmp_path), OMLX_MAX_REQUEST_BYTES="10")
-    out = subprocess.run([sys.executable, "-m", "omlx_site.cli", "serve"], env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "serve"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 2 and "OMLX_MAX_REQUEST_BYTES" in out.stderr
 
 
@@ -88,8 +114,11 @@ def test_saved_file_keeps_other_keys_and_is_private(tmp_path):
     config.save({"api_key": "k1", "model_dir": [tmp_path / "a", tmp_path / "b"]}, tmp_path)
     config.save({"port": 0}, tmp_path)
     path = tmp_path / "settings.json"
-    assert json.loads(path.read_text()) == {"api_key": "k1", "port": 0,
-                                            "model_dir": [str(tmp_path / "a"), str(tmp_path / "b")]}
+    assert json.loads(path.read_text()) == {
+        "api_key": "k1",
+        "port": 0,
+        "model_dir": [str(tmp_path / "a"), str(tmp_path / "b")],
+    }
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     values, _ = load(tmp_path)
     assert values["model_dir"] == [tmp_path / "a", tmp_path / "b"] and values["api_key"] == "k1"
@@ -100,7 +129,9 @@ def test_flags_are_saved_and_stay_in_force_after_a_restart(tmp_path, model_dir):
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     big = json.dumps({"model": "tiny", "prompt": "a" * 70000})
     small = {"model": "tiny", "prompt": "hello", "max_tokens": 2}
-    proc = ServerProcess(["--model-dir", str(models), "--api-key", "sekrit", "--max-request-size", "64KiB"], home)
+    proc = ServerProcess(
+        ["--model-dir", str(models), "--api-key", "sekrit", "--max-request-size", "64KiB"], home
+    )
     proc.stop()
     stored = json.loads((home / "settings.json").read_text())
     assert stored["api_key"] == "sekrit" and stored["max_request_size"] == 65536
@@ -108,14 +139,20 @@ def test_flags_are_saved_and_stay_in_force_after_a_restart(tmp_path, model_dir):
 
     proc = ServerProcess([], home)  # no flags: the saved ones apply
     try:
-        assert any("settings.json: " in line and "max_request_size=65536" in line and "api_key=***" in line
-                   for line in proc.output), proc.output
+        assert any(
+            "settings.json: " in line and "max_request_size=65536" in line and "api_key=***" in line
+            for line in proc.output
+        ), proc.output
         assert not any("sekrit" in line for line in proc.output)  # the key is never printed
         auth = {"authorization": "Bearer sekrit"}
         assert httpx.get(proc.url + "/v1/models").status_code == 401
         assert [m["id"] for m in httpx.get(proc.url + "/v1/models", headers=auth).json()["data"]] == ["tiny"]
-        response = httpx.post(proc.url + COMPLETIONS, content=big, timeout=60,
-                              headers={**auth, "content-type": "application/json"})
+        response = httpx.post(
+            proc.url + COMPLETIONS,
+            content=big,
+            timeout=60,
+            headers={**auth, "content-type": "application/json"},
+        )
         assert response.status_code == 413
         assert httpx.post(proc.url + COMPLETIONS, json=small, headers=auth, timeout=60).status_code == 200
     finally:
@@ -123,9 +160,15 @@ def test_flags_are_saved_and_stay_in_force_after_a_restart(tmp_path, model_dir):
 
     proc = ServerProcess(["--api-key", "other", "--max-request-size", "1MiB"], home)  # a flag wins
     try:
-        assert httpx.get(proc.url + "/v1/models", headers={"authorization": "Bearer other"}).status_code == 200
-        response = httpx.post(proc.url + COMPLETIONS, content=big, timeout=60,
-                              headers={"authorization": "Bearer other", "content-type": "application/json"})
+        assert (
+            httpx.get(proc.url + "/v1/models", headers={"authorization": "Bearer other"}).status_code == 200
+        )
+        response = httpx.post(
+            proc.url + COMPLETIONS,
+            content=big,
+            timeout=60,
+            headers={"authorization": "Bearer other", "content-type": "application/json"},
+        )
         assert response.status_code != 413  # (too long a prompt for the model: a 400)
     finally:
         proc.stop()
@@ -171,7 +214,10 @@ def test_a_flag_given_empty_removes_the_saved_value(tmp_path):
     finally:
         proc.stop()
     assert json.loads((home / "settings.json").read_text()) == {
-        "max_queued_requests": 5, "port": 0, "model_dir": [str((tmp_path / "none").resolve())]}
+        "max_queued_requests": 5,
+        "port": 0,
+        "model_dir": [str((tmp_path / "none").resolve())],
+    }
 
 
 def test_booleans(tmp_path):

@@ -1,5 +1,6 @@
 """`omlx serve` on SIGTERM: running streams finish (or end with an error event after the grace
 period), the process exits 0, the KV blocks on disk are all valid, and the JSON log says so."""
+
 import json
 import os
 import shutil
@@ -51,14 +52,19 @@ def _check_cold_tier(home, models):
     assert blocks, "the stream's prompt left no block on disk"
     again = ServerProcess(["--model-dir", str(models)], home)
     try:
-        reply = httpx.post(again.url + "/v1/completions", json={"model": "tiny", "prompt": "Go on forever",
-                                                                 "max_tokens": 2}, timeout=120)
+        reply = httpx.post(
+            again.url + "/v1/completions",
+            json={"model": "tiny", "prompt": "Go on forever", "max_tokens": 2},
+            timeout=120,
+        )
         assert reply.status_code == 200
         assert reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
         assert again.wait_for_output("removed 0 bad files")
     finally:
         assert again.stop() == 0
-    assert not any("removed bad block file" in line or "removing bad block file" in line for line in again.output)
+    assert not any(
+        "removed bad block file" in line or "removing bad block file" in line for line in again.output
+    )
 
 
 def test_sigterm_lets_a_running_stream_finish(tmp_path, models, monkeypatch):
@@ -73,7 +79,9 @@ def test_sigterm_lets_a_running_stream_finish(tmp_path, models, monkeypatch):
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
     assert sum(len(json.loads(e)["choices"][0]["text"]) > 0 for e in events[:-1]) > 5
-    waiting = [line for line in _log_lines(home) if line["message"].startswith("SIGTERM: not taking new requests")]
+    waiting = [
+        line for line in _log_lines(home) if line["message"].startswith("SIGTERM: not taking new requests")
+    ]
     assert waiting and waiting[0]["message"].endswith("for 1 running")  # the stream was still running
     assert waiting[0]["event"] == "shutdown" and waiting[0]["level"] == "INFO"
     assert not any(line["message"].startswith("aborting") for line in _log_lines(home))
@@ -106,10 +114,15 @@ def test_the_log_file_is_json_lines_and_rotates(tmp_path, models, monkeypatch):
     server = ServerProcess(["--model-dir", str(models)], home)
     try:
         for i in range(8):
-            reply = httpx.post(server.url + "/v1/completions",
-                               json={"model": "tiny", "prompt": f"number {i}", "max_tokens": 2}, timeout=120)
+            reply = httpx.post(
+                server.url + "/v1/completions",
+                json={"model": "tiny", "prompt": f"number {i}", "max_tokens": 2},
+                timeout=120,
+            )
             assert reply.status_code == 200
-        missing = httpx.post(server.url + "/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=60)
+        missing = httpx.post(
+            server.url + "/v1/completions", json={"model": "nope", "prompt": "x"}, timeout=60
+        )
         assert missing.status_code == 404
     finally:
         assert server.stop() == 0
@@ -125,6 +138,8 @@ def test_the_log_file_is_json_lines_and_rotates(tmp_path, models, monkeypatch):
             entries.append(entry)
     finished = [e for e in entries if e["message"].endswith("finished: length")]
     assert finished, "the newest requests are in the kept files"
-    assert all(e["model"] == "tiny" and e["completion_tokens"] == 2 and e["request_id"].startswith("cmpl-")
-               for e in finished)
+    assert all(
+        e["model"] == "tiny" and e["completion_tokens"] == 2 and e["request_id"].startswith("cmpl-")
+        for e in finished
+    )
     assert entries[-1]["message"] == "omlx stopped" or any(e["message"] == "unloaded tiny" for e in entries)

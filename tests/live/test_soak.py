@@ -49,6 +49,7 @@ The default run is small (SOAK_CLIENTS clients for SOAK_SECONDS); the `slow` one
 10 minutes (OMLX_SOAK_CLIENTS / OMLX_SOAK_SECONDS change it). Figures are printed, and written to
 $OMLX_SOAK_REPORT when set.
 """
+
 import json
 import os
 import random
@@ -90,8 +91,10 @@ def abort_on_socket(url: str, prompt: str, wait: float) -> None:
     """Send a long streamed request, wait a moment, then reset the connection (RST, no FIN)."""
     address = urlparse(url)
     body = json.dumps(chat_body(prompt, LONG_TOKENS, ignore_eos=True)).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {address.netloc}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {address.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
         sock.sendall(head + body)
         time.sleep(wait)
@@ -102,8 +105,9 @@ def give_up(client, url: str, prompt: str, patience: float) -> None:
     """A long non-streamed request whose client stops waiting after ``patience`` seconds."""
     body = dict(chat_body(prompt, LONG_TOKENS, ignore_eos=True), stream=False)
     try:
-        response = client.post(url + "/v1/chat/completions", json=body,
-                               timeout=httpx.Timeout(30, read=patience))
+        response = client.post(
+            url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(30, read=patience)
+        )
     except httpx.ReadTimeout:
         return
     assert response.status_code == 200, response.text[:300]
@@ -157,8 +161,15 @@ def idle_memory(url: str, pid: int) -> dict:
         samples.append((rss_bytes(pid), hot_tier_bytes(url), *mlx_memory(url)))
         time.sleep(0.5)
     rss, hot, active, cache = (statistics.median(column) for column in zip(*samples))
-    return {"idle_after_s": took, "busy": busy, "held": held, "rss": rss, "hot": hot,
-            "mlx_active": active, "mlx_cache": cache}
+    return {
+        "idle_after_s": took,
+        "busy": busy,
+        "held": held,
+        "rss": rss,
+        "hot": hot,
+        "mlx_active": active,
+        "mlx_cache": cache,
+    }
 
 
 def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> dict:
@@ -254,29 +265,50 @@ def run_soak(server: ServerProcess, clients: int, seconds: float, seed: int) -> 
     not_aborted = [i for i in left if f"{i}-0 ended: abort" not in log]
 
     def mib(n):
-        return round(n / 2 ** 20, 1)
+        return round(n / 2**20, 1)
 
     def tenths(column):  # one column of the samples at each tenth of the run, MiB
-        return [round(rss[min(len(rss) - 1, i * len(rss) // 10)][column] / 2 ** 20) for i in range(11)] if rss else []
+        return (
+            [round(rss[min(len(rss) - 1, i * len(rss) // 10)][column] / 2**20) for i in range(11)]
+            if rss
+            else []
+        )
 
     hot_growth = end["hot"] - warm["hot"]
     return {
-        "clients": clients, "seconds": round(elapsed, 1), "seed": seed, **counts,
-        "errors": len(errors), "first_errors": errors[:5], "server_errors": tracebacks[:5],
-        "left_not_aborted": len(not_aborted), "first_not_aborted": not_aborted[:3],
-        "idle_after_s": end["idle_after_s"], "still_held": end["busy"], "held_at_end": end["held"],
-        "warm_up_s": warm_up, "warm_idle_after_s": warm["idle_after_s"], "warm_still_held": warm["busy"],
+        "clients": clients,
+        "seconds": round(elapsed, 1),
+        "seed": seed,
+        **counts,
+        "errors": len(errors),
+        "first_errors": errors[:5],
+        "server_errors": tracebacks[:5],
+        "left_not_aborted": len(not_aborted),
+        "first_not_aborted": not_aborted[:3],
+        "idle_after_s": end["idle_after_s"],
+        "still_held": end["busy"],
+        "held_at_end": end["held"],
+        "warm_up_s": warm_up,
+        "warm_idle_after_s": warm["idle_after_s"],
+        "warm_still_held": warm["busy"],
         # Idle RSS after the warm-up and at the end (the server's memory given back both times):
-        "rss_warm_mib": mib(warm["rss"]), "rss_end_mib": mib(end["rss"]),
-        "rss_growth_mib": mib(end["rss"] - warm["rss"]), "hot_tier_growth_mib": mib(hot_growth),
+        "rss_warm_mib": mib(warm["rss"]),
+        "rss_end_mib": mib(end["rss"]),
+        "rss_growth_mib": mib(end["rss"] - warm["rss"]),
+        "hot_tier_growth_mib": mib(hot_growth),
         "rss_growth_beyond_hot_mib": mib(end["rss"] - warm["rss"] - hot_growth),
         # MLX's live arrays beyond the hot tier's, idle: the weights, the same at both ends.
-        "mlx_active_beyond_hot_growth_mib": mib(end["mlx_active"] - end["hot"] - warm["mlx_active"] + warm["hot"]),
-        "rss_samples": len(rss), "rss_max_mib": mib(max(sample[1] for sample in rss)) if rss else None,
+        "mlx_active_beyond_hot_growth_mib": mib(
+            end["mlx_active"] - end["hot"] - warm["mlx_active"] + warm["hot"]
+        ),
+        "rss_samples": len(rss),
+        "rss_max_mib": mib(max(sample[1] for sample in rss)) if rss else None,
         "hot_tier_mib": mib(end["hot"]),
         # Under load, every 2 s (sampled at each tenth of the run): RSS, MLX's arrays alive and its
         # buffer cache (freed arrays kept to reuse); the pause after the warm-up shows as a dip.
-        "rss_curve_mib": tenths(1), "mlx_active_curve_mib": tenths(3), "mlx_cache_curve_mib": tenths(4),
+        "rss_curve_mib": tenths(1),
+        "mlx_active_curve_mib": tenths(3),
+        "mlx_cache_curve_mib": tenths(4),
     }
 
 
@@ -288,17 +320,21 @@ def check(report: dict) -> None:
     assert report["errors"] == 0, report["first_errors"]
     assert not report["server_errors"], report["server_errors"]
     assert report["left_not_aborted"] == 0, report["first_not_aborted"]
-    assert not report["warm_still_held"], f"not freed {IDLE_WAIT} s into the pause: {report['warm_still_held']}"
+    assert not report["warm_still_held"], (
+        f"not freed {IDLE_WAIT} s into the pause: {report['warm_still_held']}"
+    )
     assert not report["still_held"], f"not freed {IDLE_WAIT} s after the last client: {report['still_held']}"
     for action, _ in ACTIONS:  # every kind of client ran
         assert report[action] >= 1, (action, report)
     assert report["rss_samples"] >= 5
-    assert report["mlx_active_beyond_hot_growth_mib"] <= MLX_GROWTH_LIMIT / 2 ** 20, (
+    assert report["mlx_active_beyond_hot_growth_mib"] <= MLX_GROWTH_LIMIT / 2**20, (
         f"MLX's live arrays, idle, grew {report['mlx_active_beyond_hot_growth_mib']} MiB beyond the "
-        "hot tier's bytes from the end of the warm-up to the end")
-    assert report["rss_growth_beyond_hot_mib"] <= RSS_GROWTH_LIMIT / 2 ** 20, (
+        "hot tier's bytes from the end of the warm-up to the end"
+    )
+    assert report["rss_growth_beyond_hot_mib"] <= RSS_GROWTH_LIMIT / 2**20, (
         f"idle RSS grew {report['rss_growth_mib']} MiB from the end of the warm-up to the end, "
-        f"the hot tier {report['hot_tier_growth_mib']} MiB of it")
+        f"the hot tier {report['hot_tier_growth_mib']} MiB of it"
+    )
 
 
 @pytest.fixture
@@ -306,8 +342,11 @@ def soak_server(tmp_path_factory, model_dir):
     def start(clients):
         models = tmp_path_factory.mktemp("soak-models")
         shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-        return ServerProcess(["--model-dir", str(models), "--max-concurrent-requests", str(2 * clients)],
-                             tmp_path_factory.mktemp("soak-home"))
+        return ServerProcess(
+            ["--model-dir", str(models), "--max-concurrent-requests", str(2 * clients)],
+            tmp_path_factory.mktemp("soak-home"),
+        )
+
     servers = []
     yield lambda clients: servers.append(start(clients)) or servers[-1]
     for server in servers:

@@ -1,6 +1,7 @@
 """An upstream oMLX ~/.omlx/settings.json (nested sections) is converted on the first start: what
 has an equivalent in omlx's table is carried over, the rest is named in a warning, the original is
 kept beside it. Checked with a real `omlx serve` and in-process."""
+
 import json
 import stat
 
@@ -14,21 +15,34 @@ def upstream_file(models, key="sk-upstream"):
     """A settings.json as upstream oMLX writes it (its sections and keys, values of a user's)."""
     return {
         "version": "1.0",
-        "server": {"host": "127.0.0.1", "port": 8123, "log_level": "info", "cors_origins": ["*"],
-                   "server_aliases": []},
+        "server": {
+            "host": "127.0.0.1",
+            "port": 8123,
+            "log_level": "info",
+            "cors_origins": ["*"],
+            "server_aliases": [],
+        },
         "model": {"model_dirs": [str(models)], "model_dir": str(models), "model_fallback": False},
-        "memory": {"prefill_memory_guard": True, "memory_guard_tier": "balanced",
-                   "soft_threshold": 0.85},
-        "scheduler": {"max_concurrent_requests": 3, "embedding_batch_size": 32,
-                      "chunked_prefill": False},
-        "cache": {"enabled": True, "hot_cache_only": False, "ssd_cache_dir": None,
-                  "ssd_cache_max_size": "auto", "hot_cache_max_size": "2GB",
-                  "initial_cache_blocks": 256},
-        "auth": {"api_key": key, "secret_key": "s3cret", "skip_api_key_verification": False,
-                 "sub_keys": []},
+        "memory": {"prefill_memory_guard": True, "memory_guard_tier": "balanced", "soft_threshold": 0.85},
+        "scheduler": {"max_concurrent_requests": 3, "embedding_batch_size": 32, "chunked_prefill": False},
+        "cache": {
+            "enabled": True,
+            "hot_cache_only": False,
+            "ssd_cache_dir": None,
+            "ssd_cache_max_size": "auto",
+            "hot_cache_max_size": "2GB",
+            "initial_cache_blocks": 256,
+        },
+        "auth": {"api_key": key, "secret_key": "s3cret", "skip_api_key_verification": False, "sub_keys": []},
         "huggingface": {"endpoint": "https://hf-mirror.example", "hf_cache_enabled": True},
-        "sampling": {"max_context_window": 32768, "max_tokens": 32768, "temperature": 1.0,
-                     "top_p": 0.95, "top_k": 0, "repetition_penalty": 1.0},
+        "sampling": {
+            "max_context_window": 32768,
+            "max_tokens": 32768,
+            "temperature": 1.0,
+            "top_p": 0.95,
+            "top_k": 0,
+            "repetition_penalty": 1.0,
+        },
         "logging": {"log_dir": None, "retention_days": 7},
         "ui": {"language": "en", "dashboard_layout": None},
     }
@@ -39,20 +53,40 @@ def test_convert_maps_what_has_an_equivalent(tmp_path):
     assert upstream_settings.is_upstream(data)
     assert not upstream_settings.is_upstream({"port": 8123, "model_dir": ["/x"]})  # omlx's own
     values, carried, left = upstream_settings.convert(data, config.BY_KEY)
-    assert values == {"host": "127.0.0.1", "port": 8123, "model_dir": [str(tmp_path / "m")],
-                      "max_concurrent_requests": 3, "hot_cache_max_size": "2GB", "api_key": "sk-upstream"}
+    assert values == {
+        "host": "127.0.0.1",
+        "port": 8123,
+        "model_dir": [str(tmp_path / "m")],
+        "max_concurrent_requests": 3,
+        "hot_cache_max_size": "2GB",
+        "api_key": "sk-upstream",
+    }
     assert "server.port -> port" in carried and "auth.api_key -> api_key" in carried
-    for name in ("memory.*", "sampling.*", "ui.language", "auth.secret_key", "huggingface.endpoint",
-                 "server.log_level", "scheduler.chunked_prefill", "cache.initial_cache_blocks"):
+    for name in (
+        "memory.*",
+        "sampling.*",
+        "ui.language",
+        "auth.secret_key",
+        "huggingface.endpoint",
+        "server.log_level",
+        "scheduler.chunked_prefill",
+        "cache.initial_cache_blocks",
+    ):
         assert name in left, (name, left)
-    assert not any("ssd_cache_max_size" in n or "hot_cache_max_size" in n for n in left)  # "auto": omlx's default
+    assert not any(
+        "ssd_cache_max_size" in n or "hot_cache_max_size" in n for n in left
+    )  # "auto": omlx's default
     # No SSD tier upstream, no Hugging Face cache, the older single model_dir, a value omlx refuses.
     data["cache"].update(enabled=False)
     data["huggingface"]["hf_cache_enabled"] = False
     data["model"] = {"model_dir": "/old/models", "model_dirs": []}
     data["scheduler"]["max_concurrent_requests"] = 0
     values, carried, left = upstream_settings.convert(data, config.BY_KEY)
-    assert (values["paged_ssd_cache_dir"], values["hf_cache"], values["model_dir"]) == ("off", "off", ["/old/models"])
+    assert (values["paged_ssd_cache_dir"], values["hf_cache"], values["model_dir"]) == (
+        "off",
+        "off",
+        ["/old/models"],
+    )
     assert "max_concurrent_requests" not in values
     assert any(n.startswith("scheduler.max_concurrent_requests (") for n in left)
 
@@ -91,7 +125,10 @@ def test_first_start_converts_upstream_settings(tmp_path, model_dir):
     # The next start reads omlx's own file: nothing converted again.
     again = ServerProcess([], home)
     try:
-        assert httpx.get(again.url + "/v1/models", headers={"Authorization": "Bearer sk-upstream"}).status_code == 200
+        assert (
+            httpx.get(again.url + "/v1/models", headers={"Authorization": "Bearer sk-upstream"}).status_code
+            == 200
+        )
     finally:
         assert again.stop() == 0
     assert "upstream oMLX" not in "".join(again.output)

@@ -11,6 +11,7 @@ anthropic SDKs.
 - Refusals are 400s: http(s) URLs while allow_remote_images is off, images to a text model, a
   broken data: URL.
 """
+
 import base64
 
 import anthropic
@@ -30,7 +31,7 @@ def vlm_dir(model_dir):
 
 @pytest.fixture(scope="module")
 def server(serve):
-    """"vlm" (LLaVA) and "tiny" (a text model), on the server test_vision_families.py shares."""
+    """ "vlm" (LLaVA) and "tiny" (a text model), on the server test_vision_families.py shares."""
     return serve(models=SERVED_MODELS)
 
 
@@ -66,17 +67,25 @@ def reference(vlm_dir):
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
         prompt = processor.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = processor(text=[prompt], images=[Image.open(path).convert("RGB")], return_tensors="np")
-        result = generate(model, vlm_processor, "", input_ids=mx.array(inputs["input_ids"]),
-                          pixel_values=mx.array(inputs["pixel_values"]), max_tokens=MAX_TOKENS,
-                          temperature=0.0, verbose=False)
+        result = generate(
+            model,
+            vlm_processor,
+            "",
+            input_ids=mx.array(inputs["input_ids"]),
+            pixel_values=mx.array(inputs["pixel_values"]),
+            max_tokens=MAX_TOKENS,
+            temperature=0.0,
+            verbose=False,
+        )
         return result.text
 
     return run
 
 
 def _chat(client, messages, model="vlm"):
-    return client.chat.completions.create(model=model, messages=messages, max_tokens=MAX_TOKENS,
-                                          temperature=0)
+    return client.chat.completions.create(
+        model=model, messages=messages, max_tokens=MAX_TOKENS, temperature=0
+    )
 
 
 def test_discovery_marks_the_vision_model(server):
@@ -97,17 +106,25 @@ def test_image_output_equals_mlx_vlm_generate(client, images, reference):
 
 
 def test_streamed_image_answer_equals_the_whole_one(client, images, reference):
-    stream = client.chat.completions.create(model="vlm", messages=image_message(str(images[0])),
-                                            max_tokens=MAX_TOKENS, temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model="vlm", messages=image_message(str(images[0])), max_tokens=MAX_TOKENS, temperature=0, stream=True
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == reference(images[0])
 
 
 def test_repeated_image_hits_and_changed_image_misses(client, images, vlm_dir):
     text = "Another question about the picture, with a longer text prefix before it?"
-    messages = lambda url: [{"role": "user", "content": [  # noqa: E731
-        {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}},
-        {"type": "text", "text": PROMPT}]}]
+    messages = lambda url: [
+        {
+            "role": "user",
+            "content": [  # noqa: E731
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": PROMPT},
+            ],
+        }
+    ]
     first = _chat(client, messages(data_url(images[0].read_bytes())))
     prompt_tokens = first.usage.prompt_tokens
     again = _chat(client, messages(data_url(images[0].read_bytes())))
@@ -134,24 +151,48 @@ def test_text_only_requests_keep_the_block_cache(client):
 
 
 def test_anthropic_base64_image_block(server, images, reference):
-    with anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300,
-                             _strict_response_validation=True) as c:
-        messages = [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(images[0].read_bytes()).decode()}},
-            {"type": "text", "text": PROMPT}]}]
-        message = c.messages.create(model="vlm", max_tokens=MAX_TOKENS, extra_body={"temperature": 0},
-                                    messages=messages)
+    with anthropic.Anthropic(
+        base_url=server.url, api_key="unused", max_retries=0, timeout=300, _strict_response_validation=True
+    ) as c:
+        messages = [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/png",
+                            "data": base64.b64encode(images[0].read_bytes()).decode(),
+                        },
+                    },
+                    {"type": "text", "text": PROMPT},
+                ],
+            }
+        ]
+        message = c.messages.create(
+            model="vlm", max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=messages
+        )
         count = c.messages.count_tokens(model="vlm", messages=messages)  # the processor's image tokens
     assert "".join(b.text for b in message.content if b.type == "text") == reference(images[0])
     assert count.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
 
 
 def test_responses_input_image(client, images, reference):
-    response = client.responses.create(model="vlm", max_output_tokens=MAX_TOKENS, temperature=0, input=[
-        {"role": "user", "content": [{"type": "input_image", "image_url": data_url(images[1].read_bytes()),
-                                      "detail": "auto"},
-                                     {"type": "input_text", "text": PROMPT}]}])
+    response = client.responses.create(
+        model="vlm",
+        max_output_tokens=MAX_TOKENS,
+        temperature=0,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": data_url(images[1].read_bytes()), "detail": "auto"},
+                    {"type": "input_text", "text": PROMPT},
+                ],
+            }
+        ],
+    )
     assert response.output_text == reference(images[1])
     items = client.responses.input_items.list(response.id).data
     assert [part.type for part in items[0].content] == ["input_image", "input_text"]
@@ -171,18 +212,30 @@ def test_images_to_a_text_model_are_refused(client, images):
 
 def test_images_outside_user_messages_are_refused(client, images):
     with pytest.raises(openai.BadRequestError) as info:
-        _chat(client, [{"role": "system", "content": [
-            {"type": "image_url", "image_url": {"url": data_url(images[0].read_bytes())}}]},
-            {"role": "user", "content": "hi"}])
+        _chat(
+            client,
+            [
+                {
+                    "role": "system",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": data_url(images[0].read_bytes())}}
+                    ],
+                },
+                {"role": "user", "content": "hi"},
+            ],
+        )
     assert "user messages only" in str(info.value)
 
 
-@pytest.mark.parametrize("url, message", [
-    ("data:image/png;base64,!!!notbase64", "not valid base64"),
-    ("data:image/png;base64," + base64.b64encode(b"not a picture").decode(), "not a readable picture"),
-    ("/nonexistent/picture.png", "cannot be read"),
-    ("ftp://example.com/x.png", "an image url is"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("data:image/png;base64,!!!notbase64", "not valid base64"),
+        ("data:image/png;base64," + base64.b64encode(b"not a picture").decode(), "not a readable picture"),
+        ("/nonexistent/picture.png", "cannot be read"),
+        ("ftp://example.com/x.png", "an image url is"),
+    ],
+)
 def test_bad_images_get_a_400(client, url, message):
     with pytest.raises(openai.BadRequestError) as info:
         _chat(client, image_message(url))

@@ -11,6 +11,7 @@ Qwen2.5-VL's code path; the engine tests, tests/reference/test_vision_engine.py,
   hits past the text before it, text-only requests hit as usual.
 - ``/v1/models`` says which models read images.
 """
+
 import base64
 import io
 
@@ -30,7 +31,9 @@ def _gradient_png() -> bytes:
     from PIL import Image
 
     ramp = np.linspace(0, 255, 60, dtype="uint8")
-    pixels = np.stack([np.tile(ramp, (60, 1)), np.tile(ramp[:, None], (1, 60)), np.full((60, 60), 30, "uint8")], -1)
+    pixels = np.stack(
+        [np.tile(ramp, (60, 1)), np.tile(ramp[:, None], (1, 60)), np.full((60, 60), 30, "uint8")], -1
+    )
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="PNG")
     return out.getvalue()
@@ -81,8 +84,12 @@ def reference(folders):
         model, processor = loaded[family]
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
         prompt = processor.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        tokens = [r.token for r in stream_generate(model, processor, prompt, image=[str(path)],
-                                                   max_tokens=MAX_TOKENS, temperature=0.0)][:MAX_TOKENS]
+        tokens = [
+            r.token
+            for r in stream_generate(
+                model, processor, prompt, image=[str(path)], max_tokens=MAX_TOKENS, temperature=0.0
+            )
+        ][:MAX_TOKENS]
         if tokens and tokens[-1] == processor.tokenizer.convert_tokens_to_ids("<|im_end|>"):
             tokens = tokens[:-1]
         return processor.tokenizer.decode(tokens)
@@ -91,7 +98,9 @@ def reference(folders):
 
 
 def _chat(client, messages, model):
-    return client.chat.completions.create(model=model, messages=messages, max_tokens=MAX_TOKENS, temperature=0)
+    return client.chat.completions.create(
+        model=model, messages=messages, max_tokens=MAX_TOKENS, temperature=0
+    )
 
 
 def test_the_model_list_says_which_models_read_images(server, client):
@@ -115,19 +124,43 @@ def test_image_output_equals_mlx_vlm_generate(client, images, reference, family)
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_responses_and_anthropic_images(server, client, images, reference, family):
-    response = client.responses.create(model=family, max_output_tokens=MAX_TOKENS, temperature=0, input=[
-        {"role": "user", "content": [{"type": "input_image", "image_url": data_url(images[1].read_bytes()),
-                                      "detail": "auto"},
-                                     {"type": "input_text", "text": PROMPT}]}])
+    response = client.responses.create(
+        model=family,
+        max_output_tokens=MAX_TOKENS,
+        temperature=0,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": data_url(images[1].read_bytes()), "detail": "auto"},
+                    {"type": "input_text", "text": PROMPT},
+                ],
+            }
+        ],
+    )
     assert response.output_text == reference(family, images[1])
-    with anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300,
-                             _strict_response_validation=True) as c:
-        messages = [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(images[0].read_bytes()).decode()}},
-            {"type": "text", "text": PROMPT}]}]
-        message = c.messages.create(model=family, max_tokens=MAX_TOKENS, extra_body={"temperature": 0},
-                                    messages=messages)
+    with anthropic.Anthropic(
+        base_url=server.url, api_key="unused", max_retries=0, timeout=300, _strict_response_validation=True
+    ) as c:
+        messages = [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/png",
+                            "data": base64.b64encode(images[0].read_bytes()).decode(),
+                        },
+                    },
+                    {"type": "text", "text": PROMPT},
+                ],
+            }
+        ]
+        message = c.messages.create(
+            model=family, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=messages
+        )
         count = c.messages.count_tokens(model=family, messages=messages)  # the processor's image tokens
     assert "".join(b.text for b in message.content if b.type == "text") == reference(family, images[0])
     assert count.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
@@ -136,9 +169,16 @@ def test_responses_and_anthropic_images(server, client, images, reference, famil
 @pytest.mark.parametrize("family", FAMILIES)
 def test_repeated_image_hits_and_changed_image_misses(client, images, folders, family):
     text = "Another question about the picture, with a longer text prefix before it?"
-    messages = lambda url: [{"role": "user", "content": [  # noqa: E731
-        {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}},
-        {"type": "text", "text": PROMPT}]}]
+    messages = lambda url: [
+        {
+            "role": "user",
+            "content": [  # noqa: E731
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": PROMPT},
+            ],
+        }
+    ]
     first = _chat(client, messages(data_url(images[0].read_bytes())), family)
     prompt_tokens = first.usage.prompt_tokens
     again = _chat(client, messages(data_url(images[0].read_bytes())), family)
@@ -157,7 +197,9 @@ def test_repeated_image_hits_and_changed_image_misses(client, images, folders, f
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_text_only_requests_keep_the_block_cache(client, family):
-    messages = [{"role": "user", "content": f"A text-only question for {family}, long enough to fill blocks."}]
+    messages = [
+        {"role": "user", "content": f"A text-only question for {family}, long enough to fill blocks."}
+    ]
     first = _chat(client, messages, family)
     again = _chat(client, messages, family)
     assert again.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens - 1

@@ -3,6 +3,7 @@ every shape of head grouping and every kind of mask mlx-lm's models pass, the ro
 engine's thread takes it, any other thread mlx-lm's function, a quantized KV cache or attention
 sinks always mlx-lm's), and a loaded engine's greedy output with it on equal to mlx-lm's own
 generation. Greedy output against transformers goes through it too (test_engine_reference*)."""
+
 import threading
 
 import mlx.core as mx
@@ -15,11 +16,11 @@ from inference.engine import LLM, SamplingParams, cpu_attention
 
 # (batch, query heads, key/value heads, queries, keys, head size)
 SHAPES = [
-    (1, 14, 2, 1, 300, 64),    # a decode step of one row, 7 query heads per KV head
-    (4, 14, 2, 1, 700, 64),    # a decode batch
-    (2, 8, 8, 5, 5, 32),       # no grouping (multi-head)
-    (3, 16, 4, 17, 40, 128),   # a prefill chunk after a cached prefix
-    (1, 4, 1, 9, 9, 64),       # one KV head (multi-query)
+    (1, 14, 2, 1, 300, 64),  # a decode step of one row, 7 query heads per KV head
+    (4, 14, 2, 1, 700, 64),  # a decode batch
+    (2, 8, 8, 5, 5, 32),  # no grouping (multi-head)
+    (3, 16, 4, 17, 40, 128),  # a prefill chunk after a cached prefix
+    (1, 4, 1, 9, 9, 64),  # one KV head (multi-query)
 ]
 
 
@@ -44,7 +45,7 @@ def test_attention_equals_mlx_fast_attention(shape):
     q = mx.random.normal((B, H, L, D), key=mx.random.key(1))
     k = mx.random.normal((B, KV, Lk, D), key=mx.random.key(2))
     v = mx.random.normal((B, KV, Lk, D), key=mx.random.key(3))
-    scale = D ** -0.5
+    scale = D**-0.5
     for name, mask in _masks(B, H, L, Lk).items():
         want = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
         got = cpu_attention.attention(q, k, v, scale, mask)
@@ -115,7 +116,9 @@ def test_load_check_sees_a_wrong_mask_in_a_batch(model_dir, monkeypatch):
     cpu_attention.install(model)
     assert cpu_attention.agrees(model)
     grouped = cpu_attention._grouped
-    monkeypatch.setattr(cpu_attention, "_grouped", lambda mask, kv, r: grouped(mask[:1], kv, r))  # row 0's for all
+    monkeypatch.setattr(
+        cpu_attention, "_grouped", lambda mask, kv, r: grouped(mask[:1], kv, r)
+    )  # row 0's for all
     assert not cpu_attention.agrees(model)
 
 
@@ -133,6 +136,9 @@ def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch):
     del calls[:]
     model, _ = mlx_lm_load(str(path))
     for prompt, result in zip(prompts, out):
-        want = [int(token) for (token, _), _ in zip(generate_step(mx.array(prompt), model, max_tokens=12), range(12))]
+        want = [
+            int(token)
+            for (token, _), _ in zip(generate_step(mx.array(prompt), model, max_tokens=12), range(12))
+        ]
         assert result.token_ids == want
     assert calls == []

@@ -3,13 +3,18 @@ weights: sentence-transformers (its own pooling and normalisation, read from the
 the embedders and the BERT cross-encoder, transformers with Qwen3-Reranker's published scoring
 for the LLM reranker. And the batching engine: concurrent jobs coalesced into shared forward
 passes give each job exactly its own rows."""
+
 import threading
 
 import numpy as np
 import pytest
 
-from inference.embedding.encoder_model import (DEFAULT_RERANK_INSTRUCTION, QWEN3_RERANK_PREFIX,
-                                               QWEN3_RERANK_SUFFIX, load_encoder)
+from inference.embedding.encoder_model import (
+    DEFAULT_RERANK_INSTRUCTION,
+    QWEN3_RERANK_PREFIX,
+    QWEN3_RERANK_SUFFIX,
+    load_encoder,
+)
 from inference.embedding.engine import EncoderEngine
 from inference.pool.discovery import discover
 
@@ -23,8 +28,14 @@ TEXTS = [
     "the cat sat on the mat",
 ]
 QUERY = "where did the cat sit"
-DOCS = ["the cat sat on the mat", "a river flows under the bridge", "the mountain is old and tall",
-        "cats like to sit on mats", "numbers such as 42", "short"]
+DOCS = [
+    "the cat sat on the mat",
+    "a river flows under the bridge",
+    "the mountain is old and tall",
+    "cats like to sit on mats",
+    "numbers such as 42",
+    "short",
+]
 
 
 def cosines(a, b):
@@ -49,9 +60,13 @@ def test_discovery_serves_each_kind(folders, model_dir):
     shutil.copytree(model_dir("qwen3"), folders / "chat")
     found = discover([folders])
     kinds = {i: (f.kind, f.reason) for i, f in found.items()}
-    assert kinds == {"bert-embedding": ("embedding", None), "bert-reranker": ("reranker", None),
-                     "qwen3-embedding": ("embedding", None), "qwen3-reranker": ("reranker", None),
-                     "chat": ("llm", None)}
+    assert kinds == {
+        "bert-embedding": ("embedding", None),
+        "bert-reranker": ("reranker", None),
+        "qwen3-embedding": ("embedding", None),
+        "qwen3-reranker": ("reranker", None),
+        "chat": ("llm", None),
+    }
     shutil.rmtree(folders / "chat")
 
 
@@ -110,14 +125,24 @@ def test_qwen3_reranker_scores_equal_transformers(folders):
     assert np.ptp(reference) > 1e-3
 
 
-@pytest.mark.parametrize("name,kind", [("bert-embedding", "embedding"), ("qwen3-embedding", "embedding"),
-                                       ("bert-reranker", "reranker"), ("qwen3-reranker", "reranker")])
+@pytest.mark.parametrize(
+    "name,kind",
+    [
+        ("bert-embedding", "embedding"),
+        ("qwen3-embedding", "embedding"),
+        ("bert-reranker", "reranker"),
+        ("qwen3-reranker", "reranker"),
+    ],
+)
 def test_concurrent_jobs_are_batched_and_get_their_own_rows(folders, name, kind):
     engine = EncoderEngine(folders / name, kind, max_batch_wait_ms=200, dtype="float32")
     try:
         model = engine.loaded
-        jobs = ([model.tokenize([t]) for t in TEXTS] + [model.tokenize(TEXTS[::-1])] if kind == "embedding"
-                else [model.tokenize_pairs(QUERY, [d]) for d in DOCS] + [model.tokenize_pairs(QUERY, DOCS[::-1])])
+        jobs = (
+            [model.tokenize([t]) for t in TEXTS] + [model.tokenize(TEXTS[::-1])]
+            if kind == "embedding"
+            else [model.tokenize_pairs(QUERY, [d]) for d in DOCS] + [model.tokenize_pairs(QUERY, DOCS[::-1])]
+        )
         alone = [model.run(seqs) for seqs in jobs]  # one job per forward pass
         results = [None] * len(jobs)
         start = threading.Barrier(len(jobs))
@@ -158,8 +183,13 @@ def test_the_batch_wait_gathers_jobs_and_ends_once_a_batch_is_full(folders):
     once MAX_BATCH_ROWS sequences wait, the engine runs them without waiting out the window."""
     from inference.embedding.engine import MAX_BATCH_ROWS
 
-    engine = EncoderEngine(folders / "bert-embedding", "embedding", max_batch_wait_ms=60_000, dtype="float32",
-                           max_batch_tokens=10**6)  # rows, not padded tokens, bound the batch here
+    engine = EncoderEngine(
+        folders / "bert-embedding",
+        "embedding",
+        max_batch_wait_ms=60_000,
+        dtype="float32",
+        max_batch_tokens=10**6,
+    )  # rows, not padded tokens, bound the batch here
     try:
         seqs = engine.loaded.tokenize(TEXTS)
         first = engine.submit(seqs[:1])
@@ -179,8 +209,12 @@ def test_build_model_cli_writes_the_same_bytes_as_the_factory(tmp_path, model_di
     import sys
 
     out = tmp_path / arch
-    done = subprocess.run([sys.executable, "-m", "omlx_site.cli", "build-model", str(out), "--arch", arch],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "build-model", str(out), "--arch", arch],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     built = model_dir(arch)
     files = sorted(p.relative_to(built) for p in built.rglob("*") if p.is_file())
@@ -197,8 +231,10 @@ def test_call_runs_on_the_engine_thread_and_raises_what_fn_raised(folders, model
 
     from inference.engine import Engine
 
-    engines = [EncoderEngine(folders / "bert-embedding", "embedding", dtype="float32"),
-               Engine(model_dir(), prefix_cache=False)]
+    engines = [
+        EncoderEngine(folders / "bert-embedding", "embedding", dtype="float32"),
+        Engine(model_dir(), prefix_cache=False),
+    ]
     for engine in engines:
         try:
             assert engine.call(lambda e: threading.current_thread().name) == engine._thread.name

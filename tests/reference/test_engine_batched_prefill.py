@@ -3,6 +3,7 @@ histories of different lengths, right-padded chunks of different lengths) give t
 one-by-one prefill gives and that HF transformers gives, with and without prefix-cache hits of
 different lengths; seeded sampling gives the same tokens in a batch as alone; and the first
 token of a prompt comes from the logits of its last prefill chunk (no extra forward pass)."""
+
 import json
 import threading
 
@@ -19,8 +20,13 @@ GREEDY = dict(temperature=0, max_tokens=NEW, ignore_eos=True)
 # their chunks are batched. nemotron_h's Mamba2 layers ignore mlx-lm's padding mask, so its
 # batched prefill fails the load-time check and it prefills one by one
 # (test_a_family_whose_layers_ignore_the_padding_prefills_one_by_one).
-FAMILIES = {"qwen2": "factory", "llama": "factory", "qwen3_moe": "transformers",
-            "gemma3_text": "transformers", "qwen3_5": "transformers"}
+FAMILIES = {
+    "qwen2": "factory",
+    "llama": "factory",
+    "qwen3_moe": "transformers",
+    "gemma3_text": "transformers",
+    "qwen3_5": "transformers",
+}
 PLAIN = ("qwen2", "llama", "qwen3_moe")
 
 
@@ -119,9 +125,13 @@ def test_rows_of_different_lengths_split_into_passes_of_similar_lengths(family, 
                 if event.token_ids and i not in at_first:
                     at_first[i] = prefill.forwards - base
                 results.setdefault(i, []).extend(event.token_ids)
-                if event.finished and len(results) == len(prompts) and all(
-                        len(t) == NEW for t in results.values()):
+                if (
+                    event.finished
+                    and len(results) == len(prompts)
+                    and all(len(t) == NEW for t in results.values())
+                ):
                     done.set()
+
             return on_event
 
         release = hold(engine)

@@ -1,6 +1,7 @@
 """Greedy output of the engine equals HF transformers (PyTorch, float32) token for token,
 for each supported architecture, a batch of prompts of different lengths, and with chunked
 prefill or preemption forced."""
+
 import json
 
 import numpy as np

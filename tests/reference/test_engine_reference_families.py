@@ -7,6 +7,7 @@ of experts (qwen3_moe, gpt_oss), for a batch of prompts of which two are longer 
 Quantized folders (4 and 8 bits, mlx_lm.convert's format): the engine equals mlx-lm's own
 generate_step one prompt at a time, and the model pool's memory estimate counts the weights as
 loaded."""
+
 import json
 
 import mlx.core as mx
@@ -69,7 +70,9 @@ def _engine_greedy(path, prompts, runs=1, **settings):
     outputs = []
     with LLM(path, **settings) as llm:
         for _ in range(runs):
-            results = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))
+            results = llm.generate(
+                prompts, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
+            )
             assert all(r.finish_reason == "length" for r in results), [r.error for r in results]
             outputs.append([r.token_ids for r in results])
         if runs > 1:  # every family is cached: the second run must hit
@@ -133,7 +136,9 @@ def _mlx_lm_greedy(path, prompts):
     model, _ = mlx_lm_load(path)
     outputs = []
     for prompt in prompts:
-        steps = generate_step(mx.array(prompt), model, max_tokens=NEW_TOKENS, sampler=lambda x: mx.argmax(x, -1))
+        steps = generate_step(
+            mx.array(prompt), model, max_tokens=NEW_TOKENS, sampler=lambda x: mx.argmax(x, -1)
+        )
         outputs.append([int(token) for token, _ in steps])
     return outputs
 

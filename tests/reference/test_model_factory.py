@@ -1,4 +1,5 @@
 """Built model folders load in transformers and mlx-lm, and both compute the same thing."""
+
 import io
 import json
 
@@ -69,12 +70,16 @@ def test_greedy_generation_is_token_identical(loaded):
     for ids in _prompts(tokenizer):
         with torch.no_grad():
             out = hf_model.generate(
-                torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=NEW_TOKENS, do_sample=False,
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
             )
-        expected = out[0, len(ids):].tolist()
+        expected = out[0, len(ids) :].tolist()
         got = []
-        steps = generate_step(mx.array(ids), mlx_model, max_tokens=NEW_TOKENS, sampler=lambda x: mx.argmax(x, -1))
+        steps = generate_step(
+            mx.array(ids), mlx_model, max_tokens=NEW_TOKENS, sampler=lambda x: mx.argmax(x, -1)
+        )
         for token, _ in steps:
             got.append(int(token))
             if got[-1] in eos:
@@ -152,10 +157,18 @@ def test_same_arguments_write_the_same_bytes(tmp_path, model_dir):
     assert (other / "model.safetensors").read_bytes() != (first / "model.safetensors").read_bytes()
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(arch="gpt2"), dict(preset="huge"), dict(dtype="int8"), dict(rope_thetaa=1.0),
-    dict(arch="qwen2", head_dim=32), dict(num_key_value_heads=3), dict(vocab_size=100),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(arch="gpt2"),
+        dict(preset="huge"),
+        dict(dtype="int8"),
+        dict(rope_thetaa=1.0),
+        dict(arch="qwen2", head_dim=32),
+        dict(num_key_value_heads=3),
+        dict(vocab_size=100),
+    ],
+)
 def test_bad_arguments_raise_value_error(tmp_path, kwargs):
     with pytest.raises(ValueError):
         build_model(tmp_path, **kwargs)
@@ -163,8 +176,9 @@ def test_bad_arguments_raise_value_error(tmp_path, kwargs):
 
 def test_management_command_builds_and_reports(tmp_path):
     out = io.StringIO()
-    call_command("build_test_model", str(tmp_path / "m"), "--arch", "llama", "--set", "num_hidden_layers=3",
-                 stdout=out)
+    call_command(
+        "build_test_model", str(tmp_path / "m"), "--arch", "llama", "--set", "num_hidden_layers=3", stdout=out
+    )
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["model_type"] == "llama" and config["num_hidden_layers"] == 3
     assert str(tmp_path / "m") in out.getvalue() and "M parameters" in out.getvalue()

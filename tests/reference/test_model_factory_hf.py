@@ -1,6 +1,7 @@
 """The families built with transformers' classes (inference.testkit.hf): each folder loads
 in transformers and mlx-lm, both compute the same logits with a wide top-1 margin, the folder
 has the layout of the family's checkpoints, and building them without torch fails clearly."""
+
 import io
 import json
 import subprocess
@@ -46,10 +47,13 @@ def _hf_logits(model, ids, stepwise):
         return np.array(logits)
 
 
-@pytest.mark.parametrize("arch,overrides", [
-    *[(arch, {}) for arch in TRANSFORMERS_BUILT],
-    ("gemma3_text", dict(tie_word_embeddings=True)),
-])
+@pytest.mark.parametrize(
+    "arch,overrides",
+    [
+        *[(arch, {}) for arch in TRANSFORMERS_BUILT],
+        ("gemma3_text", dict(tie_word_embeddings=True)),
+    ],
+)
 def test_logits_agree_and_top1_margin_is_wide(model_dir, arch, overrides):
     path = model_dir(arch=arch, **overrides)
     mlx_model, tokenizer = load(path)
@@ -79,15 +83,21 @@ def test_folders_have_the_layout_of_the_family_checkpoints(model_dir):
     assert gemma["layer_types"] == ["sliding_attention", "full_attention"] * 2
 
     gpt_oss = _safetensors_names(model_dir(arch="gpt_oss"))
-    assert "model.layers.0.mlp.experts.gate_proj.weight" in gpt_oss and "model.layers.0.self_attn.sinks" in gpt_oss
+    assert (
+        "model.layers.0.mlp.experts.gate_proj.weight" in gpt_oss
+        and "model.layers.0.self_attn.sinks" in gpt_oss
+    )
 
     moe = json.loads((model_dir(arch="qwen3_moe") / "config.json").read_text())
     assert moe["num_experts"] == 4 and "model.layers.1.mlp.experts.3.down_proj.weight" in _safetensors_names(
-        model_dir(arch="qwen3_moe"))
+        model_dir(arch="qwen3_moe")
+    )
 
     nemotron = json.loads((model_dir(arch="nemotron_h") / "config.json").read_text())
     assert nemotron["layers_block_type"] == ["linear_attention", "mlp", "full_attention", "mlp"] + [
-        "linear_attention", "mlp"]
+        "linear_attention",
+        "mlp",
+    ]
     for arch in TRANSFORMERS_BUILT:
         config = json.loads((model_dir(arch=arch) / "config.json").read_text())
         assert config["eos_token_id"] == 2 and config["torch_dtype"] == "float32"
@@ -101,10 +111,15 @@ def test_same_arguments_write_the_same_bytes(tmp_path, model_dir):
     assert (other / "model.safetensors").read_bytes() != (first / "model.safetensors").read_bytes()
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(arch="gpt_oss", preset="small"), dict(arch="qwen3_moe", no_such_field=1),
-    dict(arch="gemma3_text", layer_types=["full_attention"] * 4), dict(arch="qwen3_5", vocab_size=100),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(arch="gpt_oss", preset="small"),
+        dict(arch="qwen3_moe", no_such_field=1),
+        dict(arch="gemma3_text", layer_types=["full_attention"] * 4),
+        dict(arch="qwen3_5", vocab_size=100),
+    ],
+)
 def test_bad_arguments_raise_value_error(tmp_path, kwargs):
     with pytest.raises(ValueError):
         build_model(tmp_path, **kwargs)
@@ -120,7 +135,9 @@ def test_without_torch_the_new_families_say_what_to_install(tmp_path, model_dir)
         "except ImportError as e:\n"
         "    print('ImportError:', e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert "pip install 'omlx[test]'" in out.stdout
     for file in model_dir(arch="qwen2").iterdir():  # the hand-written families need no torch
@@ -129,8 +146,17 @@ def test_without_torch_the_new_families_say_what_to_install(tmp_path, model_dir)
 
 def test_management_command_writes_a_quantized_folder(tmp_path):
     out = io.StringIO()
-    call_command("build_test_model", str(tmp_path / "q"), "--arch", "qwen3_moe", "--quantize", "4",
-                 "--group-size", "32", stdout=out)
+    call_command(
+        "build_test_model",
+        str(tmp_path / "q"),
+        "--arch",
+        "qwen3_moe",
+        "--quantize",
+        "4",
+        "--group-size",
+        "32",
+        stdout=out,
+    )
     config = json.loads((tmp_path / "q" / "config.json").read_text())
     assert config["quantization"]["bits"] == 4 and config["quantization"]["group_size"] == 32
     assert "4-bit" in out.getvalue()
@@ -140,8 +166,13 @@ def test_management_command_writes_a_quantized_folder(tmp_path):
 
 def test_omlx_build_model_accepts_the_new_families(tmp_path):
     def omlx(*args):
-        return subprocess.run([sys.executable, "-m", "omlx_site.cli", "build-model", *args], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "omlx_site.cli", "build-model", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     assert "gemma3_text" in omlx("--help").stdout
     out = omlx(str(tmp_path / "g"), "--arch", "gpt_oss", "--quantize", "8", "--group-size", "32")

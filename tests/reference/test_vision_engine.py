@@ -8,6 +8,7 @@ For the M-RoPE families the positions of a token depend on the image grids befor
 axes, and a rope delta for every token after an image): a cache hit restores KV computed at
 those positions and the rest of the prompt and the decode must continue at the right ones.
 """
+
 import numpy as np
 import pytest
 
@@ -35,8 +36,9 @@ def _render(vlm_dir, content):
 
     config = json.loads((vlm_dir / "config.json").read_text())
     tokenizer = _processor(str(vlm_dir), 0, config["model_type"]).tokenizer
-    return tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                         tokenize=False)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +46,17 @@ def prompts(vlm_dir):
     """(text, images) of a few chat prompts, rendered with the folder's template; the second
     image is twice as wide (another grid for the Qwen-VL families)."""
     return [
-        (_render(vlm_dir, [{"type": "text", "text": "Look:"}, {"type": "image"}, {"type": "text", "text": "What?"}]),
-         [_image(1)]),
-        (_render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "Say more about it."}]), [_image(2, (60, 120))]),
+        (
+            _render(
+                vlm_dir,
+                [{"type": "text", "text": "Look:"}, {"type": "image"}, {"type": "text", "text": "What?"}],
+            ),
+            [_image(1)],
+        ),
+        (
+            _render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "Say more about it."}]),
+            [_image(2, (60, 120))],
+        ),
     ]
 
 
@@ -61,8 +71,17 @@ def reference(vlm_dir):
     def run(p, tokens=MAX_TOKENS):
         extras = {k: mx.array(v) for k, v in p.extras.items()}
         ids = mx.array([p.model_ids])
-        out = stream_generate(model, processor, "", input_ids=ids, mask=mx.ones(ids.shape, dtype=mx.int32),
-                              pixel_values=mx.array(p.pixel_values), max_tokens=tokens, temperature=0.0, **extras)
+        out = stream_generate(
+            model,
+            processor,
+            "",
+            input_ids=ids,
+            mask=mx.ones(ids.shape, dtype=mx.int32),
+            pixel_values=mx.array(p.pixel_values),
+            max_tokens=tokens,
+            temperature=0.0,
+            **extras,
+        )
         return [r.token for r in out][:tokens]
 
     return run
@@ -134,8 +153,10 @@ def test_a_block_cache_hit_continues_at_the_image_positions(vlm_dir, prompts, re
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     picture = [_image(3, (60, 120))]
     head = [{"type": "text", "text": "Here is a picture:"}, {"type": "image"}]
-    texts = [_render(vlm_dir, head + [{"type": "text", "text": q}]) for q in
-             ("What colour is it, mostly?", "Where could it have been taken, do you think?")]
+    texts = [
+        _render(vlm_dir, head + [{"type": "text", "text": q}])
+        for q in ("What colour is it, mostly?", "Where could it have been taken, do you think?")
+    ]
     engine = Engine(vlm_dir, cache_block_size=4)
     try:
         vision = engine.loaded.vision
@@ -198,8 +219,10 @@ def test_the_image_grid_is_part_of_the_key(vlm_dir):
     vision = ProcessorOnly(vlm_dir, config)
     text = _render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "Which way up?"}])
     patch = config["vision_config"]["patch_size"] * 4
-    wide, tall = (prepare(vision, text, [Image.new("RGB", size, (90, 120, 150))])
-                  for size in ((2 * patch, patch), (patch, 2 * patch)))
+    wide, tall = (
+        prepare(vision, text, [Image.new("RGB", size, (90, 120, 150))])
+        for size in ((2 * patch, patch), (patch, 2 * patch))
+    )
     assert np.array_equal(wide.pixel_values, tall.pixel_values)
     assert wide.model_ids == tall.model_ids
     assert wide.extras["image_grid_thw"].tolist() != tall.extras["image_grid_thw"].tolist()
@@ -213,7 +236,10 @@ def test_text_requests_prefilled_together_equal_each_alone(vlm_dir):
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     engine = Engine(vlm_dir, prefill_chunk_size=6, prefix_cache=False)
     try:
-        texts = ["A short one.", "A much longer question about nothing at all, to make rows differ in length."]
+        texts = [
+            "A short one.",
+            "A much longer question about nothing at all, to make rows differ in length.",
+        ]
         ids = [engine.encode(_render(vlm_dir, [{"type": "text", "text": t}])) for t in texts]
         alone = [_collect(engine.submit(i, params)) for i in ids]
         together = [engine.submit(i, params) for i in ids]
@@ -228,8 +254,15 @@ def test_two_images_of_different_sizes(vlm_dir, reference):
     changing the second one changes the key ids from its first token on, not before."""
     from inference.vision.prompt import prepare
 
-    text = _render(vlm_dir, [{"type": "image"}, {"type": "text", "text": "and"}, {"type": "image"},
-                             {"type": "text", "text": "Compare them."}])
+    text = _render(
+        vlm_dir,
+        [
+            {"type": "image"},
+            {"type": "text", "text": "and"},
+            {"type": "image"},
+            {"type": "text", "text": "Compare them."},
+        ],
+    )
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     engine = Engine(vlm_dir, prefill_chunk_size=7, prefix_cache=False)
     try:

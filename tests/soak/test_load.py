@@ -5,6 +5,7 @@ Redis mode (one `omlx worker`). Prints the figures (requests, tokens/s, time to 
 writes them to $OMLX_LOAD_REPORT.<mode>.json when that is set (docs/benchmarks.md).
 
 OMLX_LOAD_CLIENTS / OMLX_LOAD_SECONDS change the shape (defaults 32 and 60)."""
+
 import json
 import os
 import shutil
@@ -60,8 +61,11 @@ def run_load(url):
     elapsed = time.monotonic() - started
     ttft = sorted(results["ttft"])
     return {
-        "clients": CLIENTS, "seconds": round(elapsed, 1), "requests": results["requests"],
-        "errors": len(results["errors"]), "first_errors": results["errors"][:5],
+        "clients": CLIENTS,
+        "seconds": round(elapsed, 1),
+        "requests": results["requests"],
+        "errors": len(results["errors"]),
+        "first_errors": results["errors"][:5],
         "completion_tokens": results["tokens"],
         "tokens_per_second": round(results["tokens"] / elapsed, 1),
         "requests_per_second": round(results["requests"] / elapsed, 2),
@@ -87,8 +91,10 @@ def served_models(tmp_path_factory, model_dir):
 
 
 def test_32_streaming_clients_for_60_seconds(tmp_path_factory, served_models):
-    server = ServerProcess(["--model-dir", str(served_models), "--max-concurrent-requests", str(2 * CLIENTS)],
-                           tmp_path_factory.mktemp("load-home"))
+    server = ServerProcess(
+        ["--model-dir", str(served_models), "--max-concurrent-requests", str(2 * CLIENTS)],
+        tmp_path_factory.mktemp("load-home"),
+    )
     try:
         report = run_load(server.url)
     finally:
@@ -105,16 +111,41 @@ def test_32_streaming_clients_for_60_seconds_redis_mode(tmp_path_factory, served
     if REDIS is None:
         pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
     port = free_port()
-    redis = Process([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                     "--dir", str(tmp_path_factory.mktemp("load-redis"))], dict(os.environ),
-                    "Ready to accept connections")
+    redis = Process(
+        [
+            REDIS,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path_factory.mktemp("load-redis")),
+        ],
+        dict(os.environ),
+        "Ready to accept connections",
+    )
     url = f"redis://127.0.0.1:{port}/0"
     home = tmp_path_factory.mktemp("load-redis-home")
-    flags = ["--redis-url", url, "--model-dir", str(served_models), "--max-concurrent-requests", str(2 * CLIENTS)]
-    env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), PYTHONUNBUFFERED="1")
+    flags = [
+        "--redis-url",
+        url,
+        "--model-dir",
+        str(served_models),
+        "--max-concurrent-requests",
+        str(2 * CLIENTS),
+    ]
+    env = dict(
+        os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), PYTHONUNBUFFERED="1"
+    )
     worker = server = None
     try:
-        worker = Process([sys.executable, "-m", "omlx_site.cli", "worker", *flags], env, "taking requests from")
+        worker = Process(
+            [sys.executable, "-m", "omlx_site.cli", "worker", *flags], env, "taking requests from"
+        )
         server = ServerProcess(flags, home)
         report = run_load(server.url)
     finally:

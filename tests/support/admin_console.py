@@ -1,5 +1,6 @@
 """Shared by the console's in-process view tests: a real model pool over tiny models in a temp
 folder, the settings pointing at it, and Django's test client."""
+
 import shutil
 import time
 
@@ -20,10 +21,16 @@ def console(tmp_path, model_dir):
     (models / "broken").mkdir()
     (models / "broken" / "model.safetensors").write_bytes(b"")
     close_pool()
-    with override_settings(OMLX_MODEL_DIR=models, OMLX_MODEL_DIRS=[models], OMLX_API_KEY=None,
-                           OMLX_COLD_CACHE_DIR=tmp_path / "cold", OMLX_COLD_CACHE_MAX_BYTES=None,
-                           OMLX_COLD_CACHE_TTL_SECONDS=None, OMLX_HOT_CACHE_MAX_SIZE="64MB",
-                           OMLX_MAX_MODEL_MEMORY=None):
+    with override_settings(
+        OMLX_MODEL_DIR=models,
+        OMLX_MODEL_DIRS=[models],
+        OMLX_API_KEY=None,
+        OMLX_COLD_CACHE_DIR=tmp_path / "cold",
+        OMLX_COLD_CACHE_MAX_BYTES=None,
+        OMLX_COLD_CACHE_TTL_SECONDS=None,
+        OMLX_HOT_CACHE_MAX_SIZE="64MB",
+        OMLX_MAX_MODEL_MEMORY=None,
+    ):
         yield Client()
         close_pool()
 

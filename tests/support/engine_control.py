@@ -1,5 +1,6 @@
 """Holding a real engine's thread from a test, so that requests submitted meanwhile reach its
 scheduler in one go (an order of events, not a race with the engine)."""
+
 import threading
 
 

@@ -1,4 +1,5 @@
 """Reference outputs computed with HF transformers (PyTorch, float32)."""
+
 import torch
 from transformers import AutoModelForCausalLM
 

@@ -17,6 +17,7 @@ huggingface_hub uses:
 It records every request and every byte it sends, and can drop a file's download part way (once,
 or every time), stall it, serve other bytes than it lists, or ignore Range.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,20 +47,21 @@ class Repo:
         data = self.files[path]
         entry = {"rfilename": path, "size": len(data), "blobId": blob_id(data)}
         if path.endswith(LFS_SUFFIXES):
-            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                            "pointerSize": 130}
+            entry["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}
         return entry
 
     def tree(self) -> List[dict]:
-        folders = sorted({"/".join(p.split("/")[:i]) for p in self.files
-                          for i in range(1, p.count("/") + 1)})
+        folders = sorted({"/".join(p.split("/")[:i]) for p in self.files for i in range(1, p.count("/") + 1)})
         entries = [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f} for f in folders]
         for path in sorted(self.files):
             data = self.files[path]
             entry = {"type": "file", "oid": blob_id(data), "size": len(data), "path": path}
             if path.endswith(LFS_SUFFIXES):
-                entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
-                                "pointerSize": 130}
+                entry["lfs"] = {
+                    "oid": hashlib.sha256(data).hexdigest(),
+                    "size": len(data),
+                    "pointerSize": 130,
+                }
             entries.append(entry)
         return entries
 
@@ -83,7 +85,9 @@ class HubServer:
     release: threading.Event = field(default_factory=threading.Event)
     corrupt: Dict[str, bytes] = field(default_factory=dict)  # file path -> bytes served instead
     ignore_range: set = field(default_factory=set)
-    drop_always: set = field(default_factory=set)  # file paths whose GETs die before a byte (after drop_after)
+    drop_always: set = field(
+        default_factory=set
+    )  # file paths whose GETs die before a byte (after drop_after)
 
     def __post_init__(self):
         hub = self
@@ -106,10 +110,14 @@ class HubServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def add_repo(self, repo: str, folder: Path, commit: str = "0" * 39 + "1",
-                 token: Optional[str] = None) -> Repo:
-        files = {p.relative_to(folder).as_posix(): p.read_bytes()
-                 for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+    def add_repo(
+        self, repo: str, folder: Path, commit: str = "0" * 39 + "1", token: Optional[str] = None
+    ) -> Repo:
+        files = {
+            p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(Path(folder).rglob("*"))
+            if p.is_file()
+        }
         self.repos[repo] = Repo(files, commit, token)
         return self.repos[repo]
 
@@ -120,16 +128,18 @@ class HubServer:
 
     def sent_for(self, suffix: str) -> List[Sent]:
         """The GETs of a path ending in ``suffix`` that were answered with bytes (200 or 206)."""
-        return [s for s in self.log if s.method == "GET" and s.path.endswith(suffix)
-                and s.status in (200, 206)]
+        return [
+            s for s in self.log if s.method == "GET" and s.path.endswith(suffix) and s.status in (200, 206)
+        ]
 
     # -- the hub ------------------------------------------------------------------------------------
 
     def _handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         url = urlsplit(h.path)
         path = unquote(url.path)
-        sent = Sent("HEAD" if head else "GET", path, h.headers.get("Range"),
-                    h.headers.get("Authorization"), 0)
+        sent = Sent(
+            "HEAD" if head else "GET", path, h.headers.get("Range"), h.headers.get("Authorization"), 0
+        )
         self.log.append(sent)
         parts = path.strip("/").split("/")
         if parts[0] == "cdn":  # where LFS files are redirected: no auth, as a signed CDN URL
@@ -138,34 +148,59 @@ class HubServer:
             if repo is None or file not in repo.files:
                 return self._error(h, sent, 404, "EntryNotFound", "no such object", head)
             return self._file(h, sent, file, repo, head)
-        if parts[0] == "api" and len(parts) >= 6 and parts[1] == "models" and parts[4] in ("revision", "tree"):
+        if (
+            parts[0] == "api"
+            and len(parts) >= 6
+            and parts[1] == "models"
+            and parts[4] in ("revision", "tree")
+        ):
             # As on the hub, a gated repo's file list is public; its files are not.
             repo = self._repo(h, sent, f"{parts[2]}/{parts[3]}", parts[5], head, gate=False)
             if repo is None:
                 return
             if parts[4] == "revision":
-                body = {"id": f"{parts[2]}/{parts[3]}", "sha": repo.commit,
-                        "siblings": [repo.sibling(p) for p in repo.files]}
+                body = {
+                    "id": f"{parts[2]}/{parts[3]}",
+                    "sha": repo.commit,
+                    "siblings": [repo.sibling(p) for p in repo.files],
+                }
             else:
                 body = repo.tree()
-            return self._send(h, sent, 200, json.dumps(body).encode(),
-                              {"Content-Type": "application/json"}, head)
+            return self._send(
+                h, sent, 200, json.dumps(body).encode(), {"Content-Type": "application/json"}, head
+            )
         if len(parts) >= 5 and parts[2] == "resolve":
             name, rev, file = f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])
             repo = self._repo(h, sent, name, rev, head)
             if repo is None:
                 return
             if file not in repo.files:
-                return self._error(h, sent, 404, "EntryNotFound", f"{file} does not exist", head,
-                                   {"X-Repo-Commit": repo.commit})
+                return self._error(
+                    h,
+                    sent,
+                    404,
+                    "EntryNotFound",
+                    f"{file} does not exist",
+                    head,
+                    {"X-Repo-Commit": repo.commit},
+                )
             data = repo.files[file]
             if file.endswith(LFS_SUFFIXES):
                 # Another host name for the same server, as the hub's CDN is another host.
-                return self._send(h, sent, 302, b"", {
-                    "Location": f"http://localhost:{self.httpd.server_address[1]}/cdn/{name}/{file}",
-                    "X-Repo-Commit": repo.commit, "X-Linked-Size": str(len(data)),
-                    "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"',
-                    "ETag": f'"{blob_id(data)}"'}, head)
+                return self._send(
+                    h,
+                    sent,
+                    302,
+                    b"",
+                    {
+                        "Location": f"http://localhost:{self.httpd.server_address[1]}/cdn/{name}/{file}",
+                        "X-Repo-Commit": repo.commit,
+                        "X-Linked-Size": str(len(data)),
+                        "X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"',
+                        "ETag": f'"{blob_id(data)}"',
+                    },
+                    head,
+                )
             return self._file(h, sent, file, repo, head)
         self._error(h, sent, 404, None, "not found", head)
 
@@ -187,8 +222,11 @@ class HubServer:
         start = 0
         rng = None if file in self.ignore_range else h.headers.get("Range")
         lfs = file.endswith(LFS_SUFFIXES)
-        headers = {"ETag": f'"{hashlib.sha256(data).hexdigest() if lfs else blob_id(data)}"',
-                   "Accept-Ranges": "bytes", "X-Repo-Commit": repo.commit}
+        headers = {
+            "ETag": f'"{hashlib.sha256(data).hexdigest() if lfs else blob_id(data)}"',
+            "Accept-Ranges": "bytes",
+            "X-Repo-Commit": repo.commit,
+        }
         if rng:
             start = int(rng.split("=")[1].split("-")[0])
             if start >= len(data):
@@ -216,8 +254,16 @@ class HubServer:
             self.release.wait(120)
         h.close_connection = True  # the client sees the connection end inside the body
 
-    def _error(self, h, sent, status: int, code: Optional[str], message: str, head: bool,
-               extra: Optional[dict] = None) -> None:
+    def _error(
+        self,
+        h,
+        sent,
+        status: int,
+        code: Optional[str],
+        message: str,
+        head: bool,
+        extra: Optional[dict] = None,
+    ) -> None:
         headers = {"Content-Type": "application/json", "X-Error-Message": message, **(extra or {})}
         if code:
             headers["X-Error-Code"] = code

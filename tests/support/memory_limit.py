@@ -17,6 +17,7 @@ reads the cgroup's OOM kill count (None for RLIMIT_AS); ``close()`` removes the 
 processes are gone. The cgroup is a child of the test's own, so it stays inside whatever
 accounts for the test run.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,7 +55,9 @@ class MemoryLimit:
             return False
         for base in (ROOT, ROOT / "unified"):
             parent = base / own
-            if (parent / "cgroup.controllers").exists() and "memory" in (parent / "cgroup.controllers").read_text().split():
+            if (parent / "cgroup.controllers").exists() and "memory" in (
+                parent / "cgroup.controllers"
+            ).read_text().split():
                 subtree = parent / "cgroup.subtree_control"
                 if "memory" not in subtree.read_text().split():
                     subtree.write_text("+memory")

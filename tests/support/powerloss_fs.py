@@ -37,6 +37,7 @@ The model, per inode (the rules a POSIX file system promises, and no more; cf. L
 Attributes other than the size (mode, times, link count) are treated as always durable; nothing
 the cold tier or SQLite relies on depends on them. Symbolic links are not supported.
 """
+
 from __future__ import annotations
 
 import errno
@@ -53,8 +54,19 @@ import time
 import mfusepy as fuse
 
 PAGE = 4096
-KINDS = {"create", "mkdir", "write", "truncate", "rename", "link", "unlink", "rmdir", "fsync", "fsyncdir",
-         "any"}
+KINDS = {
+    "create",
+    "mkdir",
+    "write",
+    "truncate",
+    "rename",
+    "link",
+    "unlink",
+    "rmdir",
+    "fsync",
+    "fsyncdir",
+    "any",
+}
 _out_lock = threading.Lock()
 
 
@@ -176,8 +188,12 @@ class PowerLossFS(fuse.Operations):
         """Every operation passes here first: a dead machine answers EIO; an armed cut fires."""
         if self.dead:
             raise fuse.FuseOSError(errno.EIO)
-        if self.armed and kind != "read" and self.armed[0] in (kind, "any") \
-                and (path or "").startswith(self.armed[2]):
+        if (
+            self.armed
+            and kind != "read"
+            and self.armed[0] in (kind, "any")
+            and (path or "").startswith(self.armed[2])
+        ):
             self.armed[1] -= 1
             if self.armed[1] <= 0:
                 self.dead = True
@@ -227,15 +243,32 @@ class PowerLossFS(fuse.Operations):
         self._op("read", path)
         node = self._node(path, fh)
         size = 4096 if node.is_dir else len(node.data)
-        return {"st_mode": node.mode, "st_ino": node.ino, "st_nlink": 2 if node.is_dir else 1,
-                "st_size": size, "st_blocks": (size + 511) // 512, "st_blksize": PAGE,
-                "st_uid": os.getuid(), "st_gid": os.getgid(),
-                "st_atime": node.mtime, "st_mtime": node.mtime, "st_ctime": node.mtime}
+        return {
+            "st_mode": node.mode,
+            "st_ino": node.ino,
+            "st_nlink": 2 if node.is_dir else 1,
+            "st_size": size,
+            "st_blocks": (size + 511) // 512,
+            "st_blksize": PAGE,
+            "st_uid": os.getuid(),
+            "st_gid": os.getgid(),
+            "st_atime": node.mtime,
+            "st_mtime": node.mtime,
+            "st_ctime": node.mtime,
+        }
 
     def statfs(self, path):
         self._op("read", path)
-        return {"f_bsize": PAGE, "f_frsize": PAGE, "f_blocks": 1 << 20, "f_bfree": 1 << 19,
-                "f_bavail": 1 << 19, "f_files": 1 << 20, "f_ffree": 1 << 19, "f_namemax": 255}
+        return {
+            "f_bsize": PAGE,
+            "f_frsize": PAGE,
+            "f_blocks": 1 << 20,
+            "f_bfree": 1 << 19,
+            "f_bavail": 1 << 19,
+            "f_files": 1 << 20,
+            "f_ffree": 1 << 19,
+            "f_namemax": 255,
+        }
 
     def readdir(self, path, fh):
         self._op("read", path)
@@ -305,14 +338,14 @@ class PowerLossFS(fuse.Operations):
 
     def read(self, path, size, offset, fh):
         self._op("read", path)
-        return bytes(self._node(path, fh).data[offset:offset + size])
+        return bytes(self._node(path, fh).data[offset : offset + size])
 
     def write(self, path, data, offset, fh):
         self._op("write", path)
         node = self._node(path, fh)
         if offset > len(node.data):
             node.data.extend(bytes(offset - len(node.data)))
-        node.data[offset:offset + len(data)] = data
+        node.data[offset : offset + len(data)] = data
         node.mtime = time.time_ns()
         return len(data)
 
@@ -395,10 +428,12 @@ def _written_back(new: bytes, old: bytes, how: str, rng: random.Random) -> bytes
         return old
     if how == "all":
         return new
-    base = old[:len(new)].ljust(len(new), b"\0")  # the new size, old bytes or zeros
+    base = old[: len(new)].ljust(len(new), b"\0")  # the new size, old bytes or zeros
     if how == "zeros":
         return base
-    pages = [new[i:i + PAGE] if rng.random() < 0.5 else base[i:i + PAGE] for i in range(0, len(new), PAGE)]
+    pages = [
+        new[i : i + PAGE] if rng.random() < 0.5 else base[i : i + PAGE] for i in range(0, len(new), PAGE)
+    ]
     return b"".join(pages)
 
 
@@ -438,8 +473,16 @@ def main(argv) -> int:
     while True:
         # One thread serves requests (-s): no locks, and an armed cut fires at an exact point.
         # auto_unmount: if this process dies, fusermount3 unmounts the directory.
-        fuse.FUSE(fs, mountpoint, foreground=True, nothreads=True, hard_remove=True,
-                  auto_unmount=True, fsname="powerloss", subtype="powerloss")
+        fuse.FUSE(
+            fs,
+            mountpoint,
+            foreground=True,
+            nothreads=True,
+            hard_remove=True,
+            auto_unmount=True,
+            fsname="powerloss",
+            subtype="powerloss",
+        )
         try:
             command = commands.get(timeout=5)
         except queue.Empty:  # unmounted by someone else, or a signal

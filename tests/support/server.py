@@ -14,8 +14,13 @@ class ServerProcess:
         import threading
 
         extra = env or {}
-        env = dict(os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"),
-                   OMLX_LOG_LEVEL="INFO", PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            OMLX_HOME=str(home),
+            OMLX_DATABASE=str(home / "omlx.sqlite3"),
+            OMLX_LOG_LEVEL="INFO",
+            PYTHONUNBUFFERED="1",
+        )
         env.pop("OMLX_MODEL_DIR", None)
         env.pop("OMLX_API_KEY", None)
         for name, value in extra.items():
@@ -24,8 +29,12 @@ class ServerProcess:
             else:
                 env[name] = value
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0", *args], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
+            [sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=preexec_fn,
         )
         self.output = []
         self._serving = threading.Event()

@@ -1,5 +1,6 @@
 """Streaming chat clients for the load and soak tests (tests/soak/test_load.py, tests/live/test_soak.py):
 a chat completion streamed to its end and checked chunk by chunk, or left part way."""
+
 import json
 import time
 
@@ -7,8 +8,14 @@ MAX_TOKENS = 24
 
 
 def chat_body(prompt, max_tokens=MAX_TOKENS, include_usage=False, **extra) -> dict:
-    body = {"model": "tiny", "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": max_tokens, "stream": True, **extra}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        **extra,
+    }
     if include_usage:
         body["stream_options"] = {"include_usage": True}
     return body

@@ -40,7 +40,9 @@ _HEAD = r"""
 _FN = "{%- set fn = call.function if call.function is defined else call -%}"
 _ARGS = "{%- set args = fn.arguments if fn.arguments is mapping else {} -%}"
 
-QWEN3_XML = _HEAD + r"""
+QWEN3_XML = (
+    _HEAD
+    + r"""
 {%- if tools or ns.start -%}
 {{- '<|im_start|>system\n' + ns.system -}}
 {%- if tools -%}
@@ -56,7 +58,10 @@ QWEN3_XML = _HEAD + r"""
 {{- '<|im_start|>assistant\n' -}}
 {%- if loop.index0 > ns.last_user -%}{{- '<think>\n' + (message.reasoning_content or '') + '\n</think>\n\n' -}}{%- endif -%}
 {{- message.content or '' -}}
-{%- for call in message.tool_calls or [] -%}""" + _FN + _ARGS + r"""
+{%- for call in message.tool_calls or [] -%}"""
+    + _FN
+    + _ARGS
+    + r"""
 {%- if not loop.first or message.content -%}{{- '\n' -}}{%- endif -%}
 {{- '<tool_call>\n<function=' + fn.name + '>\n' -}}
 {%- for key, value in args.items() -%}
@@ -78,8 +83,11 @@ QWEN3_XML = _HEAD + r"""
 {%- if enable_thinking is defined and not enable_thinking -%}{{- '<think>\n\n</think>\n\n' -}}{%- else -%}{{- '<think>\n' -}}{%- endif -%}
 {%- endif -%}
 """
+)
 
-GLM45 = _HEAD + r"""
+GLM45 = (
+    _HEAD
+    + r"""
 {{- '[gMASK]<sop>' -}}
 {%- if tools or ns.start -%}
 {{- '<|system|>\n' + ns.system -}}
@@ -95,7 +103,10 @@ GLM45 = _HEAD + r"""
 {{- '<|assistant|>' -}}
 {%- if message.reasoning_content and loop.index0 > ns.last_user -%}{{- '\n<think>' + message.reasoning_content + '</think>' -}}{%- else -%}{{- '\n<think></think>' -}}{%- endif -%}
 {%- if message.content -%}{{- '\n' + message.content -}}{%- endif -%}
-{%- for call in message.tool_calls or [] -%}""" + _FN + _ARGS + r"""
+{%- for call in message.tool_calls or [] -%}"""
+    + _FN
+    + _ARGS
+    + r"""
 {{- '\n<tool_call>' + fn.name + '\n' -}}
 {%- for key, value in args.items() -%}
 {{- '<arg_key>' + key + '</arg_key>\n<arg_value>' -}}{%- if value is string -%}{{- value -}}{%- else -%}{{- value | tojson -}}{%- endif -%}{{- '</arg_value>\n' -}}
@@ -113,8 +124,11 @@ GLM45 = _HEAD + r"""
 {{- '<|assistant|>' -}}{%- if enable_thinking is defined and not enable_thinking -%}{{- '\n<think></think>' -}}{%- endif -%}
 {%- endif -%}
 """
+)
 
-KIMI_K2 = _HEAD + r"""
+KIMI_K2 = (
+    _HEAD
+    + r"""
 {%- if tools -%}{{- '<|im_system|>tool_declare<|im_middle|>' + (tools | tojson) + '<|im_end|>' -}}{%- endif -%}
 {{- '<|im_system|>system<|im_middle|>' + (ns.system or 'You are a helpful assistant.') + '<|im_end|>' -}}
 {%- for message in messages -%}
@@ -125,7 +139,9 @@ KIMI_K2 = _HEAD + r"""
 {{- message.content or '' -}}
 {%- if message.tool_calls -%}
 {{- '<|tool_calls_section_begin|>' -}}
-{%- for call in message.tool_calls -%}""" + _FN + r"""
+{%- for call in message.tool_calls -%}"""
+    + _FN
+    + r"""
 {%- set id = call.id if (call.id or '').startswith('functions.') else 'functions.' + fn.name + ':' + (ns.calls | string) -%}
 {%- set ns.calls = ns.calls + 1 -%}
 {{- '<|tool_call_begin|>' + id + '<|tool_call_argument_begin|>' + (fn.arguments | tojson) + '<|tool_call_end|>' -}}
@@ -143,8 +159,11 @@ KIMI_K2 = _HEAD + r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_assistant|>assistant<|im_middle|>' -}}{%- endif -%}
 """
+)
 
-DEEPSEEK_V3 = _HEAD + r"""
+DEEPSEEK_V3 = (
+    _HEAD
+    + r"""
 {{- '<｜begin▁of▁sentence｜>' + ns.system -}}
 {%- if tools -%}
 {{- ('\n\n' if ns.system else '') + '## Tools\nYou may call these functions:\n' -}}
@@ -163,7 +182,9 @@ DEEPSEEK_V3 = _HEAD + r"""
 {{- message.content or '' -}}
 {%- if message.tool_calls -%}
 {{- '<｜tool▁calls▁begin｜>' -}}
-{%- for call in message.tool_calls -%}""" + _FN + r"""
+{%- for call in message.tool_calls -%}"""
+    + _FN
+    + r"""
 {{- '<｜tool▁call▁begin｜>' + fn.name + '<｜tool▁sep｜>' + (fn.arguments | tojson) + '<｜tool▁call▁end｜>' -}}
 {%- endfor -%}
 {{- '<｜tool▁calls▁end｜>' -}}
@@ -178,10 +199,16 @@ DEEPSEEK_V3 = _HEAD + r"""
 {%- if messages and messages[-1].role == 'tool' -%}{%- elif thinking is defined and thinking -%}{{- '<｜Assistant｜><think>' -}}{%- else -%}{{- '<｜Assistant｜></think>' -}}{%- endif -%}
 {%- endif -%}
 """
+)
 
-_PY = (r"{%- macro py(v) -%}{%- if v is sameas true -%}True{%- elif v is sameas false -%}False{%- elif v is none -%}None"
-       r"{%- else -%}{{- v | tojson -}}{%- endif -%}{%- endmacro -%}")
-GEMMA3 = _PY + _HEAD + r"""
+_PY = (
+    r"{%- macro py(v) -%}{%- if v is sameas true -%}True{%- elif v is sameas false -%}False{%- elif v is none -%}None"
+    r"{%- else -%}{{- v | tojson -}}{%- endif -%}{%- endmacro -%}"
+)
+GEMMA3 = (
+    _PY
+    + _HEAD
+    + r"""
 {{- '<bos>' -}}
 {%- set ns.first = true -%}
 {%- for message in messages -%}
@@ -191,7 +218,10 @@ GEMMA3 = _PY + _HEAD + r"""
 {%- if message.tool_calls -%}
 {%- if message.content -%}{{- '\n' -}}{%- endif -%}
 {{- '```tool_code\n' -}}
-{%- for call in message.tool_calls -%}""" + _FN + _ARGS + r"""
+{%- for call in message.tool_calls -%}"""
+    + _FN
+    + _ARGS
+    + r"""
 {{- fn.name + '(' -}}{%- for key, value in args.items() -%}{{- key + '=' + py(value) -}}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}{%- endfor -%}{{- ')\n' -}}
 {%- endfor -%}
 {{- '```' -}}
@@ -216,12 +246,18 @@ GEMMA3 = _PY + _HEAD + r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<start_of_turn>model\n' -}}{%- endif -%}
 """
+)
 
-_G4 = (r"""{%- macro g4(v) -%}{%- if v is string -%}{{- '<|"|>' + v + '<|"|>' -}}"""
-       r"""{%- elif v is mapping -%}{{- '{' -}}{%- for k, x in v.items() -%}{{- k + ':' + g4(x) -}}{%- if not loop.last -%},{%- endif -%}{%- endfor -%}{{- '}' -}}"""
-       r"""{%- elif v is iterable -%}{{- '[' -}}{%- for x in v -%}{{- g4(x) -}}{%- if not loop.last -%},{%- endif -%}{%- endfor -%}{{- ']' -}}"""
-       r"""{%- else -%}{{- v | tojson -}}{%- endif -%}{%- endmacro -%}""")
-GEMMA4 = _G4 + _HEAD + r"""
+_G4 = (
+    r"""{%- macro g4(v) -%}{%- if v is string -%}{{- '<|"|>' + v + '<|"|>' -}}"""
+    r"""{%- elif v is mapping -%}{{- '{' -}}{%- for k, x in v.items() -%}{{- k + ':' + g4(x) -}}{%- if not loop.last -%},{%- endif -%}{%- endfor -%}{{- '}' -}}"""
+    r"""{%- elif v is iterable -%}{{- '[' -}}{%- for x in v -%}{{- g4(x) -}}{%- if not loop.last -%},{%- endif -%}{%- endfor -%}{{- ']' -}}"""
+    r"""{%- else -%}{{- v | tojson -}}{%- endif -%}{%- endmacro -%}"""
+)
+GEMMA4 = (
+    _G4
+    + _HEAD
+    + r"""
 {{- '<bos>' -}}
 {%- set thinking = enable_thinking is defined and enable_thinking -%}
 {%- if ns.system or tools or thinking -%}
@@ -237,7 +273,10 @@ GEMMA4 = _G4 + _HEAD + r"""
 {{- '<|turn>model\n' -}}
 {%- if message.reasoning_content and loop.index0 > ns.last_user -%}{{- '<|channel>thought\n' + message.reasoning_content + '<channel|>' -}}{%- endif -%}
 {{- message.content or '' -}}
-{%- for call in message.tool_calls or [] -%}""" + _FN + _ARGS + r"""
+{%- for call in message.tool_calls or [] -%}"""
+    + _FN
+    + _ARGS
+    + r"""
 {{- '<|tool_call>call:' + fn.name + g4(args) + '<tool_call|>' -}}
 {%- endfor -%}
 {%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<turn|>\n' -}}{%- endif -%}
@@ -250,8 +289,11 @@ GEMMA4 = _G4 + _HEAD + r"""
 {%- endfor -%}
 {%- if add_generation_prompt and not (messages and messages[-1].role == 'tool') -%}{{- '<|turn>model\n' -}}{%- endif -%}
 """
+)
 
-HARMONY = _HEAD + r"""
+HARMONY = (
+    _HEAD
+    + r"""
 {{- '<|start|>system<|message|>You are a helpful assistant.\nReasoning: ' + (reasoning_effort or 'medium') -}}
 {{- '\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.' -}}
 {%- if tools -%}{{- '\nCalls to these tools must go to the commentary channel: \'functions\'.' -}}{%- endif -%}
@@ -279,7 +321,9 @@ HARMONY = _HEAD + r"""
 {%- elif message.content -%}
 {{- '<|start|>assistant<|channel|>final<|message|>' + message.content + '<|end|>' -}}
 {%- endif -%}
-{%- for call in message.tool_calls or [] -%}""" + _FN + r"""
+{%- for call in message.tool_calls or [] -%}"""
+    + _FN
+    + r"""
 {{- '<|start|>assistant<|channel|>commentary to=functions.' + fn.name + ' <|constrain|>json<|message|>' + (fn.arguments | tojson) + '<|call|>' -}}
 {%- endfor -%}
 {%- elif message.role == 'tool' -%}
@@ -290,6 +334,14 @@ HARMONY = _HEAD + r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|start|>assistant' -}}{%- endif -%}
 """
+)
 
-CHAT_TEMPLATES = {"qwen3_xml": QWEN3_XML, "glm45": GLM45, "kimi_k2": KIMI_K2, "deepseek_v3": DEEPSEEK_V3,
-                  "gemma3": GEMMA3, "gemma4": GEMMA4, "harmony": HARMONY}
+CHAT_TEMPLATES = {
+    "qwen3_xml": QWEN3_XML,
+    "glm45": GLM45,
+    "kimi_k2": KIMI_K2,
+    "deepseek_v3": DEEPSEEK_V3,
+    "gemma3": GEMMA3,
+    "gemma4": GEMMA4,
+    "harmony": HARMONY,
+}

@@ -1,5 +1,6 @@
 """Pictures and chat messages for the vision tests: random-noise PNGs made from a seed (of any
 size: another size is another image grid), data URLs, an OpenAI image_url message."""
+
 import base64
 import io
 
@@ -8,8 +9,11 @@ import numpy as np
 PROMPT = "What is in this picture? Describe it."
 # The one server of tests/live/test_vision.py and test_vision_families.py (conftest's serve):
 # name -> (arch, preset). Each module asks only its own models.
-SERVED_MODELS = {"vlm": ("llava", "tiny"), "tiny": ("qwen2", "tiny"),
-                 **{family: (family, "tiny") for family in ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")}}
+SERVED_MODELS = {
+    "vlm": ("llava", "tiny"),
+    "tiny": ("qwen2", "tiny"),
+    **{family: (family, "tiny") for family in ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")},
+}
 
 
 def noise_png(seed: int, shape=(60, 60)) -> bytes:
@@ -26,5 +30,9 @@ def data_url(png: bytes) -> str:
 
 
 def image_message(url: str, text: str = PROMPT) -> list:
-    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                         {"type": "text", "text": text}]}]
+    return [
+        {
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
+        }
+    ]

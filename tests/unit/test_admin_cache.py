@@ -1,5 +1,6 @@
 """The Cache page (/admin/cache/) in process: Django's test client against a real model pool, its
 engines' block caches and the cold-tier directory."""
+
 import os
 import re
 
@@ -16,7 +17,9 @@ PROMPT = list(range(20, 80))
 
 
 def _row(html, model_id):
-    m = re.search(rf'<tr data-model="{re.escape(model_id)}" data-fingerprint="([0-9a-f]*)">(.*?)</tr>', html, re.S)
+    m = re.search(
+        rf'<tr data-model="{re.escape(model_id)}" data-fingerprint="([0-9a-f]*)">(.*?)</tr>', html, re.S
+    )
     assert m, f"no row for {model_id}"
     hot = re.search(r'class="num hot-blocks[^"]*">([^<]*)<', m.group(2)).group(1)
     cold = re.search(r'class="num cold-files">(\d+)<', m.group(2)).group(1)
@@ -71,7 +74,7 @@ def test_gc_runs_are_recorded_and_shown(console):
     assert response.status_code == 200 and "GC removed 0 expired" in response.content.decode()
     run = GCRun.objects.get()
     assert run.trigger == "manual"
-    assert '<td>manual</td>' in console.get("/admin/cache/").content.decode()
+    assert "<td>manual</td>" in console.get("/admin/cache/").content.decode()
 
 
 def test_bad_requests_show_messages(console):
@@ -91,8 +94,11 @@ def test_probe_runs_in_the_background_and_suggests(console, tmp_path):
     generate("tiny", PROMPT)  # a loaded model with a measured prefill speed
     response = post(console, "/admin/cache/probe/", {})
     assert response.status_code == 200
-    html = wait_until(lambda: (lambda t: t if "every 1s" not in t else None)(
-        console.get("/admin/cache/probe/").content.decode()))
+    html = wait_until(
+        lambda: (lambda t: t if "every 1s" not in t else None)(
+            console.get("/admin/cache/probe/").content.decode()
+        )
+    )
     assert 'id="probe-results"' in html, html
     suggestions = re.findall(r'<span class="badge">([a-z ]+)</span>', html)
     assert suggestions == ["ssd tier", "hot tier", "block size"]

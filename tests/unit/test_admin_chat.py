@@ -1,6 +1,7 @@
 """The Chat page's websocket (admin_panel/consumers/chat.py) in process: the real ASGI app
 (omlx_site.asgi), real engines of tiny models, the API's hand-off (direct) and the in-memory
 channel layer. The browser side is tests/e2e/test_chat.py."""
+
 import asyncio
 import html
 import json
@@ -33,8 +34,12 @@ def chat_models(tmp_path_factory, model_dir):
 @pytest.fixture
 def chat(chat_models, tmp_path):
     close_pool()
-    with override_settings(OMLX_MODEL_DIR=chat_models, OMLX_API_HANDOFF="direct", OMLX_API_KEY=None,
-                           OMLX_COLD_CACHE_DIR=tmp_path / "cold"):
+    with override_settings(
+        OMLX_MODEL_DIR=chat_models,
+        OMLX_API_HANDOFF="direct",
+        OMLX_API_KEY=None,
+        OMLX_COLD_CACHE_DIR=tmp_path / "cold",
+    ):
         yield
     close_pool()
 
@@ -91,8 +96,10 @@ def run(coro):
 def api_answer(messages, max_tokens=8):
     async def go():
         response = await AsyncClient().post(
-            "/v1/chat/completions", json.dumps({"model": "tiny", "messages": messages, "temperature": 0,
-                                                "max_tokens": max_tokens}), content_type="application/json")
+            "/v1/chat/completions",
+            json.dumps({"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": max_tokens}),
+            content_type="application/json",
+        )
         return json.loads(response.content)
 
     return run(go())
@@ -122,7 +129,9 @@ def test_answer_streams_and_reports_hot_cold_computed(chat):
     assert again["prompt"] == first["prompt"] and again["hot"] > 0
     assert again["hot"] + again["cold"] + again["computed"] == again["prompt"]
     # the websocket's answer is the API's answer for the same messages (one path)
-    reply = api_answer([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "<b>hi</b> & bye"}])
+    reply = api_answer(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "<b>hi</b> & bye"}]
+    )
     assert "".join(parts) == reply["choices"][0]["message"]["content"]
     assert "TTFT" in fragments[-1] and "tokens/s" in fragments[-1]
 
@@ -140,8 +149,14 @@ def test_conversation_history_goes_into_the_next_prompt(chat):
     one, two = run(go())
     answer = "".join(text_parts(one, 1))
     first, second = stats(one[-1]), stats(two[-1])
-    reply = api_answer([{"role": "system", "content": SYSTEM}, {"role": "user", "content": "first question"},
-                        {"role": "assistant", "content": answer}, {"role": "user", "content": "second question"}])
+    reply = api_answer(
+        [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "second question"},
+        ]
+    )
     assert second["prompt"] == reply["usage"]["prompt_tokens"] > first["prompt"]
     assert second["hot"] >= 16  # the first turn's prompt was computed once
 
@@ -160,15 +175,18 @@ def test_reasoning_is_shown_apart(chat):
     assert reasoning.strip() and text_parts(fragments, 1) == []  # the qwen3 prompt opens <think>
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"model": "nope"}, "The model &#x27;nope&#x27; cannot be served"),
-    ({"model": ""}, "Pick a model."),
-    ({"message": "   "}, "The message is empty."),
-    ({"temperature": "warm"}, "Temperature: &#x27;warm&#x27; is not a number."),
-    ({"temperature": "3"}, "Temperature must be between 0 and 2."),
-    ({"max_tokens": "2.5"}, "Max tokens must be a whole number"),
-    ({"action": "dance"}, "Unknown action"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"model": "nope"}, "The model &#x27;nope&#x27; cannot be served"),
+        ({"model": ""}, "Pick a model."),
+        ({"message": "   "}, "The message is empty."),
+        ({"temperature": "warm"}, "Temperature: &#x27;warm&#x27; is not a number."),
+        ({"temperature": "3"}, "Temperature must be between 0 and 2."),
+        ({"max_tokens": "2.5"}, "Max tokens must be a whole number"),
+        ({"action": "dance"}, "Unknown action"),
+    ],
+)
 def test_bad_form_values_show_an_error_bubble(chat, fields, message):
     async def go():
         page = await open_page()
@@ -255,14 +273,20 @@ def test_model_text_is_escaped():
     from admin_panel.consumers.chat import _append_html, _reasoning_html
 
     evil = '<img src=x onerror="alert(1)"> & </span><script>x()</script>'
-    for fragment in (_append_html(3, "text", evil), _reasoning_html(3, evil, False), _reasoning_html(3, evil, True)):
+    for fragment in (
+        _append_html(3, "text", evil),
+        _reasoning_html(3, evil, False),
+        _reasoning_html(3, evil, True),
+    ):
         assert "<img" not in fragment and "<script" not in fragment and fragment.count("</span>") == 1
         assert text_parts([fragment], 3, "reasoning" if "reasoning" in fragment else "text") == [evil]
 
 
 def test_parse_form_alias_and_defaults():
-    request = parse_form({"model": "alias", "message": "hi", "temperature": "", "max_tokens": " 12 "},
-                         lambda name: "real" if name == "alias" else None)
+    request = parse_form(
+        {"model": "alias", "message": "hi", "temperature": "", "max_tokens": " 12 "},
+        lambda name: "real" if name == "alias" else None,
+    )
     assert (request.model, request.params()) == ("real", {"max_tokens": 12})
     assert request.messages([]) == [{"role": "user", "content": "hi"}]
     with pytest.raises(ValueError, match="not a finite number"):

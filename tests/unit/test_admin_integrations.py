@@ -1,6 +1,7 @@
 """The Integrations page in process: the snippets are `omlx launch --print`'s (same code, same
 values), for the model of the form or the one launch would pick; the API key never in the page;
 a bad model is a 400 with a message. The browser test: tests/e2e/test_integrations.py."""
+
 import pytest
 from django.test import override_settings
 
@@ -16,7 +17,7 @@ def test_the_page_shows_every_client_for_the_picked_model(console):  # noqa: F81
         assert f'id="integration-{client}"' in body
         assert f"omlx launch --model other {client}" in body  # no pin, nothing loaded: the first by id
     assert "export ANTHROPIC_BASE_URL=http://testserver\n" in body
-    assert 'base_url = &quot;http://testserver/v1&quot;' in body
+    assert "base_url = &quot;http://testserver/v1&quot;" in body
     assert "export OPENAI_API_BASE=http://testserver/v1" in body
     assert "broken" not in body.split('name="model"')[1].split("</select>")[0]  # not servable
 

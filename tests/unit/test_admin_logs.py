@@ -1,5 +1,6 @@
 """The Logs page in process: the view (tail, filters, bad values, a missing file) and its websocket
 (admin_panel/consumers/logs.py) following a real file. log_tail itself: tests/unit/test_log_tail.py."""
+
 import asyncio
 import json
 
@@ -11,8 +12,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def line(i, level="INFO", message=None, **extra):
-    return json.dumps({"time": f"2026-11-29T20:00:{i:02d}.000Z", "level": level, "logger": "omlx.api",
-                       "message": message or f"request {i}", "pid": 7, **extra}) + "\n"
+    return (
+        json.dumps(
+            {
+                "time": f"2026-11-29T20:00:{i:02d}.000Z",
+                "level": level,
+                "logger": "omlx.api",
+                "message": message or f"request {i}",
+                "pid": 7,
+                **extra,
+            }
+        )
+        + "\n"
+    )
 
 
 @pytest.fixture
@@ -36,8 +48,11 @@ def test_the_page_without_a_log_file(log_dir):
 
 def test_tail_filters_and_escaping(log_dir):
     (log_dir / "server.log").write_text(
-        "".join(line(i) for i in range(10)) + line(10, "WARNING", "slow <b>disk</b>", model="tiny")
-        + "a line that is not JSON\n" + line(11, "ERROR", "failed", exception="Traceback (most recent call last)"))
+        "".join(line(i) for i in range(10))
+        + line(10, "WARNING", "slow <b>disk</b>", model="tiny")
+        + "a line that is not JSON\n"
+        + line(11, "ERROR", "failed", exception="Traceback (most recent call last)")
+    )
     body = get()
     assert body.count('<tr class="line') == 13
     assert "slow &lt;b&gt;disk&lt;/b&gt;" in body and "<b>disk" not in body
@@ -56,15 +71,19 @@ def test_follow_is_on_until_the_form_turns_it_off(log_dir):
     assert 'ws-connect="/ws/admin/logs/?file=server.log&amp;lines=200&amp;level=&amp;q="' in get()
     assert "ws-connect" not in get("?lines=200&level=")  # the form sent without "follow"
     assert 'ws-connect="/ws/admin/logs/?file=server.log&amp;lines=20&amp;level=ERROR&amp;q=x"' in get(
-        "?lines=20&level=error&q=x&follow=on")
+        "?lines=20&level=error&q=x&follow=on"
+    )
 
 
-@pytest.mark.parametrize("query, message", [
-    ("?lines=abc", "Lines must be a whole number from 1 to 5000"),
-    ("?lines=0", "Lines must be a whole number from 1 to 5000"),
-    ("?level=LOUD", "Unknown level &#x27;LOUD&#x27;"),
-    ("?file=../../etc/passwd", "There is no log file &#x27;../../etc/passwd&#x27;"),
-])
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        ("?lines=abc", "Lines must be a whole number from 1 to 5000"),
+        ("?lines=0", "Lines must be a whole number from 1 to 5000"),
+        ("?level=LOUD", "Unknown level &#x27;LOUD&#x27;"),
+        ("?file=../../etc/passwd", "There is no log file &#x27;../../etc/passwd&#x27;"),
+    ],
+)
 def test_bad_values_show_a_message(log_dir, query, message):
     (log_dir / "server.log").write_text(line(1))
     body = get(query)
@@ -99,9 +118,13 @@ async def follow(query, log_file, writes):
 def test_follow_pushes_new_lines(log_dir):
     log_file = log_dir / "server.log"
     log_file.write_text(line(1) + line(2, "DEBUG"))
-    got = asyncio.run(follow("?level=INFO&lines=50", log_file,
-                             [line(3), line(4, "DEBUG") + line(5, "ERROR", "bad <thing>"), line(6)[:30],
-                              line(6)[30:]]))
+    got = asyncio.run(
+        follow(
+            "?level=INFO&lines=50",
+            log_file,
+            [line(3), line(4, "DEBUG") + line(5, "ERROR", "bad <thing>"), line(6)[:30], line(6)[30:]],
+        )
+    )
     tail, badge, *pushed = got
     assert tail.startswith('<tbody id="log-rows" data-max="50">') and tail.count('<tr class="line') == 1
     assert 'id="log-follow"' in badge

@@ -1,4 +1,5 @@
 """The Models page (/admin/models/) in process: Django's test client against a real model pool."""
+
 import pytest
 from django.test import Client, override_settings
 
@@ -19,8 +20,9 @@ def _load(client, model_id):
         assert again.status_code in (200, 409)  # loaded meanwhile, or "a load is running already"
     wait_until(lambda: get_pool().loaded(model_id) is not None)
     # The table stops polling once the job is over and shows the model loaded.
-    table = wait_until(lambda: (lambda r: r if b"every 2s" not in r.content else None)(
-        client.get("/admin/models/table/")))
+    table = wait_until(
+        lambda: (lambda r: r if b"every 2s" not in r.content else None)(client.get("/admin/models/table/"))
+    )
     return table.content.decode()
 
 
@@ -63,9 +65,19 @@ def test_load_pin_ttl_alias_settings_and_unload(console):
     assert response.status_code == 200 and get_pool().resolve("small-one") == "tiny"
     assert ">small-one<" in response.content.decode()
 
-    response = post(console, ACTION, {"action": "settings", "model": "small-one", "temperature": "0.3",
-                                      "top_k": "20", "context_length": "", "model_type": "",
-                                      "chat_template_kwargs": '{"enable_thinking": false}'})
+    response = post(
+        console,
+        ACTION,
+        {
+            "action": "settings",
+            "model": "small-one",
+            "temperature": "0.3",
+            "top_k": "20",
+            "context_length": "",
+            "model_type": "",
+            "chat_template_kwargs": '{"enable_thinking": false}',
+        },
+    )
     assert response.status_code == 200, response.content
     values = get_pool().settings("tiny")
     assert values["temperature"] == 0.3 and values["top_k"] == 20
@@ -75,37 +87,45 @@ def test_load_pin_ttl_alias_settings_and_unload(console):
     response = post(console, ACTION, {"action": "unload", "model": "tiny"})
     assert response.status_code in (200, 202)
     wait_until(lambda: get_pool().loaded("tiny") is None)
-    assert 'class="badge ok">loaded' not in wait_until(
-        lambda: (lambda r: r if b"every 2s" not in r.content else None)(console.get("/admin/models/table/"))
-    ).content.decode()
+    assert (
+        'class="badge ok">loaded'
+        not in wait_until(
+            lambda: (lambda r: r if b"every 2s" not in r.content else None)(
+                console.get("/admin/models/table/")
+            )
+        ).content.decode()
+    )
 
 
 def test_the_tool_parser_is_shown_and_can_be_set(console):
     html = console.get("/admin/models/").content.decode()
-    row = html[html.index('data-model="other"'):]
+    row = html[html.index('data-model="other"') :]
     assert "tools: llama3_json<" in row[:3000]  # detected from the llama template, no model loaded
-    row = html[html.index('data-model="tiny"'):]
+    row = html[html.index('data-model="tiny"') :]
     assert "tools: hermes<" in row[:3000] and '<option value="">detected (hermes)</option>' in row
     response = post(console, ACTION, {"action": "settings", "model": "tiny", "tool_parser": "harmony"})
     assert response.status_code == 200 and get_pool().settings("tiny")["tool_parser"] == "harmony"
     row = response.content.decode()
-    row = row[row.index('data-model="tiny"'):]
+    row = row[row.index('data-model="tiny"') :]
     assert "tools: harmony (set)<" in row and '<option value="harmony" selected>' in row
     post(console, ACTION, {"action": "settings", "model": "tiny", "tool_parser": ""})
     assert get_pool().settings("tiny")["tool_parser"] is None
 
 
-@pytest.mark.parametrize("form, message", [
-    ({"action": "ttl", "ttl_seconds": "soon"}, "ttl_seconds: &#x27;soon&#x27; is not a number"),
-    ({"action": "ttl", "ttl_seconds": "-5"}, "ttl_seconds: must be a number of seconds &gt; 0"),
-    ({"action": "settings", "top_p": "5"}, "top_p"),
-    ({"action": "settings", "top_k": "1.5"}, "top_k: &#x27;1.5&#x27; is not an integer"),
-    ({"action": "settings", "chat_template_kwargs": "{nope"}, "chat_template_kwargs: not valid JSON"),
-    ({"action": "settings", "model_type": "vision"}, "model_type: must be one of"),
-    ({"action": "settings", "tool_parser": "glm5"}, "tool_parser: must be one of"),
-    ({"action": "alias", "alias": "tiny2"}, "is the id of another model"),
-    ({"action": "fly"}, "unknown action"),
-])
+@pytest.mark.parametrize(
+    "form, message",
+    [
+        ({"action": "ttl", "ttl_seconds": "soon"}, "ttl_seconds: &#x27;soon&#x27; is not a number"),
+        ({"action": "ttl", "ttl_seconds": "-5"}, "ttl_seconds: must be a number of seconds &gt; 0"),
+        ({"action": "settings", "top_p": "5"}, "top_p"),
+        ({"action": "settings", "top_k": "1.5"}, "top_k: &#x27;1.5&#x27; is not an integer"),
+        ({"action": "settings", "chat_template_kwargs": "{nope"}, "chat_template_kwargs: not valid JSON"),
+        ({"action": "settings", "model_type": "vision"}, "model_type: must be one of"),
+        ({"action": "settings", "tool_parser": "glm5"}, "tool_parser: must be one of"),
+        ({"action": "alias", "alias": "tiny2"}, "is the id of another model"),
+        ({"action": "fly"}, "unknown action"),
+    ],
+)
 def test_bad_values_show_an_error_and_save_nothing(console, form, message):
     before = get_pool().settings("tiny")
     response = post(console, ACTION, dict(form, model="tiny"))
@@ -121,8 +141,11 @@ def test_unknown_model_not_loaded_and_would_not_fit(console):
     assert response.status_code == 409 and "tiny2 is not loaded" in response.content.decode()
     broken = post(console, ACTION, {"action": "load", "model": "broken"})
     if broken.status_code == 202:  # the refusal came after the page's short wait: the table shows it
-        html = wait_until(lambda: (lambda t: t if "cannot be served" in t and "alert" in t else None)(
-            console.get("/admin/models/table/").content.decode()))
+        html = wait_until(
+            lambda: (lambda t: t if "cannot be served" in t and "alert" in t else None)(
+                console.get("/admin/models/table/").content.decode()
+            )
+        )
     else:
         assert broken.status_code == 400
         html = broken.content.decode()
@@ -132,8 +155,11 @@ def test_unknown_model_not_loaded_and_would_not_fit(console):
     response = post(console, ACTION, {"action": "load", "model": "tiny2"})
     html = response.content.decode()
     if response.status_code == 202:
-        html = wait_until(lambda: (lambda t: t if "model memory limit" in t else None)(
-            console.get("/admin/models/table/").content.decode()))
+        html = wait_until(
+            lambda: (lambda t: t if "model memory limit" in t else None)(
+                console.get("/admin/models/table/").content.decode()
+            )
+        )
     else:
         assert response.status_code == 507
     assert "needs" in html and "model memory limit" in html and get_pool().loaded("tiny2") is None
@@ -141,7 +167,10 @@ def test_unknown_model_not_loaded_and_would_not_fit(console):
 
 def test_rescan_and_login(console, tmp_path):
     response = post(console, ACTION, {"action": "rescan"})
-    assert response.status_code == 200 and "Rescanned the model directories: 4 folders" in response.content.decode()
+    assert (
+        response.status_code == 200
+        and "Rescanned the model directories: 4 folders" in response.content.decode()
+    )
     with override_settings(OMLX_API_KEY="k"):
         assert Client().get("/admin/models/").status_code == 302
         assert Client().post(ACTION, {"action": "rescan"}, HTTP_HX_REQUEST="true").status_code == 401

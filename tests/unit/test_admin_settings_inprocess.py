@@ -2,6 +2,7 @@
 tests (tests/e2e/test_settings.py, test_downloads.py) do not reach: a new API key in force at once
 with the changer still logged in, settings from flags and variables refused, the restart refused
 outside `omlx serve`, malformed download actions."""
+
 import json
 import os
 import stat
@@ -52,7 +53,9 @@ def test_flags_and_variables_win_so_they_are_not_changed_here(home):
     response = client.post("/admin/settings/save/", {"key": "port", "value": "9001"}, **HX)
     assert response.status_code == 400 and "given as the flag --port" in response.content.decode()
     response = client.post("/admin/settings/save/", {"key": "log_backups", "value": "4"}, **HX)
-    assert response.status_code == 400 and "environment variable OMLX_LOG_BACKUPS" in response.content.decode()
+    assert (
+        response.status_code == 400 and "environment variable OMLX_LOG_BACKUPS" in response.content.decode()
+    )
     response = client.post("/admin/settings/save/", {"key": "nope", "value": "4"}, **HX)
     assert response.status_code == 400 and "nope&#x27; is not a setting" in response.content.decode()
     response = client.post("/admin/settings/save/", {"key": "retry_after_seconds", "value": " "}, **HX)
@@ -70,11 +73,12 @@ def test_malformed_download_actions_get_a_message(home, tmp_path):
     with override_settings(OMLX_MODEL_DIRS=[tmp_path / "models"]):
         client = Client()
         for data, status, text in (
-                ({"action": "explode"}, 400, "unknown action"),
-                ({"action": "start", "repo": ""}, 400, "type the model&#x27;s id"),
-                ({"action": "start", "repo": "a/b", "revision": "two words"}, 400, "is not a revision"),
-                ({"action": "cancel", "id": "x"}, 400, "is not a download id"),
-                ({"action": "cancel", "id": "999"}, 404, "not in the list")):
+            ({"action": "explode"}, 400, "unknown action"),
+            ({"action": "start", "repo": ""}, 400, "type the model&#x27;s id"),
+            ({"action": "start", "repo": "a/b", "revision": "two words"}, 400, "is not a revision"),
+            ({"action": "cancel", "id": "x"}, 400, "is not a download id"),
+            ({"action": "cancel", "id": "999"}, 404, "not in the list"),
+        ):
             response = client.post("/admin/downloads/action/", data, **HX)
             assert response.status_code == status, (data, response.content)
             assert text in response.content.decode(), (data, response.content)

@@ -1,4 +1,5 @@
 """The console's frame: login with the API key, CSRF, static files, websocket checks, SVG charts."""
+
 import re
 
 import pytest
@@ -10,6 +11,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 # -- login ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def keyed():
@@ -39,11 +41,13 @@ def test_login_with_the_right_key_only(keyed):
     client = Client(enforce_csrf_checks=True)
     page = client.get("/admin/login/?next=/admin/models/")
     token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
-    wrong = client.post("/admin/login/", {"api_key": "nope", "next": "/admin/models/",
-                                          "csrfmiddlewaretoken": token})
+    wrong = client.post(
+        "/admin/login/", {"api_key": "nope", "next": "/admin/models/", "csrfmiddlewaretoken": token}
+    )
     assert wrong.status_code == 401 and b"not the server&#x27;s API key" in wrong.content
-    right = client.post("/admin/login/", {"api_key": "s3cret", "next": "/admin/models/",
-                                          "csrfmiddlewaretoken": token})
+    right = client.post(
+        "/admin/login/", {"api_key": "s3cret", "next": "/admin/models/", "csrfmiddlewaretoken": token}
+    )
     assert right.status_code == 302 and right["Location"] == "/admin/models/"
     assert client.get("/admin/")["Location"] == "/admin/status/"
     # A new key (a restart with another --api-key) ends the login.
@@ -72,11 +76,13 @@ def test_the_api_keeps_no_csrf_check():
     # The console's CSRF protection is per view: the /v1 API (bearer keys) must not need a token.
     with override_settings(OMLX_API_KEY=None):
         response = Client(enforce_csrf_checks=True).post(
-            "/v1/chat/completions", data="{}", content_type="application/json")
+            "/v1/chat/completions", data="{}", content_type="application/json"
+        )
     assert response.status_code == 400
 
 
 # -- static files ---------------------------------------------------------------------------------
+
 
 def test_static_files_are_served_from_the_apps():
     client = Client()
@@ -91,6 +97,7 @@ def test_static_files_are_served_from_the_apps():
 
 
 # -- websockets -----------------------------------------------------------------------------------
+
 
 def _app():
     from channels.routing import URLRouter
@@ -126,13 +133,15 @@ def test_websocket_refuses_other_origins_and_strangers():
 
 async def _websocket_checks():
     with override_settings(OMLX_API_KEY=None):
-        comm, connected, code = await _connect([(b"host", b"127.0.0.1:8000"),
-                                                (b"origin", b"http://evil.example")])
+        comm, connected, code = await _connect(
+            [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://evil.example")]
+        )
         assert not connected and code == 4403
         comm, connected, code = await _connect([(b"host", b"127.0.0.1:8000"), (b"origin", b"null")])
         assert not connected and code == 4403
-        comm, connected, _ = await _connect([(b"host", b"127.0.0.1:8000"),
-                                             (b"origin", b"http://127.0.0.1:8000")])
+        comm, connected, _ = await _connect(
+            [(b"host", b"127.0.0.1:8000"), (b"origin", b"http://127.0.0.1:8000")]
+        )
         assert connected
         assert await comm.receive_from() == '<div id="hello">hi</div>'
         await comm.send_to(text_data='{"message": "x", "HEADERS": {"HX-Request": "true"}}')
@@ -147,9 +156,13 @@ async def _websocket_checks():
 
 # -- charts ---------------------------------------------------------------------------------------
 
+
 def test_line_chart_draws_points_gaps_and_escapes():
-    svg = charts.line_chart([("tok/s <a>", [(1, 2.0), (2, None), (3, 4.0), (4, 5.0)]),
-                             ("ttft", [(1, 1.0)])], title="Speed & <b>", y_label="tokens/s")
+    svg = charts.line_chart(
+        [("tok/s <a>", [(1, 2.0), (2, None), (3, 4.0), (4, 5.0)]), ("ttft", [(1, 1.0)])],
+        title="Speed & <b>",
+        y_label="tokens/s",
+    )
     assert svg.startswith('<svg class="chart"') and svg.endswith("</svg>")
     assert 'data-points="4"' in svg
     assert "<b>" not in svg and "&lt;b&gt;" in svg and "&lt;a&gt;" in svg
@@ -168,8 +181,7 @@ def test_line_chart_time_axis_and_empty():
 
 
 def test_bar_chart_groups():
-    svg = charts.bar_chart(["1", "2", "4"], [("cold", [10, 20, None]), ("cached", [1, 2, 3])],
-                           title="TTFT")
+    svg = charts.bar_chart(["1", "2", "4"], [("cold", [10, 20, None]), ("cached", [1, 2, 3])], title="TTFT")
     assert 'data-points="5"' in svg and svg.count("<rect") == 5 + 2  # bars + legend swatches
 
 

@@ -2,6 +2,7 @@
 (inference/api/anthropic/input.py), and generation events (contract 1) turned into Anthropic's
 Message and stream events (inference/api/anthropic/format.py), checked against the official SDK's
 types and its stream accumulator."""
+
 import json
 
 import pytest
@@ -10,7 +11,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from inference.api.anthropic.format import MessageBuilder, sse
-from inference.api.anthropic.input import (chat_messages, openai_tool_choice, openai_tools, template_kwargs)
+from inference.api.anthropic.input import chat_messages, openai_tool_choice, openai_tools, template_kwargs
 from inference.api.anthropic.schemas import InputMessage
 from inference.api.common.errors import ApiError
 
@@ -18,8 +19,18 @@ EVENT = TypeAdapter(RawMessageStreamEvent)
 
 
 def delta(text="", reasoning="", tool_calls=(), finish=None, usage=None):
-    return {"kind": "delta", "index": 0, "text": text, "reasoning": reasoning, "tool_calls": list(tool_calls),
-            "token_ids": [], "logprobs": None, "finish_reason": finish, "usage": usage, "error": None}
+    return {
+        "kind": "delta",
+        "index": 0,
+        "text": text,
+        "reasoning": reasoning,
+        "tool_calls": list(tool_calls),
+        "token_ids": [],
+        "logprobs": None,
+        "finish_reason": finish,
+        "usage": usage,
+        "error": None,
+    }
 
 
 USAGE = {"prompt_tokens": 30, "completion_tokens": 9, "cached_tokens": 12}
@@ -41,15 +52,25 @@ def accumulated(stream):
     snapshot, bufs = None, {}
     for event in stream:
         if event["type"] != "ping":
-            snapshot = accumulate_event(event=EVENT.validate_python(event), current_snapshot=snapshot, json_bufs=bufs)
+            snapshot = accumulate_event(
+                event=EVENT.validate_python(event), current_snapshot=snapshot, json_bufs=bufs
+            )
     return snapshot
 
 
 def test_text_stream_order_and_message():
     stream, builder = run([delta("Hel"), delta("lo"), delta(" there", finish="stop", usage=USAGE)])
     assert [e["type"] for e in stream] == [
-        "message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
-        "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     assert stream[0]["message"]["usage"]["input_tokens"] == 30
     message = Message.model_validate(builder.message())
     assert message.content[0].text == "Hello there"
@@ -64,17 +85,33 @@ def test_text_stream_order_and_message():
 
 def test_thinking_then_text_then_tool_use():
     call = {"id": "call_" + "ab" * 12, "name": "get_weather", "arguments": '{"city": "Paris"}'}
-    stream, builder = run([delta(reasoning="Let me "), delta(reasoning="think."), delta("Calling."),
-                           delta(tool_calls=[call]), delta(finish="tool_calls", usage=USAGE)])
+    stream, builder = run(
+        [
+            delta(reasoning="Let me "),
+            delta(reasoning="think."),
+            delta("Calling."),
+            delta(tool_calls=[call]),
+            delta(finish="tool_calls", usage=USAGE),
+        ]
+    )
     types = [(e["type"], e.get("delta", {}).get("type")) for e in stream]
     assert types == [
-        ("message_start", None), ("ping", None),
-        ("content_block_start", None), ("content_block_delta", "thinking_delta"),
-        ("content_block_delta", "thinking_delta"), ("content_block_delta", "signature_delta"),
+        ("message_start", None),
+        ("ping", None),
+        ("content_block_start", None),
+        ("content_block_delta", "thinking_delta"),
+        ("content_block_delta", "thinking_delta"),
+        ("content_block_delta", "signature_delta"),
         ("content_block_stop", None),
-        ("content_block_start", None), ("content_block_delta", "text_delta"), ("content_block_stop", None),
-        ("content_block_start", None), ("content_block_delta", "input_json_delta"), ("content_block_stop", None),
-        ("message_delta", None), ("message_stop", None)]
+        ("content_block_start", None),
+        ("content_block_delta", "text_delta"),
+        ("content_block_stop", None),
+        ("content_block_start", None),
+        ("content_block_delta", "input_json_delta"),
+        ("content_block_stop", None),
+        ("message_delta", None),
+        ("message_stop", None),
+    ]
     assert [e["index"] for e in stream if "index" in e] == [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2]
     message = Message.model_validate(builder.message())
     thinking, text, tool = message.content
@@ -89,8 +126,9 @@ def test_thinking_then_text_then_tool_use():
 
 
 def test_stop_sequence_is_reported_and_removed():
-    stream, builder = run([delta("one two"), delta(" thr", finish="stop", usage=USAGE)],
-                          stop_sequences=["th", " thr"])
+    stream, builder = run(
+        [delta("one two"), delta(" thr", finish="stop", usage=USAGE)], stop_sequences=["th", " thr"]
+    )
     message = Message.model_validate(builder.message())
     assert message.content[0].text == "one two"
     assert message.stop_reason == "stop_sequence" and message.stop_sequence == " thr"
@@ -121,44 +159,79 @@ def messages(*items):
 
 def test_system_string_blocks_and_system_messages_merge():
     as_string = chat_messages("Be brief.", messages({"role": "user", "content": "Hi"}))
-    as_blocks = chat_messages([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-                              messages({"role": "user", "content": [{"type": "text", "text": "Hi"}]}))
-    in_messages = chat_messages(None, messages({"role": "system", "content": "Be brief."},
-                                               {"role": "user", "content": "Hi"}))
+    as_blocks = chat_messages(
+        [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        messages({"role": "user", "content": [{"type": "text", "text": "Hi"}]}),
+    )
+    in_messages = chat_messages(
+        None, messages({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"})
+    )
     expected = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     assert as_string == as_blocks == in_messages == expected
 
 
 def test_tool_history_becomes_openai_form():
-    out = chat_messages(None, messages(
-        {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "need a tool", "signature": "x"},
-            {"type": "redacted_thinking", "data": "opaque"},
-            {"type": "text", "text": "Checking."},
-            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "sunny"}]},
-            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "boom", "is_error": True},
-            {"type": "brand_new_block", "payload": 1},
-            {"type": "text", "text": "Thanks"}]}))
+    out = chat_messages(
+        None,
+        messages(
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "need a tool", "signature": "x"},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "sunny"}],
+                    },
+                    {"type": "tool_result", "tool_use_id": "toolu_2", "content": "boom", "is_error": True},
+                    {"type": "brand_new_block", "payload": 1},
+                    {"type": "text", "text": "Thanks"},
+                ],
+            },
+        ),
+    )
     assert out == [
         {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": "Checking.", "reasoning_content": "need a tool",
-         "tool_calls": [{"id": "toolu_1", "type": "function",
-                         "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "reasoning_content": "need a tool",
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: boom"},
-        {"role": "user", "content": "Thanks"}]
+        {"role": "user", "content": "Thanks"},
+    ]
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ([{"type": "image", "source": {"type": "file", "file_id": "file_1"}}], "image source"),
-    ([{"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}}], "allow_remote_images"),
-    ([{"text": "no type"}], "'type'"),
-    ([{"type": "text", "text": 5}], "text"),
-    ([{"type": "tool_use", "id": "t", "name": "n", "input": {}}], "assistant"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ([{"type": "image", "source": {"type": "file", "file_id": "file_1"}}], "image source"),
+        (
+            [{"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}}],
+            "allow_remote_images",
+        ),
+        ([{"text": "no type"}], "'type'"),
+        ([{"type": "text", "text": 5}], "text"),
+        ([{"type": "tool_use", "id": "t", "name": "n", "input": {}}], "assistant"),
+    ],
+)
 def test_bad_user_content_is_a_400(content, fragment):
     with pytest.raises(ApiError) as raised:
         chat_messages(None, messages({"role": "user", "content": content}))
@@ -171,20 +244,43 @@ def test_unknown_role_is_a_400():
 
 
 def test_tools_and_tool_choice():
-    tools = openai_tools([
-        {"name": "get_weather", "description": "Weather of a city", "cache_control": {"type": "ephemeral"},
-         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
-        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
-        {"type": "custom", "name": "noop", "input_schema": {"type": "object"}}])
+    tools = openai_tools(
+        [
+            {
+                "name": "get_weather",
+                "description": "Weather of a city",
+                "cache_control": {"type": "ephemeral"},
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"type": "custom", "name": "noop", "input_schema": {"type": "object"}},
+        ]
+    )
     assert [t["function"]["name"] for t in tools] == ["get_weather", "noop"]
-    assert tools[0] == {"type": "function", "function": {
-        "name": "get_weather", "description": "Weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    assert tools[0] == {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
     assert openai_tools([{"type": "web_search_20250305", "name": "web_search"}]) is None
     assert openai_tool_choice({"type": "auto"}, tools) == "auto"
     assert openai_tool_choice({"type": "any", "disable_parallel_tool_use": True}, tools) == "required"
     assert openai_tool_choice({"type": "none"}, tools) == "none"
-    assert openai_tool_choice({"type": "tool", "name": "noop"}, tools) == {"type": "function", "function": {"name": "noop"}}
+    assert openai_tool_choice({"type": "tool", "name": "noop"}, tools) == {
+        "type": "function",
+        "function": {"name": "noop"},
+    }
     assert openai_tool_choice(None, tools) is None
     for bad in ({"type": "tool", "name": "missing"}, {"type": "sometimes"}):
         with pytest.raises(ApiError):
@@ -202,11 +298,35 @@ def test_thinking_maps_to_enable_thinking():
 
 
 def test_documents_read_as_text_and_errors_name_the_block():
-    out = chat_messages(None, messages({"role": "user", "content": [
-        {"type": "text", "text": "Summarise:"},
-        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "The file."}}]}))
+    out = chat_messages(
+        None,
+        messages(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Summarise:"},
+                    {
+                        "type": "document",
+                        "source": {"type": "text", "media_type": "text/plain", "data": "The file."},
+                    },
+                ],
+            }
+        ),
+    )
     assert out == [{"role": "user", "content": "Summarise:\nThe file."}]
     with pytest.raises(ApiError, match=r"messages\[0\]\.content\[1\]: only documents"):
-        chat_messages(None, messages({"role": "user", "content": [
-            {"type": "text", "text": "Read:"},
-            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]}))
+        chat_messages(
+            None,
+            messages(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "Read:"},
+                        {
+                            "type": "document",
+                            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+                        },
+                    ],
+                }
+            ),
+        )

@@ -1,5 +1,6 @@
 """The REST API in process (Django's AsyncClient, the direct hand-off, the in-memory channel layer):
 request validation, errors, the API key, SSE framing. The live server covers the Huey path."""
+
 import asyncio
 import json
 import shutil
@@ -32,6 +33,7 @@ def api(served_models):
 
 def request(method, path, body=None, raw=None, **headers):
     """(status, parsed JSON or the SSE text) of one in-process request."""
+
     async def go():
         client = AsyncClient()
         if method == "GET":
@@ -56,37 +58,74 @@ def test_models_list(api):
 def test_openapi_docs(api):
     async def go():
         client = AsyncClient()
-        return (await client.get("/v1/docs")).status_code, json.loads((await client.get("/v1/openapi.json")).content)
+        return (await client.get("/v1/docs")).status_code, json.loads(
+            (await client.get("/v1/openapi.json")).content
+        )
 
     status, schema = asyncio.run(go())
     assert status == 200
-    assert set(schema["paths"]) == {"/v1/models", "/v1/chat/completions", "/v1/completions",
-                                    "/v1/responses", "/v1/responses/{response_id}",
-                                    "/v1/responses/{response_id}/input_items", "/v1/models/status",
-                                    "/v1/models/rescan", "/v1/models/{model_id}/load",
-                                    "/v1/models/{model_id}/unload", "/v1/models/{model_id}/settings",
-                                    "/v1/cache/status", "/v1/engine/step_trace",
-                                    "/v1/embeddings", "/v1/rerank",
-                                    "/v1/mcp/servers", "/v1/mcp/tools", "/v1/mcp/execute"}
+    assert set(schema["paths"]) == {
+        "/v1/models",
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/responses/{response_id}",
+        "/v1/responses/{response_id}/input_items",
+        "/v1/models/status",
+        "/v1/models/rescan",
+        "/v1/models/{model_id}/load",
+        "/v1/models/{model_id}/unload",
+        "/v1/models/{model_id}/settings",
+        "/v1/cache/status",
+        "/v1/engine/step_trace",
+        "/v1/embeddings",
+        "/v1/rerank",
+        "/v1/mcp/servers",
+        "/v1/mcp/tools",
+        "/v1/mcp/execute",
+    }
 
 
 def test_chat_completion_direct(api):
-    status, body = request("POST", "/v1/chat/completions",
-                           {"model": "tiny", "messages": CHAT, "max_tokens": 5, "temperature": 0,
-                            "user": "someone", "unknown_field": 1})
+    status, body = request(
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "messages": CHAT,
+            "max_tokens": 5,
+            "temperature": 0,
+            "user": "someone",
+            "unknown_field": 1,
+        },
+    )
     assert status == 200, body
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] == 5
     assert "cached_tokens" in body["usage"]["prompt_tokens_details"]
     # OpenAI's fields only: the hot/cold split of the generation events stays inside omlx
-    assert set(body["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+    assert set(body["usage"]) == {
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "prompt_tokens_details",
+    }
     assert set(body["usage"]["prompt_tokens_details"]) == {"cached_tokens"}
 
 
 def test_sse_framing(api):
-    status, text = request("POST", "/v1/chat/completions",
-                           {"model": "tiny", "messages": CHAT, "max_tokens": 3, "temperature": 0,
-                            "stream": True, "stream_options": {"include_usage": True}})
+    status, text = request(
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "messages": CHAT,
+            "max_tokens": 3,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert status == 200
     frames = [f for f in text.split("\n\n") if f]
     assert frames[-1] == "data: [DONE]"
@@ -95,19 +134,22 @@ def test_sse_framing(api):
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": "tiny", "messages": CHAT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ({"model": "tiny", "messages": CHAT, "stop": [""]}, "stop"),
-    ({"model": "tiny", "messages": CHAT, "n": 0}, "n"),
-    ({"model": "tiny", "messages": CHAT, "top_p": 0}, "top_p"),
-    ({"model": "tiny", "messages": CHAT, "top_logprobs": 2}, "top_logprobs"),
-    ({"model": "tiny", "messages": CHAT, "logprobs": True, "top_logprobs": 21}, "logprobs"),
-    ({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
-    ({"model": "tiny", "messages": []}, "messages"),
-    ({"model": "tiny", "messages": CHAT, "seed": "x"}, "seed"),
-    ({"model": "tiny", "messages": CHAT, "priority": 5000}, "priority"),
-    ({"model": "tiny", "messages": CHAT, "priority": "high"}, "priority"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"model": "tiny", "messages": CHAT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"model": "tiny", "messages": CHAT, "stop": [""]}, "stop"),
+        ({"model": "tiny", "messages": CHAT, "n": 0}, "n"),
+        ({"model": "tiny", "messages": CHAT, "top_p": 0}, "top_p"),
+        ({"model": "tiny", "messages": CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({"model": "tiny", "messages": CHAT, "logprobs": True, "top_logprobs": 21}, "logprobs"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+        ({"model": "tiny", "messages": []}, "messages"),
+        ({"model": "tiny", "messages": CHAT, "seed": "x"}, "seed"),
+        ({"model": "tiny", "messages": CHAT, "priority": 5000}, "priority"),
+        ({"model": "tiny", "messages": CHAT, "priority": "high"}, "priority"),
+    ],
+)
 def test_bad_chat_parameters_are_400(api, body, param):
     status, response = request("POST", "/v1/chat/completions", body)
     assert status == 400, response
@@ -120,25 +162,40 @@ def test_priority_is_accepted_on_every_route(api):
     for path, body in (
         ("/v1/chat/completions", {"model": "tiny", "messages": CHAT, "max_tokens": 2, "priority": 7}),
         ("/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 2, "priority": -3}),
-        ("/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 2, "priority": 9,
-                           "store": False}),
-        ("/v1/messages", {"model": "tiny", "max_tokens": 2, "priority": 1,
-                          "messages": [{"role": "user", "content": "hi"}]}),
+        (
+            "/v1/responses",
+            {"model": "tiny", "input": "hi", "max_output_tokens": 2, "priority": 9, "store": False},
+        ),
+        (
+            "/v1/messages",
+            {
+                "model": "tiny",
+                "max_tokens": 2,
+                "priority": 1,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        ),
     ):
         status, response = request("POST", path, body)
         assert status == 200, (path, response)
-    status, response = request("POST", "/v1/messages", {"model": "tiny", "max_tokens": 2, "priority": 1.5,
-                                                        "messages": [{"role": "user", "content": "hi"}]})
+    status, response = request(
+        "POST",
+        "/v1/messages",
+        {"model": "tiny", "max_tokens": 2, "priority": 1.5, "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert status == 400, response
 
 
-@pytest.mark.parametrize("body, status, fragment", [
-    ({"model": "tiny", "prompt": [], "max_tokens": 2}, 400, "empty"),
-    ({"model": "tiny", "prompt": [99999], "max_tokens": 2}, 400, "vocabulary"),
-    ({"model": "tiny", "prompt": "hi", "echo": True}, 400, "echo"),
-    ({"model": "nope", "prompt": "hi"}, 404, "does not exist"),
-    ({"prompt": "hi"}, 400, "model"),
-])
+@pytest.mark.parametrize(
+    "body, status, fragment",
+    [
+        ({"model": "tiny", "prompt": [], "max_tokens": 2}, 400, "empty"),
+        ({"model": "tiny", "prompt": [99999], "max_tokens": 2}, 400, "vocabulary"),
+        ({"model": "tiny", "prompt": "hi", "echo": True}, 400, "echo"),
+        ({"model": "nope", "prompt": "hi"}, 404, "does not exist"),
+        ({"prompt": "hi"}, 400, "model"),
+    ],
+)
 def test_bad_completion_requests(api, body, status, fragment):
     got, response = request("POST", "/v1/completions", body)
     assert got == status, response
@@ -165,14 +222,25 @@ def test_api_key(api):
 
 def test_keepalive_comments_while_waiting(api, monkeypatch):
     """Between events the stream sends SSE comments, every OMLX_SSE_KEEPALIVE_SECONDS."""
+
     async def slow_worker(job):
         async def later():
             relay.publish(job.request_id, {"kind": "accepted"})
             await asyncio.sleep(0.2)
-            relay.publish(job.request_id, {
-                "kind": "delta", "index": 0, "text": "hi", "token_ids": [1], "logprobs": None,
-                "finish_reason": "stop", "usage": {"prompt_tokens": 1, "completion_tokens": 1,
-                                                   "cached_tokens": 0}, "error": None})
+            relay.publish(
+                job.request_id,
+                {
+                    "kind": "delta",
+                    "index": 0,
+                    "text": "hi",
+                    "token_ids": [1],
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0},
+                    "error": None,
+                },
+            )
+
         asyncio.get_running_loop().create_task(later())
 
     monkeypatch.setattr(handoff, "submit", slow_worker)
@@ -186,8 +254,11 @@ def test_keepalive_comments_while_waiting(api, monkeypatch):
 
 
 def test_streamed_completion_logprobs_offsets(api):
-    status, text = request("POST", "/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 5,
-                                                       "temperature": 0, "logprobs": 1, "stream": True})
+    status, text = request(
+        "POST",
+        "/v1/completions",
+        {"model": "tiny", "prompt": "hi", "max_tokens": 5, "temperature": 0, "logprobs": 1, "stream": True},
+    )
     assert status == 200
     chunks = [json.loads(f[6:]) for f in text.split("\n\n") if f.startswith("data: {")]
     tokens, offsets = [], []
@@ -213,12 +284,16 @@ def test_each_prompt_is_validated_once(api, monkeypatch):
         return validate(self, prompt, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "validate_prompt", counted)
-    status, body = request("POST", "/v1/chat/completions",
-                           {"model": "tiny", "messages": CHAT, "max_tokens": 2, "n": 2, "temperature": 0})
+    status, body = request(
+        "POST",
+        "/v1/chat/completions",
+        {"model": "tiny", "messages": CHAT, "max_tokens": 2, "n": 2, "temperature": 0},
+    )
     assert status == 200, body
     assert len(body["choices"]) == 2 and len(calls) == 1, calls
     calls.clear()
-    status, body = request("POST", "/v1/completions",
-                           {"model": "tiny", "prompt": [[5, 6, 7], [8, 9]], "max_tokens": 2, "n": 2})
+    status, body = request(
+        "POST", "/v1/completions", {"model": "tiny", "prompt": [[5, 6, 7], [8, 9]], "max_tokens": 2, "n": 2}
+    )
     assert status == 200, body
     assert len(body["choices"]) == 4 and sorted(calls) == [2, 3], calls

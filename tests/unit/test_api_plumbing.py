@@ -1,5 +1,6 @@
 """The pieces under the API: the relay over the in-memory channel layer, the embedded Huey
 consumer (started off the main thread), and run_job's events."""
+
 import asyncio
 import shutil
 import threading
@@ -17,6 +18,7 @@ from inference.pool import close_pool, get_pool
 def test_relay_keeps_order_across_threads():
     async def main():
         async with relay.Subscription("order-test") as sub:
+
             def produce():
                 for i in range(500):
                     relay.publish("order-test", {"i": i})
@@ -41,7 +43,9 @@ def test_embedded_consumer_runs_tasks_from_a_worker_thread():
         return x * 2
 
     box = {}
-    starter = threading.Thread(target=lambda: box.setdefault("consumer", EmbeddedConsumer(huey, 1, 0.01)).start())
+    starter = threading.Thread(
+        target=lambda: box.setdefault("consumer", EmbeddedConsumer(huey, 1, 0.01)).start()
+    )
     starter.start()
     starter.join()
     try:
@@ -78,8 +82,11 @@ def collect(job):
 
 def test_run_job_events(tiny_registry):
     events = collect(GenerationJob("job-1", "tiny", {"max_tokens": 3, "temperature": 0}, prompts=["hi"]))
-    assert events[0] == {"kind": "accepted", "prompt_tokens": [len(get_pool().engine("tiny").encode("hi"))],
-                         "model": "tiny"}
+    assert events[0] == {
+        "kind": "accepted",
+        "prompt_tokens": [len(get_pool().engine("tiny").encode("hi"))],
+        "model": "tiny",
+    }
     assert [e["index"] for e in events[1:]] == [0, 0, 0]
     assert events[-1]["finish_reason"] == "length"
     assert events[-1]["usage"]["completion_tokens"] == 3

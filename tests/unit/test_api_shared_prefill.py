@@ -1,5 +1,6 @@
 """A chat request with n > 1 submits n engine requests with the same prompt: the prompt is
 computed once and the other choices reuse it (in process, over the tiny model)."""
+
 import threading
 import time
 from django.test import override_settings
@@ -7,8 +8,10 @@ from django.test import override_settings
 from inference.pool import close_pool, get_pool
 from tests.unit.test_api_inprocess import api, request, served_models  # noqa: F401  (fixtures)
 
-WORDS = ("the cache keeps every block of a long prompt so that the next request finds it and "
-         "computes only what is new while the engine streams tokens to many users at once ").split()
+WORDS = (
+    "the cache keeps every block of a long prompt so that the next request finds it and "
+    "computes only what is new while the engine streams tokens to many users at once "
+).split()
 
 
 def test_chat_n_choices_compute_the_prompt_once(api, tmp_path):  # noqa: F811
@@ -21,8 +24,13 @@ def test_chat_n_choices_compute_the_prompt_once(api, tmp_path):  # noqa: F811
 
 def _chat_n_choices():
     content = " ".join(WORDS[i % len(WORDS)] for i in range(700))
-    body = {"model": "tiny", "messages": [{"role": "user", "content": content}], "n": 4,
-            "max_tokens": 6, "temperature": 0}
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": content}],
+        "n": 4,
+        "max_tokens": 6,
+        "temperature": 0,
+    }
     engine = get_pool().engine("tiny")
 
     def hold(e):

@@ -2,6 +2,7 @@
 per-choice parser (chosen from the real tokenizer and rendered prompt) publishes contract-1 events,
 and the OpenAI format turns them into chunks and a response that the openai SDK's own types
 accept. The text is what the family's template renders for a call, cut into token-sized deltas."""
+
 import pytest
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
@@ -19,9 +20,9 @@ OUTPUTS = {
     "qwen2": "One moment.\n" + CALLS + "\n" + CALLS.replace("Oslo", "Bergen"),
     "qwen3": "Two cities.\n</think>\n\nOne moment.\n" + CALLS + "\n" + CALLS.replace("Oslo", "Bergen"),
     "llama": '{"name": "get_weather", "parameters": {"city": "Oslo"}}; '
-             '{"name": "get_weather", "parameters": {"city": "Bergen"}}',
+    '{"name": "get_weather", "parameters": {"city": "Bergen"}}',
     "mistral": 'One moment.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Oslo"}}, '
-               '{"name": "get_weather", "arguments": {"city": "Bergen"}}]',
+    '{"name": "get_weather", "arguments": {"city": "Bergen"}}]',
 }
 
 
@@ -30,13 +31,26 @@ def run_choice(model_dir, arch, output, step=3, **job_fields):
     job = GenerationJob("chatcmpl-test", arch, {}, messages=USER, tools=TOOLS, **job_fields)
     prompt = render_prompt(tokenizer, USER, TOOLS)
     events = []
-    sink = _sink(job.request_id, 0, tokenizer, lambda _, event: events.append(event),
-                 _parser(job, capabilities(tokenizer, arch), prompt, None))
-    pieces = [output[i:i + step] for i in range(0, len(output), step)]
+    sink = _sink(
+        job.request_id,
+        0,
+        tokenizer,
+        lambda _, event: events.append(event),
+        _parser(job, capabilities(tokenizer, arch), prompt, None),
+    )
+    pieces = [output[i : i + step] for i in range(0, len(output), step)]
     for i, piece in enumerate(pieces):
         last = i == len(pieces) - 1
-        sink(RequestOutput(job.request_id, piece, [7], None, "stop" if last else None,
-                           Usage(10, len(pieces)) if last else None))
+        sink(
+            RequestOutput(
+                job.request_id,
+                piece,
+                [7],
+                None,
+                "stop" if last else None,
+                Usage(10, len(pieces)) if last else None,
+            )
+        )
     return events
 
 
@@ -56,13 +70,22 @@ def test_events_chunks_and_response_of_a_tool_calling_answer(model_dir, arch):
     chunks = [ChatCompletionChunk.model_validate(c) for c in fmt.start_chunks(1) + [c for c in chunks if c]]
     streamed = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     assert [(tc.index, tc.id, tc.function.name) for tc in streamed] == [
-        (k, c["id"], "get_weather") for k, c in enumerate(calls)]
+        (k, c["id"], "get_weather") for k, c in enumerate(calls)
+    ]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
-    choice = {"index": 0, "text": text, "reasoning": reasoning, "tool_calls": calls, "logprobs": None,
-              "finish_reason": events[-1]["finish_reason"], "usage": events[-1]["usage"]}
-    body = ChatCompletion.model_validate(fmt.response([choice], {"prompt_tokens": 10, "completion_tokens": 5,
-                                                                 "total_tokens": 15}))
+    choice = {
+        "index": 0,
+        "text": text,
+        "reasoning": reasoning,
+        "tool_calls": calls,
+        "logprobs": None,
+        "finish_reason": events[-1]["finish_reason"],
+        "usage": events[-1]["usage"],
+    }
+    body = ChatCompletion.model_validate(
+        fmt.response([choice], {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+    )
     message = body.choices[0].message
     assert [tc.function.arguments for tc in message.tool_calls] == [c["arguments"] for c in calls]
     assert message.content == (text or None)

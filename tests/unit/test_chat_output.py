@@ -1,5 +1,6 @@
 """The output parsers on streamed fragments: every split point of real rendered outputs, markers
 split across deltas, text around calls, several calls, malformed calls."""
+
 import json
 
 import pytest
@@ -9,7 +10,7 @@ from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser
 from inference.chat.tool_parsers import FORMATS, detect_tool_format
 
 THINK = ("<think>", "</think>")
-WEATHER = {"city": "Paris", "unit": "celsius", "note": "naïve \"quotes\" <tags>"}
+WEATHER = {"city": "Paris", "unit": "celsius", "note": 'naïve "quotes" <tags>'}
 
 
 def parse(parts, **kwargs):
@@ -46,24 +47,29 @@ def rendered_output(model_dir, arch, content, calls, reasoning=None):
     (for qwen3, after the ``<think>`` the generation prompt opened)."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir(arch))
     user = [{"role": "user", "content": "What is the weather?"}]
-    assistant = {"role": "assistant", "content": content,
-                 "tool_calls": [{"id": f"call_{i}", "type": "function",
-                                 "function": {"name": name, "arguments": args}}
-                                for i, (name, args) in enumerate(calls)]}
+    assistant = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(calls)
+        ],
+    }
     if reasoning:
         assistant["reasoning_content"] = reasoning
     prompt = tokenizer.apply_chat_template(user, tokenize=False, add_generation_prompt=arch != "mistral")
     full = tokenizer.apply_chat_template(user + [assistant], tokenize=False)
     assert full.startswith(prompt)
-    output = full[len(prompt):]
+    output = full[len(prompt) :]
     for end in ("<|im_end|>\n", "<|eot_id|>", "<|im_end|>"):
         if output.endswith(end):
             return output[: -len(end)]
     return output
 
 
-@pytest.mark.parametrize("arch,fmt", [("qwen2", "hermes"), ("qwen3", "hermes"), ("llama", "llama3_json"),
-                                      ("mistral", "mistral")])
+@pytest.mark.parametrize(
+    "arch,fmt", [("qwen2", "hermes"), ("qwen3", "hermes"), ("llama", "llama3_json"), ("mistral", "mistral")]
+)
 def test_rendered_calls_parse_at_every_split_point(model_dir, arch, fmt):
     calls = [("get_weather", WEATHER), ("get_time", {"zone": "CET"})]
     thinking = arch == "qwen3"
@@ -71,8 +77,9 @@ def test_rendered_calls_parse_at_every_split_point(model_dir, arch, fmt):
     tokenizer = AutoTokenizer.from_pretrained(model_dir(arch))
     assert detect_tool_format(tokenizer.chat_template, tokenizer.get_vocab()) is FORMATS[fmt]
     for parts in splits(output):
-        out, _ = parse(parts, tool_format=FORMATS[fmt], reasoning=THINK if thinking else None,
-                       in_reasoning=thinking)
+        out, _ = parse(
+            parts, tool_format=FORMATS[fmt], reasoning=THINK if thinking else None, in_reasoning=thinking
+        )
         assert names_and_args(out) == calls, parts
         assert out.text == "" and out.reasoning == ("Two tools.\n" if thinking else "")
 
@@ -89,8 +96,11 @@ def test_hermes_text_before_and_after_calls_at_every_split_point(model_dir):
 
 
 def test_qwen3_reasoning_opened_by_the_prompt_then_a_call():
-    output = ("I need the weather.\n</think>\n\nChecking.\n<tool_call>\n"
-              + json.dumps({"name": "get_weather", "arguments": WEATHER}) + "\n</tool_call>")
+    output = (
+        "I need the weather.\n</think>\n\nChecking.\n<tool_call>\n"
+        + json.dumps({"name": "get_weather", "arguments": WEATHER})
+        + "\n</tool_call>"
+    )
     for parts in splits(output):
         out, _ = parse(parts, tool_format=FORMATS["hermes"], reasoning=THINK, in_reasoning=True)
         assert out.reasoning == "I need the weather.\n"
@@ -115,14 +125,17 @@ def test_partial_markers_are_held_back_not_leaked():
     assert out.text == "a < b and <tag>"
 
 
-@pytest.mark.parametrize("fmt,output", [
-    ("hermes", "Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {bad json}\n</tool_call> after"),
-    ("hermes", "<tool_call>{\"arguments\": {}}</tool_call>"),  # no name
-    ("hermes", "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1"),  # cut short, unclosed
-    ("llama3_json", "{\"name\": \"f\", \"parameters\": {\"a\": }"),
-    ("mistral", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}"),
-    ("mistral", "[TOOL_CALLS]f[ARGS]{oops}"),
-])
+@pytest.mark.parametrize(
+    "fmt,output",
+    [
+        ("hermes", 'Sure. <tool_call>\n{"name": "f", "arguments": {bad json}\n</tool_call> after'),
+        ("hermes", '<tool_call>{"arguments": {}}</tool_call>'),  # no name
+        ("hermes", '<tool_call>{"name": "f", "arguments": {"a": 1'),  # cut short, unclosed
+        ("llama3_json", '{"name": "f", "parameters": {"a": }'),
+        ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}'),
+        ("mistral", "[TOOL_CALLS]f[ARGS]{oops}"),
+    ],
+)
 def test_malformed_calls_come_back_as_text(fmt, output):
     for parts in splits(output):
         out, _ = parse(parts, tool_format=FORMATS[fmt])
@@ -131,23 +144,22 @@ def test_malformed_calls_come_back_as_text(fmt, output):
 
 def test_llama_json_answer_only_at_the_start_and_only_if_it_is_a_call():
     fmt = FORMATS["llama3_json"]
-    out, _ = parse(["  ", "{\"a\": 1}"], tool_format=fmt)
-    assert out.text == "{\"a\": 1}" and not out.tool_calls  # JSON, but not a call
-    out, _ = parse(["Use {\"name\": \"f\", \"parameters\": {}}"], tool_format=fmt)
+    out, _ = parse(["  ", '{"a": 1}'], tool_format=fmt)
+    assert out.text == '{"a": 1}' and not out.tool_calls  # JSON, but not a call
+    out, _ = parse(['Use {"name": "f", "parameters": {}}'], tool_format=fmt)
     assert out.text.startswith("Use {") and not out.tool_calls
-    out, _ = parse(["<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 2}}; {\"name\": \"g\"}"],
-                   tool_format=fmt)
+    out, _ = parse(['<|python_tag|>{"name": "f", "parameters": {"x": 2}}; {"name": "g"}'], tool_format=fmt)
     assert names_and_args(out) == [("f", {"x": 2}), ("g", {})] and out.text == ""
 
 
 def test_mistral_v11_calls_with_text_before():
-    for parts in splits("Calling.[TOOL_CALLS]f[ARGS]{\"a\": [1, 2]}[TOOL_CALLS]g[ARGS]{}"):
+    for parts in splits('Calling.[TOOL_CALLS]f[ARGS]{"a": [1, 2]}[TOOL_CALLS]g[ARGS]{}'):
         out, _ = parse(parts, tool_format=FORMATS["mistral"])
         assert out.text == "Calling." and names_and_args(out) == [("f", {"a": [1, 2]}), ("g", {})]
 
 
 def test_ids_are_fresh_and_max_calls_drops_later_calls():
-    two = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"g\"}</tool_call>"
+    two = '<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{"name": "g"}</tool_call>'
     out, _ = parse([two], tool_format=FORMATS["hermes"])
     assert len({c.id for c in out.tool_calls}) == 2
     assert all(c.id.startswith("call_") and len(c.id) == 29 for c in out.tool_calls)
@@ -156,7 +168,7 @@ def test_ids_are_fresh_and_max_calls_drops_later_calls():
 
 
 def test_without_a_tool_format_text_passes_untouched():
-    text = "Plain <tool_call>{\"name\": \"f\"}</tool_call>  \n"
+    text = 'Plain <tool_call>{"name": "f"}</tool_call>  \n'
     for parts in splits(text):
         out, _ = parse(parts)
         assert out.text == text and not out.tool_calls
@@ -164,10 +176,10 @@ def test_without_a_tool_format_text_passes_untouched():
 
 def test_tool_choice_parser_turns_the_json_into_one_call():
     parser = ToolChoiceParser()
-    assert parser.feed("{\"name\": \"f\", ") == ParsedDelta()
-    parser.feed("\"arguments\": {\"a\": 1}}")
+    assert parser.feed('{"name": "f", ') == ParsedDelta()
+    parser.feed('"arguments": {"a": 1}}')
     out = parser.finish()
     assert names_and_args(out) == [("f", {"a": 1})] and parser.tool_calls == 1
     cut = ToolChoiceParser()
-    cut.feed("{\"name\": \"f\", \"argu")
-    assert cut.finish() == ParsedDelta(text="{\"name\": \"f\", \"argu")
+    cut.feed('{"name": "f", "argu')
+    assert cut.finish() == ParsedDelta(text='{"name": "f", "argu')

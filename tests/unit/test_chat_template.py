@@ -1,5 +1,6 @@
 """Rendering OpenAI-form conversations with each family's chat template through mlx-lm's
 tokenizer, as the worker does: tools offered, tool calls and results fed back, template kwargs."""
+
 import json
 
 import pytest
@@ -9,15 +10,35 @@ from inference.chat.capabilities import capabilities
 from inference.chat.reasoning import prompt_opens_reasoning
 from inference.chat.template import check_template_kwargs, render_prompt, template_messages
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 ROUND = [
     {"role": "developer", "content": "Answer briefly."},
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": None, "reasoning_content": "The tool knows.",
-     "tool_calls": [{"id": "call_abc", "type": "function",
-                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "The tool knows.",
+        "tool_calls": [
+            {
+                "id": "call_abc",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_abc", "content": "Sunny, 21 C"},
 ]
 
@@ -27,16 +48,31 @@ def tokenizers(model_dir):
     return {arch: load_tokenizer(model_dir(arch)) for arch in ("qwen2", "qwen3", "llama", "mistral")}
 
 
-@pytest.mark.parametrize("arch,call,result", [
-    ("qwen2", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-     "<tool_response>\nSunny, 21 C\n</tool_response>"),
-    ("qwen3", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-     "<tool_response>\nSunny, 21 C\n</tool_response>"),
-    ("llama", '{"name": "get_weather", "parameters": {"city": "Paris"}}',
-     "<|start_header_id|>ipython<|end_header_id|>\n\nSunny, 21 C<|eot_id|>"),
-    ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "call_abc"}]',
-     '[TOOL_RESULTS]{"content": "Sunny, 21 C", "call_id": "call_abc"}[/TOOL_RESULTS]'),
-])
+@pytest.mark.parametrize(
+    "arch,call,result",
+    [
+        (
+            "qwen2",
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+            "<tool_response>\nSunny, 21 C\n</tool_response>",
+        ),
+        (
+            "qwen3",
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+            "<tool_response>\nSunny, 21 C\n</tool_response>",
+        ),
+        (
+            "llama",
+            '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+            "<|start_header_id|>ipython<|end_header_id|>\n\nSunny, 21 C<|eot_id|>",
+        ),
+        (
+            "mistral",
+            '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "call_abc"}]',
+            '[TOOL_RESULTS]{"content": "Sunny, 21 C", "call_id": "call_abc"}[/TOOL_RESULTS]',
+        ),
+    ],
+)
 def test_tools_calls_and_results_render_in_the_family_format(tokenizers, arch, call, result):
     prompt = render_prompt(tokenizers[arch], ROUND, TOOLS)
     assert json.dumps(TOOLS[0]["function"]["parameters"]) in prompt  # the tools are offered
@@ -48,7 +84,9 @@ def test_tools_calls_and_results_render_in_the_family_format(tokenizers, arch, c
 
 
 def test_qwen_plain_messages_are_chatml(tokenizers):
-    prompt = render_prompt(tokenizers["qwen2"], [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])
+    prompt = render_prompt(
+        tokenizers["qwen2"], [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    )
     assert prompt == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -67,7 +105,11 @@ def test_qwen3_thinking_follows_enable_thinking(tokenizers):
 def test_capabilities_per_family(tokenizers):
     found = {arch: capabilities(t) for arch, t in tokenizers.items()}
     assert {arch: c.tool_format.name for arch, c in found.items()} == {
-        "qwen2": "hermes", "qwen3": "hermes", "llama": "llama3_json", "mistral": "mistral"}
+        "qwen2": "hermes",
+        "qwen3": "hermes",
+        "llama": "llama3_json",
+        "mistral": "mistral",
+    }
     assert [arch for arch, c in found.items() if c.reasoning] == ["qwen3"]
 
 
@@ -76,9 +118,13 @@ def test_message_conversion():
     assert converted[0]["role"] == "system" and converted[2]["content"] == ""
     assert converted[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert converted[3]["name"] == "get_weather"
-    assert ROUND[2]["tool_calls"][0]["function"]["arguments"] == "{\"city\": \"Paris\"}"  # input untouched
-    bad = [dict(ROUND[2], tool_calls=[{"id": "x", "type": "function",
-                                       "function": {"name": "f", "arguments": "{not json"}}])]
+    assert ROUND[2]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'  # input untouched
+    bad = [
+        dict(
+            ROUND[2],
+            tool_calls=[{"id": "x", "type": "function", "function": {"name": "f", "arguments": "{not json"}}],
+        )
+    ]
     with pytest.raises(ValueError, match=r"messages\[0\].tool_calls\[0\].function.arguments"):
         template_messages(bad)
     with pytest.raises(ValueError, match="must be a JSON object"):

@@ -1,6 +1,7 @@
 """Every setting is documented: docs/settings.md is the table of omlx_site/config.py as generated
 now, every row has its help, default and type, and each OMLX_* environment variable the code reads
 and each flag of `omlx serve` and `omlx worker` appears in README.md or docs/settings.md."""
+
 import re
 import subprocess
 import sys
@@ -15,9 +16,17 @@ DOCS = README + SETTINGS_MD
 
 
 def test_docs_settings_md_is_the_generated_table():
-    generated = subprocess.run([sys.executable, "-m", "omlx_site.config"], capture_output=True, text=True,
-                               timeout=120, cwd=ROOT, check=True).stdout
-    assert SETTINGS_MD == generated, "docs/settings.md is stale: python -m omlx_site.config > docs/settings.md"
+    generated = subprocess.run(
+        [sys.executable, "-m", "omlx_site.config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert SETTINGS_MD == generated, (
+        "docs/settings.md is stale: python -m omlx_site.config > docs/settings.md"
+    )
     assert "(docs/settings.md)" in README
 
 
@@ -48,8 +57,13 @@ def test_every_environment_variable_is_documented():
 
 def test_every_serve_and_worker_flag_is_documented():
     for command in ("serve", "worker"):
-        help_text = subprocess.run([sys.executable, "-m", "omlx_site.cli", command, "--help"],
-                                   capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
+        help_text = subprocess.run(
+            [sys.executable, "-m", "omlx_site.cli", command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        ).stdout
         flags = set(re.findall(r"(--[a-z][a-z-]+)", help_text)) - {"--help"}
         assert "--redis-url" in flags
         missing = sorted(flag for flag in flags if f"`{flag}" not in DOCS)

@@ -1,5 +1,6 @@
 """Behaviour of the engine on a tiny random model: sampling, stop conditions, streaming,
 aborts, bad input."""
+
 import json
 import threading
 
@@ -50,14 +51,19 @@ def test_seeded_sampling_is_the_same_in_any_batch(llm):
     params = [p for _, p in others[:2]] + [seeded] + [others[2][1]]
     batched = llm.generate(prompts, params)
     assert batched[2].token_ids == alone
-    seeds = [llm.generate(["Once upon a time"], SamplingParams(temperature=1.5, seed=s, max_tokens=20,
-                                                                ignore_eos=True))[0].token_ids
-             for s in (1, 2, 3)]
+    seeds = [
+        llm.generate(
+            ["Once upon a time"], SamplingParams(temperature=1.5, seed=s, max_tokens=20, ignore_eos=True)
+        )[0].token_ids
+        for s in (1, 2, 3)
+    ]
     assert any(s != alone for s in seeds), "different seeds should sample differently"
 
 
 def test_seeded_sampling_survives_preemption(path, llm):
-    params = [SamplingParams(temperature=1.2, top_k=40, seed=s, max_tokens=24, ignore_eos=True) for s in range(4)]
+    params = [
+        SamplingParams(temperature=1.2, top_k=40, seed=s, max_tokens=24, ignore_eos=True) for s in range(4)
+    ]
     prompts = ["alpha beta", "gamma delta epsilon", "zeta", "eta theta iota kappa"]
     expected = [r.token_ids for r in llm.generate(prompts, params)]
     with LLM(path, max_kv_tokens=70, max_concurrent_requests=4) as tight:
@@ -78,8 +84,10 @@ def test_stop_string_ends_text_in_stream_and_result(llm):
     assert events[-1].finish_reason == "stop"
     result = llm.generate(["The weather today"], SamplingParams(max_tokens=40, stop=stop, **GREEDY))[0]
     assert result.text == cut and result.finish_reason == "stop"
-    kept = llm.generate(["The weather today"], SamplingParams(
-        max_tokens=40, stop=[stop], include_stop_str_in_output=True, **GREEDY))[0]
+    kept = llm.generate(
+        ["The weather today"],
+        SamplingParams(max_tokens=40, stop=[stop], include_stop_str_in_output=True, **GREEDY),
+    )[0]
     assert kept.text == cut + stop
 
 
@@ -144,18 +152,26 @@ def _reference_penalized(path, prompt, n, repetition=1.0, presence=0.0, frequenc
     return generated
 
 
-@pytest.mark.parametrize("penalties", [
-    dict(repetition_penalty=1.5),
-    dict(frequency_penalty=2.0, presence_penalty=1.0),
-    dict(repetition_penalty=1.2, frequency_penalty=1.5, presence_penalty=-0.5),
-])
+@pytest.mark.parametrize(
+    "penalties",
+    [
+        dict(repetition_penalty=1.5),
+        dict(frequency_penalty=2.0, presence_penalty=1.0),
+        dict(repetition_penalty=1.2, frequency_penalty=1.5, presence_penalty=-0.5),
+    ],
+)
 def test_penalties_match_reference(llm, path, penalties):
     prompt = llm.engine.encode("Repeat after me")
     plain = _greedy(llm, prompt, 30).token_ids
     got = llm.generate([prompt], SamplingParams(max_tokens=30, **penalties, **GREEDY))[0].token_ids
     expected = _reference_penalized(
-        path, prompt, 30, penalties.get("repetition_penalty", 1.0),
-        penalties.get("presence_penalty", 0.0), penalties.get("frequency_penalty", 0.0))
+        path,
+        prompt,
+        30,
+        penalties.get("repetition_penalty", 1.0),
+        penalties.get("presence_penalty", 0.0),
+        penalties.get("frequency_penalty", 0.0),
+    )
     assert got == expected
     assert got != plain
 
@@ -218,21 +234,24 @@ def test_long_prompt_does_not_stall_running_streams(path):
         assert len(during) >= 30
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(max_tokens=0), "max_tokens"),
-    (dict(temperature=-1), "temperature"),
-    (dict(top_p=0), "top_p"),
-    (dict(top_k=-3), "top_k"),
-    (dict(min_p=2), "min_p"),
-    (dict(repetition_penalty=0), "repetition_penalty"),
-    (dict(presence_penalty=3), "presence_penalty"),
-    (dict(frequency_penalty="a"), "frequency_penalty"),
-    (dict(seed=1.5), "seed"),
-    (dict(stop=[""]), "stop"),
-    (dict(stop=[3]), "stop"),
-    (dict(stop_token_ids=[-1]), "stop_token_ids"),
-    (dict(logprobs=100), "logprobs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(temperature=-1), "temperature"),
+        (dict(top_p=0), "top_p"),
+        (dict(top_k=-3), "top_k"),
+        (dict(min_p=2), "min_p"),
+        (dict(repetition_penalty=0), "repetition_penalty"),
+        (dict(presence_penalty=3), "presence_penalty"),
+        (dict(frequency_penalty="a"), "frequency_penalty"),
+        (dict(seed=1.5), "seed"),
+        (dict(stop=[""]), "stop"),
+        (dict(stop=[3]), "stop"),
+        (dict(stop_token_ids=[-1]), "stop_token_ids"),
+        (dict(logprobs=100), "logprobs"),
+    ],
+)
 def test_invalid_sampling_params(kwargs, name):
     with pytest.raises(ValueError, match=name):
         SamplingParams(**kwargs)
@@ -316,11 +335,16 @@ def test_broken_model_folders(tmp_path, path):
 @pytest.mark.parametrize("filters", [dict(top_k=1), dict(top_p=1e-6), dict(min_p=1.0)])
 def test_filters_that_keep_one_token_equal_greedy(llm, filters):
     greedy = _greedy(llm, "Filters", 16).token_ids
-    sampled = llm.generate(["Filters"], SamplingParams(
-        temperature=5.0, seed=3, max_tokens=16, ignore_eos=True, **filters))[0].token_ids
+    sampled = llm.generate(
+        ["Filters"], SamplingParams(temperature=5.0, seed=3, max_tokens=16, ignore_eos=True, **filters)
+    )[0].token_ids
     assert sampled == greedy
-    unfiltered = [llm.generate(["Filters"], SamplingParams(
-        temperature=5.0, seed=s, max_tokens=16, ignore_eos=True))[0].token_ids for s in range(3)]
+    unfiltered = [
+        llm.generate(["Filters"], SamplingParams(temperature=5.0, seed=s, max_tokens=16, ignore_eos=True))[
+            0
+        ].token_ids
+        for s in range(3)
+    ]
     assert any(u != greedy for u in unfiltered)
 
 
@@ -330,8 +354,11 @@ def test_submit_from_many_threads(llm):
     got = [None] * len(prompts)
 
     def run(i):
-        got[i] = [t for e in llm.engine.submit(prompts[i], SamplingParams(max_tokens=8, **GREEDY))
-                  for t in e.token_ids]
+        got[i] = [
+            t
+            for e in llm.engine.submit(prompts[i], SamplingParams(max_tokens=8, **GREEDY))
+            for t in e.token_ids
+        ]
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
     for t in threads:

@@ -1,6 +1,7 @@
 """The decode pipeline on the CPU (DecodeBatch.report_first): a step's tokens are handed out
 before the next pass is queued, and no pass runs after a row's last token (by length). Counts
 of passes and the state at each reported token, never wall-clock assertions."""
+
 import json
 import threading
 
@@ -53,8 +54,10 @@ def test_no_pass_after_a_rows_last_token(llm, lengths):
     the pass that would feed its n-th token (only for its KV) is not run."""
     counter, restore = _counting(llm)
     try:
-        results = llm.generate([[5 + i, 6, 7, 8] for i in range(len(lengths))],
-                               [SamplingParams(max_tokens=n, **GREEDY) for n in lengths])
+        results = llm.generate(
+            [[5 + i, 6, 7, 8] for i in range(len(lengths))],
+            [SamplingParams(max_tokens=n, **GREEDY) for n in lengths],
+        )
     finally:
         restore()
     assert [len(r.token_ids) for r in results] == lengths
@@ -117,9 +120,15 @@ def test_tokens_are_out_before_the_next_pass_is_queued(llm):
     assert not batch.unlaunched  # after the step nothing is left unqueued
 
 
-ENUM = {"type": "json_schema", "schema": {
-    "type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
-    "required": ["color", "ok"], "additionalProperties": False}}
+ENUM = {
+    "type": "json_schema",
+    "schema": {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+        "required": ["color", "ok"],
+        "additionalProperties": False,
+    },
+}
 
 
 @pytest.mark.parametrize("background", [False, True])
@@ -129,9 +138,11 @@ def test_structured_and_background_rows_decode_as_alone(llm, background):
     report-only step) next to plain rows, and with a background row (the batch then does not
     sample ahead): each row decodes what it decodes alone."""
     prompt = [3, 4, 5, 6]
-    params = [SamplingParams(max_tokens=12, **GREEDY),
-              SamplingParams(max_tokens=100, structured=ENUM, **GREEDY),
-              SamplingParams(max_tokens=5, structured=ENUM, **GREEDY)]
+    params = [
+        SamplingParams(max_tokens=12, **GREEDY),
+        SamplingParams(max_tokens=100, structured=ENUM, **GREEDY),
+        SamplingParams(max_tokens=5, structured=ENUM, **GREEDY),
+    ]
     if background:
         params.append(SamplingParams(max_tokens=12, priority=5, **GREEDY))
     alone = [llm.generate([prompt], p)[0] for p in params]

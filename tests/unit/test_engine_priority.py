@@ -1,6 +1,7 @@
 """Scheduling on the real engine: priorities, aging (nothing starves), preemption of the least
 urgent request, batch wait with a stepping clock, and the first token sent when the prompt is
 done. Counts of steps and the order of events, never wall-clock times."""
+
 import threading
 
 import numpy as np
@@ -80,8 +81,12 @@ def test_aging_lets_a_background_request_through(path):
             def submit_chat():
                 i = count[0]
                 count[0] += 1
-                llm.engine.submit(_ids(10, i), SamplingParams(max_tokens=2, priority=0, **GREEDY),
-                                  request_id=f"chat{i}", callback=on_event(f"chat{i}"))
+                llm.engine.submit(
+                    _ids(10, i),
+                    SamplingParams(max_tokens=2, priority=0, **GREEDY),
+                    request_id=f"chat{i}",
+                    callback=on_event(f"chat{i}"),
+                )
 
             def on_event(name):
                 def handle(event):
@@ -91,11 +96,16 @@ def test_aging_lets_a_background_request_through(path):
                             submit_chat()
                         if len(order) == 17:
                             finished.set()
+
                 return handle
 
             release = hold(llm.engine)
-            llm.engine.submit(_ids(10, 99), SamplingParams(max_tokens=2, priority=10, **GREEDY),
-                              request_id="background", callback=on_event("background"))
+            llm.engine.submit(
+                _ids(10, 99),
+                SamplingParams(max_tokens=2, priority=10, **GREEDY),
+                request_id="background",
+                callback=on_event("background"),
+            )
             submit_chat()
             release.set()
             assert finished.wait(120)
@@ -152,6 +162,7 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
     before any decode step runs (events reach the callback on the engine thread, in order)."""
     timeline = []
     with LLM(path, max_concurrent_requests=2, prefix_cache=False, prefill_chunk_size=16) as llm:
+
         def spy(e):
             prefill, decode = e.runner.prefill, e.runner.decode_step
 
@@ -175,16 +186,25 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
                     timeline.append(("first", name))
                 if event.finished:
                     done[name].set()
+
             return on_event
 
         release = hold(llm.engine)
         for name, size in (("one", 10), ("two", 30)):
-            llm.engine.submit(_ids(size, size), SamplingParams(max_tokens=3, **GREEDY), request_id=name,
-                              callback=callback(name))
+            llm.engine.submit(
+                _ids(size, size),
+                SamplingParams(max_tokens=3, **GREEDY),
+                request_id=name,
+                callback=callback(name),
+            )
         release.set()
         assert all(d.wait(60) for d in done.values())
-    assert timeline[:4] == [("prefill", (("one", 10), ("two", 16))), ("first", "one"), ("decode",),
-                            ("prefill", (("two", 14),))]
+    assert timeline[:4] == [
+        ("prefill", (("one", 10), ("two", 16))),
+        ("first", "one"),
+        ("decode",),
+        ("prefill", (("two", 14),)),
+    ]
     assert timeline[4] == ("first", "two")
 
 
@@ -239,7 +259,9 @@ def test_after_giving_way_the_step_does_not_decode(path):
     background, interactive, stream = _ids(600, 1), _ids(20, 2), _ids(8, 3)
     settings = dict(prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048)
     with LLM(path, **settings) as llm:
-        alone = [r.token_ids for r in llm.generate([background, stream], SamplingParams(max_tokens=40, **GREEDY))]
+        alone = [
+            r.token_ids for r in llm.generate([background, stream], SamplingParams(max_tokens=40, **GREEDY))
+        ]
     passes = []
     with LLM(path, **settings) as llm:
         rec = Recorder(llm.engine)
@@ -270,8 +292,14 @@ def test_background_rows_decode_the_same_without_sampling_ahead(path):
     for priority in (0, 10):
         with LLM(path, prefix_cache=False) as llm:
             plain = llm.generate(prompts, SamplingParams(max_tokens=12, priority=priority, **GREEDY))
-            structured = llm.generate(prompts, SamplingParams(
-                max_tokens=24, priority=priority, temperature=0,
-                structured={"type": "json_schema", "schema": schema}))
+            structured = llm.generate(
+                prompts,
+                SamplingParams(
+                    max_tokens=24,
+                    priority=priority,
+                    temperature=0,
+                    structured={"type": "json_schema", "schema": schema},
+                ),
+            )
             got[priority] = [r.token_ids for r in plain + structured]
     assert got[10] == got[0]

@@ -1,5 +1,6 @@
 """Requests that arrive together with a shared prompt prefix compute it once: the later ones
 wait for the first one's prefill and reuse its KV from the block cache."""
+
 import threading
 
 import numpy as np
@@ -95,10 +96,13 @@ def test_less_than_a_block_in_common_does_not_wait(path, chunking):
     assert [r.usage.cached_tokens for r in results] == [0, 0]
 
 
-@pytest.mark.parametrize("chunking", [
-    dict(prefill_chunk_size=8, step_token_budget=8, max_concurrent_requests=4),
-    dict(prefill_chunk_size=5, step_token_budget=6, max_concurrent_requests=6),
-])
+@pytest.mark.parametrize(
+    "chunking",
+    [
+        dict(prefill_chunk_size=8, step_token_budget=8, max_concurrent_requests=4),
+        dict(prefill_chunk_size=5, step_token_budget=6, max_concurrent_requests=6),
+    ],
+)
 def test_chunked_prefill_shares_and_matches(path, uncached, chunking):
     system = _ids(48, 4)
     prompts = [system + s for s in _distinct_suffixes([20, 4, 13, 9], 40)] + [_ids(30, 5)]
@@ -117,8 +121,9 @@ def test_followers_start_once_the_shared_blocks_are_stored(path, uncached):
     system = _ids(40, 6)
     long_prompt, short_prompt = (system + s for s in _distinct_suffixes([200, 2], 60))
     expected = _alone(uncached, [long_prompt, short_prompt])
-    with LLM(path, cache_block_size=BLOCK, prefill_chunk_size=8, step_token_budget=16,
-             max_concurrent_requests=4) as llm:
+    with LLM(
+        path, cache_block_size=BLOCK, prefill_chunk_size=8, step_token_budget=16, max_concurrent_requests=4
+    ) as llm:
         order, done = [], threading.Semaphore(0)
 
         def collect(i, event):
@@ -127,8 +132,9 @@ def test_followers_start_once_the_shared_blocks_are_stored(path, uncached):
                 done.release()
 
         for i, p in enumerate([long_prompt, short_prompt]):
-            llm.engine.submit(p, SamplingParams(max_tokens=10, **GREEDY),
-                              callback=lambda e, i=i: collect(i, e))
+            llm.engine.submit(
+                p, SamplingParams(max_tokens=10, **GREEDY), callback=lambda e, i=i: collect(i, e)
+            )
         assert done.acquire(timeout=120) and done.acquire(timeout=120)
     firsts = [i for i, e in order if e.token_ids]
     assert firsts[0] == 1, "the short request should stream before the long one's prefill ends"
@@ -152,8 +158,9 @@ def test_followers_go_on_when_the_owner_is_aborted(path, uncached):
     system = _ids(200, 7)
     owner_prompt, *follower_prompts = (system + s for s in _distinct_suffixes([10, 6, 9], 70))
     expected = _alone(uncached, follower_prompts)
-    with LLM(path, cache_block_size=BLOCK, prefill_chunk_size=4, step_token_budget=4,
-             max_concurrent_requests=4) as llm:
+    with LLM(
+        path, cache_block_size=BLOCK, prefill_chunk_size=4, step_token_budget=4, max_concurrent_requests=4
+    ) as llm:
         params = SamplingParams(max_tokens=10, **GREEDY)
         owner = llm.engine.submit(owner_prompt, params)
         followers = [llm.engine.submit(p, params) for p in follower_prompts]
@@ -162,8 +169,11 @@ def test_followers_go_on_when_the_owner_is_aborted(path, uncached):
             o = e.scheduler.find(owner.request_id)
             assert o is not None and o.status is not RequestStatus.DECODING, "the owner finished first"
             fs = [e.scheduler.find(f.request_id) for f in followers]
-            return (o.status is RequestStatus.PREFILLING and o.num_computed >= 3 * BLOCK
-                    and all(f.status is RequestStatus.WAITING for f in fs))
+            return (
+                o.status is RequestStatus.PREFILLING
+                and o.num_computed >= 3 * BLOCK
+                and all(f.status is RequestStatus.WAITING for f in fs)
+            )
 
         _until(llm, waiting_on_owner, lambda e: e.abort(owner.request_id))
         assert list(owner)[-1].finish_reason == "abort"
@@ -184,8 +194,14 @@ def test_followers_go_on_when_the_owner_is_preempted(path, uncached):
     owner_prompt, *follower_prompts = (system + s for s in _distinct_suffixes([12, 6, 9], 80))
     prompts = [decoder, owner_prompt, *follower_prompts]
     expected = _alone(uncached, prompts, n=12)
-    with LLM(path, cache_block_size=BLOCK, prefill_chunk_size=8, step_token_budget=8,
-             max_concurrent_requests=4, max_kv_tokens=2 * 101 + 6) as llm:
+    with LLM(
+        path,
+        cache_block_size=BLOCK,
+        prefill_chunk_size=8,
+        step_token_budget=8,
+        max_concurrent_requests=4,
+        max_kv_tokens=2 * 101 + 6,
+    ) as llm:
         results = _run(llm, prompts, n=12)
         assert llm.engine.scheduler.num_preemptions > 0
     assert [r.token_ids for r in results] == expected

@@ -2,6 +2,7 @@
 near ``max_step_ms`` (from speeds measured while serving), at least
 ``StepCosts.MIN_PREFILL_TOKENS``; urgent prefills take the step's budget first; the setting
 changes while the engine runs. Counts of tokens per step, never wall-clock assertions."""
+
 import threading
 
 import numpy as np
@@ -53,8 +54,9 @@ def test_a_pass_is_priced_from_small_decode_steps_and_tokens_from_prefill_steps(
     costs.observe(0, 0, 0.05)  # a step that ran no pass (it only reported tokens): ignored
     assert costs.pass_seconds == pytest.approx(0.75 * 0.3 + 0.25 * 0.38)
     costs.observe(4, 100, 2.0, passes=2, computed=100)  # prefill next to decode: less both
-    assert costs.token_seconds == pytest.approx(0.75 * 0.01 + 0.25 * (2.0 - costs.decode_seconds
-                                                                       - 2 * costs.pass_seconds) / 100)
+    assert costs.token_seconds == pytest.approx(
+        0.75 * 0.01 + 0.25 * (2.0 - costs.decode_seconds - 2 * costs.pass_seconds) / 100
+    )
 
 
 class Chunks:
@@ -100,11 +102,16 @@ def _long_prompt_while_streams_decode(llm):
             seen[name] += len(event.token_ids)
             if seen[name] >= 4:
                 tokens[name].set()
+
         return on_event
 
     for name in ("a", "b"):
-        engine.submit(_ids(20, ord(name)), SamplingParams(max_tokens=400, **GREEDY), request_id=name,
-                      callback=stream(name))
+        engine.submit(
+            _ids(20, ord(name)),
+            SamplingParams(max_tokens=400, **GREEDY),
+            request_id=name,
+            callback=stream(name),
+        )
     assert all(t.wait(60) for t in tokens.values())
     engine.submit(_ids(300, 9), SamplingParams(max_tokens=2, **GREEDY), request_id="long", callback=long_done)
     assert done.wait(120)
@@ -140,17 +147,24 @@ def test_a_loose_target_prefills_in_one_chunk_and_tune_changes_it_live(path):
 def test_urgent_prefills_take_the_step_budget_first(path):
     """A background prompt is prefilling when an interactive one arrives: the interactive one
     takes every step's budget until its prompt is done, then the background one goes on."""
+
     def submit_interactive(engine, steps):
         if len(steps) == 1:  # the background prompt's first chunk: it is now prefilling
-            engine.submit(_ids(100, 2), SamplingParams(max_tokens=1, priority=0, **GREEDY),
-                          request_id="interactive", callback=lambda e: e.finished and done.set())
+            engine.submit(
+                _ids(100, 2),
+                SamplingParams(max_tokens=1, priority=0, **GREEDY),
+                request_id="interactive",
+                callback=lambda e: e.finished and done.set(),
+            )
 
     done = threading.Event()
-    with LLM(path, prefix_cache=False, max_concurrent_requests=2, step_token_budget=20,
-             prefill_chunk_size=16) as llm:
+    with LLM(
+        path, prefix_cache=False, max_concurrent_requests=2, step_token_budget=20, prefill_chunk_size=16
+    ) as llm:
         chunks = Chunks(llm.engine, submit_interactive)
-        background = llm.engine.submit(_ids(100, 1), SamplingParams(max_tokens=1, priority=10, **GREEDY),
-                                       request_id="background")
+        background = llm.engine.submit(
+            _ids(100, 1), SamplingParams(max_tokens=1, priority=10, **GREEDY), request_id="background"
+        )
         assert done.wait(60)
         list(background)
     # Admitted the step after the background prompt's first chunk, it takes the budget, and the
@@ -177,7 +191,8 @@ def test_background_prefill_keeps_to_the_target_even_with_nothing_decoding(path)
         chunks = Chunks(llm.engine)
         background, interactive = llm.generate(
             [_ids(100, 6), _ids(100, 7)],
-            [SamplingParams(max_tokens=1, priority=5, **GREEDY), SamplingParams(max_tokens=1, **GREEDY)])
+            [SamplingParams(max_tokens=1, priority=5, **GREEDY), SamplingParams(max_tokens=1, **GREEDY)],
+        )
     ids = [s[0][0] for s in chunks.steps]
     assert chunks.of(interactive.request_id) == [100]  # first, in one chunk: nothing to protect
     assert chunks.of(background.request_id) == [MIN] * 3 + [100 - 3 * MIN]
@@ -198,8 +213,12 @@ def test_an_urgent_prompt_is_not_held_back_by_background_streams(path):
             if seen[0] >= 3:
                 started.set()
 
-        engine.submit(_ids(20, 8), SamplingParams(max_tokens=400, priority=5, **GREEDY), request_id="stream",
-                      callback=on_event)
+        engine.submit(
+            _ids(20, 8),
+            SamplingParams(max_tokens=400, priority=5, **GREEDY),
+            request_id="stream",
+            callback=on_event,
+        )
         assert started.wait(60)
         chunks = Chunks(engine)
         llm.generate([_ids(200, 9)], SamplingParams(max_tokens=1, priority=0, **GREEDY))

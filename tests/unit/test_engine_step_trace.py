@@ -2,6 +2,7 @@
 each of its last N steps whose counts follow the requests (rows decoding, prompt tokens computed
 less the cached ones, passes, first tokens, restores); off, it builds none. Counts only, never
 wall-clock assertions."""
+
 import asyncio
 import json
 import shutil
@@ -27,9 +28,22 @@ def path(model_dir):
 
 
 def _record(step, **fields):
-    values = dict(start=0.0, seconds=1.0, schedule_seconds=0.0, decode_rows=0, decode_passes=0,
-                  prefill_rows=0, prompt_tokens=0, padded_tokens=0, prefill_passes=0, first_tokens=0,
-                  restores=0, restored_tokens=0, prefill_seconds=0.0, decode_seconds=0.0)
+    values = dict(
+        start=0.0,
+        seconds=1.0,
+        schedule_seconds=0.0,
+        decode_rows=0,
+        decode_passes=0,
+        prefill_rows=0,
+        prompt_tokens=0,
+        padded_tokens=0,
+        prefill_passes=0,
+        first_tokens=0,
+        restores=0,
+        restored_tokens=0,
+        prefill_seconds=0.0,
+        decode_seconds=0.0,
+    )
     values.update(StepClock().seconds(), **fields)
     return StepRecord(step=step, **values)
 
@@ -93,8 +107,9 @@ def test_one_stream_is_one_prefill_pass_then_one_row_a_step(path):
 
 
 def test_two_prompts_share_the_step_and_then_decode_as_two_rows(path):
-    with LLM(path, prefix_cache=False, step_trace=1000, max_concurrent_requests=2,
-             max_batch_wait_ms=10_000) as llm:  # both waiting fill the slots: admitted together
+    with LLM(
+        path, prefix_cache=False, step_trace=1000, max_concurrent_requests=2, max_batch_wait_ms=10_000
+    ) as llm:  # both waiting fill the slots: admitted together
         _run(llm, [_ids(30, 2), _ids(50, 3)], 5)
         records = llm.engine.step_trace()
         _check_shape(records, llm.engine.steps)
@@ -140,13 +155,19 @@ def test_off_builds_no_record(path, monkeypatch):
 
 # -- GET /v1/engine/step_trace ------------------------------------------------------------------
 
+
 @pytest.fixture
 def api(tmp_path, model_dir):
     models = tmp_path / "models"
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     close_pool()
-    with override_settings(OMLX_MODEL_DIR=models, OMLX_MODEL_DIRS=[models], OMLX_API_HANDOFF="direct",
-                           OMLX_API_KEY="sekrit", OMLX_STEP_TRACE=50):
+    with override_settings(
+        OMLX_MODEL_DIR=models,
+        OMLX_MODEL_DIRS=[models],
+        OMLX_API_HANDOFF="direct",
+        OMLX_API_KEY="sekrit",
+        OMLX_STEP_TRACE=50,
+    ):
         yield
     close_pool()
 
@@ -172,5 +193,7 @@ def test_the_route_returns_the_loaded_models_steps(api):
     assert status == 200, body
     (row,) = body["data"]
     assert row["id"] == "tiny" and row["step_trace"] == 50 and len(row["steps"]) == 2
-    assert {"step", "decode_rows", "prompt_tokens", "device_wait_seconds", "host_seconds"} <= set(row["steps"][0])
+    assert {"step", "decode_rows", "prompt_tokens", "device_wait_seconds", "host_seconds"} <= set(
+        row["steps"][0]
+    )
     assert _get("/v1/engine/step_trace?last=5000", **auth)[0] == 400

@@ -1,6 +1,7 @@
 """The Status page's sampler (admin_panel/history.py) over the real pool, engine and metrics:
 requests run through the worker's code path (``run_job``) with their events observed as the view
 observes them, and the points follow."""
+
 import queue
 import shutil
 import time
@@ -28,8 +29,12 @@ def pool(tmp_path_factory, model_dir):
 def generate(content: str, max_tokens: int = 4) -> dict:
     """One chat request through the worker's path; its events go through a GenerationObserver
     (as the view's subscription does). Returns the last event."""
-    job = GenerationJob(f"hist-{uuid.uuid4().hex}", "tiny", {"max_tokens": max_tokens, "ignore_eos": True},
-                        messages=[{"role": "user", "content": content}])
+    job = GenerationJob(
+        f"hist-{uuid.uuid4().hex}",
+        "tiny",
+        {"max_tokens": max_tokens, "ignore_eos": True},
+        messages=[{"role": "user", "content": content}],
+    )
     events = queue.SimpleQueue()
     observer = GenerationObserver(job.model, job.n)
     run_job(job, lambda request_id, event: events.put(event))

@@ -2,6 +2,7 @@
 among product modules, no import upward from the apps (inference/, cache/) into the project
 (omlx_site/) or the console (admin_panel/), no torch or transformers outside the test-model kit,
 and no Django in cache/'s core."""
+
 import ast
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -36,7 +37,8 @@ def _is_type_checking(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 def _imports(tree: ast.AST) -> List[ast.AST]:
@@ -182,31 +184,45 @@ def _describe(cycle: List[str], edges) -> str:
 def test_no_import_cycle_among_product_modules():
     edges, _ = graph()
     found = components(edges)
-    report = [f"{len(c)} modules ({', '.join(c)}), e.g. {_describe(_one_cycle(c, edges), edges)}"
-              for c in found]
+    report = [
+        f"{len(c)} modules ({', '.join(c)}), e.g. {_describe(_one_cycle(c, edges), edges)}" for c in found
+    ]
     assert found == [], f"{len(found)} groups of modules import each other:\n" + "\n".join(report)
 
 
 def test_the_apps_never_import_the_project_or_the_console():
     edges, _ = graph()
-    upward = [f"{m} line {line} imports {target}" for m, targets in sorted(edges.items())
-              if _under(m, APPS) for target, line in sorted(targets.items()) if _under(target, ABOVE_APPS)]
+    upward = [
+        f"{m} line {line} imports {target}"
+        for m, targets in sorted(edges.items())
+        if _under(m, APPS)
+        for target, line in sorted(targets.items())
+        if _under(target, ABOVE_APPS)
+    ]
     assert upward == [], "\n".join(upward)
 
 
 def test_only_the_testkit_imports_torch_or_transformers():
     _, external = graph()
-    heavy = [f"{m} line {line} imports {dotted}" for m, found in sorted(external.items())
-             if not _in_testkit(m) for dotted, line in found
-             if dotted.split(".")[0] in HEAVY and dotted not in LOADERS]
+    heavy = [
+        f"{m} line {line} imports {dotted}"
+        for m, found in sorted(external.items())
+        if not _in_testkit(m)
+        for dotted, line in found
+        if dotted.split(".")[0] in HEAVY and dotted not in LOADERS
+    ]
     assert heavy == [], "\n".join(heavy)
 
 
 def test_the_cache_core_never_imports_django():
     _, external = graph()
-    django = [f"{m} line {line} imports {dotted}" for m, found in sorted(external.items())
-              if _under(m, ("cache",)) and not _under(m, CACHE_DJANGO)
-              for dotted, line in found if dotted.split(".")[0] in ("django", "huey")]
+    django = [
+        f"{m} line {line} imports {dotted}"
+        for m, found in sorted(external.items())
+        if _under(m, ("cache",)) and not _under(m, CACHE_DJANGO)
+        for dotted, line in found
+        if dotted.split(".")[0] in ("django", "huey")
+    ]
     assert django == [], "\n".join(django)
 
 
@@ -217,7 +233,7 @@ def test_the_graph_resolves_relative_and_function_level_imports(tmp_path):
         "pa/two.py": "def f():\n    from .sub.three import g\n",
         "pa/sub/__init__.py": "",
         "pa/sub/three.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pa import one\n"
-                           "def g():\n    import pa.one\n    import torch\n",
+        "def g():\n    import pa.one\n    import torch\n",
         "pb/__init__.py": "",
         "pb/four.py": "from pa.sub import three\n",
     }

@@ -1,5 +1,6 @@
 """admin_panel/log_tail.py on real files: the tail across rotated files, following appends,
 rotation by the real RotatingFileHandler, truncation, and a last line still being written."""
+
 import json
 import logging
 import logging.handlers
@@ -9,8 +10,16 @@ from omlx_site.json_log import JsonFormatter
 
 
 def json_line(i, level="INFO", **extra):
-    return json.dumps({"time": f"2026-11-29T20:00:{i % 60:02d}.000Z", "level": level, "logger": "omlx.test",
-                       "message": f"line {i}", "pid": 1, **extra})
+    return json.dumps(
+        {
+            "time": f"2026-11-29T20:00:{i % 60:02d}.000Z",
+            "level": level,
+            "logger": "omlx.test",
+            "message": f"line {i}",
+            "pid": 1,
+            **extra,
+        }
+    )
 
 
 def write(path, lines, end="\n"):

@@ -7,6 +7,7 @@ required", which constrains the model's output to one call of the offered tools 
 grammar as the API's tool_choice "required"): the call, its arguments included, is the model's
 own output. Everything after that is the real loop: the call runs on the MCP server, its result is
 rendered back into the prompt through the chat template and the model generates again."""
+
 import asyncio
 import json
 import re
@@ -28,7 +29,9 @@ SERVER = str(Path(__file__).parents[1] / "support" / "mcp_servers" / "stdio_serv
 @pytest.fixture
 def mcp_tools(request, tmp_path):
     """A running MCP manager whose one stdio server offers the tools named by the test's param."""
-    specs = mcp_config.parse({"mcpServers": {"local": {"command": sys.executable, "args": [SERVER, *request.param]}}})
+    specs = mcp_config.parse(
+        {"mcpServers": {"local": {"command": sys.executable, "args": [SERVER, *request.param]}}}
+    )
     manager = mcp_manager.start(specs, log_dir=tmp_path)  # the server's stderr: tmp_path/mcp-local.log
     try:
         assert manager.wait_started(60), manager.servers()
@@ -65,9 +68,12 @@ def _unescape(text):
 def prompt_tokens(messages, tools):
     async def go():
         response = await AsyncClient().post(
-            "/v1/chat/completions", json.dumps({"model": "tiny", "messages": messages, "tools": tools,
-                                                "temperature": 0, "max_tokens": 1}),
-            content_type="application/json")
+            "/v1/chat/completions",
+            json.dumps(
+                {"model": "tiny", "messages": messages, "tools": tools, "temperature": 0, "max_tokens": 1}
+            ),
+            content_type="application/json",
+        )
         assert response.status_code == 200, response.content
         return json.loads(response.content)["usage"]["prompt_tokens"]
 
@@ -96,12 +102,22 @@ def test_the_model_calls_a_tool_and_answers_from_its_result(chat, mcp_tools):
     # chat template: the API computes the same prompt for the same messages and tools
     tools = [t.openai_tool() for t in mcp_tools.tools()]
     call_id = "call"  # ids do not reach the template of this model (qwen2) ...
-    messages = [{"role": "system", "content": SYSTEM},
-                {"role": "user", "content": "Will it snow in Oslo tomorrow?"},
-                {"role": "assistant", "content": "", "tool_calls": [
-                    {"id": call_id, "type": "function",
-                     "function": {"name": "local__forecast", "arguments": json.dumps(arguments)}}]},
-                {"role": "tool", "tool_call_id": call_id, "name": "local__forecast", "content": text}]
+    messages = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Will it snow in Oslo tomorrow?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "local__forecast", "arguments": json.dumps(arguments)},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "name": "local__forecast", "content": text},
+    ]
     assert stats(final)["prompt"] == prompt_tokens(messages, tools)
     # ... and the second round generated an answer (its own text part of the bubble)
     assert any('id="answer-1-text-2"' in f for f in fragments)
@@ -109,7 +125,7 @@ def test_the_model_calls_a_tool_and_answers_from_its_result(chat, mcp_tools):
     # the conversation keeps the call, its result and the answer: the next message's prompt is theirs
     after = "".join(text_parts(fragments, 1, "text-2"))
     history = messages + [{"role": "assistant", "content": after}, {"role": "user", "content": "Thanks."}]
-    assert 'data-tool-calls' not in follow_up[-1]  # (no call this time)
+    assert "data-tool-calls" not in follow_up[-1]  # (no call this time)
     assert stats(follow_up[-1])["prompt"] == prompt_tokens(history, tools)
     assert stats(follow_up[-1])["hot"] >= stats(final)["prompt"] - 16  # the turn before was computed once
 
@@ -146,8 +162,13 @@ def test_stop_ends_the_answer_after_a_tool_call(chat, mcp_tools):
 
     async def go():
         page = await open_page()
-        await page.send(mcp_tools="on", tool_choice="required", max_tokens="3000", system="",
-                        message="Tell me a very long story about the weather in Oslo.")
+        await page.send(
+            mcp_tools="on",
+            tool_choice="required",
+            max_tokens="3000",
+            system="",
+            message="Tell me a very long story about the weather in Oslo.",
+        )
         await page.until(r'id="answer-1-step-1-result"[^>]*data-error')  # the tool ran
         await page.until(r'<span id="answer-1-text-2"')  # the next round writes
         await page.send(action="stop")

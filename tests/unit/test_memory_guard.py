@@ -9,6 +9,7 @@ used idle model that is not pinned. Back to normal: engines admit again, the hot
 budget back, and every preempted request ends with the tokens it would have had without the
 pressure.
 """
+
 import shutil
 
 import pytest
@@ -45,8 +46,12 @@ def pool(tmp_path, model_dir):
     models = tmp_path / "models"
     for model_id in ("a", "b", "c"):
         shutil.copytree(model_dir("qwen2", "tiny"), models / model_id)
-    settings = {"max_concurrent_requests": 4, "hot_cache_max_size": "8MB", "cache_block_size": 16,
-                "paged_ssd_cache_dir": str(tmp_path / "cold")}
+    settings = {
+        "max_concurrent_requests": 4,
+        "hot_cache_max_size": "8MB",
+        "cache_block_size": 16,
+        "paged_ssd_cache_dir": str(tmp_path / "cold"),
+    }
     pool = ModelPool([models], settings)
     yield pool
     pool.close()
@@ -68,7 +73,9 @@ def hot_bytes(engine):
 
 def test_the_policy_order_and_recovery(pool):
     a = pool.engine("a")
-    reference = [[t for event in stream for t in event.token_ids] for stream in [a.submit(p, PARAMS) for p in PROMPTS]]
+    reference = [
+        [t for event in stream for t in event.token_ids] for stream in [a.submit(p, PARAMS) for p in PROMPTS]
+    ]
     pool.engine("b")  # idle, not pinned: the one to unload
     pool.engine("c")
     pool.update_settings("c", {"pinned": True})  # idle but pinned: never unloaded
@@ -122,8 +129,16 @@ def test_the_policy_order_and_recovery(pool):
 def test_levels_fall_only_below_the_margin(pool):
     reading = Reading()
     guard = MemoryGuard(pool, high=0.8, critical=0.9, read=reading)
-    for share, level in ((0.79, NORMAL), (0.8, HIGH), (0.78, HIGH), (0.76, NORMAL), (0.9, CRITICAL),
-                         (0.88, CRITICAL), (0.86, HIGH), (0.6, NORMAL)):
+    for share, level in (
+        (0.79, NORMAL),
+        (0.8, HIGH),
+        (0.78, HIGH),
+        (0.76, NORMAL),
+        (0.9, CRITICAL),
+        (0.88, CRITICAL),
+        (0.86, HIGH),
+        (0.6, NORMAL),
+    ):
         reading.set(share)
         guard.check()
         assert guard.state.level == level, share
@@ -143,8 +158,14 @@ def test_an_embedding_model_is_left_alone_then_unloaded_when_idle(tmp_path, mode
     models = tmp_path / "models"
     shutil.copytree(model_dir("qwen2", "tiny"), models / "chat")
     shutil.copytree(model_dir("bert_embedding", "tiny"), models / "embed")
-    pool = ModelPool([models], {"max_concurrent_requests": 2, "hot_cache_max_size": "1MB",
-                                "paged_ssd_cache_dir": str(tmp_path / "cold")})
+    pool = ModelPool(
+        [models],
+        {
+            "max_concurrent_requests": 2,
+            "hot_cache_max_size": "1MB",
+            "paged_ssd_cache_dir": str(tmp_path / "cold"),
+        },
+    )
     try:
         embed = pool.engine("embed")
         pool.engine("chat")
@@ -165,6 +186,7 @@ def test_an_embedding_model_is_left_alone_then_unloaded_when_idle(tmp_path, mode
 
 # -- the process's guard seen from the API, /metrics and the Status page (in process) -----------
 
+
 @pytest.fixture
 def process_guard(tmp_path, model_dir):
     """The process's guard over the API's pool, its reading set by the test."""
@@ -177,10 +199,17 @@ def process_guard(tmp_path, model_dir):
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     close_pool()
     reading = Reading()
-    with override_settings(OMLX_MODEL_DIR=models, OMLX_MODEL_DIRS=[models], OMLX_API_KEY=None,
-                           OMLX_API_HANDOFF="direct", OMLX_MEMORY_GUARD=True,
-                           OMLX_MEMORY_GUARD_HIGH=0.8, OMLX_MEMORY_GUARD_CRITICAL=0.9,
-                           OMLX_MEMORY_GUARD_INTERVAL=60.0, OMLX_RETRY_AFTER_SECONDS=3):
+    with override_settings(
+        OMLX_MODEL_DIR=models,
+        OMLX_MODEL_DIRS=[models],
+        OMLX_API_KEY=None,
+        OMLX_API_HANDOFF="direct",
+        OMLX_MEMORY_GUARD=True,
+        OMLX_MEMORY_GUARD_HIGH=0.8,
+        OMLX_MEMORY_GUARD_CRITICAL=0.9,
+        OMLX_MEMORY_GUARD_INTERVAL=60.0,
+        OMLX_RETRY_AFTER_SECONDS=3,
+    ):
         guard = start_guard(get_pool(), read=reading)
         try:
             yield guard, reading
@@ -256,8 +285,10 @@ def test_metrics_and_status_page_show_the_guard(process_guard):
 
 # -- the readings of real OS limits (a child process under each) ---------------------------------
 
-READ_CHILD = ("import json, sys; sys.path.insert(0, {root!r}); from inference.pool import memory_reading as m; "
-              "print(json.dumps({{b.source: [b.used, b.limit] for b in m.all_bounds()}}))")
+READ_CHILD = (
+    "import json, sys; sys.path.insert(0, {root!r}); from inference.pool import memory_reading as m; "
+    "print(json.dumps({{b.source: [b.used, b.limit] for b in m.all_bounds()}}))"
+)
 
 
 def read_in_child(preexec):
@@ -267,8 +298,13 @@ def read_in_child(preexec):
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parents[2])
-    out = subprocess.run([sys.executable, "-c", READ_CHILD.format(root=root)], capture_output=True,
-                         text=True, timeout=120, preexec_fn=preexec)
+    out = subprocess.run(
+        [sys.executable, "-c", READ_CHILD.format(root=root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=preexec,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

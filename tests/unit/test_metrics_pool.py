@@ -1,5 +1,6 @@
 """The pool's series in inference.metrics with real engines: loads, failed loads, unloads by reason
 (lru, ttl, manual, shutdown), the engine-side gauges, and cache counters that survive unloads."""
+
 import json
 import shutil
 import time
@@ -28,8 +29,12 @@ def pool(tmp_path, model_dir):
     config = json.loads((broken / "config.json").read_text())
     config["intermediate_size"] *= 2  # the weights no longer fit the config: loading fails
     (broken / "config.json").write_text(json.dumps(config))
-    settings = {"max_concurrent_requests": 2, "hot_cache_max_size": "1MB", "cache_block_size": 16,
-                "paged_ssd_cache_dir": str(tmp_path / "cold")}
+    settings = {
+        "max_concurrent_requests": 2,
+        "hot_cache_max_size": "1MB",
+        "cache_block_size": 16,
+        "paged_ssd_cache_dir": str(tmp_path / "cold"),
+    }
     probe = ModelPool([models], settings)
     limit = probe.estimate("m-one").total_bytes * 3 // 2  # one model fits, not two
     pool = ModelPool([models], settings, max_model_memory=limit)
@@ -42,8 +47,10 @@ def run(engine, prompt):
 
 
 def test_unloads_by_reason_and_failed_loads(pool):
-    before = {reason: sample("omlx_model_unloads_total", model="m-one", reason=reason)
-              for reason in metrics.UNLOAD_REASONS}
+    before = {
+        reason: sample("omlx_model_unloads_total", model="m-one", reason=reason)
+        for reason in metrics.UNLOAD_REASONS
+    }
     loads = sample("omlx_model_loads_total", model="m-one")
     pool.engine("m-one")
     pool.engine("m-two")  # no room for both: m-one goes
@@ -73,8 +80,12 @@ def test_engine_series_follow_the_pool(pool):
     prompt = list(range(10, 60))
     run(engine, prompt)
     run(engine, prompt)  # hot hits
-    series = {s.name: s for f in EngineCollector()._cache_series() for s in f.samples
-              if s.labels.get("model") == "m-one" and s.labels.get("tier", "hot") == "hot"}
+    series = {
+        s.name: s
+        for f in EngineCollector()._cache_series()
+        for s in f.samples
+        if s.labels.get("model") == "m-one" and s.labels.get("tier", "hot") == "hot"
+    }
     hot_hits = series["omlx_cache_hit_tokens_total"].value
     assert hot_hits > 0
     assert series["omlx_cache_bytes"].value > 0 and series["omlx_cache_blocks"].value > 0
@@ -84,8 +95,12 @@ def test_engine_series_follow_the_pool(pool):
     assert pool.loaded_models()["m-one"]["memory_bytes"] == pool.used_bytes()
 
     pool.engine("m-two")  # m-one unloaded (lru): its counts are kept, its gauges go
-    after = {(s.name, s.labels.get("tier")): s.value for f in EngineCollector()._cache_series()
-             for s in f.samples if s.labels.get("model") == "m-one"}
+    after = {
+        (s.name, s.labels.get("tier")): s.value
+        for f in EngineCollector()._cache_series()
+        for s in f.samples
+        if s.labels.get("model") == "m-one"
+    }
     assert after[("omlx_cache_hit_tokens_total", "hot")] == hot_hits
     assert after[("omlx_cache_lookup_tokens_total", None)] == looked
     assert ("omlx_cache_bytes", "hot") not in after

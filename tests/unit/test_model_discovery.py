@@ -1,5 +1,6 @@
 """Discovery of model folders: depth 1 and 2, several directories, kinds, unservable folders with
 their reasons, rescans when a directory changes; memory estimates from safetensors headers."""
+
 import json
 import shutil
 
@@ -35,22 +36,41 @@ def test_depth_one_and_two_with_kinds_and_reasons(tmp_path, model_dir):
     folder(tmp_path / "no-tokenizer", LLM, ("model.safetensors",))
     folder(tmp_path / "org" / "minilm", {"model_type": "bert", "architectures": ["BertModel"]})
     folder(tmp_path / "st-embed", {"model_type": "xlm-roberta"}, ("model.safetensors", "modules.json"))
-    folder(tmp_path / "reranker", {"model_type": "xlm-roberta",
-                                   "architectures": ["XLMRobertaForSequenceClassification"]})
+    folder(
+        tmp_path / "reranker",
+        {"model_type": "xlm-roberta", "architectures": ["XLMRobertaForSequenceClassification"]},
+    )
     folder(tmp_path / "modern-embed", {"model_type": "modernbert", "architectures": ["ModernBertModel"]})
     folder(tmp_path / "bert-no-head", {"model_type": "bert", "architectures": ["BertModel"]})
-    folder(tmp_path / "Qwen" / "Qwen3-Reranker-0.6B", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
-    folder(tmp_path / "Qwen" / "Qwen3-Embedding-mlx", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
-    folder(tmp_path / "qwen-st", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]},
-           ("model.safetensors", "tokenizer.json", "modules.json"))
+    folder(
+        tmp_path / "Qwen" / "Qwen3-Reranker-0.6B",
+        {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]},
+    )
+    folder(
+        tmp_path / "Qwen" / "Qwen3-Embedding-mlx",
+        {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]},
+    )
+    folder(
+        tmp_path / "qwen-st",
+        {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]},
+        ("model.safetensors", "tokenizer.json", "modules.json"),
+    )
     folder(tmp_path / ".hidden", LLM)
     (tmp_path / "notes.txt").write_text("x")
     (tmp_path / "empty-org").mkdir()
 
     found = discover([tmp_path])
     servable = sorted(i for i, f in found.items() if f.servable)
-    assert servable == ["Qwen/Qwen3-Embedding-mlx", "Qwen/Qwen3-Reranker-0.6B", "acme/chat-1b", "bert-no-head",
-                        "org/minilm", "plain", "qwen-st", "reranker"]
+    assert servable == [
+        "Qwen/Qwen3-Embedding-mlx",
+        "Qwen/Qwen3-Reranker-0.6B",
+        "acme/chat-1b",
+        "bert-no-head",
+        "org/minilm",
+        "plain",
+        "qwen-st",
+        "reranker",
+    ]
     assert found["acme/chat-1b"].kind == "llm" and found["acme/chat-1b"].size_bytes > 0
     reasons = {i: f.reason for i, f in found.items() if not f.servable}
     assert "GGUF" in reasons["acme/only-gguf"] or "config.json" in reasons["acme/only-gguf"]
@@ -104,8 +124,12 @@ def test_estimate_reads_safetensors_headers(model_dir):
     path = model_dir("qwen2", "tiny")
     config = json.loads((path / "config.json").read_text())
     files = sorted(path.glob("*.safetensors"))
-    settings = {"max_concurrent_requests": 2, "hot_cache_max_size": "1MB", "max_kv_tokens": 1000,
-                "dtype": "float32"}
+    settings = {
+        "max_concurrent_requests": 2,
+        "hot_cache_max_size": "1MB",
+        "max_kv_tokens": 1000,
+        "dtype": "float32",
+    }
     est = estimate(files, config, settings)
     import mlx.core as mx
 

@@ -1,6 +1,7 @@
 """The model pool with real engines: three tiny models under a limit that fits two. LRU eviction,
 pins, requests in flight, TTL (directly and through Huey), unload writes blocks down to the cold
 tier, per-model settings applied by the worker without a restart."""
+
 import shutil
 import threading
 
@@ -25,8 +26,12 @@ def pool_dirs(tmp_path, model_dir):
 
 def make_pool(pool_dirs, **kwargs):
     models, cold = pool_dirs
-    settings = {"max_concurrent_requests": 2, "hot_cache_max_size": "1MB", "cache_block_size": 16,
-                "paged_ssd_cache_dir": str(cold)}
+    settings = {
+        "max_concurrent_requests": 2,
+        "hot_cache_max_size": "1MB",
+        "cache_block_size": 16,
+        "paged_ssd_cache_dir": str(cold),
+    }
     probe = ModelPool([models], settings)
     sizes = [probe.estimate(i).total_bytes for i in IDS]
     limit = sum(sizes) - min(sizes)  # any two fit, all three do not
@@ -164,7 +169,10 @@ def test_unloaded_model_prefix_comes_back_as_a_cold_hit(pool_dirs, monkeypatch):
         stats = pool.loaded("a").call(lambda e: e.prefix_cache.stats)
         assert stats.cold_hit_tokens >= 64 and stats.hot_hit_tokens == 0
         hot = run(pool, "a", prompt, monkeypatch, max_tokens=2, temperature=0)[-1]["usage"]
-        assert hot["hot_cached_tokens"] >= 64 and hot["cached_tokens"] == hot["hot_cached_tokens"] + hot["cold_cached_tokens"]
+        assert (
+            hot["hot_cached_tokens"] >= 64
+            and hot["cached_tokens"] == hot["hot_cached_tokens"] + hot["cold_cached_tokens"]
+        )
     finally:
         monkeypatch.setattr(__import__("inference.pool", fromlist=["_pool"]), "_pool", None)
         pool.close()
@@ -219,8 +227,12 @@ def test_scheduling_settings_per_model_apply_at_load_and_live(pool_dirs):
         pool.update_settings("a", {"max_batch_wait_ms": None, "max_step_ms": None})
         engine.call(lambda e: None)
         assert (engine.config.max_batch_wait_ms, engine.config.max_step_ms) == (0, 0)
-        for bad in ({"max_step_ms": -5}, {"max_batch_wait_ms": 10**9}, {"max_step_ms": "fast"},
-                    {"max_batch_wait_ms": True}):
+        for bad in (
+            {"max_step_ms": -5},
+            {"max_batch_wait_ms": 10**9},
+            {"max_step_ms": "fast"},
+            {"max_batch_wait_ms": True},
+        ):
             with pytest.raises(ValueError, match=next(iter(bad))):
                 pool.update_settings("a", bad)
         assert pool.settings("a")["max_step_ms"] is None
@@ -259,8 +271,11 @@ def test_process_memory_limit_refuses_before_loading(pool_dirs):
     if rss is None:
         pytest.skip("no way to read this process's resident memory here")
     models, cold = pool_dirs
-    pool = ModelPool([models], {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": str(cold)},
-                     max_process_memory=rss + 1024)
+    pool = ModelPool(
+        [models],
+        {"hot_cache_max_size": "1MB", "paged_ssd_cache_dir": str(cold)},
+        max_process_memory=rss + 1024,
+    )
     try:
         with pytest.raises(InsufficientMemory) as exc:
             pool.engine("a")
@@ -281,6 +296,7 @@ def test_count_tokens_uses_the_model_settings(tmp_path, model_dir, monkeypatch):
     monkeypatch.setattr(pool_module, "_pool", pool)
     messages = [{"role": "user", "content": "hello"}]
     try:
+
         def counts():
             job = GenerationJob("count", "q", {"max_tokens": 1}, messages=messages)
             events = []

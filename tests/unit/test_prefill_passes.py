@@ -1,6 +1,7 @@
 """How a round of prefill rows is split into forward passes (inference.engine.prefill.passes):
 every row in exactly one pass, rows of consecutive widths together, and the least estimated
 cost (B x W + pass_tokens per pass), checked against every possible split."""
+
 import itertools
 import random
 

@@ -1,5 +1,6 @@
 """The Status page in process: the page with its cards and charts, and the websocket that keeps
 them current (Django's test client, Channels' communicator; the real pool and history)."""
+
 import asyncio
 import re
 import shutil
@@ -18,8 +19,9 @@ def served(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("status-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     close_pool()
-    with override_settings(OMLX_MODEL_DIR=models, OMLX_MODEL_DIRS=[models], OMLX_API_KEY=None,
-                           OMLX_API_HANDOFF="direct"):
+    with override_settings(
+        OMLX_MODEL_DIR=models, OMLX_MODEL_DIRS=[models], OMLX_API_KEY=None, OMLX_API_HANDOFF="direct"
+    ):
         yield get_pool()
     close_pool()
 
@@ -111,6 +113,7 @@ def test_charts_share_the_window_and_label_seconds():
     assert all(len(text) == 5 for _, text in time_labels([start, start + 3600]))
     assert time_labels([start]) is None
     # a series measured only at the end still spans the whole window: its point is at the right edge
-    svg = line_chart([("x", [(start, None), (start + 60, 1.0)])], x_range=(start, start + 60), width=640,
-                     x_labels=labels)
+    svg = line_chart(
+        [("x", [(start, None), (start + 60, 1.0)])], x_range=(start, start + 60), width=640, x_labels=labels
+    )
     assert re.search(r'<circle cx="628\.0"', svg)  # 640 - the right padding

@@ -5,6 +5,7 @@ Strings in the schemas carry maxLength and integers bounds: a random model has n
 string or a number, and
 an unbounded one runs to max_tokens (an honest "length" finish, but nothing to validate).
 """
+
 import json
 
 import jsonschema
@@ -50,8 +51,10 @@ SCHEMAS = {
                 "type": "array",
                 "items": {
                     "type": "object",
-                    "properties": {"x": {"type": "integer", "minimum": -99, "maximum": 99},
-                                   "y": {"type": "integer", "minimum": -99, "maximum": 99}},
+                    "properties": {
+                        "x": {"type": "integer", "minimum": -99, "maximum": 99},
+                        "y": {"type": "integer", "minimum": -99, "maximum": 99},
+                    },
                     "required": ["x", "y"],
                     "additionalProperties": False,
                 },
@@ -93,16 +96,36 @@ SCHEMAS = {
 
 # Contract 3's tool call object: anyOf over the allowed tools, arguments per tool's parameters.
 TOOLS = [
-    ("get_weather", {"type": "object", "properties": {"city": _str(), "unit": {"enum": ["c", "f"]}},
-                     "required": ["city", "unit"], "additionalProperties": False}),
-    ("add", {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 1000},
-                                              "b": {"type": "integer", "minimum": 0, "maximum": 1000}},
-             "required": ["a", "b"], "additionalProperties": False}),
+    (
+        "get_weather",
+        {
+            "type": "object",
+            "properties": {"city": _str(), "unit": {"enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    ),
+    (
+        "add",
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "minimum": 0, "maximum": 1000},
+                "b": {"type": "integer", "minimum": 0, "maximum": 1000},
+            },
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    ),
 ]
 SCHEMAS["tool_call"] = {
     "anyOf": [
-        {"type": "object", "properties": {"name": {"const": name}, "arguments": params},
-         "required": ["name", "arguments"], "additionalProperties": False}
+        {
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": params},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
         for name, params in TOOLS
     ]
 }
@@ -139,8 +162,10 @@ def test_greedy_outputs_validate(llm, name):
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_sampled_outputs_validate(llm, name):
-    params = [SamplingParams(max_tokens=300, temperature=1.0, seed=seed, structured=_schema(name))
-              for seed in range(4)]
+    params = [
+        SamplingParams(max_tokens=300, temperature=1.0, seed=seed, structured=_schema(name))
+        for seed in range(4)
+    ]
     results = llm.generate([PROMPTS[0]] * 4, params)
     for r in results:
         _valid(r, SCHEMAS[name])
@@ -158,10 +183,16 @@ def test_tool_call_picks_one_tool_with_its_arguments(llm):
 
 
 def test_json_object(llm):
-    greedy = llm.generate(PROMPTS, SamplingParams(max_tokens=200, structured={"type": "json_object"}, **GREEDY))
-    sampled = llm.generate([PROMPTS[0]] * 4, [
-        SamplingParams(max_tokens=200, temperature=1.0, seed=seed, structured={"type": "json_object"})
-        for seed in range(4)])
+    greedy = llm.generate(
+        PROMPTS, SamplingParams(max_tokens=200, structured={"type": "json_object"}, **GREEDY)
+    )
+    sampled = llm.generate(
+        [PROMPTS[0]] * 4,
+        [
+            SamplingParams(max_tokens=200, temperature=1.0, seed=seed, structured={"type": "json_object"})
+            for seed in range(4)
+        ],
+    )
     for r in greedy + sampled:
         # an open string may run to max_tokens; whatever ends by itself is a JSON object
         assert r.text.startswith("{")
@@ -179,8 +210,12 @@ def test_unconstrained_rows_unchanged_in_a_mixed_batch(llm):
     sampled_alone = llm.generate([PROMPTS[1]], sampled)[0]
     mixed = llm.generate(
         PROMPTS + PROMPTS + [PROMPTS[1]],
-        [plain] * 3 + [SamplingParams(max_tokens=300, structured=_schema(n), **GREEDY)
-                       for n in ("enum", "nested", "tool_call")] + [sampled],
+        [plain] * 3
+        + [
+            SamplingParams(max_tokens=300, structured=_schema(n), **GREEDY)
+            for n in ("enum", "nested", "tool_call")
+        ]
+        + [sampled],
     )
     assert [r.token_ids for r in mixed[:3]] == [r.token_ids for r in alone]
     assert mixed[6].token_ids == sampled_alone.token_ids
@@ -197,8 +232,10 @@ def test_structured_output_is_the_same_alone_and_in_a_batch(llm):
 
 def test_structured_output_survives_preemption(path, llm):
     names = ["nested", "arrays", "defs", "tool_call"]
-    params = [SamplingParams(max_tokens=300, temperature=1.0, seed=i, structured=_schema(n))
-              for i, n in enumerate(names)]
+    params = [
+        SamplingParams(max_tokens=300, temperature=1.0, seed=i, structured=_schema(n))
+        for i, n in enumerate(names)
+    ]
     reference = llm.generate(PROMPTS[:1] * 4, params)
     with LLM(path, max_kv_tokens=160, max_concurrent_requests=4) as tight:
         results = tight.generate(PROMPTS[:1] * 4, params)
@@ -219,9 +256,12 @@ def test_max_tokens_cuts_the_json(llm):
 def test_grammar_decides_eos_and_logprobs_still_work(llm):
     # ignore_eos is moot: the output ends where the grammar does, without an EOS token
     for ignore_eos in (False, True):
-        r = llm.generate([PROMPTS[0]], SamplingParams(
-            max_tokens=300, temperature=0, ignore_eos=ignore_eos, logprobs=2,
-            structured=_schema("enum")))[0]
+        r = llm.generate(
+            [PROMPTS[0]],
+            SamplingParams(
+                max_tokens=300, temperature=0, ignore_eos=ignore_eos, logprobs=2, structured=_schema("enum")
+            ),
+        )[0]
         _valid(r, SCHEMAS["enum"])
         assert not set(r.token_ids) & set(llm.tokenizer.eos_token_ids)
         assert r.text == llm.tokenizer.decode(r.token_ids)
@@ -230,24 +270,31 @@ def test_grammar_decides_eos_and_logprobs_still_work(llm):
 
 def test_stop_string_still_applies(llm):
     full = llm.generate([PROMPTS[0]], SamplingParams(max_tokens=300, structured=_schema("enum"), **GREEDY))[0]
-    r = llm.generate([PROMPTS[0]], SamplingParams(max_tokens=300, stop='"ok"', structured=_schema("enum"),
-                                                  **GREEDY))[0]
+    r = llm.generate(
+        [PROMPTS[0]], SamplingParams(max_tokens=300, stop='"ok"', structured=_schema("enum"), **GREEDY)
+    )[0]
     assert r.finish_reason == "stop" and full.text.startswith(r.text) and '"ok"' not in r.text
 
 
-@pytest.mark.parametrize("value, why", [
-    ("json", "must be"),
-    ({"type": "xml"}, "'type' must be"),
-    ({"type": "json_schema"}, "needs a 'schema'"),
-    ({"type": "json_schema", "schema": "{}"}, "needs a 'schema'"),
-    ({"type": "json_object", "strict": True}, "unknown keys"),
-    ({"type": "json_schema", "schema": {"type": "foo"}}, "invalid JSON schema"),
-    ({"type": "json_schema", "schema": {"$ref": "#/$defs/missing"}}, "invalid JSON schema"),
-    ({"type": "json_schema", "schema": {"type": "string", "pattern": "[a-"}}, "invalid JSON schema"),
-    ({"type": "json_schema", "schema": {"type": "number", "minimum": float("nan")}}, "not JSON"),
-    ({"type": "json_schema", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}, "invalid JSON schema"),
-    ({"type": "json_schema", "schema": {"type": "array", "uniqueItems": True}}, "Unimplemented keys"),
-])
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ("json", "must be"),
+        ({"type": "xml"}, "'type' must be"),
+        ({"type": "json_schema"}, "needs a 'schema'"),
+        ({"type": "json_schema", "schema": "{}"}, "needs a 'schema'"),
+        ({"type": "json_object", "strict": True}, "unknown keys"),
+        ({"type": "json_schema", "schema": {"type": "foo"}}, "invalid JSON schema"),
+        ({"type": "json_schema", "schema": {"$ref": "#/$defs/missing"}}, "invalid JSON schema"),
+        ({"type": "json_schema", "schema": {"type": "string", "pattern": "[a-"}}, "invalid JSON schema"),
+        ({"type": "json_schema", "schema": {"type": "number", "minimum": float("nan")}}, "not JSON"),
+        (
+            {"type": "json_schema", "schema": {"type": "integer", "minimum": 5, "maximum": 1}},
+            "invalid JSON schema",
+        ),
+        ({"type": "json_schema", "schema": {"type": "array", "uniqueItems": True}}, "Unimplemented keys"),
+    ],
+)
 def test_invalid_structured_values(value, why):
     with pytest.raises(ValueError, match=r"^structured=") as err:
         SamplingParams(structured=value)
@@ -259,8 +306,9 @@ def test_compiled_once_per_schema_and_lru(llm):
     assert compiler is compiler_for(llm.tokenizer, llm.engine.loaded.vocab_size)
     a, b = _schema("enum"), json.loads(json.dumps(_schema("enum")))
     assert compiler.compile(a) is compiler.compile(b)
-    small = GrammarCompiler(llm.tokenizer._tokenizer, llm.engine.loaded.vocab_size,
-                            llm.tokenizer.eos_token_ids, capacity=2)
+    small = GrammarCompiler(
+        llm.tokenizer._tokenizer, llm.engine.loaded.vocab_size, llm.tokenizer.eos_token_ids, capacity=2
+    )
     first = small.compile(_schema("enum"))
     small.compile(_schema("nested"))
     assert small.compile(_schema("enum")) is first  # used again: stays

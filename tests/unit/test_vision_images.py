@@ -1,5 +1,6 @@
 """Image sources (inference/vision/images.py) and key ids (inference/vision/prompt.py), without
 a server: what is read, what is refused and with which message."""
+
 import base64
 import io
 
@@ -27,12 +28,15 @@ def test_sources_read_the_same_picture(tmp_path):
     assert all((p == pictures[0]).all() for p in pictures) and pictures[0][0, 0].tolist() == [10, 20, 30]
 
 
-@pytest.mark.parametrize("url, allow, message", [
-    ("http://example.invalid/x.png", False, "allow_remote_images"),
-    ("https://example.invalid/x.png", False, "allow_remote_images"),
-    ("relative/x.png", False, "an image url is"),
-    ("", False, "non-empty"),
-])
+@pytest.mark.parametrize(
+    "url, allow, message",
+    [
+        ("http://example.invalid/x.png", False, "allow_remote_images"),
+        ("https://example.invalid/x.png", False, "allow_remote_images"),
+        ("relative/x.png", False, "an image url is"),
+        ("", False, "non-empty"),
+    ],
+)
 def test_check_source_refuses(url, allow, message):
     with pytest.raises(ValueError, match=message):
         images.check_source(url, "messages[0].content[0]", allow)
@@ -44,11 +48,14 @@ def test_remote_allowed_passes_the_check_and_reports_fetch_failures():
         images.load_image("http://127.0.0.1:9/x.png", allow_remote=True)
 
 
-@pytest.mark.parametrize("url, message", [
-    ("data:image/png,rawbytes", "must be base64"),
-    ("data:image/png;base64,@@@", "not valid base64"),
-    ("data:image/png;base64," + base64.b64encode(b"GIF89a-no").decode(), "not a readable picture"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("data:image/png,rawbytes", "must be base64"),
+        ("data:image/png;base64,@@@", "not valid base64"),
+        ("data:image/png;base64," + base64.b64encode(b"GIF89a-no").decode(), "not a readable picture"),
+    ],
+)
 def test_bad_payloads(url, message):
     with pytest.raises(ValueError, match=message):
         images.load_image(url, allow_remote=False)
@@ -63,17 +70,32 @@ def test_key_ids_are_outside_every_vocabulary_and_depend_on_image_and_index():
     assert ids == [key_id(a, i) for i in range(64)]  # stable
 
 
-@pytest.mark.parametrize("config, vision, reason", [
-    ({"model_type": "llava", "vision_config": {}, "text_config": {"model_type": "llama"}}, True, None),
-    ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, True, None),
-    ({"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}}, True, None),  # M-RoPE, served with images
-    ({"model_type": "qwen3_vl", "vision_config": {}, "text_config": {}}, True, None),
-    # A multimodal checkpoint mlx-lm reads as text, of a family not served with images, stays a
-    # text model.
-    ({"model_type": "pixtral", "vision_config": {}, "text_config": {"model_type": "mistral"}}, False, None),
-    ({"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}}, True, None),
-    ({"model_type": "unknown_vl", "vision_config": {}}, False, "is not served yet"),
-])
+@pytest.mark.parametrize(
+    "config, vision, reason",
+    [
+        ({"model_type": "llava", "vision_config": {}, "text_config": {"model_type": "llama"}}, True, None),
+        ({"model_type": "gemma3", "vision_config": {}, "text_config": {}}, True, None),
+        (
+            {"model_type": "qwen2_vl", "vision_config": {}, "text_config": {}},
+            True,
+            None,
+        ),  # M-RoPE, served with images
+        ({"model_type": "qwen3_vl", "vision_config": {}, "text_config": {}}, True, None),
+        # A multimodal checkpoint mlx-lm reads as text, of a family not served with images, stays a
+        # text model.
+        (
+            {"model_type": "pixtral", "vision_config": {}, "text_config": {"model_type": "mistral"}},
+            False,
+            None,
+        ),
+        (
+            {"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}},
+            True,
+            None,
+        ),
+        ({"model_type": "unknown_vl", "vision_config": {}}, False, "is not served yet"),
+    ],
+)
 def test_discovery_of_vision_folders(tmp_path, config, vision, reason):
     import json
 
@@ -101,7 +123,10 @@ def test_a_vision_folder_without_its_tower_stays_a_text_model(tmp_path, model_di
     shutil.copytree(model_dir("gemma3", "tiny"), folder)
     assert inspect("whole", model_dir("gemma3", "tiny")).vision
     weights = load_file(str(folder / "model.safetensors"))
-    save_file({k: v for k, v in weights.items() if k.startswith("language_model.")}, str(folder / "model.safetensors"))
+    save_file(
+        {k: v for k, v in weights.items() if k.startswith("language_model.")},
+        str(folder / "model.safetensors"),
+    )
     listed = inspect("text", folder)
     assert listed.vision is False and listed.reason is None
     loaded = load_model(folder)

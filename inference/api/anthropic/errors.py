@@ -1,6 +1,7 @@
 """API errors in Anthropic's envelope: {"type": "error", "error": {"type", "message"}}, with the
 status each kind of error has in Anthropic's API. Installed on the NinjaAPI of the Anthropic
 routes (inference/urls.py); the OpenAI routes keep OpenAI's envelope (common/errors.py)."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,17 @@ from inference.api.common.errors import ApiError
 
 logger = logging.getLogger("omlx.api")
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-               500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
 
 
 def error_type(status: int) -> str:
@@ -34,7 +43,11 @@ def install(api) -> None:
 
     @api.exception_handler(ApiError)
     def api_error(request, exc):
-        message = f"{exc.param}: {exc.message}" if exc.param and not exc.message.startswith(exc.param) else exc.message
+        message = (
+            f"{exc.param}: {exc.message}"
+            if exc.param and not exc.message.startswith(exc.param)
+            else exc.message
+        )
         response = error_response(exc.status, message)
         for name, value in getattr(exc, "headers", {}).items():  # e.g. Retry-After with a 429
             response[name] = value

@@ -4,6 +4,7 @@ The stream of one message is: message_start, ping, then for each content block
 content_block_start / content_block_delta... / content_block_stop, then message_delta (stop
 reason, stop sequence, usage) and message_stop; ping events also keep an idle stream alive.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,12 @@ def usage_body(usage: Optional[dict]) -> dict:
     came from the KV cache; omlx caches on its own, so nothing counts as a cache creation."""
     usage = usage or {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     cached = usage["cached_tokens"]
-    return {"input_tokens": usage["prompt_tokens"] - cached, "output_tokens": usage["completion_tokens"],
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    return {
+        "input_tokens": usage["prompt_tokens"] - cached,
+        "output_tokens": usage["completion_tokens"],
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 def tool_use_id(call_id: str) -> str:
@@ -84,9 +89,16 @@ class MessageBuilder(Formatter):
 
     def message(self, usage: Optional[dict] = None) -> dict:
         """The Message object (with ``usage`` in Anthropic's form; the final usage once finished)."""
-        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
-                "content": list(self.content), "stop_reason": self.stop_reason,
-                "stop_sequence": self.stop_sequence, "usage": usage or self.usage or usage_body(None)}
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": list(self.content),
+            "stop_reason": self.stop_reason,
+            "stop_sequence": self.stop_sequence,
+            "usage": usage or self.usage or usage_body(None),
+        }
 
     def start_events(self, input_tokens: int) -> List[dict]:
         """message_start (with the prompt's token count, as far as known yet) and a first ping."""
@@ -130,12 +142,22 @@ class MessageBuilder(Formatter):
         out: List[dict] = []
         if not (self._open and self.content[-1]["type"] == kind):
             out += self._close()
-            block = {"type": "text", "text": ""} if kind == "text" else {"type": "thinking", "thinking": "", "signature": ""}
+            block = (
+                {"type": "text", "text": ""}
+                if kind == "text"
+                else {"type": "thinking", "thinking": "", "signature": ""}
+            )
             self.content.append(block)
             self._open = True
-            out.append({"type": "content_block_start", "index": len(self.content) - 1, "content_block": dict(block)})
+            out.append(
+                {"type": "content_block_start", "index": len(self.content) - 1, "content_block": dict(block)}
+            )
         self.content[-1][kind] += piece
-        delta = {"type": "text_delta", "text": piece} if kind == "text" else {"type": "thinking_delta", "thinking": piece}
+        delta = (
+            {"type": "text_delta", "text": piece}
+            if kind == "text"
+            else {"type": "thinking_delta", "thinking": piece}
+        )
         out.append({"type": "content_block_delta", "index": len(self.content) - 1, "delta": delta})
         return out
 
@@ -147,8 +169,13 @@ class MessageBuilder(Formatter):
         out: List[dict] = []
         if block["type"] == "thinking":
             block["signature"] = _signature(block["thinking"])
-            out.append({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "signature_delta", "signature": block["signature"]}})
+            out.append(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": block["signature"]},
+                }
+            )
         out.append({"type": "content_block_stop", "index": index})
         return out
 
@@ -164,8 +191,16 @@ class MessageBuilder(Formatter):
         self.content.append(block)
         index = len(self.content) - 1
         out.append({"type": "content_block_start", "index": index, "content_block": dict(block, input={})})
-        out.append({"type": "content_block_delta", "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(arguments, ensure_ascii=False)}})
+        out.append(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {
+                    "type": "input_json_delta",
+                    "partial_json": json.dumps(arguments, ensure_ascii=False),
+                },
+            }
+        )
         out.append({"type": "content_block_stop", "index": index})
         return out
 
@@ -177,8 +212,11 @@ class MessageBuilder(Formatter):
         else:
             self.stop_reason = STOP_REASONS.get(finish, "end_turn")
         self.usage = usage_body(usage)
-        return [{"type": "message_delta",
-                 "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence},
-                 "usage": dict(self.usage)},
-                {"type": "message_stop"}]
-
+        return [
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": self.stop_reason, "stop_sequence": self.stop_sequence},
+                "usage": dict(self.usage),
+            },
+            {"type": "message_stop"},
+        ]

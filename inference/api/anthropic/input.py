@@ -10,6 +10,7 @@ What is tolerated and what is refused:
   answers 400. Images in system prompts and tool results, and PDF documents, are refused with a
   400; documents with a plain-text source are read as text.
 """
+
 from __future__ import annotations
 
 import json
@@ -133,8 +134,11 @@ def _tool_call(block: dict, where: str) -> dict:
     arguments = block.get("input", {})
     if not isinstance(arguments, dict):
         raise _bad(f"{where}.input: must be an object")
-    return {"id": block["id"], "type": "function",
-            "function": {"name": block["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}}
+    return {
+        "id": block["id"],
+        "type": "function",
+        "function": {"name": block["name"], "arguments": json.dumps(arguments, ensure_ascii=False)},
+    }
 
 
 def _user(content, where: str) -> List[dict]:
@@ -264,8 +268,12 @@ def output_format(body) -> Optional[dict]:
     fmt = fmt if fmt is not None else body.output_format
     if fmt is None:
         return None
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
-        raise _bad("output_config.format: must be {\"type\": \"json_schema\", \"schema\": {...}}", "output_config")
+    if (
+        not isinstance(fmt, dict)
+        or fmt.get("type") != "json_schema"
+        or not isinstance(fmt.get("schema"), dict)
+    ):
+        raise _bad('output_config.format: must be {"type": "json_schema", "schema": {...}}', "output_config")
     return {"type": "json_schema", "schema": fmt["schema"]}
 
 
@@ -274,8 +282,18 @@ def sampling_values(body) -> dict:
     Stop sequences are kept in the output by the engine, so the view can tell which matched
     (it removes it again)."""
     stop = body.stop_sequences or None
-    return checked_params({
-        "max_tokens": body.max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-        "top_k": body.top_k, "stop": stop, "include_stop_str_in_output": stop is not None,
-        "ignore_eos": body.ignore_eos, "structured": output_format(body), "priority": body.priority,
-    }, names=_FIELD_NAMES, max_stop=None)
+    return checked_params(
+        {
+            "max_tokens": body.max_tokens,
+            "temperature": body.temperature,
+            "top_p": body.top_p,
+            "top_k": body.top_k,
+            "stop": stop,
+            "include_stop_str_in_output": stop is not None,
+            "ignore_eos": body.ignore_eos,
+            "structured": output_format(body),
+            "priority": body.priority,
+        },
+        names=_FIELD_NAMES,
+        max_stop=None,
+    )

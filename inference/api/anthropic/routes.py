@@ -1,6 +1,7 @@
 """Anthropic-compatible routes: POST /v1/messages (streaming and not) and
 POST /v1/messages/count_tokens. Mounted on a NinjaAPI of their own (inference/urls.py) so that
 every error leaves in Anthropic's envelope (anthropic/errors.py)."""
+
 from __future__ import annotations
 
 import uuid
@@ -50,7 +51,15 @@ def _job(body, request_id: str, params: dict) -> GenerationJob:
         raise ApiError(400, "thinking may not be enabled when tool_choice forces tool use", param="thinking")
     parallel = not (body.tool_choice or {}).get("disable_parallel_tool_use", False)
     try:
-        return chat_job(request_id, body.model, params, messages=messages, tools=tools,
-                        tool_choice=tool_choice, chat_template_kwargs=kwargs, parallel_tool_calls=parallel)
+        return chat_job(
+            request_id,
+            body.model,
+            params,
+            messages=messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            chat_template_kwargs=kwargs,
+            parallel_tool_calls=parallel,
+        )
     except ValueError as exc:  # tools the chat template cannot be offered (a name given twice)
         raise ApiError(400, str(exc)) from None

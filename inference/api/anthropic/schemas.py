@@ -1,6 +1,7 @@
 """Request bodies of the Anthropic Messages routes. Unknown fields are accepted and ignored (clients
 such as Claude Code send many: metadata, service_tier, container, mcp_servers, cache_control...).
 Content blocks stay plain dicts: ``anthropic.input`` checks the kinds it knows and skips the rest."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union

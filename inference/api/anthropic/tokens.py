@@ -3,6 +3,7 @@ alone (loaded once per folder and cached), rendering a job's messages with the w
 so that a count equals the ``prompt_tokens`` the engine will report for the same job. Messages
 with images also use the folder's image processor (inference.vision), which expands each image
 into its tokens as the worker does."""
+
 from __future__ import annotations
 
 import json
@@ -59,7 +60,9 @@ def count_prompt_tokens(job: GenerationJob) -> int:
         try:
             ids, text = generation.chat_prompt(tokenizer, job)
         except Exception as exc:  # a chat template that rejects the messages raises anything
-            raise ApiError(400, f"The messages cannot be rendered with the model's chat template: {exc}") from None
+            raise ApiError(
+                400, f"The messages cannot be rendered with the model's chat template: {exc}"
+            ) from None
     if generation.image_urls(job.messages):
         return _count_with_images(path, job, text)
     return len(ids)
@@ -74,7 +77,9 @@ def _count_with_images(path: Path, job: GenerationJob, text: str) -> int:
     if not model.reads_images(config):
         raise ApiError(400, f"The model '{job.model}' does not read images (not a vision-language model)")
     try:
-        pictures = [images.load_image(url, parts.allow_remote()) for url in generation.image_urls(job.messages)]
+        pictures = [
+            images.load_image(url, parts.allow_remote()) for url in generation.image_urls(job.messages)
+        ]
         return len(prompt.prepare(model.ProcessorOnly(path, config), text, pictures).model_ids)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None

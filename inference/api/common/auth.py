@@ -1,4 +1,5 @@
 """The optional API key (`omlx serve --api-key`): `Authorization: Bearer KEY` or `x-api-key: KEY`."""
+
 from __future__ import annotations
 
 import hmac

@@ -2,6 +2,7 @@
 choice here and builds its chat ``GenerationJob`` with the structured-output constraint already
 in its params, so the worker (``inference.generation.run_job``) receives it whole and checks
 none of it again."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -18,15 +19,32 @@ def tool_options(tools, tool_choice: ToolChoice) -> Tuple[Optional[List[dict]], 
     return tools, tool_choice, tool_choice_structured(tools, tool_choice)
 
 
-def chat_job(request_id: str, model: str, params: dict, n: int = 1, *, messages: List[dict],
-             tools: Optional[List[dict]] = None, tool_choice: ToolChoice = None,
-             chat_template_kwargs: Optional[dict] = None, parallel_tool_calls: bool = True) -> GenerationJob:
+def chat_job(
+    request_id: str,
+    model: str,
+    params: dict,
+    n: int = 1,
+    *,
+    messages: List[dict],
+    tools: Optional[List[dict]] = None,
+    tool_choice: ToolChoice = None,
+    chat_template_kwargs: Optional[dict] = None,
+    parallel_tool_calls: bool = True,
+) -> GenerationJob:
     """A chat job, checked (ValueError): ``params`` are SamplingParams fields the view checked
     (``sampling.checked_params``); their ``structured`` is the request's own constraint
     (response_format, text.format, output_config), else a forced tool call's is put there."""
     tools, tool_choice, forced = tool_options(tools, tool_choice)
     if params.get("structured") is None and forced is not None:
         params = dict(params, structured=forced)
-    return GenerationJob(request_id, model, params, n, messages=messages, tools=tools, tool_choice=tool_choice,
-                         chat_template_kwargs=dict(chat_template_kwargs or {}),
-                         parallel_tool_calls=parallel_tool_calls)
+    return GenerationJob(
+        request_id,
+        model,
+        params,
+        n,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        chat_template_kwargs=dict(chat_template_kwargs or {}),
+        parallel_tool_calls=parallel_tool_calls,
+    )

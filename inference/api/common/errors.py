@@ -6,6 +6,7 @@ settings.OMLX_MAX_REQUEST_BYTES, 429 too many requests in flight for a model (Re
 shutting down, no worker, or short of memory (the memory guard; Retry-After). omlx never answers
 422: validation errors are 400s, as OpenAI's are.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,27 @@ from . import json_body
 
 logger = logging.getLogger("omlx.api")
 
-_TYPES = {401: "authentication_error", 404: "invalid_request_error", 413: "invalid_request_error",
-          429: "rate_limit_error", 500: "server_error", 503: "server_error", 507: "server_error"}
+_TYPES = {
+    401: "authentication_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+    507: "server_error",
+}
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: Optional[str] = None,
-                 code: Optional[str] = None, type: Optional[str] = None,
-                 headers: Optional[Dict[str, str]] = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: Optional[str] = None,
+        code: Optional[str] = None,
+        type: Optional[str] = None,
+        headers: Optional[Dict[str, str]] = None,
+    ):
         super().__init__(message)
         self.headers = dict(headers or {})
         self.status = status
@@ -53,8 +67,9 @@ class ApiError(Exception):
 
     @classmethod
     def too_large(cls, limit: int) -> "ApiError":
-        return cls(413, f"The request body is larger than the limit of {limit} bytes",
-                   code="request_too_large")
+        return cls(
+            413, f"The request body is larger than the limit of {limit} bytes", code="request_too_large"
+        )
 
 
 def install(api) -> None:

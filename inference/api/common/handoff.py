@@ -6,6 +6,7 @@ Before a job is queued, ``limits.admit`` refuses it when its model has too many 
 (429), when no worker can take it or the memory guard reports pressure (503); its slot is given
 back when the view's subscription to the request closes.
 """
+
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async

@@ -11,6 +11,7 @@ The same walk refuses strings that are not Unicode text: JSON escapes can spell 
 surrogate (``"\\ud800"``), which Python keeps in a ``str`` but no tokenizer can encode; the 400
 then names the problem instead of failing somewhere downstream (a template, the tokenizer).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,10 @@ def _check_text(value) -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise BodyNotText(f"The request body has a string with a lone surrogate "
-                              f"({exc.object[exc.start]!a}): text must be valid Unicode") from None
+            raise BodyNotText(
+                f"The request body has a string with a lone surrogate "
+                f"({exc.object[exc.start]!a}): text must be valid Unicode"
+            ) from None
 
 
 class JsonBodyParser(Parser):

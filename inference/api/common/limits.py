@@ -8,6 +8,7 @@ the memory guard reports pressure, every new request is refused (503, Retry-Afte
 choice counts from the hand-off until the view stops listening to it (finished, failed, or the
 client gone). Counted per server process, in engine requests (a request with n=4 counts 4).
 """
+
 from __future__ import annotations
 
 import threading
@@ -34,14 +35,21 @@ def admit(job) -> None:
     count = len(job.choice_ids())
     limit = capacity()
     if count > limit:
-        raise ApiError(400, f"the request asks for {count} choices; this server takes at most {limit} "
-                       "per model at once", param="n")
+        raise ApiError(
+            400,
+            f"the request asks for {count} choices; this server takes at most {limit} per model at once",
+            param="n",
+        )
     with _lock:
         used = _in_flight.get(job.model, 0)
         if used + count > limit:
-            raise ApiError(429, f"The model '{job.model}' has {used} requests running or waiting "
-                           f"(limit {limit}); retry later", code="rate_limit_exceeded",
-                           headers={"Retry-After": str(settings.OMLX_RETRY_AFTER_SECONDS)})
+            raise ApiError(
+                429,
+                f"The model '{job.model}' has {used} requests running or waiting "
+                f"(limit {limit}); retry later",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(settings.OMLX_RETRY_AFTER_SECONDS)},
+            )
         _in_flight[job.model] = used + count
         _jobs[job.request_id] = job
 
@@ -54,8 +62,9 @@ def check_memory() -> None:
     try:
         guard_admits()
     except MemoryPressure as exc:
-        raise ApiError(503, str(exc), code="memory_pressure",
-                       headers={"Retry-After": str(exc.retry_after)}) from None
+        raise ApiError(
+            503, str(exc), code="memory_pressure", headers={"Retry-After": str(exc.retry_after)}
+        ) from None
 
 
 def release(job) -> None:

@@ -1,4 +1,5 @@
 """The one check every generation route makes before it queues a job: the model exists."""
+
 from __future__ import annotations
 
 from inference.pool import get_pool

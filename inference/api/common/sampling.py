@@ -1,5 +1,6 @@
 """SamplingParams fields of an API request, checked in the view so that a bad value is a 400
 (in the request's own field names) before anything is queued."""
+
 from __future__ import annotations
 
 from typing import Dict, Optional
@@ -11,8 +12,9 @@ from .errors import ApiError
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 
 
-def checked_params(values: dict, names: Optional[Dict[str, str]] = None,
-                   max_stop: Optional[int] = MAX_STOP) -> dict:
+def checked_params(
+    values: dict, names: Optional[Dict[str, str]] = None, max_stop: Optional[int] = MAX_STOP
+) -> dict:
     """``values`` (SamplingParams field -> request value; None or False = unset, the engine's
     default) as JSON-able job params. ``names`` maps an engine field to the request's name for
     it, for messages; ``max_stop`` caps the stop sequences (None: no cap)."""

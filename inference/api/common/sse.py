@@ -5,6 +5,7 @@ generator behind it: that one is finalized only when it is garbage-collected, wh
 when a reference cycle holds it. Our generators abort their request in ``finally``, so the KV would
 stay busy meanwhile. This response closes the generator itself when its own iteration ends.
 """
+
 from __future__ import annotations
 
 from contextlib import aclosing

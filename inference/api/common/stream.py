@@ -6,6 +6,7 @@ worker accepts or refuses it, then turn its events into what the client receives
 A client that goes away (Django closes the streaming iterator, the view or the console's task is
 cancelled) aborts the job: every path ends in ``stop_generation``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -86,8 +87,13 @@ async def respond(job: GenerationJob, fmt: Formatter, stream: bool, on_finish: O
     return JsonResponse(await collect(job, fmt, subscription, on_finish))
 
 
-async def frames(job: GenerationJob, fmt: Formatter, subscription: Subscription,
-                 on_finish: OnFinish = None, keepalive: bool = True) -> AsyncIterator[str]:
+async def frames(
+    job: GenerationJob,
+    fmt: Formatter,
+    subscription: Subscription,
+    on_finish: OnFinish = None,
+    keepalive: bool = True,
+) -> AsyncIterator[str]:
     """The job's frames as they come: keep-alives through silences (unless not ``keepalive``),
     the job stopped at the end (aborted when the client left or a choice failed)."""
     keepalive = keepalive and fmt.keepalive is not None
@@ -117,8 +123,9 @@ async def frames(job: GenerationJob, fmt: Formatter, subscription: Subscription,
         await asyncio.shield(stop_generation(job, subscription, done))
 
 
-async def collect(job: GenerationJob, fmt: Formatter, subscription: Subscription,
-                  on_finish: OnFinish = None) -> dict:
+async def collect(
+    job: GenerationJob, fmt: Formatter, subscription: Subscription, on_finish: OnFinish = None
+) -> dict:
     """The JSON body of the finished job; ApiError when a choice failed."""
     async with aclosing(frames(job, fmt, subscription, keepalive=False)) as outs:
         async for _ in outs:
@@ -147,8 +154,9 @@ async def start_generation(job: GenerationJob) -> Subscription:
         if first is None:
             handoff.abort(job)
             raise ApiError(503, "No worker took the request in time")
-        raise ApiError(first["status"], first["message"],
-                       code="model_not_found" if first["status"] == 404 else None)
+        raise ApiError(
+            first["status"], first["message"], code="model_not_found" if first["status"] == 404 else None
+        )
     subscription.accepted = first  # the worker's answer: prompt_tokens per prompt
     return subscription
 

@@ -7,6 +7,7 @@ its KV was freed; the soak test, tests/live/test_soak.py, checks it). Models tha
 no hot tier; `omlx cache` reads their cold tier from disk. The figures are read without stopping
 the engine, so they may lag a step behind.
 """
+
 from __future__ import annotations
 
 from ninja import Router
@@ -37,20 +38,39 @@ def _cache_row(stats) -> dict:
     hot, cold, lookups = stats.cache.get("hot", {}), stats.cache.get("cold"), stats.cache.get("lookups", {})
     return {
         "fingerprint": stats.fingerprint,
-        "hot": {"blocks": hot.get("blocks", 0), "bytes": hot.get("bytes", 0),
-                "capacity_bytes": stats.hot_capacity_bytes, "evictions": hot.get("evictions", 0)},
-        "cold": None if stats.cold_dir is None or cold is None else {
-            "dir": stats.cold_dir, "files": cold["files"], "bytes": cold["bytes"],
-            "writes": cold["writes"], "reads": cold["reads"], "queue_depth": cold["queue_depth"]},
-        "stats": {"lookups": lookups.get("lookups", 0), "lookup_tokens": lookups.get("lookup_tokens", 0),
-                  "hot_hit_tokens": lookups.get("hot_hit_tokens", 0),
-                  "cold_hit_tokens": lookups.get("cold_hit_tokens", 0),
-                  "hit_rate": round(stats.cache.get("hit_rate", 0.0), 4)},
+        "hot": {
+            "blocks": hot.get("blocks", 0),
+            "bytes": hot.get("bytes", 0),
+            "capacity_bytes": stats.hot_capacity_bytes,
+            "evictions": hot.get("evictions", 0),
+        },
+        "cold": None
+        if stats.cold_dir is None or cold is None
+        else {
+            "dir": stats.cold_dir,
+            "files": cold["files"],
+            "bytes": cold["bytes"],
+            "writes": cold["writes"],
+            "reads": cold["reads"],
+            "queue_depth": cold["queue_depth"],
+        },
+        "stats": {
+            "lookups": lookups.get("lookups", 0),
+            "lookup_tokens": lookups.get("lookup_tokens", 0),
+            "hot_hit_tokens": lookups.get("hot_hit_tokens", 0),
+            "cold_hit_tokens": lookups.get("cold_hit_tokens", 0),
+            "hit_rate": round(stats.cache.get("hit_rate", 0.0), 4),
+        },
     }
 
 
 def _in_use(stats) -> dict:
     """What requests hold now: requests submitted and not finished, those the scheduler runs,
     rows of the decode batch, KV token slots they take, hot blocks referenced by a request."""
-    return {"requests": stats.active, "running": stats.running, "decode_rows": stats.decode_rows,
-            "kv_tokens": stats.kv_tokens, "held_blocks": stats.held_blocks or 0}
+    return {
+        "requests": stats.active,
+        "running": stats.running,
+        "decode_rows": stats.decode_rows,
+        "kv_tokens": stats.kv_tokens,
+        "held_blocks": stats.held_blocks or 0,
+    }

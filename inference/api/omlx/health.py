@@ -6,6 +6,7 @@ request (Redis mode without `omlx worker`, Redis unreachable). Never asks for th
 says nothing secret: the status, the version, and each servable model's state in this process
 (``loaded``, ``loading`` or ``unloaded``; no paths, settings or requests).
 """
+
 from __future__ import annotations
 
 from django.http import JsonResponse
@@ -19,8 +20,15 @@ from inference.api.common.errors import ApiError
 
 def view(request):
     if request.method not in ("GET", "HEAD"):
-        response = JsonResponse({"error": {"message": f"{request.method} is not allowed on /health; use GET",
-                                           "type": "invalid_request_error"}}, status=405)
+        response = JsonResponse(
+            {
+                "error": {
+                    "message": f"{request.method} is not allowed on /health; use GET",
+                    "type": "invalid_request_error",
+                }
+            },
+            status=405,
+        )
         response["Allow"] = "GET, HEAD"
         return response
     status, detail = "ok", None

@@ -13,6 +13,7 @@ input schema; 404 no MCP servers configured, no such server or tool; 503 the ser
 running now (crashed, restarting); 504 the tool did not answer in time; 502 the server answered
 the call with a protocol error.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,10 @@ def mcp_servers(request):
 def mcp_tools(request):
     check_api_key(request)
     manager = get_manager()
-    return {"object": "list", "data": [t.openai_tool() for t in manager.tools()] if manager is not None else []}
+    return {
+        "object": "list",
+        "data": [t.openai_tool() for t in manager.tools()] if manager is not None else [],
+    }
 
 
 @router.post("/mcp/execute")
@@ -59,8 +63,11 @@ async def mcp_execute(request, body: ExecuteBody):
     check_api_key(request)
     manager = get_manager()
     if manager is None:
-        raise ApiError(404, "No MCP servers are configured (start omlx with --mcp-config FILE)",
-                       code="mcp_not_configured")
+        raise ApiError(
+            404,
+            "No MCP servers are configured (start omlx with --mcp-config FILE)",
+            code="mcp_not_configured",
+        )
     name = _tool_name(body)
     arguments = _arguments(body.arguments)
     try:
@@ -84,8 +91,11 @@ def _tool_name(body: ExecuteBody) -> str:
         return body.tool_name
     if body.server and body.tool:
         return full_name(body.server, body.tool)
-    raise ApiError(400, "tool_name: required (SERVER__TOOL, as GET /v1/mcp/tools names it), or both "
-                        "server and tool", param="tool_name")
+    raise ApiError(
+        400,
+        "tool_name: required (SERVER__TOOL, as GET /v1/mcp/tools names it), or both server and tool",
+        param="tool_name",
+    )
 
 
 def _arguments(value) -> dict:

@@ -10,6 +10,7 @@
 
 Ids may contain a slash (org/name); an alias works wherever an id does.
 """
+
 from __future__ import annotations
 
 

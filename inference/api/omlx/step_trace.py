@@ -6,6 +6,7 @@ steps); without it its row says ``step_trace: 0`` and has no steps. ``model`` pi
 ``last`` caps the records of each row (at most ``MAX_STEPS``): the answer's size is bounded
 whatever the setting. Embedding and reranker models have no steps and no row.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -32,10 +33,15 @@ def step_trace(request, model: Optional[str] = None, last: int = DEFAULT_STEPS):
     if model is not None and pool.loaded(model) is None:
         raise ApiError(404, f"the model {model!r} is not loaded", param="model", code="model_not_found")
     rows = []
-    for model_id in ([pool.resolve(model) or model] if model is not None else pool.ids()):
+    for model_id in [pool.resolve(model) or model] if model is not None else pool.ids():
         engine = pool.loaded(model_id)
         if engine is None or not hasattr(engine, "step_trace"):
             continue
-        rows.append({"id": model_id, "step_trace": engine.config.step_trace,
-                     "steps": [record.as_dict() for record in engine.step_trace(last)]})
+        rows.append(
+            {
+                "id": model_id,
+                "step_trace": engine.config.step_trace,
+                "steps": [record.as_dict() for record in engine.step_trace(last)],
+            }
+        )
     return {"object": "list", "data": rows}

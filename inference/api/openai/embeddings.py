@@ -11,6 +11,7 @@ length (never silently cut), token ids outside the vocabulary, an unknown encodi
 ``dimensions`` out of range, a model of the wrong kind (a chat model here, an embedding model
 on /v1/rerank).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,7 +38,9 @@ MAX_DOCUMENTS = 4096
 class EmbeddingRequest(Schema):
     model_config = ConfigDict(extra="allow")
     model: str
-    input: Any = Field(..., description="a string, a list of strings, a list of token ids, or a list of those")
+    input: Any = Field(
+        ..., description="a string, a list of strings, a list of token ids, or a list of those"
+    )
     encoding_format: Any = "float"
     dimensions: Any = None
     user: Optional[str] = None
@@ -64,15 +67,20 @@ async def embeddings(request, body: EmbeddingRequest):
     inputs = _inputs(body.input)
     encoding_format = body.encoding_format or "float"
     if encoding_format not in ("float", "base64"):
-        raise ApiError(400, f"encoding_format: {body.encoding_format!r} is not one of 'float', 'base64'",
-                       param="encoding_format")
+        raise ApiError(
+            400,
+            f"encoding_format: {body.encoding_format!r} is not one of 'float', 'base64'",
+            param="encoding_format",
+        )
     dims = body.dimensions
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise ApiError(400, f"dimensions: {dims!r} must be an integer >= 1", param="dimensions")
 
     def prepare(model):
         if dims is not None and dims > model.dim:
-            raise ApiError(400, f"dimensions: {dims} is more than the model's {model.dim}", param="dimensions")
+            raise ApiError(
+                400, f"dimensions: {dims} is more than the model's {model.dim}", param="dimensions"
+            )
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         seqs: List = [None] * len(inputs)
         for i, seq in zip(texts, model.tokenize([inputs[i] for i in texts]) if texts else []):
@@ -81,8 +89,11 @@ async def embeddings(request, body: EmbeddingRequest):
             if seqs[i] is None:
                 bad = [t for t in x if not 0 <= t < model.vocab_size]
                 if bad:
-                    raise ApiError(400, f"input[{i}]: token id {bad[0]} is outside the vocabulary "
-                                   f"[0, {model.vocab_size})", param="input")
+                    raise ApiError(
+                        400,
+                        f"input[{i}]: token id {bad[0]} is outside the vocabulary [0, {model.vocab_size})",
+                        param="input",
+                    )
                 seqs[i] = (list(x), None)
             _check_length(seqs[i], model, f"input[{i}]", "input")
         return seqs
@@ -91,11 +102,17 @@ async def embeddings(request, body: EmbeddingRequest):
     if dims is not None:
         rows = rows[:, :dims]
         rows = rows / np.maximum(np.linalg.norm(rows, axis=-1, keepdims=True), 1e-12)
-    data = [{"object": "embedding", "index": i, "embedding": _encode(row, encoding_format)}
-            for i, row in enumerate(rows)]
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encode(row, encoding_format)}
+        for i, row in enumerate(rows)
+    ]
     tokens = sum(len(ids) for ids, _ in seqs)
-    return {"object": "list", "data": data, "model": body.model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return {
+        "object": "list",
+        "data": data,
+        "model": body.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 @router.post("/rerank")
@@ -107,8 +124,11 @@ async def rerank(request, body: RerankRequest):
     if not documents:
         raise ApiError(400, "documents: must not be empty", param="documents")
     if len(documents) > MAX_DOCUMENTS:
-        raise ApiError(400, f"documents: {len(documents)} documents; at most {MAX_DOCUMENTS} per request",
-                       param="documents")
+        raise ApiError(
+            400,
+            f"documents: {len(documents)} documents; at most {MAX_DOCUMENTS} per request",
+            param="documents",
+        )
     if body.top_n is not None and body.top_n < 1:
         raise ApiError(400, f"top_n: {body.top_n} must be >= 1", param="top_n")
 
@@ -121,14 +141,18 @@ async def rerank(request, body: RerankRequest):
     scores, seqs = await _run(body.model, "reranker", prepare)
     order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))  # stable: ties keep input order
     results = []
-    for i in order[:body.top_n or len(order)]:
+    for i in order[: body.top_n or len(order)]:
         result = {"index": i, "relevance_score": float(scores[i])}
         if body.return_documents:
             result["document"] = {"text": documents[i]}
         results.append(result)
     tokens = sum(len(ids) for ids, _ in seqs)
-    return {"id": f"rerank-{uuid.uuid4().hex}", "model": body.model, "results": results,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return {
+        "id": f"rerank-{uuid.uuid4().hex}",
+        "model": body.model,
+        "results": results,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 async def _run(name: str, kind: str, prepare):
@@ -170,24 +194,35 @@ def _check_kind(name: str, kind: str) -> None:
     if actual is None:
         raise ApiError(404, pool.not_found_message(name), param="model", code="model_not_found")
     if actual != kind:
-        what = {"llm": "a chat (text generation) model", "embedding": "an embedding model",
-                "reranker": "a reranker model"}[actual]
+        what = {
+            "llm": "a chat (text generation) model",
+            "embedding": "an embedding model",
+            "reranker": "a reranker model",
+        }[actual]
         use = {"llm": "/v1/chat/completions", "embedding": "/v1/embeddings", "reranker": "/v1/rerank"}[actual]
         wanted = "an embedding" if kind == "embedding" else "a reranker"
-        raise ApiError(400, f"The model '{name}' is {what}, not {wanted} model (use {use})", param="model",
-                       code="wrong_model_type")
+        raise ApiError(
+            400,
+            f"The model '{name}' is {what}, not {wanted} model (use {use})",
+            param="model",
+            code="wrong_model_type",
+        )
 
 
 def _inputs(value) -> List[Union[str, List[int]]]:
     """The request's inputs as a list of texts and token id lists; ApiError 400 otherwise."""
+
     def is_ids(x):
         return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
 
     if isinstance(value, str) or (is_ids(value) and value):
         value = [value]
     if not isinstance(value, list) or not value:
-        raise ApiError(400, "input: must be a non-empty string, list of strings, list of token ids "
-                       "or list of token id lists", param="input")
+        raise ApiError(
+            400,
+            "input: must be a non-empty string, list of strings, list of token ids or list of token id lists",
+            param="input",
+        )
     if len(value) > MAX_INPUTS:
         raise ApiError(400, f"input: {len(value)} inputs; at most {MAX_INPUTS} per request", param="input")
     for i, x in enumerate(value):
@@ -200,8 +235,12 @@ def _inputs(value) -> List[Union[str, List[int]]]:
 
 def _check_length(seq, model, what: str, param: str) -> None:
     if len(seq[0]) > model.max_length:
-        raise ApiError(400, f"{what} has {len(seq[0])} tokens; the model takes at most {model.max_length}",
-                       param=param, code="context_length_exceeded")
+        raise ApiError(
+            400,
+            f"{what} has {len(seq[0])} tokens; the model takes at most {model.max_length}",
+            param=param,
+            code="context_length_exceeded",
+        )
 
 
 def _encode(row: np.ndarray, encoding_format: str):

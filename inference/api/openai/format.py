@@ -1,6 +1,7 @@
 """OpenAI's response bodies and stream chunks, built from generation events
 (``inference.generation``), for chat completions and text completions: the ``Formatter``s of
 /v1/chat/completions and /v1/completions (``inference.api.common.stream``)."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,11 @@ def finish_reason(reason: Optional[str]) -> Optional[str]:
 
 def tool_call_body(call: dict, index: Optional[int] = None) -> dict:
     """A tool call of a generation event in OpenAI's form (with ``index`` in stream deltas)."""
-    body = {"id": call["id"], "type": "function",
-            "function": {"name": call["name"], "arguments": call["arguments"]}}
+    body = {
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": call["name"], "arguments": call["arguments"]},
+    }
     return body if index is None else {"index": index, **body}
 
 
@@ -42,8 +46,9 @@ def failure(event: dict) -> Optional[ApiError]:
     if event["finish_reason"] not in ("error", "abort"):
         return None
     if event["finish_reason"] == "abort" and lifecycle.shutting_down():  # omlx_site/shutdown.py
-        return ApiError(503, "The server is shutting down; the request was aborted",
-                        code="server_shutting_down")
+        return ApiError(
+            503, "The server is shutting down; the request was aborted", code="server_shutting_down"
+        )
     return ApiError(500, f"Generation failed: {event['error'] or event['finish_reason']}")
 
 
@@ -56,8 +61,9 @@ class ChatFormat(Formatter):
     delta_key = "delta"  # a chunk's new output: a delta object
     keepalive = ": keep-alive\n\n"  # an SSE comment: keeps proxies and clients waiting
 
-    def __init__(self, response_id: str, model: str, choices: int = 1, n: int = 1,
-                 include_usage: bool = False):
+    def __init__(
+        self, response_id: str, model: str, choices: int = 1, n: int = 1, include_usage: bool = False
+    ):
         self.id = response_id
         self.model = model
         self.created = int(time.time())
@@ -67,8 +73,15 @@ class ChatFormat(Formatter):
         self._pending = set(range(choices))
         self._usages: Dict[int, dict] = {}
         self._choices: Dict[int, dict] = {
-            i: {"index": i, "text": "", "reasoning": "", "tool_calls": [], "logprobs": None,
-                "finish_reason": None, "usage": None}
+            i: {
+                "index": i,
+                "text": "",
+                "reasoning": "",
+                "tool_calls": [],
+                "logprobs": None,
+                "finish_reason": None,
+                "usage": None,
+            }
             for i in range(choices)
         }
 
@@ -84,8 +97,9 @@ class ChatFormat(Formatter):
             self.failure = failure(event)
             if self.failure is not None:
                 exc = self.failure
-                return [{"error": {"message": exc.message, "type": exc.type, "param": None,
-                                   "code": exc.code}}]
+                return [
+                    {"error": {"message": exc.message, "type": exc.type, "param": None, "code": exc.code}}
+                ]
             self._usages[event["index"]] = event["usage"]
             self._pending.discard(event["index"])
         self._add(event)
@@ -116,14 +130,24 @@ class ChatFormat(Formatter):
         return self.response(choices, usage_body({c["index"]: c["usage"] for c in choices}, self.n))
 
     def _head(self, obj: str) -> dict:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
-                "system_fingerprint": None}
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+        }
 
     def logprobs(self, entries: Optional[List[dict]]) -> Optional[dict]:
         if entries is None:
             return None
-        return {"content": [{"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
-                             "top_logprobs": e["top"]} for e in entries], "refusal": None}
+        return {
+            "content": [
+                {"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"], "top_logprobs": e["top"]}
+                for e in entries
+            ],
+            "refusal": None,
+        }
 
     def start_chunks(self, count: int) -> List[dict]:
         return [self.chunk(i, {"role": "assistant", "content": ""}) for i in range(count)]
@@ -131,8 +155,14 @@ class ChatFormat(Formatter):
     def chunk(self, index: int, delta, logprobs=None, reason=None) -> dict:
         """A stream chunk of one choice; ``delta`` is its new output (``delta_key``'s value)."""
         body = self._head("chat.completion.chunk")
-        body["choices"] = [{"index": index, self.delta_key: delta, "logprobs": logprobs,
-                            "finish_reason": finish_reason(reason)}]
+        body["choices"] = [
+            {
+                "index": index,
+                self.delta_key: delta,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason(reason),
+            }
+        ]
         return body
 
     def delta_chunk(self, event: dict) -> Optional[dict]:
@@ -158,8 +188,12 @@ class ChatFormat(Formatter):
     def response(self, choices: List[dict], usage: dict) -> dict:
         body = self._head("chat.completion")
         body["choices"] = [
-            {"index": c["index"], "message": self.message(c),
-             "logprobs": self.logprobs(c["logprobs"]), "finish_reason": finish_reason(c["finish_reason"])}
+            {
+                "index": c["index"],
+                "message": self.message(c),
+                "logprobs": self.logprobs(c["logprobs"]),
+                "finish_reason": finish_reason(c["finish_reason"]),
+            }
             for c in choices
         ]
         body["usage"] = usage
@@ -170,8 +204,12 @@ class ChatFormat(Formatter):
         """The assistant message of a collected choice: content is null when the answer is only
         tool calls; reasoning_content is null when the model did not reason."""
         calls = choice.get("tool_calls") or []
-        message = {"role": "assistant", "content": choice["text"] if choice["text"] or not calls else None,
-                   "refusal": None, "reasoning_content": choice.get("reasoning") or None}
+        message = {
+            "role": "assistant",
+            "content": choice["text"] if choice["text"] or not calls else None,
+            "refusal": None,
+            "reasoning_content": choice.get("reasoning") or None,
+        }
         if calls:
             message["tool_calls"] = [tool_call_body(call) for call in calls]
         return message
@@ -182,14 +220,20 @@ class CompletionFormat(ChatFormat):
 
     delta_key = "text"  # a chunk's new output: text
 
-    def __init__(self, response_id: str, model: str, choices: int = 1, n: int = 1,
-                 include_usage: bool = False):
+    def __init__(
+        self, response_id: str, model: str, choices: int = 1, n: int = 1, include_usage: bool = False
+    ):
         super().__init__(response_id, model, choices, n, include_usage)
         self._offsets = {}
 
     def _head(self, obj: str) -> dict:
-        return {"id": self.id, "object": "text_completion", "created": self.created,
-                "model": self.model, "system_fingerprint": None}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+        }
 
     def logprobs(self, entries: Optional[List[dict]], offset: int = 0) -> Optional[dict]:
         if entries is None:
@@ -198,10 +242,12 @@ class CompletionFormat(ChatFormat):
         for e in entries:
             offsets.append(offset)
             offset += len(e["token"])
-        return {"tokens": [e["token"] for e in entries],
-                "token_logprobs": [e["logprob"] for e in entries],
-                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top"]} for e in entries],
-                "text_offset": offsets}
+        return {
+            "tokens": [e["token"] for e in entries],
+            "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top"]} for e in entries],
+            "text_offset": offsets,
+        }
 
     def start_chunks(self, count: int) -> List[dict]:
         return []
@@ -217,7 +263,14 @@ class CompletionFormat(ChatFormat):
 
     def response(self, choices: List[dict], usage: dict) -> dict:
         body = self._head("text_completion")
-        body["choices"] = [{"index": c["index"], "text": c["text"], "logprobs": self.logprobs(c["logprobs"]),
-                            "finish_reason": finish_reason(c["finish_reason"])} for c in choices]
+        body["choices"] = [
+            {
+                "index": c["index"],
+                "text": c["text"],
+                "logprobs": self.logprobs(c["logprobs"]),
+                "finish_reason": finish_reason(c["finish_reason"]),
+            }
+            for c in choices
+        ]
         body["usage"] = usage
         return body

@@ -1,4 +1,5 @@
 """OpenAI-compatible routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions."""
+
 from __future__ import annotations
 
 import time
@@ -38,12 +39,33 @@ def list_models(request):
     vision = {model_id: bool(folders[model_id].vision) if model_id in folders else False for model_id in ids}
     if "anthropic-version" in request.headers:
         created = datetime.fromtimestamp(_started, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-        data = [{"type": "model", "id": model_id, "display_name": model_id, "created_at": created,
-                 "lifecycle": "active", "vision": vision[model_id]} for model_id in ids]
-        return {"data": data, "has_more": False, "first_id": ids[0] if ids else None,
-                "last_id": ids[-1] if ids else None}
-    data = [{"id": model_id, "object": "model", "created": _started, "owned_by": "omlx",
-             "vision": vision[model_id]} for model_id in ids]
+        data = [
+            {
+                "type": "model",
+                "id": model_id,
+                "display_name": model_id,
+                "created_at": created,
+                "lifecycle": "active",
+                "vision": vision[model_id],
+            }
+            for model_id in ids
+        ]
+        return {
+            "data": data,
+            "has_more": False,
+            "first_id": ids[0] if ids else None,
+            "last_id": ids[-1] if ids else None,
+        }
+    data = [
+        {
+            "id": model_id,
+            "object": "model",
+            "created": _started,
+            "owned_by": "omlx",
+            "vision": vision[model_id],
+        }
+        for model_id in ids
+    ]
     return {"object": "list", "data": data}
 
 
@@ -60,10 +82,17 @@ async def chat_completions(request, body: ChatCompletionRequest):
     tools, tool_choice, structured, template_kwargs = _chat_options(body)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    job = GenerationJob(f"chatcmpl-{uuid.uuid4().hex}", body.model,
-                        _params(body, max_tokens, logprobs, structured), body.n, messages=messages,
-                        tools=tools, tool_choice=tool_choice, chat_template_kwargs=template_kwargs,
-                        parallel_tool_calls=body.parallel_tool_calls)
+    job = GenerationJob(
+        f"chatcmpl-{uuid.uuid4().hex}",
+        body.model,
+        _params(body, max_tokens, logprobs, structured),
+        body.n,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        chat_template_kwargs=template_kwargs,
+        parallel_tool_calls=body.parallel_tool_calls,
+    )
     return await respond(job, _format(ChatFormat, job, body), body.stream)
 
 
@@ -78,8 +107,13 @@ async def completions(request, body: CompletionRequest):
         prompts = [prompts]
     if not prompts:
         raise ApiError(400, "the prompt is empty", param="prompt")
-    job = GenerationJob(f"cmpl-{uuid.uuid4().hex}", body.model, _params(body, body.max_tokens, body.logprobs),
-                        body.n, prompts=list(prompts))
+    job = GenerationJob(
+        f"cmpl-{uuid.uuid4().hex}",
+        body.model,
+        _params(body, body.max_tokens, body.logprobs),
+        body.n,
+        prompts=list(prompts),
+    )
     return await respond(job, _format(CompletionFormat, job, body), body.stream)
 
 
@@ -96,7 +130,9 @@ def _chat_options(body):
         tools, tool_choice, forced = tool_options(body.tools, body.tool_choice)
         structured = response_format_structured(body.response_format)
         if structured is not None and forced is not None:
-            raise ValueError("response_format: cannot be combined with tool_choice 'required' or a named tool")
+            raise ValueError(
+                "response_format: cannot be combined with tool_choice 'required' or a named tool"
+            )
         structured = structured or forced
         template_kwargs = check_template_kwargs(body.chat_template_kwargs)
     except ValueError as exc:
@@ -106,9 +142,21 @@ def _chat_options(body):
 
 def _params(body, max_tokens, logprobs, structured=None) -> dict:
     """SamplingParams fields from the body (unset fields keep the engine's defaults)."""
-    return checked_params({
-        "max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p,
-        "top_k": body.top_k, "min_p": body.min_p, "presence_penalty": body.presence_penalty,
-        "frequency_penalty": body.frequency_penalty, "repetition_penalty": body.repetition_penalty,
-        "seed": body.seed, "stop": body.stop, "logprobs": logprobs, "ignore_eos": body.ignore_eos,
-        "structured": structured, "priority": body.priority})
+    return checked_params(
+        {
+            "max_tokens": max_tokens,
+            "temperature": body.temperature,
+            "top_p": body.top_p,
+            "top_k": body.top_k,
+            "min_p": body.min_p,
+            "presence_penalty": body.presence_penalty,
+            "frequency_penalty": body.frequency_penalty,
+            "repetition_penalty": body.repetition_penalty,
+            "seed": body.seed,
+            "stop": body.stop,
+            "logprobs": logprobs,
+            "ignore_eos": body.ignore_eos,
+            "structured": structured,
+            "priority": body.priority,
+        }
+    )

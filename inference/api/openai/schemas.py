@@ -1,5 +1,6 @@
 """Request bodies of the OpenAI-compatible routes. Unknown fields are accepted and ignored (clients
 send many); known fields are type-checked here and range-checked by SamplingParams."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
@@ -50,6 +51,7 @@ class ChatMessage(Schema):
         if role not in CHAT_ROLES:
             raise ValueError(f"unknown role {role!r}; one of {', '.join(CHAT_ROLES)}")
         return role
+
     content: Union[str, List[ContentPart], None] = None
     tool_calls: Optional[List[ToolCall]] = None
     tool_call_id: Optional[str] = None
@@ -62,12 +64,15 @@ class ChatMessage(Schema):
         if isinstance(self.content, list):
             kinds = {part.type for part in self.content} - {"text", "input_text", "image_url"}
             if kinds:
-                raise ValueError(f"content parts of type {sorted(kinds)} are not supported (text and image_url)")
+                raise ValueError(
+                    f"content parts of type {sorted(kinds)} are not supported (text and image_url)"
+                )
             if any(part.type == "image_url" for part in self.content):
                 if self.role != "user":
                     raise ValueError(f"{where}: image_url parts are read in user messages only")
-                message["content"] = [_image_or_text(part, f"{where}.content[{i}]")
-                                      for i, part in enumerate(self.content)]
+                message["content"] = [
+                    _image_or_text(part, f"{where}.content[{i}]") for i, part in enumerate(self.content)
+                ]
             else:
                 message["content"] = "".join(part.text or "" for part in self.content)
         message.setdefault("content", "")

@@ -7,6 +7,7 @@ a non-streaming view feeds it the same way and sends ``body()`` at the end. Inva
 one item is open (receiving deltas) at a time, output indexes are positions in ``output``, and
 ``sequence_number`` counts every stream event from 0.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,11 +57,18 @@ class ResponseBuilder(Formatter):
     def body(self) -> dict:
         """The Response object as it stands."""
         body = {
-            "id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,
-            "completed_at": self.completed_at, "model": self.model, "output": self.output,
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "completed_at": self.completed_at,
+            "model": self.model,
+            "output": self.output,
             "error": self.error,
             "incomplete_details": {"reason": self.incomplete_reason} if self.incomplete_reason else None,
-            "usage": self.usage, "previous_response_id": None, "truncation": "disabled",
+            "usage": self.usage,
+            "previous_response_id": None,
+            "truncation": "disabled",
             "background": False,
         }
         body.update(self.echo)
@@ -75,8 +83,10 @@ class ResponseBuilder(Formatter):
         return f"event: {out['type']}\ndata: {json.dumps(out, separators=(',', ':'))}\n\n"
 
     def start(self, accepted: Optional[dict] = None) -> List[dict]:
-        return [self._event("response.created", response=self.body()),
-                self._event("response.in_progress", response=self.body())]
+        return [
+            self._event("response.created", response=self.body()),
+            self._event("response.in_progress", response=self.body()),
+        ]
 
     def feed(self, event: dict) -> List[dict]:
         """The stream events caused by one generation ``delta`` event."""
@@ -118,27 +128,59 @@ class ResponseBuilder(Formatter):
         part = item["content"][0]
         part["text"] += text
         if kind == "message":
-            out.append(self._event("response.output_text.delta", item_id=item["id"], output_index=index,
-                                   content_index=0, delta=text, logprobs=[]))
+            out.append(
+                self._event(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=text,
+                    logprobs=[],
+                )
+            )
         else:
-            out.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=index,
-                                   content_index=0, delta=text))
+            out.append(
+                self._event(
+                    "response.reasoning_text.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=text,
+                )
+            )
         return out
 
     def _add(self, kind: str) -> List[dict]:
         if kind == "message":
-            item = {"id": _item_id("msg"), "type": "message", "role": "assistant", "status": "in_progress",
-                    "content": []}
+            item = {
+                "id": _item_id("msg"),
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         else:
-            item = {"id": _item_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [],
-                    "content": []}
+            item = {
+                "id": _item_id("rs"),
+                "type": "reasoning",
+                "status": "in_progress",
+                "summary": [],
+                "content": [],
+            }
             part = {"type": "reasoning_text", "text": ""}
         self.output.append(item)
         index = len(self.output) - 1
-        out = [self._event("response.output_item.added", output_index=index, item=_copy(item)),
-               self._event("response.content_part.added", item_id=item["id"], output_index=index,
-                           content_index=0, part=dict(part))]
+        out = [
+            self._event("response.output_item.added", output_index=index, item=_copy(item)),
+            self._event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=dict(part),
+            ),
+        ]
         item["content"].append(part)
         self._open = item
         return out
@@ -148,30 +190,65 @@ class ResponseBuilder(Formatter):
         self._open = None
         part = item["content"][0]
         if item["type"] == "message":
-            done = self._event("response.output_text.done", item_id=item["id"], output_index=index,
-                               content_index=0, text=part["text"], logprobs=[])
+            done = self._event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            )
         else:
-            done = self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
-                               content_index=0, text=part["text"])
+            done = self._event(
+                "response.reasoning_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+            )
         item["status"] = status
-        return [done,
-                self._event("response.content_part.done", item_id=item["id"], output_index=index,
-                            content_index=0, part=dict(part)),
-                self._event("response.output_item.done", output_index=index, item=_copy(item))]
+        return [
+            done,
+            self._event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=dict(part),
+            ),
+            self._event("response.output_item.done", output_index=index, item=_copy(item)),
+        ]
 
     def _function_call(self, call: dict) -> List[dict]:
         out = self._close("completed") if self._open is not None else []
-        item = {"id": _item_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call["id"],
-                "name": call["name"], "arguments": ""}
+        item = {
+            "id": _item_id("fc"),
+            "type": "function_call",
+            "status": "in_progress",
+            "call_id": call["id"],
+            "name": call["name"],
+            "arguments": "",
+        }
         self.output.append(item)
         index = len(self.output) - 1
         out.append(self._event("response.output_item.added", output_index=index, item=dict(item)))
         item.update(arguments=call["arguments"], status="completed")
-        out += [self._event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                            delta=call["arguments"]),
-                self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                            arguments=call["arguments"], name=call["name"]),
-                self._event("response.output_item.done", output_index=index, item=dict(item))]
+        out += [
+            self._event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=call["arguments"],
+            ),
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=call["arguments"],
+                name=call["name"],
+            ),
+            self._event("response.output_item.done", output_index=index, item=dict(item)),
+        ]
         return out
 
     def _finish(self, event: dict) -> List[dict]:
@@ -192,7 +269,9 @@ class ResponseBuilder(Formatter):
             "input_tokens": usage["prompt_tokens"],
             "input_tokens_details": {"cached_tokens": usage["cached_tokens"], "cache_write_tokens": 0},
             "output_tokens": usage["completion_tokens"],
-            "output_tokens_details": {"reasoning_tokens": min(self.reasoning_tokens, usage["completion_tokens"])},
+            "output_tokens_details": {
+                "reasoning_tokens": min(self.reasoning_tokens, usage["completion_tokens"])
+            },
             "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"],
         }
         self.status = status

@@ -1,6 +1,7 @@
 """The request side of the Responses API: ``input`` items, ``tools``, ``tool_choice`` and
 ``text.format`` translated into what a ``GenerationJob`` takes (OpenAI chat messages, chat-form
 tools, a ``structured`` sampling constraint). Bad input raises ``ApiError(400)`` naming the field."""
+
 from __future__ import annotations
 
 import uuid
@@ -32,16 +33,22 @@ def _text(content: Any, param: str) -> str:
         elif part["type"] in _TEXT_PARTS:
             value = part.get("text")
         else:
-            raise _bad(f"{where}.type", f"content parts of type '{part['type']}' are not supported (text only)")
+            raise _bad(
+                f"{where}.type", f"content parts of type '{part['type']}' are not supported (text only)"
+            )
         if not isinstance(value, str):
-            raise _bad(where, f"a '{part['type']}' part needs a string '{'refusal' if part['type'] == 'refusal' else 'text'}'")
+            raise _bad(
+                where,
+                f"a '{part['type']}' part needs a string '{'refusal' if part['type'] == 'refusal' else 'text'}'",
+            )
         texts.append(value)
     return "".join(texts)
 
 
 def _has_images(content: Any) -> bool:
-    return isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "input_image"
-                                             for p in content)
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "input_image" for p in content
+    )
 
 
 def _content(content: Any, param: str, role: str):
@@ -75,7 +82,9 @@ def _string(item: dict, key: str, param: str) -> str:
     return value
 
 
-def to_messages(input: Union[str, List[dict]], instructions: Optional[str], context: List[dict] = ()) -> List[dict]:
+def to_messages(
+    input: Union[str, List[dict]], instructions: Optional[str], context: List[dict] = ()
+) -> List[dict]:
     """Chat messages (OpenAI form, contract 2 of the project) from ``instructions``, the items
     of earlier responses (``context``, already checked) and ``input``.
 
@@ -103,8 +112,10 @@ def to_messages(input: Union[str, List[dict]], instructions: Optional[str], cont
                 raise _bad(f"{param}.role", f"must be one of {sorted(_ROLES)}, not {role!r}")
             if "content" not in item:
                 raise _bad(f"{param}.content", "is required")
-            message = {"role": "system" if role == "developer" else role,
-                       "content": _content(item["content"], f"{param}.content", role)}
+            message = {
+                "role": "system" if role == "developer" else role,
+                "content": _content(item["content"], f"{param}.content", role),
+            }
             if role == "assistant" and reasoning:
                 message["reasoning_content"] = "".join(reasoning)
                 reasoning = []
@@ -126,7 +137,11 @@ def to_messages(input: Union[str, List[dict]], instructions: Optional[str], cont
             call_id = _string(item, "call_id", param)
             if "output" not in item:
                 raise _bad(f"{param}.output", "is required")
-            message = {"role": "tool", "tool_call_id": call_id, "content": _text(item["output"], f"{param}.output")}
+            message = {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": _text(item["output"], f"{param}.output"),
+            }
             if call_id in names:
                 message["name"] = names[call_id]
             messages.append(message)
@@ -167,12 +182,21 @@ def to_tools(tools: Optional[List[dict]]) -> Tuple[Optional[List[dict]], List[di
         if description:
             function["description"] = description
         chat.append({"type": "function", "function": function})
-        echo.append({"type": "function", "name": name, "description": description, "parameters": parameters,
-                     "strict": spec.get("strict") if isinstance(spec.get("strict"), bool) else None})
+        echo.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "parameters": parameters,
+                "strict": spec.get("strict") if isinstance(spec.get("strict"), bool) else None,
+            }
+        )
     return (chat or None), echo
 
 
-def to_tool_choice(choice: Union[str, dict, None], tools: List[dict]) -> Tuple[Optional[Union[str, dict]], Union[str, dict]]:
+def to_tool_choice(
+    choice: Union[str, dict, None], tools: List[dict]
+) -> Tuple[Optional[Union[str, dict]], Union[str, dict]]:
     """(tool_choice in chat form for the job, or None; the Responses form for the body)."""
     if choice is None:
         return None, "auto"
@@ -209,8 +233,12 @@ def to_structured(text: Optional[dict]) -> Tuple[Optional[dict], dict]:
             raise _bad("text.format.name", "a json_schema format needs a name")
         if not isinstance(schema, dict):
             raise _bad("text.format.schema", "must be a JSON Schema object")
-        body = {"type": "json_schema", "name": name, "schema": schema,
-                "strict": fmt.get("strict") if isinstance(fmt.get("strict"), bool) else None}
+        body = {
+            "type": "json_schema",
+            "name": name,
+            "schema": schema,
+            "strict": fmt.get("strict") if isinstance(fmt.get("strict"), bool) else None,
+        }
         if isinstance(fmt.get("description"), str):
             body["description"] = fmt["description"]
         return {"type": "json_schema", "schema": schema}, {**echo, "format": body}
@@ -227,34 +255,75 @@ def stored_items(input: Union[str, List[dict]]) -> List[dict]:
     for item in input:
         kind = item.get("type", "message")
         if kind == "message" and _has_images(item["content"]):  # kept as sent: text and image parts
-            content = [{"type": "input_image", "image_url": p["image_url"], "detail": p.get("detail", "auto")}
-                       if p.get("type") == "input_image" else {"type": "input_text", "text": _text([p], "input")}
-                       for p in item["content"]]
-            items.append({"id": item.get("id") or _new_id("msg"), "type": "message", "role": item["role"],
-                          "status": "completed", "content": content})
+            content = [
+                {"type": "input_image", "image_url": p["image_url"], "detail": p.get("detail", "auto")}
+                if p.get("type") == "input_image"
+                else {"type": "input_text", "text": _text([p], "input")}
+                for p in item["content"]
+            ]
+            items.append(
+                {
+                    "id": item.get("id") or _new_id("msg"),
+                    "type": "message",
+                    "role": item["role"],
+                    "status": "completed",
+                    "content": content,
+                }
+            )
         elif kind == "message":
             text = _text(item["content"], "input")
             if item["role"] == "assistant":
                 part = {"type": "output_text", "text": text, "annotations": []}
             else:
                 part = {"type": "input_text", "text": text}
-            items.append({"id": item.get("id") or _new_id("msg"), "type": "message", "role": item["role"],
-                          "status": "completed", "content": [part]})
+            items.append(
+                {
+                    "id": item.get("id") or _new_id("msg"),
+                    "type": "message",
+                    "role": item["role"],
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
         elif kind == "function_call":
-            items.append({"id": item.get("id") or _new_id("fc"), "type": kind, "status": "completed",
-                          "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"]})
+            items.append(
+                {
+                    "id": item.get("id") or _new_id("fc"),
+                    "type": kind,
+                    "status": "completed",
+                    "call_id": item["call_id"],
+                    "name": item["name"],
+                    "arguments": item["arguments"],
+                }
+            )
         elif kind == "function_call_output":
-            items.append({"id": item.get("id") or _new_id("fco"), "type": kind, "status": "completed",
-                          "call_id": item["call_id"], "output": _text(item["output"], "input")})
+            items.append(
+                {
+                    "id": item.get("id") or _new_id("fco"),
+                    "type": kind,
+                    "status": "completed",
+                    "call_id": item["call_id"],
+                    "output": _text(item["output"], "input"),
+                }
+            )
         elif kind == "reasoning":
-            items.append({"id": item.get("id") or _new_id("rs"), "type": kind,
-                          "summary": _parts(item.get("summary"), "summary_text"),
-                          "content": _parts(item.get("content"), "reasoning_text")})
+            items.append(
+                {
+                    "id": item.get("id") or _new_id("rs"),
+                    "type": kind,
+                    "summary": _parts(item.get("summary"), "summary_text"),
+                    "content": _parts(item.get("content"), "reasoning_text"),
+                }
+            )
     return items
 
 
 def _parts(parts: Any, kind: str) -> List[dict]:
-    return [{"type": kind, "text": p["text"]} for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return [
+        {"type": kind, "text": p["text"]}
+        for p in parts or []
+        if isinstance(p, dict) and isinstance(p.get("text"), str)
+    ]
 
 
 def _new_id(prefix: str) -> str:

@@ -5,6 +5,7 @@ Response object or its stream of typed events (``responses.format``). Finished r
 stored (``responses.store``) unless ``store`` is false, so that ``previous_response_id`` can
 continue a conversation; GET / DELETE /v1/responses/{id} and .../input_items read and remove them.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -55,8 +56,9 @@ async def delete_response(request, response_id: str):
 
 
 @router.get("/responses/{response_id}/input_items")
-async def list_input_items(request, response_id: str, limit: int = 20, order: str = "desc",
-                           after: Optional[str] = None):
+async def list_input_items(
+    request, response_id: str, limit: int = 20, order: str = "desc", after: Optional[str] = None
+):
     """The request's own input items (not those of earlier responses of its chain), paginated
     as OpenAI's lists: ``order`` asc/desc, ``limit`` 1-100, ``after`` an item id."""
     check_api_key(request)
@@ -71,10 +73,15 @@ async def list_input_items(request, response_id: str, limit: int = 20, order: st
         ids = [item["id"] for item in items]
         if after not in ids:
             raise ApiError(400, f"after={after!r}: no input item of this response has that id", param="after")
-        items = items[ids.index(after) + 1:]
+        items = items[ids.index(after) + 1 :]
     page = items[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
 
 
 class _Saver:
@@ -112,20 +119,37 @@ def _job(body: ResponsesRequest, context: List[dict]):
     except ValueError as exc:  # tools the chat template cannot be offered (a name given twice)
         raise ApiError(400, str(exc)) from None
     echo = {
-        "instructions": body.instructions, "tools": echo_tools, "tool_choice": echo_choice,
+        "instructions": body.instructions,
+        "tools": echo_tools,
+        "tool_choice": echo_choice,
         "parallel_tool_calls": True if body.parallel_tool_calls is None else body.parallel_tool_calls,
-        "temperature": body.temperature, "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
-        "text": echo_text, "reasoning": {"effort": effort} if effort is not None else None,
-        "metadata": body.metadata or {}, "user": body.user, "store": body.store is not False,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "max_output_tokens": body.max_output_tokens,
+        "text": echo_text,
+        "reasoning": {"effort": effort} if effort is not None else None,
+        "metadata": body.metadata or {},
+        "user": body.user,
+        "store": body.store is not False,
         "previous_response_id": body.previous_response_id,
     }
     return job, echo
 
 
 def _params(body: ResponsesRequest, structured) -> dict:
-    return checked_params({
-        "max_tokens": body.max_output_tokens, "temperature": body.temperature, "top_p": body.top_p,
-        "top_k": body.top_k, "min_p": body.min_p, "repetition_penalty": body.repetition_penalty,
-        "seed": body.seed, "stop": body.stop, "ignore_eos": body.ignore_eos, "structured": structured,
-        "priority": body.priority,
-    }, names={"max_tokens": "max_output_tokens", "structured": "text.format"})
+    return checked_params(
+        {
+            "max_tokens": body.max_output_tokens,
+            "temperature": body.temperature,
+            "top_p": body.top_p,
+            "top_k": body.top_k,
+            "min_p": body.min_p,
+            "repetition_penalty": body.repetition_penalty,
+            "seed": body.seed,
+            "stop": body.stop,
+            "ignore_eos": body.ignore_eos,
+            "structured": structured,
+            "priority": body.priority,
+        },
+        names={"max_tokens": "max_output_tokens", "structured": "text.format"},
+    )

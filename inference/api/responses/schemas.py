@@ -1,6 +1,7 @@
 """Request body of POST /v1/responses (OpenAI's Responses API). Unknown fields are accepted and
 ignored; ``input``, ``tools``, ``tool_choice`` and ``text`` are checked item by item in
 ``responses.input`` (their many shapes give clearer messages there than a pydantic union)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union

@@ -4,6 +4,7 @@ One module per kind of format (``json_formats``, ``xml_formats``, ``token_format
 ``harmony``); ``registry.FORMATS`` holds one instance of each by name, the names the
 ``tool_parser`` setting of a model takes. ``select`` states the rule that picks a model's format.
 """
+
 from .base import Schemas, ToolCall, ToolFormat, new_tool_call
 from .registry import FORMATS
 from .select import detect_tool_format

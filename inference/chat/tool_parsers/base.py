@@ -11,6 +11,7 @@ them among its EOS tokens).
 body is not a well-formed call; ``schemas`` maps each offered tool's name to its parameters
 schema, for formats whose argument values are text (XML, GLM).
 """
+
 from __future__ import annotations
 
 import json
@@ -86,8 +87,8 @@ def only_space_between(text: str, matches) -> None:
     """ValueError unless ``matches`` cover ``text`` but for whitespace."""
     pos = 0
     for match in matches:
-        if text[pos:match.start()].strip():
-            raise ValueError(f"unexpected text {text[pos:match.start()].strip()[:40]!r}")
+        if text[pos : match.start()].strip():
+            raise ValueError(f"unexpected text {text[pos : match.start()].strip()[:40]!r}")
         pos = match.end()
     if text[pos:].strip():
         raise ValueError(f"unexpected text {text[pos:].strip()[:40]!r}")
@@ -133,7 +134,11 @@ def _convert(text: str, kind: str):
         return int(stripped)
     if kind == "number":
         number = float(stripped)
-        return int(number) if number.is_integer() and "." not in stripped and "e" not in stripped.lower() else number
+        return (
+            int(number)
+            if number.is_integer() and "." not in stripped and "e" not in stripped.lower()
+            else number
+        )
     if kind == "boolean":
         if stripped.lower() in ("true", "false"):
             return stripped.lower() == "true"

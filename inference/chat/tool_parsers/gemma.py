@@ -9,6 +9,7 @@
   ``true``/``false``/``null``, ``{k:v}`` objects with bare keys, ``[v,...]`` arrays. Gemma 4
   reasons in ``<|channel>thought\\n...<channel|>``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -92,7 +93,7 @@ class _Reader:
 
     def expect(self, token: str) -> None:
         if not self.take(token):
-            raise ValueError(f"expected {token!r} at {self.text[self.pos:self.pos + 20]!r}")
+            raise ValueError(f"expected {token!r} at {self.text[self.pos : self.pos + 20]!r}")
 
     def value(self):
         self.space()
@@ -100,7 +101,7 @@ class _Reader:
             end = self.text.find(QUOTE, self.pos)
             if end < 0:
                 raise ValueError("unterminated string")
-            value, self.pos = self.text[self.pos:end], end + len(QUOTE)
+            value, self.pos = self.text[self.pos : end], end + len(QUOTE)
             return value
         if self.take("{"):
             return self.object_rest()
@@ -120,7 +121,7 @@ class _Reader:
         if word and word.group() in _JSON_NAMES:
             self.pos = word.end()
             return _JSON_NAMES[word.group()]
-        raise ValueError(f"no value at {self.text[self.pos:self.pos + 20]!r}")
+        raise ValueError(f"no value at {self.text[self.pos : self.pos + 20]!r}")
 
     def object_rest(self) -> dict:
         """The members of an object whose ``{`` was read, through its ``}``."""
@@ -142,8 +143,13 @@ class _Reader:
 
 class Gemma4Format(ToolFormat):
     def __init__(self):
-        super().__init__("gemma4", ("<|tool_call>",), "<tool_call|>", reasoning=("<|channel>thought\n", "<channel|>"),
-                         stops=("<|tool_response>",))
+        super().__init__(
+            "gemma4",
+            ("<|tool_call>",),
+            "<tool_call|>",
+            reasoning=("<|channel>thought\n", "<channel|>"),
+            stops=("<|tool_response>",),
+        )
 
     def parse(self, body: str, schemas: Optional[Schemas] = None) -> List[ToolCall]:
         reader, calls = _Reader(body), []

@@ -9,6 +9,7 @@ A message's header (up to ``<|message|>``) names its channel and, for a call, it
 (``to=functions.NAME``, in the channel part or the role part). ``<|call|>`` and ``<|return|>``
 stop generation (their text is not in the output), so a message also ends where the output ends.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,11 @@ class Header:
 
 def read_header(text: str) -> Header:
     channel, recipient, role = _CHANNEL.search(text), _RECIPIENT.search(text), _ROLE.search(text)
-    return Header(channel.group(1) if channel else "", recipient.group(1) if recipient else None,
-                  role.group(1) if role else "assistant")
+    return Header(
+        channel.group(1) if channel else "",
+        recipient.group(1) if recipient else None,
+        role.group(1) if role else "assistant",
+    )
 
 
 class HarmonyFormat(ToolFormat):
@@ -47,5 +51,5 @@ class HarmonyFormat(ToolFormat):
         recipient = read_header(header).recipient
         if not recipient:
             raise ValueError("a Harmony call names its recipient (to=functions.NAME)")
-        name = recipient[len("functions."):] if recipient.startswith("functions.") else recipient
+        name = recipient[len("functions.") :] if recipient.startswith("functions.") else recipient
         return [new_tool_call(name, json_object(arguments))]

@@ -1,5 +1,6 @@
 """Formats whose calls are JSON: Hermes / Qwen 2.5 (``<tool_call>{json}</tool_call>``), Llama 3
 (a bare JSON answer, or after ``<|python_tag|>``) and Mistral (``[TOOL_CALLS]...``)."""
+
 from __future__ import annotations
 
 import json

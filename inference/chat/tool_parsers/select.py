@@ -12,6 +12,7 @@
 
 Step 1 is applied by the caller (``inference.chat.capabilities``); this module does 2 to 4.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -33,13 +34,24 @@ TEMPLATE_MARKERS = (  # (markers that must all be in the template, format), firs
     (("<|start_header_id|>", "ipython"), "llama3_json"),
 )
 MODEL_TYPES = {
-    "gpt_oss": "harmony", "kimi_k2": "kimi_k2", "deepseek_v3": "deepseek_v3", "deepseek_v32": "deepseek_v3",
-    "glm4_moe": "glm45", "qwen3_coder": "qwen3_xml", "qwen3_5": "qwen3_xml", "qwen3_5_moe": "qwen3_xml",
-    "gemma3": "gemma3", "gemma3_text": "gemma3", "gemma4": "gemma4", "gemma4_text": "gemma4",
+    "gpt_oss": "harmony",
+    "kimi_k2": "kimi_k2",
+    "deepseek_v3": "deepseek_v3",
+    "deepseek_v32": "deepseek_v3",
+    "glm4_moe": "glm45",
+    "qwen3_coder": "qwen3_xml",
+    "qwen3_5": "qwen3_xml",
+    "qwen3_5_moe": "qwen3_xml",
+    "gemma3": "gemma3",
+    "gemma3_text": "gemma3",
+    "gemma4": "gemma4",
+    "gemma4_text": "gemma4",
 }
 
 
-def detect_tool_format(chat_template: Optional[str], vocab, model_type: Optional[str] = None) -> Optional[ToolFormat]:
+def detect_tool_format(
+    chat_template: Optional[str], vocab, model_type: Optional[str] = None
+) -> Optional[ToolFormat]:
     """The tool-call format a model writes, by steps 2 to 4 of the rule, or None."""
     template = chat_template if isinstance(chat_template, str) else ""
     for markers, name in TEMPLATE_MARKERS:

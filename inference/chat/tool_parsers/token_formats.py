@@ -10,6 +10,7 @@
 
 Both families reason between ``<think>`` and ``</think>``.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,7 +19,9 @@ from typing import List, Optional
 from .base import Schemas, ToolCall, ToolFormat, json_object, new_tool_call, only_space_between
 
 THINK = ("<think>", "</think>")
-_KIMI_CALL = re.compile(r"<\|tool_call_begin\|>(.*?)<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.S)
+_KIMI_CALL = re.compile(
+    r"<\|tool_call_begin\|>(.*?)<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.S
+)
 _KIMI_ID = re.compile(r"^(?:functions\.)?(.+?)(?::\d+)?$")
 _DEEPSEEK_CALL = re.compile(r"<｜tool▁call▁begin｜>(.*?)<｜tool▁sep｜>(.*?)<｜tool▁call▁end｜>", re.S)
 _DEEPSEEK_V3_BODY = re.compile(r"^\s*([^\s`]+)\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
@@ -26,8 +29,9 @@ _DEEPSEEK_V3_BODY = re.compile(r"^\s*([^\s`]+)\s*```(?:json)?\s*(.*?)\s*```\s*$"
 
 class KimiK2Format(ToolFormat):
     def __init__(self):
-        super().__init__("kimi_k2", ("<|tool_calls_section_begin|>",), "<|tool_calls_section_end|>",
-                         reasoning=THINK)
+        super().__init__(
+            "kimi_k2", ("<|tool_calls_section_begin|>",), "<|tool_calls_section_end|>", reasoning=THINK
+        )
 
     def parse(self, body: str, schemas: Optional[Schemas] = None) -> List[ToolCall]:
         found = list(_KIMI_CALL.finditer(body))

@@ -9,6 +9,7 @@
   as JSON: a value is typed by the schema, and without one it is the JSON value it spells, else
   a string. GLM reasons between ``<think>`` and ``</think>``.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,10 @@ class Qwen3XmlFormat(ToolFormat):
             name = function.group(1).strip()
             parameters = list(_PARAMETER.finditer(function.group(2)))
             only_space_between(function.group(2), parameters)
-            arguments = {p.group(1).strip(): typed_value(_unwrap(p.group(2)), schemas, name, p.group(1).strip())
-                         for p in parameters}
+            arguments = {
+                p.group(1).strip(): typed_value(_unwrap(p.group(2)), schemas, name, p.group(1).strip())
+                for p in parameters
+            }
             calls.append(new_tool_call(name, arguments))
         return calls
 
@@ -62,6 +65,8 @@ class Glm45Format(ToolFormat):
         rest = "" if first < 0 else body[first:]
         pairs = list(_ARG.finditer(rest))
         only_space_between(rest, pairs)
-        arguments = {k.strip(): typed_value(v, schemas, name, k.strip(), lenient=True) for k, v in
-                     (p.groups() for p in pairs)}
+        arguments = {
+            k.strip(): typed_value(v, schemas, name, k.strip(), lenient=True)
+            for k, v in (p.groups() for p in pairs)
+        }
         return [new_tool_call(name, arguments)]

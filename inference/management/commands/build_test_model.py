@@ -1,4 +1,5 @@
 """``manage.py build_test_model OUT_DIR``: write a random-weight model folder (inference.testkit)."""
+
 import json
 from pathlib import Path
 
@@ -20,11 +21,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("out_dir", help="folder to write the model to (created if missing)")
         parser.add_argument(
-            "--arch", default="qwen2", choices=ARCHITECTURES, help="model_type of config.json (default: qwen2)"
+            "--arch",
+            default="qwen2",
+            choices=ARCHITECTURES,
+            help="model_type of config.json (default: qwen2)",
         )
         parser.add_argument(
-            "--preset", default="tiny", choices=list(PRESETS),
-            help="size: " + "; ".join(f"{name}: {_describe(fields)}" for name, fields in PRESETS.items())
+            "--preset",
+            default="tiny",
+            choices=list(PRESETS),
+            help="size: "
+            + "; ".join(f"{name}: {_describe(fields)}" for name, fields in PRESETS.items())
             + f" (llama, mistral, qwen2, qwen3; {', '.join(TRANSFORMERS_BUILT)} have tiny, and gemma3_text "
             "and qwen3_5 also qwen2.5-0.5b: see docs/cli.md)",
         )
@@ -32,29 +39,43 @@ class Command(BaseCommand):
             "--seed", type=int, default=0, help="seed of the weights and the tokenizer (default: 0)"
         )
         parser.add_argument(
-            "--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+            "--dtype",
+            default="float32",
+            choices=["float32", "bfloat16", "float16"],
             help="dtype of the stored weights (default: float32)",
         )
         parser.add_argument(
-            "--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+            "--set",
+            action="append",
+            default=[],
+            metavar="FIELD=VALUE",
+            dest="overrides",
             help="override a config.json field; VALUE is parsed as JSON; repeatable "
             "(e.g. --set num_hidden_layers=4 --set tie_word_embeddings=true)",
         )
         parser.add_argument(
-            "--quantize", type=int, choices=[4, 8], default=None, metavar="BITS",
+            "--quantize",
+            type=int,
+            choices=[4, 8],
+            default=None,
+            metavar="BITS",
             help="write an MLX-format folder quantized to 4 or 8 bits (mlx_lm.convert -q) instead",
         )
         parser.add_argument(
             "--group-size", type=int, default=64, help="quantization group size (default: 64)"
         )
         parser.add_argument(
-            "--script", default=None, metavar="TEXT",
+            "--script",
+            default=None,
+            metavar="TEXT",
             help="instead of random weights: a model whose greedy output after the chat template's "
             "generation prompt is TEXT, then end-of-sequence (inference/testkit/scripted.py; "
             "llama, mistral, qwen2, qwen3; --preset, --set and --quantize do not apply)",
         )
 
-    def handle(self, out_dir, arch, preset, seed, dtype, overrides, quantize, group_size, script=None, **options):
+    def handle(
+        self, out_dir, arch, preset, seed, dtype, overrides, quantize, group_size, script=None, **options
+    ):
         args = dict(arch=arch, preset=preset, seed=seed, dtype=dtype, **_parse(overrides))
         if script is not None and (quantize or overrides):
             raise CommandError("--script does not go with --quantize or --set")
@@ -72,7 +93,9 @@ class Command(BaseCommand):
         except (ValueError, ImportError) as e:
             raise CommandError(str(e)) from e
         if quantize:  # packed tensors: their element count is not the parameter count
-            self.stdout.write(f"Wrote {arch} model ({preset}, {quantize}-bit, MLX format) to {path.resolve()}")
+            self.stdout.write(
+                f"Wrote {arch} model ({preset}, {quantize}-bit, MLX format) to {path.resolve()}"
+            )
             return
         params = _parameter_count(path)
         self.stdout.write(

@@ -1,5 +1,6 @@
 """The SSD tier across processes: after a restart the same prompt is a cold hit with the
 identical output."""
+
 import json
 import os
 import subprocess
@@ -20,8 +21,13 @@ print(json.dumps({"tokens": r.token_ids, "hot": r.usage.hot_cached_tokens,
 
 def _run(path, cache_dir, hot="100MB"):
     env = {**os.environ, "OMLX_HOME": str(cache_dir.parent / "home")}
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(path), str(cache_dir), str(hot)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path), str(cache_dir), str(hot)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

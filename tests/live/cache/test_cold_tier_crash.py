@@ -1,4 +1,5 @@
 """The cold tier under SIGKILL at random moments and under a file size limit (EFBIG)."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import json
@@ -18,7 +19,7 @@ from tests.support.cache.cold_blocks import REPO, assert_same_kv, kv_for, tiers 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-WRITER = r'''
+WRITER = r"""
 import inference  # noqa: F401
 import json, os, random, sys, traceback
 import numpy as np
@@ -92,15 +93,21 @@ for line in sys.stdin:
     say(pid=pid)
     os.waitpid(pid, 0)
     say(reaped=pid)
-'''
+"""
 
 
 class _ForkServer:
     def __init__(self, script, root, env, log):
         self.log = log
-        self.proc = subprocess.Popen([sys.executable, str(script), str(root)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=open(log, "w"), env=env, cwd=REPO,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(log, "w"),
+            env=env,
+            cwd=REPO,
+            text=True,
+        )
         self.reports = []
         self.watchdog = threading.Timer(120, self.proc.kill)  # a hang fails the test, not the run
         self.watchdog.start()
@@ -133,8 +140,13 @@ def test_sigkill_at_random_moments_leaves_a_consistent_cache(tmp_path, tiers):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     root, home = tmp_path / "cold", tmp_path / "home"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMLX_HOME": str(home),
-           "OMLX_DATABASE": str(home / "omlx.sqlite3"), "OMLX_LOG_LEVEL": "ERROR"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMLX_HOME": str(home),
+        "OMLX_DATABASE": str(home / "omlx.sqlite3"),
+        "OMLX_LOG_LEVEL": "ERROR",
+    }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     server = _ForkServer(script, root, env, tmp_path / "server.log")
     rng = random.Random(1234)
@@ -153,8 +165,10 @@ def test_sigkill_at_random_moments_leaves_a_consistent_cache(tmp_path, tiers):
     server.next("reaped")
     assert server.stop() == 0
     reports = server.reports
-    print(f"\nSIGKILL x{rounds} ({torn} inside a write): blocks verified at each restart "
-          f"{[r['verified'] for r in reports]}")
+    print(
+        f"\nSIGKILL x{rounds} ({torn} inside a write): blocks verified at each restart "
+        f"{[r['verified'] for r in reports]}"
+    )
     assert len(reports) >= rounds * 3 // 4 + 1
     assert all(r["db"] and r["rows_match"] and r["wrong"] == 0 and r["missing"] == 0 for r in reports)
     assert reports[-1]["verified"] > 0
@@ -166,7 +180,8 @@ def test_sigkill_at_random_moments_leaves_a_consistent_cache(tmp_path, tiers):
         e = tier.entry(bytes.fromhex(key_hex))
         assert_same_kv(tier.load(e.key), kv_for(e.key, e.num_tokens))
 
-FSIZE = r'''
+
+FSIZE = r"""
 import inference  # noqa: F401
 import json, resource, sys
 import mlx.core as mx
@@ -188,18 +203,29 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 tier.put(block(2)); tier.flush()
 print(json.dumps({"full": full, "after": [tier.stats.writes, tier.contains(block(2).key)]}))
 tier.close()
-'''
+"""
 
 
 def test_file_size_limit_fails_writes_without_killing_the_writer(tmp_path):
     script = tmp_path / "fsize.py"
     script.write_text(FSIZE)
     home = tmp_path / "home"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMLX_HOME": str(home),
-           "OMLX_DATABASE": str(home / "omlx.sqlite3"), "OMLX_LOG_LEVEL": "ERROR"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMLX_HOME": str(home),
+        "OMLX_DATABASE": str(home / "omlx.sqlite3"),
+        "OMLX_LOG_LEVEL": "ERROR",
+    }
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "cold")], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "cold")],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.splitlines()[-1])
     assert out == {"full": [1, False], "after": [1, True]}

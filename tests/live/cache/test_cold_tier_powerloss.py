@@ -7,6 +7,7 @@ A SIGKILL cannot test this (test_cold_tier_crash.py): the page cache outlives a 
 a missing fsync or a write straight to the final name goes unseen. Here the writer process is
 killed and the file system then drops what a power cut loses; a new process restarts on the rest.
 """
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import contextlib
@@ -23,8 +24,13 @@ import pytest
 
 from cache.block_key import ModelFingerprint
 from tests.support.cache import powerloss_writer
-from tests.support.cache.powerloss import (REPO, PowerLossMount, fuse_unavailable, make_durable_dirs,
-                                  surviving_state)
+from tests.support.cache.powerloss import (
+    REPO,
+    PowerLossMount,
+    fuse_unavailable,
+    make_durable_dirs,
+    surviving_state,
+)
 
 pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=fuse_unavailable() or "")
 
@@ -36,20 +42,39 @@ FP = ModelFingerprint(*powerloss_writer.FP_ARGS)
 # reconciles); and SQLite's checkpoints (the rows are in WAL mode with synchronous=NORMAL, so a
 # row is durable once a checkpoint syncs the WAL, every ~240 blocks here).
 ROUNDS = [
-    ("create", 2, "/cold", "none"), ("create", 3, "/cold", "meta"), ("create", 4, "/cold", "random"),
-    ("write", 2, "/cold", "meta"), ("write", 3, "/cold", "random"), ("write", 5, "/cold", "none"),
-    ("fsync", 2, "/cold", "meta"), ("fsync", 3, "/cold", "none"), ("fsync", 4, "/cold", "random"),
-    ("rename", 2, "/cold", "none"), ("rename", 3, "/cold", "meta"), ("rename", 5, "/cold", "random"),
-    ("fsyncdir", 3, "/cold", "none"), ("fsyncdir", 4, "/cold", "meta"), ("fsyncdir", 6, "/cold", "random"),
-    ("any", 3, "/", "random", "early"), ("any", 40, "/", "meta", "early"), ("unlink", 1, "/", "none", "early"),
-    ("fsync", 2, "/home", "none"), ("write", 3, "/home/omlx.sqlite3", "random"), ("fsync", 3, "/home", "meta"),
+    ("create", 2, "/cold", "none"),
+    ("create", 3, "/cold", "meta"),
+    ("create", 4, "/cold", "random"),
+    ("write", 2, "/cold", "meta"),
+    ("write", 3, "/cold", "random"),
+    ("write", 5, "/cold", "none"),
+    ("fsync", 2, "/cold", "meta"),
+    ("fsync", 3, "/cold", "none"),
+    ("fsync", 4, "/cold", "random"),
+    ("rename", 2, "/cold", "none"),
+    ("rename", 3, "/cold", "meta"),
+    ("rename", 5, "/cold", "random"),
+    ("fsyncdir", 3, "/cold", "none"),
+    ("fsyncdir", 4, "/cold", "meta"),
+    ("fsyncdir", 6, "/cold", "random"),
+    ("any", 3, "/", "random", "early"),
+    ("any", 40, "/", "meta", "early"),
+    ("unlink", 1, "/", "none", "early"),
+    ("fsync", 2, "/home", "none"),
+    ("write", 3, "/home/omlx.sqlite3", "random"),
+    ("fsync", 3, "/home", "meta"),
 ]
 
 
 def _env(mount: Path, tmp_path: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMLX_HOME": str(mount / "home"),
-           "OMLX_DATABASE": str(mount / "home" / "omlx.sqlite3"), "OMLX_LOG_LEVEL": "ERROR",
-           "OMLX_LOG_DIR": str(tmp_path / "logs")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMLX_HOME": str(mount / "home"),
+        "OMLX_DATABASE": str(mount / "home" / "omlx.sqlite3"),
+        "OMLX_LOG_LEVEL": "ERROR",
+        "OMLX_LOG_DIR": str(tmp_path / "logs"),
+    }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     return env
 
@@ -59,9 +84,15 @@ class _Writer:
 
     def __init__(self, root: Path, env: dict, log: Path):
         self.log = log
-        self.proc = subprocess.Popen([sys.executable, str(Path(powerloss_writer.__file__)), str(root)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log, "w"),
-                                     env=env, cwd=REPO, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(powerloss_writer.__file__)), str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(log, "w"),
+            env=env,
+            cwd=REPO,
+            text=True,
+        )
         self.reports = []
         self.child = None
         self.watchdog = threading.Timer(300, self.proc.kill)  # a hang fails the test, not the run
@@ -127,16 +158,19 @@ def _power_cut_rounds(tmp_path, rounds, seed):
                 if frozen is None:
                     violations.append(f"the writer never came to {kind} #{n} under {prefix}")
                     break
-                found, blocks, rows = surviving_state(mount / "cold", mount / "home" / "omlx.sqlite3",
-                                                      FP.hex, powerloss_writer.kv_for)
+                found, blocks, rows = surviving_state(
+                    mount / "cold", mount / "home" / "omlx.sqlite3", FP.hex, powerloss_writer.kv_for
+                )
                 survived.append((len(blocks), len(rows)))
                 violations += [f"cut before {frozen['before']} {frozen['path']} ({mode}): {v}" for v in found]
             writer.start("verify")
             writer.next("reaped")
         finally:
             writer.stop()
-    print(f"\n{len(rounds)} power cuts; (blocks, rows) on disk after each: {survived}; lost (names, files) "
-          f"at each: {[(x['names'], x['files']) for x in lost]}")
+    print(
+        f"\n{len(rounds)} power cuts; (blocks, rows) on disk after each: {survived}; lost (names, files) "
+        f"at each: {[(x['names'], x['files']) for x in lost]}"
+    )
     return violations, writer.reports, lost
 
 
@@ -160,8 +194,12 @@ def _random_round(rng):
         return ("any", rng.randint(1, 60), "/", mode, "early")
     if rng.random() < 0.06:
         return (rng.choice(["fsync", "write"]), rng.randint(1, 3), "/home", mode)
-    return (rng.choice(["create", "write", "fsync", "rename", "fsyncdir", "any"]), rng.randint(1, 12),
-            "/cold", mode)
+    return (
+        rng.choice(["create", "write", "fsync", "rename", "fsyncdir", "any"]),
+        rng.randint(1, 12),
+        "/cold",
+        mode,
+    )
 
 
 @pytest.mark.slow

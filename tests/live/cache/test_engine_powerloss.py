@@ -7,6 +7,7 @@ SSD tier, and must produce the same tokens as an engine with the prefix cache of
 directory fsync shows in test_cold_tier_powerloss.py: under "meta" write-back every name survives,
 and rows are durable only after a checkpoint, which this short run does not reach.)
 """
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import json
@@ -16,8 +17,14 @@ import sys
 
 import pytest
 
-from tests.support.cache.powerloss import (REPO, PowerLossMount, die_with_parent, fuse_unavailable,
-                                  make_durable_dirs, surviving_state)
+from tests.support.cache.powerloss import (
+    REPO,
+    PowerLossMount,
+    die_with_parent,
+    fuse_unavailable,
+    make_durable_dirs,
+    surviving_state,
+)
 
 pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=fuse_unavailable() or "")
 
@@ -48,13 +55,24 @@ print(json.dumps({"cached": cached, "plain": plain}), flush=True)
 
 
 def _engine(model, mount, tmp_path, mode):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMLX_HOME": str(mount / "home"),
-           "OMLX_DATABASE": str(mount / "home" / "omlx.sqlite3"), "OMLX_LOG_LEVEL": "ERROR",
-           "OMLX_LOG_DIR": str(tmp_path / "logs")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMLX_HOME": str(mount / "home"),
+        "OMLX_DATABASE": str(mount / "home" / "omlx.sqlite3"),
+        "OMLX_LOG_LEVEL": "ERROR",
+        "OMLX_LOG_DIR": str(tmp_path / "logs"),
+    }
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(model), str(mount / "ssd"), mode], env=env,
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=open(tmp_path / f"{mode}.log", "w"),
-                            text=True, preexec_fn=die_with_parent)
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(model), str(mount / "ssd"), mode],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / f"{mode}.log", "w"),
+        text=True,
+        preexec_fn=die_with_parent,
+    )
 
 
 def _fingerprint_dir(ssd):
@@ -82,8 +100,9 @@ def test_engine_after_a_power_cut_answers_as_without_the_cache(model_dir, tmp_pa
         fs.cut(mode, seed=3)
         # The KV a block should hold is the model's: the restart's output checks it; here every
         # block file is a valid one and every row names one, and the database is intact.
-        violations, blocks, rows = surviving_state(mount / "ssd", mount / "home" / "omlx.sqlite3",
-                                                   _fingerprint_dir(mount / "ssd"), kv_for=None)
+        violations, blocks, rows = surviving_state(
+            mount / "ssd", mount / "home" / "omlx.sqlite3", _fingerprint_dir(mount / "ssd"), kv_for=None
+        )
         assert violations == [], violations
         assert blocks, "no block survived: the cut came too early to test a restart"
 

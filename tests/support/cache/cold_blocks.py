@@ -1,4 +1,5 @@
 """Blocks, tiers and checks shared by the cold-tier tests."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 from pathlib import Path
@@ -20,8 +21,10 @@ FP2 = ModelFingerprint("weights-b", "tok", "float32", "kv:2x2x8", 4)
 def kv_for(key: bytes, n: int, num_layers: int = 2):
     """KV filled deterministically from the key, so contents can be checked from tokens alone."""
     rng = np.random.default_rng(int.from_bytes(key[:8], "little"))
-    return [tuple(mx.array(rng.standard_normal((1, 2, n, 8)).astype(np.float32)) for _ in "kv")
-            for _ in range(num_layers)]
+    return [
+        tuple(mx.array(rng.standard_normal((1, 2, n, 8)).astype(np.float32)) for _ in "kv")
+        for _ in range(num_layers)
+    ]
 
 
 def make_block(fp, tokens, parent=None):

@@ -6,6 +6,7 @@ included) stops it and makes sure nothing stays mounted. ``surviving_state`` che
 cut and before anything reconciles, what the cold tier promises of the disk: every block file is
 whole and holds the KV that was written, every row names such a file, and the database is intact.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,9 +64,14 @@ class PowerLossMount:
         self.path.mkdir(parents=True, exist_ok=True)
         self.log = Path(workdir) / "powerloss_fs.log"
         self._replies: "queue.Queue" = queue.Queue()
-        self.proc = subprocess.Popen([sys.executable, str(FS_SCRIPT), str(self.path)], cwd=REPO,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=open(self.log, "w"), text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(FS_SCRIPT), str(self.path)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.log, "w"),
+            text=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
         self._expect("mounted")
 
@@ -170,8 +176,11 @@ def surviving_state(cold_root: Path, database: Path, fingerprint_hex: str, kv_fo
                 violations.append(f"database is damaged: {check[:5]}")
             table = CacheBlock._meta.db_table
             if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone():
-                rows = dict(con.execute(f'SELECT key, file FROM "{table}" WHERE model_fingerprint = ?',
-                                        (fingerprint_hex,)).fetchall())
+                rows = dict(
+                    con.execute(
+                        f'SELECT key, file FROM "{table}" WHERE model_fingerprint = ?', (fingerprint_hex,)
+                    ).fetchall()
+                )
             # else the migrations were not durable yet (no checkpoint): the next start migrates
         except sqlite3.DatabaseError as err:
             violations.append(f"database unreadable: {err}")

@@ -7,6 +7,7 @@ block it indexed and compares it with ``kv_for``, reports, then writes random ch
 until it is killed. ``verify`` instead of a seed starts a round that only checks. Replies on
 stdout, one JSON object per line: ``ready``, ``pid``, the child's report, ``reaped``.
 """
+
 import json
 import os
 import random
@@ -50,7 +51,9 @@ def round_(root, seed):
             continue
         same = block_key(e.parent, e.token_ids) == key and all(
             np.array_equal(np.array(g), w)
-            for gl, wl in zip(layers, kv_for(key, len(e.token_ids))) for g, w in zip(gl, wl))
+            for gl, wl in zip(layers, kv_for(key, len(e.token_ids)))
+            for g, w in zip(gl, wl)
+        )
         verified += same
         wrong += not same
     rows_match = tier.index is not None and set(tier.index.rows_for(fp.hex)) == set(tier.snapshot())

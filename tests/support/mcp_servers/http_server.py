@@ -1,6 +1,7 @@
 """A streamable-HTTP MCP server for the tests: `python tests/support/mcp_servers/http_server.py TOKEN
 [PORT]`. It binds 127.0.0.1 (port 0: a free one), prints ``port N`` once it listens, and
 refuses requests without the header ``X-Token: TOKEN`` (how omlx's ``headers`` are tested)."""
+
 import socket
 import sys
 
@@ -20,11 +21,13 @@ def weather(city: str) -> str:
 def require_token(app, token: str):
     async def guarded(scope, receive, send):
         if scope["type"] == "http" and dict(scope["headers"]).get(b"x-token", b"").decode() != token:
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"text/plain")]})
+            await send(
+                {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]}
+            )
             await send({"type": "http.response.body", "body": b"missing or wrong X-Token"})
             return
         await app(scope, receive, send)
+
     return guarded
 
 

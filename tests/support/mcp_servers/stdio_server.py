@@ -1,5 +1,6 @@
 """A stdio MCP server for the tests: `python tests/support/mcp_servers/stdio_server.py [TOOL...]` (only
 the tools named, when any are: a chat test offers the model just the ones it may call)."""
+
 import os
 import sys
 import time

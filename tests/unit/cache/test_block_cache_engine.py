@@ -1,5 +1,6 @@
 """The block cache inside the engine: outputs with the cache on equal outputs with it off, and
 the cache really saves prefill work."""
+
 import numpy as np
 import pytest
 
@@ -94,8 +95,14 @@ def test_preemption_and_eviction_pressure(path, uncached):
     block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2  # layers x (k, v) x tokens x head_dim x 4 B x kv heads
     # Not sharing in-flight prefixes, so all six run at once and the KV capacity forces
     # preemptions (tests/unit/test_engine_shared_prefill.py covers preemption with sharing on).
-    with LLM(path, cache_block_size=BLOCK, hot_cache_max_size=3 * block_bytes,
-             max_kv_tokens=150, max_concurrent_requests=6, share_inflight_prefixes=False) as llm:
+    with LLM(
+        path,
+        cache_block_size=BLOCK,
+        hot_cache_max_size=3 * block_bytes,
+        max_kv_tokens=150,
+        max_concurrent_requests=6,
+        share_inflight_prefixes=False,
+    ) as llm:
         for _ in range(2):
             assert [r.token_ids for r in _run(llm, prompts, n=16)] == expected
         cache = llm.engine.prefix_cache
@@ -164,8 +171,9 @@ def test_pressure_on_both_tiers(path, uncached, tmp_path):
     expected = [r.token_ids for r in _run(uncached, prompts, n=10)]
     block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2
     root = tmp_path / "ssd"
-    with LLM(path, cache_block_size=BLOCK, hot_cache_max_size=3 * block_bytes,
-             paged_ssd_cache_dir=str(root)) as llm:
+    with LLM(
+        path, cache_block_size=BLOCK, hot_cache_max_size=3 * block_bytes, paged_ssd_cache_dir=str(root)
+    ) as llm:
         cache = llm.engine.prefix_cache
         cold_hits = 0
         for round_ in range(3):

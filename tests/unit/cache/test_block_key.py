@@ -22,16 +22,24 @@ def test_keys_chain_and_differ():
 
 def test_every_fingerprint_field_changes_the_root():
     base = FP.root_key()
-    for change in [dict(weights="x"), dict(tokenizer="x"), dict(dtype="bfloat16"),
-                   dict(kv_layout="kv:2x2x32"), dict(block_size=8), dict(format_version=99)]:
+    for change in [
+        dict(weights="x"),
+        dict(tokenizer="x"),
+        dict(dtype="bfloat16"),
+        dict(kv_layout="kv:2x2x32"),
+        dict(block_size=8),
+        dict(format_version=99),
+    ]:
         fields = {**FP.__dict__, **change}
         assert ModelFingerprint(**fields).root_key() != base
 
 
 def test_keys_are_the_same_in_another_process():
-    code = ("from cache.block_key import ModelFingerprint, block_key;"
-            "fp = ModelFingerprint('w' * 64, 't' * 64, 'float32', 'kv:2x2x16', 4);"
-            "print(block_key(block_key(fp.root_key(), [1, 2, 3, 4]), [9]).hex())")
+    code = (
+        "from cache.block_key import ModelFingerprint, block_key;"
+        "fp = ModelFingerprint('w' * 64, 't' * 64, 'float32', 'kv:2x2x16', 4);"
+        "print(block_key(block_key(fp.root_key(), [1, 2, 3, 4]), [9]).hex())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == block_key(block_key(FP.root_key(), [1, 2, 3, 4]), [9]).hex()
 

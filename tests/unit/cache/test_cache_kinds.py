@@ -3,6 +3,7 @@ plain one, qwen2): sliding windows (gemma3_text,
 gpt_oss), Gated DeltaNet (qwen3_5) and Mamba2 (nemotron_h) recurrent layers, MoE (gpt_oss) and a
 4-bit quantized folder. Greedy output with the cache on equals the output with it off in every
 situation a hit can arise, and restored caches are bit-identical to what the engine stored."""
+
 import json
 import shutil
 import subprocess
@@ -111,8 +112,14 @@ def test_preemption_and_pressure_on_both_tiers(family, family_dir, tmp_path):
     with LLM(path, prefix_cache=False) as off:
         expected = _tokens(_run(off, prompts, n=14))
     root = tmp_path / "ssd"
-    with LLM(path, cache_block_size=BLOCK, max_kv_tokens=120, max_concurrent_requests=5,
-             share_inflight_prefixes=False, paged_ssd_cache_dir=str(root)) as llm:
+    with LLM(
+        path,
+        cache_block_size=BLOCK,
+        max_kv_tokens=120,
+        max_concurrent_requests=5,
+        share_inflight_prefixes=False,
+        paged_ssd_cache_dir=str(root),
+    ) as llm:
         cache = llm.engine.prefix_cache
         block_bytes = max(b.nbytes for b in cache.hot.blocks()) if len(cache.hot) else 0
         cold_hits = 0
@@ -145,8 +152,12 @@ print(json.dumps([[r.token_ids, r.usage.cold_cached_tokens, r.usage.hot_cached_t
 
 
 def _child(path, root, prompts):
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(root), json.dumps(prompts)],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path), str(root), json.dumps(prompts)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -174,9 +185,17 @@ def _spy(cache):
 
     def recording_store(token_ids, snapshots):
         for s in snapshots:
-            recorded.append((s.end, [None if layer is None else
-                                     tuple(np.array(a) if isinstance(a, mx.array) else a for a in layer)
-                                     for layer in s.layers]))
+            recorded.append(
+                (
+                    s.end,
+                    [
+                        None
+                        if layer is None
+                        else tuple(np.array(a) if isinstance(a, mx.array) else a for a in layer)
+                        for layer in s.layers
+                    ],
+                )
+            )
         return store(token_ids, snapshots)
 
     cache.store = recording_store
@@ -192,8 +211,7 @@ def _expected_layer(recorded, spec, i, end):
     keep = end if spec.kind == "full" else min(end, spec.window)
     keys, values = [], []
     for t in range(end - keep, end):
-        k, v, first = next(layer[i] for e, layer in recorded
-                           if layer[i] is not None and layer[i][2] <= t < e)
+        k, v, first = next(layer[i] for e, layer in recorded if layer[i] is not None and layer[i][2] <= t < e)
         keys.append(k[..., t - first : t - first + 1, :])
         values.append(v[..., t - first : t - first + 1, :])
     return np.concatenate(keys, axis=2), np.concatenate(values, axis=2)

@@ -1,4 +1,5 @@
 """Clearing a model's KV blocks from both tiers (cache/clear.py), with a real engine."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import numpy as np

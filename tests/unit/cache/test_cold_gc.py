@@ -1,4 +1,5 @@
 """Cold-tier GC: the size cap over every model's blocks, LRU order, TTL, and the Huey task."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import os
@@ -10,13 +11,21 @@ from django.test import override_settings
 
 from cache import gc
 from cache.models import CacheBlock
-from tests.support.cache.cold_blocks import (FP, FP2, make_block, make_chain, path_of, row_keys, tiers,
-                                    write_all)  # noqa: F401  (tiers: a fixture)
+from tests.support.cache.cold_blocks import (
+    FP,
+    FP2,
+    make_block,
+    make_chain,
+    path_of,
+    row_keys,
+    write_all,
+)  # noqa: F401  (tiers: a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 # -- GC ---------------------------------------------------------------------------------------------
+
 
 def _set_last_used(blocks_times):
     from cache import cold_index
@@ -37,8 +46,16 @@ def test_gc_keeps_the_root_under_the_cap_lru_first_over_all_models(tiers, tmp_pa
     write_all(b, blocks_b)
     a.close()
     b.close()  # not loaded: their blocks count against the cap all the same
-    order = [blocks_a[0], blocks_b[0], blocks_a[1], blocks_b[1], blocks_a[2], blocks_b[2],
-             blocks_a[3], blocks_b[3]]
+    order = [
+        blocks_a[0],
+        blocks_b[0],
+        blocks_a[1],
+        blocks_b[1],
+        blocks_a[2],
+        blocks_b[2],
+        blocks_a[3],
+        blocks_b[3],
+    ]
     _set_last_used([(blk, 1000.0 + i) for i, blk in enumerate(order)])
     size = path_of(a, blocks_a[0].key).stat().st_size
     result = gc.collect(root, max_bytes=int(size * 5.5), ttl_seconds=None, now=2000.0)
@@ -90,7 +107,8 @@ def test_huey_task_runs_gc_with_the_settings(tiers, tmp_path):
     blocks = [make_block(FP, (i, 4, 4, 4)) for i in range(4)]
     write_all(tier, blocks)
     size = path_of(tier, blocks[0].key).stat().st_size
-    with override_settings(OMLX_COLD_CACHE_DIR=root, OMLX_COLD_CACHE_MAX_BYTES=2 * size,
-                           OMLX_COLD_CACHE_TTL_SECONDS=None):
+    with override_settings(
+        OMLX_COLD_CACHE_DIR=root, OMLX_COLD_CACHE_MAX_BYTES=2 * size, OMLX_COLD_CACHE_TTL_SECONDS=None
+    ):
         assert collect_cold_cache.call_local() is None
     assert len(_disk_keys(root)) == 2 == len(row_keys()) and tier.stats.files == 2

@@ -1,4 +1,5 @@
 """The cold tier: block files on disk, rows in SQLite, reconciliation, failures while running."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import json
@@ -13,13 +14,22 @@ from cache import block_file
 from cache.block_key import FORMAT_VERSION, block_key
 from cache.cold_tier import ColdTier
 from cache.models import CacheBlock
-from tests.support.cache.cold_blocks import (FP, FP2, assert_same_kv, make_block, make_chain, path_of,
-                                    row_keys, tiers, write_all)  # noqa: F401  (tiers: a fixture)
+from tests.support.cache.cold_blocks import (
+    FP,
+    FP2,
+    assert_same_kv,
+    make_block,
+    make_chain,
+    path_of,
+    row_keys,
+    write_all,
+)  # noqa: F401  (tiers: a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 # -- round trip, restart, isolation ------------------------------------------------------------------
+
 
 def test_put_flush_load_round_trip_and_restart(tiers):
     tier = tiers()
@@ -37,7 +47,11 @@ def test_put_flush_load_round_trip_and_restart(tiers):
     assert tier.stats.reads == 3
     row = CacheBlock.objects.get(key=chain[1].key.hex())
     assert (row.parent, row.model_fingerprint, row.token_count, row.tier) == (
-        chain[0].key.hex(), FP.hex, 4, "cold")
+        chain[0].key.hex(),
+        FP.hex,
+        4,
+        "cold",
+    )
     assert (tier.root_dir / row.file).stat().st_size == row.bytes
     tier.close()
 
@@ -113,6 +127,7 @@ def test_a_file_of_another_format_version_is_never_valid(tiers):
 
 
 # -- bad files --------------------------------------------------------------------------------------
+
 
 def _flip_header(path):
     data = bytearray(path.read_bytes())
@@ -203,7 +218,9 @@ def test_reconcile_drops_rows_without_files_reindexes_files_without_rows_removes
     row = CacheBlock.objects.get(key=c.key.hex())
     assert row.token_ids == block_file.encode_tokens(c.token_ids) and row.kv_bytes == c.nbytes
 
+
 # -- failures while running ---------------------------------------------------------------------------
+
 
 def test_write_errors_are_counted_and_the_writer_keeps_serving(tiers, tmp_path):
     tier = tiers()
@@ -227,6 +244,7 @@ def test_write_errors_are_counted_and_the_writer_keeps_serving(tiers, tmp_path):
     write_all(tier, [make_block(FP, (9, 0, 0, 0))])
     assert tier.stats.write_errors == 2 and not tier.root_dir.exists()
 
+
 def test_an_unusable_directory_disables_the_tier(tmp_path, caplog):
     root = tmp_path / "a-file"
     root.write_bytes(b"")
@@ -239,7 +257,9 @@ def test_an_unusable_directory_disables_the_tier(tmp_path, caplog):
     tier.close()
     assert sum("cold tier disabled" in r.getMessage() for r in caplog.records) == 1
 
+
 # -- start-up speed -----------------------------------------------------------------------------------
+
 
 def _write_raw_block(model_dir, fp, tokens):
     """A valid one-layer block file, written without mlx (fast enough to make thousands)."""
@@ -247,9 +267,11 @@ def _write_raw_block(model_dir, fp, tokens):
     key = block_key(parent, tokens)
     meta = block_file.metadata(fp.hex, key, parent, tokens, "float32", 1)
     n = len(tokens) * 2 * 8 * 4
-    header = {"__metadata__": meta,
-              "l0.k": {"dtype": "F32", "shape": [1, 2, len(tokens), 8], "data_offsets": [0, n]},
-              "l0.v": {"dtype": "F32", "shape": [1, 2, len(tokens), 8], "data_offsets": [n, 2 * n]}}
+    header = {
+        "__metadata__": meta,
+        "l0.k": {"dtype": "F32", "shape": [1, 2, len(tokens), 8], "data_offsets": [0, n]},
+        "l0.v": {"dtype": "F32", "shape": [1, 2, len(tokens), 8], "data_offsets": [n, 2 * n]},
+    }
     text = json.dumps(header).encode()
     path = model_dir / key.hex()[:2] / f"{key.hex()}.safetensors"
     path.parent.mkdir(exist_ok=True)
@@ -279,8 +301,10 @@ def test_reconcile_time_for_5000_blocks(tiers, tmp_path):
     second = tiers(root=root)  # the usual restart: rows and files agree
     assert second.stats.files == 5000 and len(row_keys()) == 5000
     assert_same_kv(second.load(keys[123]), [(mx.zeros((1, 2, 4, 8)), mx.zeros((1, 2, 4, 8)))])
-    print(f"\nreconcile 5,000 blocks: {first.stats.reconcile_seconds:.3f} s without rows "
-          f"(re-index + insert), {second.stats.reconcile_seconds:.3f} s with rows")
+    print(
+        f"\nreconcile 5,000 blocks: {first.stats.reconcile_seconds:.3f} s without rows "
+        f"(re-index + insert), {second.stats.reconcile_seconds:.3f} s with rows"
+    )
 
 
 def test_writes_wait_while_the_engine_prefills_but_not_for_a_flush(tiers, monkeypatch):

@@ -1,4 +1,5 @@
 """cache/cold_usage.py: per-model usage of the cold tier and clearing it (what `omlx cache` runs)."""
+
 import json
 
 import pytest
@@ -6,8 +7,14 @@ import pytest
 from cache.cold_usage import clear, usage
 from cache.models import CacheBlock
 
-from tests.support.cache.cold_blocks import (FP, FP2, make_chain, path_of, row_keys,  # noqa: F401
-                                             tiers, write_all)  # noqa: F401
+from tests.support.cache.cold_blocks import (
+    FP,
+    FP2,
+    make_chain,
+    path_of,
+    row_keys,  # noqa: F401
+    write_all,
+)  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,8 +31,11 @@ def test_usage_counts_files_and_rows_and_names_the_model(tiers, tmp_path):
     got = {u.fingerprint: u for u in usage(root)}
     assert got[FP.hex].model_path == "/models/alpha" and got[FP2.hex].model_path is None
     assert (got[FP.hex].files, got[FP.hex].rows, got[FP.hex].tokens) == (3, 3, 12)
-    assert got[FP.hex].bytes == got[FP.hex].row_bytes == sum(
-        path_of(a, k).stat().st_size for k in a.entries.keys())
+    assert (
+        got[FP.hex].bytes
+        == got[FP.hex].row_bytes
+        == sum(path_of(a, k).stat().st_size for k in a.entries.keys())
+    )
     assert got[FP.hex].last_used is not None
     assert (got[FP2.hex].files, got[FP2.hex].rows) == (2, 2)
 

@@ -1,12 +1,19 @@
 """Cache layouts: which mlx-lm caches split into blocks, where a hit may end, and block files of
 sliding-window and recurrent layers on the SSD tier (round trip, header checks)."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx_lm.models.cache import (ArraysCache, CacheList, ChunkedKVCache, KVCache, QuantizedKVCache,
-                                 RotatingKVCache)
+from mlx_lm.models.cache import (
+    ArraysCache,
+    CacheList,
+    ChunkedKVCache,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+)
 
 from cache import block_file
 from cache.block_key import ModelFingerprint, block_key
@@ -15,8 +22,10 @@ from cache.layout import FULL, SLIDING, STATE, CacheLayout, LayerSpec, parse_tag
 from inference.engine import cache_io
 from tests.support.cache.cold_blocks import path_of, tiers, write_all  # noqa: F401  (tiers: a fixture)
 
-LAYOUT = CacheLayout((LayerSpec(SLIDING, window=3), LayerSpec(FULL),
-                      LayerSpec(STATE, shapes=((3, 8), (2, 4, 4)))), "mixed:test")
+LAYOUT = CacheLayout(
+    (LayerSpec(SLIDING, window=3), LayerSpec(FULL), LayerSpec(STATE, shapes=((3, 8), (2, 4, 4)))),
+    "mixed:test",
+)
 FP = ModelFingerprint("weights-m", "tok", "float32", LAYOUT.descriptor, 4)
 
 
@@ -30,7 +39,9 @@ def _filled(caches, tokens=5):
 
 
 def test_layout_of_mlx_lm_caches():
-    mixed = cache_io.layout_of(_filled([RotatingKVCache(16), KVCache(), CacheList(ArraysCache(2), KVCache())]))
+    mixed = cache_io.layout_of(
+        _filled([RotatingKVCache(16), KVCache(), CacheList(ArraysCache(2), KVCache())])
+    )
     assert [s.kind for s in mixed.layers] == [SLIDING, FULL, STATE, FULL]
     assert mixed.layers[0].window == 16 and mixed.layers[2].shapes == ((3, 8), (2, 4, 4))
     assert mixed.tags == "s16,f,r2,f" and not mixed.plain and mixed.has_state
@@ -38,18 +49,23 @@ def test_layout_of_mlx_lm_caches():
     plain = cache_io.layout_of(_filled([KVCache(), KVCache()]))
     assert plain.plain and plain.descriptor == "kv:2x2x8x8" and plain.tags == ""
     # Each part of a layout shows in its descriptor, so any change is another fingerprint.
-    wider = cache_io.layout_of(_filled([RotatingKVCache(32), KVCache(), CacheList(ArraysCache(2), KVCache())]))
+    wider = cache_io.layout_of(
+        _filled([RotatingKVCache(32), KVCache(), CacheList(ArraysCache(2), KVCache())])
+    )
     assert wider.descriptor != mixed.descriptor
     state = _filled([RotatingKVCache(16), KVCache(), CacheList(ArraysCache(2), KVCache())])
     state[2].caches[0][1] = mx.zeros((1, 2, 4, 8))
     assert cache_io.layout_of(state).descriptor != mixed.descriptor
 
 
-@pytest.mark.parametrize("caches", [
-    [KVCache(), ChunkedKVCache(8)],
-    [KVCache(), RotatingKVCache(16, keep=4)],
-    [QuantizedKVCache()],
-])
+@pytest.mark.parametrize(
+    "caches",
+    [
+        [KVCache(), ChunkedKVCache(8)],
+        [KVCache(), RotatingKVCache(16, keep=4)],
+        [QuantizedKVCache()],
+    ],
+)
 def test_caches_that_cannot_be_split(caches):
     for c in caches:
         c.update_and_fetch(mx.zeros((1, 2, 5, 64)), mx.zeros((1, 2, 5, 64)))
@@ -70,11 +86,19 @@ def _mixed_block(tokens, parent=None, seed=0):
     rng = np.random.default_rng(seed)
     arr = lambda *shape: mx.array(rng.standard_normal(shape).astype(np.float32))  # noqa: E731
     n = len(tokens)
-    layers = [(arr(1, 2, min(n, 3), 8), arr(1, 2, min(n, 3), 8)), (arr(1, 2, n, 8), arr(1, 2, n, 8)),
-              (arr(1, 3, 8), mx.array(rng.standard_normal((1, 2, 4, 4)).astype(np.float16)))]
+    layers = [
+        (arr(1, 2, min(n, 3), 8), arr(1, 2, min(n, 3), 8)),
+        (arr(1, 2, n, 8), arr(1, 2, n, 8)),
+        (arr(1, 3, 8), mx.array(rng.standard_normal((1, 2, 4, 4)).astype(np.float16))),
+    ]
     parent = parent or FP.root_key()
-    return KVBlock(block_key(parent, tokens), parent, tuple(tokens), layers,
-                   sum(a.nbytes for layer in layers for a in layer))
+    return KVBlock(
+        block_key(parent, tokens),
+        parent,
+        tuple(tokens),
+        layers,
+        sum(a.nbytes for layer in layers for a in layer),
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,4 +1,5 @@
 """cache/probe.py: the cold-tier directory probe (real files in a temp dir) and its suggestions."""
+
 import os
 import resource
 import signal
@@ -67,15 +68,33 @@ def test_a_crashed_probe_folder_is_removed(tmp_path):
 
 
 def _result(read_ms_p50, read_bps, block_bytes=1 << 20):
-    return ProbeResult(directory="/d", filesystem="ext4", block_bytes=block_bytes, files=8,
-                       write_ms_p50=5, write_ms_p95=6, read_ms_p50=read_ms_p50, read_ms_p95=read_ms_p50,
-                       large_bytes=64 << 20, large_files=2, write_bytes_per_s=read_bps / 2,
-                       read_bytes_per_s=read_bps, page_cache_dropped=True, seconds=1.0)
+    return ProbeResult(
+        directory="/d",
+        filesystem="ext4",
+        block_bytes=block_bytes,
+        files=8,
+        write_ms_p50=5,
+        write_ms_p95=6,
+        read_ms_p50=read_ms_p50,
+        read_ms_p95=read_ms_p50,
+        large_bytes=64 << 20,
+        large_files=2,
+        write_bytes_per_s=read_bps / 2,
+        read_bytes_per_s=read_bps,
+        page_cache_dropped=True,
+        seconds=1.0,
+    )
 
 
 def _model(prefill, kv_per_token=4096):
-    return ModelFacts("m", weights_bytes=8 << 30, kv_bytes_per_token=kv_per_token, block_tokens=256,
-                      hot_capacity_bytes=2 << 30, prefill_tokens_per_s=prefill)
+    return ModelFacts(
+        "m",
+        weights_bytes=8 << 30,
+        kv_bytes_per_token=kv_per_token,
+        block_tokens=256,
+        hot_capacity_bytes=2 << 30,
+        prefill_tokens_per_s=prefill,
+    )
 
 
 def test_suggestions_follow_the_numbers():
@@ -105,11 +124,17 @@ def test_suggestions_follow_the_numbers():
     assert int(close["block size"].advice.rsplit(" ", 1)[1]) > 256
     # ... which matters only while a read is not far faster than recomputing the block.
     far = by_topic(suggest(small_disk, [_model(500, kv_per_token=256)], ram_bytes=64 * gib))
-    assert far["block size"].advice == "keep cache_block_size 256" and "faster than recomputing" in far["block size"].why
+    assert (
+        far["block size"].advice == "keep cache_block_size 256"
+        and "faster than recomputing" in far["block size"].why
+    )
 
     restored = _model(prefill=500)
     restored.cold_read_bytes_per_s = 750e6
-    assert "its cache's own restores ran at 750 MB/s" in suggest(fast_disk, [restored], ram_bytes=64 * gib)[0].why
+    assert (
+        "its cache's own restores ran at 750 MB/s"
+        in suggest(fast_disk, [restored], ram_bytes=64 * gib)[0].why
+    )
 
     unmeasured = by_topic(suggest(fast_disk, [_model(prefill=0)], ram_bytes=64 * gib))
     assert "then probe again" in unmeasured["ssd tier"].advice

@@ -3,10 +3,19 @@ import pytest
 from cache.sizes import parse_size, total_ram
 
 
-@pytest.mark.parametrize("value, expected", [
-    (0, 0), (1234, 1234), ("1234", 1234), ("512MB", 512 * 10**6), ("4GiB", 4 * 2**30),
-    ("1.5 GB", 1_500_000_000), ("64k", 65536), ("2G", 2 * 2**30),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (0, 0),
+        (1234, 1234),
+        ("1234", 1234),
+        ("512MB", 512 * 10**6),
+        ("4GiB", 4 * 2**30),
+        ("1.5 GB", 1_500_000_000),
+        ("64k", 65536),
+        ("2G", 2 * 2**30),
+    ],
+)
 def test_sizes(value, expected):
     assert parse_size(value) == expected
 

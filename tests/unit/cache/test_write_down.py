@@ -1,5 +1,6 @@
 """BlockCache.write_down (run before a model is unloaded): every hot block reaches the cold tier,
 even those whose write-through a full writer queue dropped."""
+
 import inference  # noqa: F401  (loads the fast CPU BLAS before mlx)
 
 import pytest
