@@ -65,7 +65,8 @@ def _frame(
         f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" data-points="{points}">',
         f"<title>{escape(title)}</title>",
-        f'<text x="{_PAD_LEFT}" y="16" class="chart-title" font-size="13" font-weight="600">{escape(title)}</text>',
+        f'<text x="{_PAD_LEFT}" y="16" class="chart-title" font-size="13" font-weight="600">'
+        f"{escape(title)}</text>",
     ]
     right = width - _PAD_RIGHT
     for t in y_ticks:

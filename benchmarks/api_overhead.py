@@ -148,7 +148,8 @@ def main() -> int:
     for name, values in results.items():
         values = sorted(values)
         print(
-            f"| {name} | {statistics.median(values) * 1000:.2f} | {values[int(len(values) * 0.9)] * 1000:.2f} |"
+            f"| {name} | {statistics.median(values) * 1000:.2f} | "
+            f"{values[int(len(values) * 0.9)] * 1000:.2f} |"
         )
     return 0
 

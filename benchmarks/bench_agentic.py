@@ -180,7 +180,8 @@ def main() -> int:
             stop_servers(servers)
     s = settings
     print(
-        f"agentic load: {s.conversations} conversations x {s.turns} turns, {s.system_tokens}-token system prompt, "
+        f"agentic load: {s.conversations} conversations x {s.turns} turns, "
+        f"{s.system_tokens}-token system prompt, "
         f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
         f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
         f"{'s' if args.rounds > 1 else ''}"

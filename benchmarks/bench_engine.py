@@ -240,7 +240,8 @@ def main_default(args):
             rates.setdefault(("context prefill", name), []).append(seconds)
             rates.setdefault(("context decode", name), []).append(rate)
             print(
-                f"  round {r}: {name:7s} {CONTEXT_STREAMS} x {args.context}-token prompts: last first token after "
+                f"  round {r}: {name:7s} {CONTEXT_STREAMS} x {args.context}-token prompts: "
+                "last first token after "
                 f"{seconds:6.2f} s, decode {rate:6.2f} tok/s",
                 flush=True,
             )
@@ -413,7 +414,8 @@ def main():
     lines = [
         f"| measurement (median of {args.rounds} rounds) | omlx | mlx-lm | omlx / mlx-lm |",
         "|---|---|---|---|",
-        f"| prefill, {args.prompt}-token prompt (tok/s) | {p['omlx']:.1f} | {p['mlx-lm']:.1f} | {p['ratio']:.3f} |",
+        f"| prefill, {args.prompt}-token prompt (tok/s) | "
+        f"{p['omlx']:.1f} | {p['mlx-lm']:.1f} | {p['ratio']:.3f} |",
     ]
     for b in [1] + args.streams:
         ref = "generate_step" if b == 1 else "BatchGenerator"
@@ -430,11 +432,13 @@ def main():
     if args.context:
         c, d = results["context prefill"], results["context decode"]
         lines.append(
-            f"| {CONTEXT_STREAMS} x {args.context}-token prompts: last first token (s, mlx-lm BatchGenerator; lower is better) | "
+            f"| {CONTEXT_STREAMS} x {args.context}-token prompts: last first token "
+            "(s, mlx-lm BatchGenerator; lower is better) | "
             f"{c['omlx']:.2f} | {c['mlx-lm']:.2f} | {c['ratio']:.3f} |"
         )
         lines.append(
-            f"| decode, {CONTEXT_STREAMS} streams at {args.context}-token context (tok/s, mlx-lm BatchGenerator) | "
+            f"| decode, {CONTEXT_STREAMS} streams at {args.context}-token context "
+            "(tok/s, mlx-lm BatchGenerator) | "
             f"{d['omlx']:.2f} | {d['mlx-lm']:.2f} | {d['ratio']:.3f} |"
         )
     if args.speedup:
@@ -442,7 +446,8 @@ def main():
         results["speedup"] = sp = main_speedup(args)
         lines += [
             "",
-            f"| prefill, {args.speedup_prompt}-token prompt (median of {args.speedup} interleaved rounds) | tok/s |",
+            f"| prefill, {args.speedup_prompt}-token prompt "
+            f"(median of {args.speedup} interleaved rounds) | tok/s |",
             "|---|---|",
             f"| mlx-lm on stock mlx-cpu (reference BLAS) | {sp['stock mlx-lm']:.2f} |",
             f"| omlx default path (OpenBLAS, float32) | {sp['omlx']:.1f} |",

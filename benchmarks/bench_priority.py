@@ -3,16 +3,18 @@ interactive ones get their first token when 8 background requests run at the sam
 
 Two interactive chats take turns (a 256-token system prompt shared by both, 48 new tokens and 16
 generated tokens per turn, the history growing by each answer, so each turn hits the cache for what the
-previous one computed; the next turn starts 0.3 s after the previous answer ended); meanwhile ``--background`` requests (1,024-token prompts of their own, 64
-generated tokens each, sent again as soon as one ends) keep the engine busy. Three settings, run
-one after another in each round (the order rotates between rounds):
+previous one computed; the next turn starts 0.3 s after the previous answer ended); meanwhile
+``--background`` requests (1,024-token prompts of their own, 64 generated tokens each, sent again as
+soon as one ends) keep the engine busy. Three settings, run one after another in each round (the
+order rotates between rounds):
 
 - ``alone``: the interactive chats with nothing else running;
 - ``mixed``: with the background load at ``priority`` 10 (the interactive ones at 0);
 - ``mixed, no priorities``: the same load with every request at priority 0.
 
-Every run has prompts of its own (no run hits another's cache). Reported: the interactive TTFT p50 and p95 of each setting, and the ratios mixed / alone per round
-(the figure: their median); and the background requests' output tokens/s, to show what the
+Every run has prompts of its own (no run hits another's cache). Reported: the interactive TTFT p50
+and p95 of each setting, and the ratios mixed / alone per round (the figure: their median); and the
+background requests' output tokens/s, to show what the
 priority costs them. In-process (``inference.engine.LLM``), on a Qwen2.5-0.5B-shaped model with
 random weights, float32 on this CPU's OpenBLAS path; ``--quick`` uses the small preset.
 
@@ -177,7 +179,8 @@ def main() -> int:
         "ratio = mixed / alone, median of per-round ratios)"
     )
     print(
-        "| setting | TTFT p50 | TTFT p95 | p50 / alone | p95 / alone | background tok/s |\n|---|---:|---:|---:|---:|---:|"
+        "| setting | TTFT p50 | TTFT p95 | p50 / alone | p95 / alone | background tok/s |\n"
+        "|---|---:|---:|---:|---:|---:|"
     )
     alone = runs["alone"]
     for name in SETTINGS:
@@ -192,10 +195,12 @@ def main() -> int:
             f"{Comparison(name, p95, a95).ratio:.2f}x | "
             f"{statistics.median(rates):.1f} |"
             if rates
-            else f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | 1.00x | 1.00x | |"
+            else f"| {name} | {statistics.median(p50):.2f} s | {statistics.median(p95):.2f} s | "
+            "1.00x | 1.00x | |"
         )
     print(
-        "\nwhere the interactive requests' time went (engine phases, mean seconds per request, median of rounds)"
+        "\nwhere the interactive requests' time went "
+        "(engine phases, mean seconds per request, median of rounds)"
     )
     print("| setting | queue | restore | prefill | prefill_wait | decode |\n|---|---:|---:|---:|---:|---:|")
     for name in SETTINGS:

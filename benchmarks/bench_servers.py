@@ -13,7 +13,8 @@ mlx-lm's server has no ``ignore_eos``: the request carries it and mlx-lm ignores
 may stop before ``--gen-tokens``. Decode tokens/s counts the tokens each server did generate
 (usage.completion_tokens); the completion tokens of each side are printed next to the ratios.
 
-    .venv/bin/python benchmarks/bench_servers.py [--preset small|default] [--model-preset tiny|small] [--rounds 5]
+    .venv/bin/python benchmarks/bench_servers.py [--preset small|default]
+        [--model-preset tiny|small] [--rounds 5]
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ the median of the per-round ratios (``Comparison.ratio``), never the ratio of tw
 can disagree (even on which side is faster) when the machine's speed drifts between rounds.
 
 Invariant of ``Comparison``: ``ours``, ``theirs`` and ``ratios`` are aligned per round; filled
-through ``add`` (or ``compare``), only rounds where both sides measured a non-zero value count. With an odd number of rounds the median
-ratio is the ratio of one real round (``median_round``), so a table that shows that round's two
+through ``add`` (or ``compare``), only rounds where both sides measured a non-zero value count.
+With an odd number of rounds the median ratio is the ratio of one real round (``median_round``), so
+a table that shows that round's two
 values next to the ratio can never contradict it; ``medians`` (each side's own median) is for
 context and is printed apart from the ratio.
 """

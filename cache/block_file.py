@@ -5,7 +5,8 @@ Layout under the cold-cache root::
     <fingerprint.hex>/<key_hex[:2]>/<key_hex>.safetensors        a block
     <fingerprint.hex>/<key_hex[:2]>/<key_hex>.<pid>-<n>.tmp        a write in progress (or a crash's leftover)
     <fingerprint.hex>/model.json                                   which model folder wrote the blocks
-                                                                   (for people: `omlx cache`; never read by lookups)
+                                                                   (for people: `omlx cache`;
+                                                                   never read by lookups)
 
 Tensors ``l{i}.k`` and ``l{i}.v`` hold layer i's keys and values, each [1, kv_heads, tokens,
 head_dim]. The header's ``__metadata__`` (strings only) names the format version, the model
@@ -13,8 +14,9 @@ fingerprint, the block's key and parent, its token ids (base64 of little-endian 
 layer count. A model whose layers are not all full attention (cache/layout.py) adds ``kinds``,
 one tag per layer: ``f`` (keys and values of every token), ``s<W>`` (keys and values of the last
 min(tokens, W) tokens) or ``r<N>`` (N state arrays ``l{i}.s0`` ... ``l{i}.s<N-1>``, each
-[1, ...], in their own dtype). Without ``kinds`` every layer is ``f``: the first format, unchanged. A header is valid only if all of that agrees with the file's name and place, the key
-is ``block_key(parent, tokens)``, and the tensors tile the data exactly to the end of the file, so
+[1, ...], in their own dtype). Without ``kinds`` every layer is ``f``: the first format, unchanged.
+A header is valid only if all of that agrees with the file's name and place, the key is
+``block_key(parent, tokens)``, and the tensors tile the data exactly to the end of the file, so
 a truncated, foreign, misplaced or corrupt file is caught without reading its tensors.
 
 Nothing here imports mlx: GC and reconciliation read headers only.

@@ -315,7 +315,8 @@ def suggest(
                     "ssd tier",
                     f"keep the SSD tier for {m.name}",
                     f"Reading a {m.block_tokens}-token block of {m.name} ({_mib(m.block_bytes)}) from this "
-                    f"disk takes about {read_ms:.1f} ms, recomputing it {recompute_ms:.1f} ms at the measured "
+                    f"disk takes about {read_ms:.1f} ms, recomputing it {recompute_ms:.1f} ms "
+                    "at the measured "
                     f"{m.prefill_tokens_per_s:.0f} prompt tokens/s: restoring is "
                     f"{speedups[m.name]:.1f}x faster{seen}.",
                 )

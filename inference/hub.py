@@ -318,7 +318,10 @@ class _hub_errors:
                 return (
                     f"{repo} is gated and this token has no access to it: accept its terms at {page}{detail}"
                 )
-            return f"{repo} is gated: accept its terms at {page}, then pass a token with --token or HF_TOKEN{detail}"
+            return (
+                f"{repo} is gated: accept its terms at {page}, "
+                f"then pass a token with --token or HF_TOKEN{detail}"
+            )
         if isinstance(exc, errors.RevisionNotFoundError):
             return f"revision {self.revision!r} does not exist in {repo}{detail}"
         if isinstance(exc, errors.RemoteEntryNotFoundError):

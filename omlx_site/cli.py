@@ -84,7 +84,8 @@ def _main(argv=None) -> int:
         help="write a model folder with random weights (for tests and benchmarks)",
         description="Write a Hugging Face model folder with random weights and a locally trained "
         "tokenizer (same as `manage.py build_test_model`). gemma3_text, gpt_oss, nemotron_h, qwen3_5, "
-        "qwen3_moe, the vision-language models, bert_embedding and bert_reranker need torch and transformers (pip install 'omlx[test]').",
+        "qwen3_moe, the vision-language models, bert_embedding and bert_reranker need torch and "
+        "transformers (pip install 'omlx[test]').",
     )
     build.add_argument("out", help="the folder to write")
     build.add_argument(
@@ -92,7 +93,8 @@ def _main(argv=None) -> int:
         default="qwen2",
         help="llama, mistral, qwen2, qwen3 (tiny, small, "
         "qwen2.5-0.5b), gemma3_text, qwen3_5 (tiny, qwen2.5-0.5b), gpt_oss, nemotron_h, "
-        "qwen3_moe (tiny); vision-language models: llava, gemma3, mistral3, qwen2_vl, qwen2_5_vl, qwen3_vl (tiny); embedding and reranker models: bert_embedding, bert_reranker, "
+        "qwen3_moe (tiny); vision-language models: llava, gemma3, mistral3, qwen2_vl, qwen2_5_vl, "
+        "qwen3_vl (tiny); embedding and reranker models: bert_embedding, bert_reranker, "
         "qwen3_embedding (tiny, small), qwen3_reranker (tiny)",
     )
     build.add_argument("--preset", default="tiny", help="tiny, small or qwen2.5-0.5b (see --arch)")

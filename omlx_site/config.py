@@ -525,8 +525,9 @@ def resolve(
     warn: Callable[[str], None] = _warn,
 ) -> dict:
     """Every setting's (value, source) by key; source is "flag", "environment", "file" or "default".
-    ``cli`` holds values already parsed (None: the flag was given empty, the default applies). A bad environment variable raises ValueError naming it; a
-    bad value in the file is ignored with a warning."""
+    ``cli`` holds values already parsed (None: the flag was given empty, the default applies). A bad
+    environment variable raises ValueError naming it; a bad value in the file is ignored with a
+    warning."""
     omlx_home = omlx_home or home()
     environ = os.environ if environ is None else environ
     cli = cli or {}

@@ -10,8 +10,9 @@ it (rendered locally, or one request with max_tokens 1).
 - ``EngineTarget``: an ``inference.engine.Engine`` of this process, fed through ``submit``
   with a callback (timestamps taken on the engine thread as each token is published).
   ``EngineTarget.from_folder`` builds an engine from a model folder with the settings it is
-  given (`omlx bench MODEL` passes `omlx serve`'s cache settings); ``PoolTarget`` leases a model of this process's
-  model pool (the admin page's benchmark, a Huey task inside the server or `omlx worker`).
+  given (`omlx bench MODEL` passes `omlx serve`'s cache settings); ``PoolTarget`` leases a model
+  of this process's model pool (the admin page's benchmark, a Huey task inside the server or
+  `omlx worker`).
 - ``OpenAITarget``: any OpenAI-compatible server, over streamed ``/v1/completions`` (text in,
   text out: no chat template between the prompt and its token count).
 """
@@ -40,8 +41,9 @@ class StreamResult:
     ``cached_known`` is False when the target did not report cached tokens (``cached_tokens``
     is then 0); ``hot_cached_tokens`` / ``cold_cached_tokens`` are None unless the target says
     which tier they came from (the engine does), and ``timings`` unless it says where the
-    request's time went (the engine does: queue, restore, prefill, prefill_wait, decode). ``text`` and ``tool_calls`` are the answer as
-    returned (chat requests; tool calls in OpenAI's form, only where a server parsed some).
+    request's time went (the engine does: queue, restore, prefill, prefill_wait, decode). ``text``
+    and ``tool_calls`` are the answer as returned (chat requests; tool calls in OpenAI's form, only
+    where a server parsed some).
     """
 
     sent_at: float

@@ -321,7 +321,8 @@ def print_summary(results: dict) -> None:
     if cache:
         cached = cache["cached_tokens"]
         _table(
-            f"cold vs cached: a {cache['prompt_tokens']}-token prompt, sent once then {len(cached)} more times",
+            f"cold vs cached: a {cache['prompt_tokens']}-token prompt, "
+            f"sent once then {len(cached)} more times",
             ("", "requests", "TTFT p50 ms", "p95", "p99", "cached tokens"),
             [
                 (

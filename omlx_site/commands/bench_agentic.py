@@ -104,8 +104,10 @@ def print_summary(results: dict, table) -> None:
         f"{results['duration_s']:.1f} s"
     )
     print(
-        f"{s['conversations']} conversations x {s['turns']} turns, a shared {s['system_tokens']}-token system "
-        f"prompt with {results['prompts']['tools']} tool definitions, {s['context_tokens']} tokens of context per "
+        f"{s['conversations']} conversations x {s['turns']} turns, "
+        f"a shared {s['system_tokens']}-token system "
+        f"prompt with {results['prompts']['tools']} tool definitions, "
+        f"{s['context_tokens']} tokens of context per "
         f"conversation, {s['new_tokens']} new and {s['gen_tokens']} generated tokens per turn"
         f"{' (ignore_eos)' if s['ignore_eos'] else ''}, {AgenticSettings.from_dict(s).arrival()}"
     )

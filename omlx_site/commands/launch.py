@@ -45,7 +45,8 @@ def add_parser(subparsers) -> None:
         "its settings in its environment, on its command line or in a config file under "
         "$OMLX_HOME/launch/CLIENT/ (never in your own config files) and with its telemetry and "
         "update checks off. omlx launch's options come before CLIENT; everything after it goes to the "
-        "client, e.g. `omlx launch --model qwen claude -p 'explain main.py'`. --print shows the settings instead.",
+        "client, e.g. `omlx launch --model qwen claude -p 'explain main.py'`. "
+        "--print shows the settings instead.",
     )
     p.add_argument("client", choices=integrations.CLIENTS, help="the coding agent to run")
     p.add_argument(

@@ -15,13 +15,16 @@ from tests.e2e.conftest import API_KEY, login
 from tests.live.test_redis_mode import REDIS, Process, free_port
 
 # Records the answer's length after every websocket message, until its numbers arrive.
-RECORD = """turn => {
+RECORD = (
+    """turn => {
   window.__lengths = [];
   document.body.addEventListener("htmx:wsAfterMessage", () => {
     const text = document.getElementById(`answer-${turn}-text`);
-    if (text && !document.querySelector(`#answer-${turn}-stats[data-prompt]`)) window.__lengths.push(text.textContent.length);
+    if (text && !document.querySelector(`#answer-${turn}-stats[data-prompt]`)) """
+    """window.__lengths.push(text.textContent.length);
   });
 }"""
+)
 
 
 def open_chat(page, server):

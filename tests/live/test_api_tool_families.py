@@ -50,7 +50,9 @@ RESULT_MARKUP = {
     "deepseek_v3": "<｜tool▁output▁begin｜>Sunny, 21 C",
     "gemma3": "```tool_output\nSunny, 21 C\n```",
     "gemma4": '<|tool_response>response:get_weather{value:<|"|>Sunny, 21 C',
-    "harmony": "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>Sunny, 21 C<|end|>",
+    "harmony": (
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>Sunny, 21 C<|end|>"
+    ),
 }
 
 

@@ -289,8 +289,9 @@ def db_rows(
 def insert_run(home, status):
     with sqlite3.connect(home / "omlx.sqlite3") as db:
         cursor = db.execute(
-            "INSERT INTO admin_panel_benchmarkrun (created, status, model, target, settings, error, progress_done, "
-            "progress_total, progress_message, worker) VALUES (datetime('now'), ?, 'tiny', 'local', ?, '', 0, 7, '', '')",
+            "INSERT INTO admin_panel_benchmarkrun (created, status, model, target, settings, error, "
+            "progress_done, progress_total, progress_message, worker) "
+            "VALUES (datetime('now'), ?, 'tiny', 'local', ?, '', 0, 7, '', '')",
             (status, json.dumps(SMALL.to_dict())),
         )
         return cursor.lastrowid

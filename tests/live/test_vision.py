@@ -115,16 +115,19 @@ def test_streamed_image_answer_equals_the_whole_one(client, images, reference):
 
 def test_repeated_image_hits_and_changed_image_misses(client, images, vlm_dir):
     text = "Another question about the picture, with a longer text prefix before it?"
-    messages = lambda url: [
-        {
-            "role": "user",
-            "content": [  # noqa: E731
-                {"type": "text", "text": text},
-                {"type": "image_url", "image_url": {"url": url}},
-                {"type": "text", "text": PROMPT},
-            ],
-        }
-    ]
+
+    def messages(url):
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": PROMPT},
+                ],
+            }
+        ]
+
     first = _chat(client, messages(data_url(images[0].read_bytes())))
     prompt_tokens = first.usage.prompt_tokens
     again = _chat(client, messages(data_url(images[0].read_bytes())))

@@ -169,16 +169,19 @@ def test_responses_and_anthropic_images(server, client, images, reference, famil
 @pytest.mark.parametrize("family", FAMILIES)
 def test_repeated_image_hits_and_changed_image_misses(client, images, folders, family):
     text = "Another question about the picture, with a longer text prefix before it?"
-    messages = lambda url: [
-        {
-            "role": "user",
-            "content": [  # noqa: E731
-                {"type": "text", "text": text},
-                {"type": "image_url", "image_url": {"url": url}},
-                {"type": "text", "text": PROMPT},
-            ],
-        }
-    ]
+
+    def messages(url):
+        return [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": PROMPT},
+                ],
+            }
+        ]
+
     first = _chat(client, messages(data_url(images[0].read_bytes())), family)
     prompt_tokens = first.usage.prompt_tokens
     again = _chat(client, messages(data_url(images[0].read_bytes())), family)

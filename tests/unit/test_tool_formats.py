@@ -192,26 +192,31 @@ REFERENCES = {
         [("get_time", {"zone": "CET", "fields": ["h"]}), ("get_weather", {"city": "Paris"})],
     ),
     "kimi_k2": (
-        "<|tool_calls_section_begin|> <|tool_call_begin|> functions.get_weather:0 <|tool_call_argument_begin|> "
+        "<|tool_calls_section_begin|> <|tool_call_begin|> functions.get_weather:0 "
+        "<|tool_call_argument_begin|> "
         '{"city": "Paris"} <|tool_call_end|> <|tool_call_begin|> functions.get_time:1 '
         "<|tool_call_argument_begin|> {} <|tool_call_end|> <|tool_calls_section_end|>",
         [("get_weather", {"city": "Paris"}), ("get_time", {})],
     ),
     "deepseek_v3": (
-        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>'
-        '<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{"zone": "CET"}\n```<｜tool▁call▁end｜>'
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        '{"city": "Paris"}<｜tool▁call▁end｜>'
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n"
+        '```json\n{"zone": "CET"}\n```<｜tool▁call▁end｜>'
         "<｜tool▁calls▁end｜>",
         [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "CET"})],
     ),
     "gemma3": (
-        '```tool_code\n[get_weather(city=\'Paris\', unit="c"), get_time(zone="CET", exact=True, extra=None)]\n```',
+        "```tool_code\n[get_weather(city='Paris', unit=\"c\"), "
+        'get_time(zone="CET", exact=True, extra=None)]\n```',
         [
             ("get_weather", {"city": "Paris", "unit": "c"}),
             ("get_time", {"zone": "CET", "exact": True, "extra": None}),
         ],
     ),
     "gemma4": (
-        '<|tool_call>call:get_weather{city:<|"|>London, UK<|"|>,days:[1,2.5],deep:{ok:false,none:null}}<tool_call|>',
+        '<|tool_call>call:get_weather{city:<|"|>London, UK<|"|>,'
+        "days:[1,2.5],deep:{ok:false,none:null}}<tool_call|>",
         [("get_weather", {"city": "London, UK", "days": [1, 2.5], "deep": {"ok": False, "none": None}})],
     ),
     "harmony": (
@@ -254,7 +259,10 @@ def test_text_arguments_are_typed_by_the_schema():
     assert names_and_args(out) == [
         ("f", {"n": 7, "s": "007", "x": 2.5, "o": {"a": [1]}, "maybe": None, "bad": "many", "free": "12"})
     ]
-    glm = "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>007</arg_value>\n<arg_key>free</arg_key>\n<arg_value>12</arg_value>\n</tool_call>"
+    glm = (
+        "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>007</arg_value>\n"
+        "<arg_key>free</arg_key>\n<arg_value>12</arg_value>\n</tool_call>"
+    )
     out, _ = parse(OutputParser(FORMATS["glm45"], schemas=schemas), [glm])
     assert names_and_args(out) == [("f", {"s": "007", "free": 12})]  # GLM writes non-strings as JSON
 
@@ -344,11 +352,15 @@ def test_tool_results_render_in_each_familys_form(tokenizer):
     expected = {
         "qwen3_xml": "<|im_start|>user\n<tool_response>\nSunny, 21 C\n</tool_response><|im_end|>",
         "glm45": "<|observation|>\n<tool_response>\nSunny, 21 C\n</tool_response>",
-        "kimi_k2": "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\nSunny, 21 C<|im_end|>",
+        "kimi_k2": (
+            "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\nSunny, 21 C<|im_end|>"
+        ),
         "deepseek_v3": "<｜tool▁output▁begin｜>Sunny, 21 C<｜tool▁output▁end｜>",
         "gemma3": "<start_of_turn>user\n```tool_output\nSunny, 21 C\n```\n<end_of_turn>",
         "gemma4": '<|tool_response>response:get_weather{value:<|"|>Sunny, 21 C<|"|>}<tool_response|>',
-        "harmony": "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>Sunny, 21 C<|end|>",
+        "harmony": (
+            "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>Sunny, 21 C<|end|>"
+        ),
     }
     for family, text in expected.items():
         prompt = tokenizer.apply_chat_template(

@@ -39,7 +39,8 @@ def _text(content: Any, param: str) -> str:
         if not isinstance(value, str):
             raise _bad(
                 where,
-                f"a '{part['type']}' part needs a string '{'refusal' if part['type'] == 'refusal' else 'text'}'",
+                f"a '{part['type']}' part needs a string "
+                f"'{'refusal' if part['type'] == 'refusal' else 'text'}'",
             )
         texts.append(value)
     return "".join(texts)

@@ -138,8 +138,9 @@ def surviving_state(cold_root: Path, database: Path, fingerprint_hex: str, kv_fo
 
     A block file (``<key>.safetensors``) must be whole: a valid header for its place, tensors that
     parse, and, given ``kv_for``, equal to ``kv_for(key, tokens)``. The database must pass
-    SQLite's integrity check, and every row of the model must name a block file that is there. Temp files are allowed (start-up
-    removes them). The tests only write, so a row without its file can only come from a block
+    SQLite's integrity check, and every row of the model must name a block file that is there. Temp
+    files are allowed (start-up removes them). The tests only write, so a row without its file can
+    only come from a block
     whose file was not durable before its row (a GC, which removes the file first, could leave one
     legitimately).
     """
