@@ -117,6 +117,8 @@ class EncoderEngine(EngineThread):
                 left = deadline - time.monotonic()
                 if left <= 0 or waiting >= MAX_BATCH_ROWS:  # a full batch gains nothing by waiting
                     break
+                if any(kind != "job" for kind, _ in messages):  # a close or a call waits for no batch
+                    break
                 try:
                     messages.append(self._inbox.get(timeout=left))
                     waiting += _sequences(messages[-1])
