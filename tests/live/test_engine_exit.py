@@ -53,9 +53,10 @@ def _run(args):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("case", ["one", "several"])
-def test_scripts_that_never_close_their_engines_exit_cleanly(folders, case):
+def test_a_script_that_never_closes_its_engines_exits_cleanly(folders):
+    # "several" starts with the one-LLM script and adds the harder cases (aborted in 10 of 10
+    # runs before engines closed themselves); one case of 20 runs keeps the default run short.
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(_run, [(*folders, case)] * RUNS))
+        results = list(pool.map(_run, [(*folders, "several")] * RUNS))
     bad = [(code, out[-2000:]) for code, out in results if code != 0 or "terminate called" in out]
     assert bad == [], f"{len(bad)} of {RUNS} runs did not exit cleanly; the first: {bad[0]}"
