@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml scripts/install_system_deps.sh | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-slow bench install clients clean
+.PHONY: run test test-slow lint bench install clients clean
 
 # The coding agents that `omlx launch`'s tests run for real (npm and PyPI, into .clients/).
 CLIENTS_STAMP := .clients/.installed-$(shell cksum < scripts/install_clients.sh | cut -d' ' -f1)
@@ -37,6 +37,11 @@ test: $(STAMP) $(CLIENTS_STAMP)
 
 test-slow: $(STAMP) $(CLIENTS_STAMP)
 	OMLX_HOME=$(CURDIR)/.omlx-test $(PY) -m pytest -m slow
+
+# ruff (pyproject's [tool.ruff]): the lint rules and the formatting, checked; .ci/run runs it first.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_engine.py
