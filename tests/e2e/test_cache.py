@@ -47,6 +47,9 @@ def test_hot_blocks_probe_gc_and_clear(page, admin_server, shot):
 
     # The writer thread puts the blocks on disk shortly after the request.
     page.get_by_role("button", name="Refresh").click()
+    # The refreshed panel has no messages; clicking Clear before it lands would let the refresh's
+    # answer replace the clear's (both swap #cache-panels).
+    expect(page.locator("#cache-panels .messages")).to_have_text("")
     shot(page, "cache-before-clear")
     row.get_by_role("button", name="Clear").click()
     expect(page.locator("#cache-panels .messages")).to_contain_text("Cleared tiny")

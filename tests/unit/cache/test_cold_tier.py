@@ -23,7 +23,8 @@ from tests.support.cache.cold_blocks import (
     path_of,
     row_keys,
     write_all,
-)  # noqa: F401  (tiers: a fixture)
+)
+from tests.support.cache.cold_blocks import tiers  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

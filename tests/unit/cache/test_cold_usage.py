@@ -12,9 +12,10 @@ from tests.support.cache.cold_blocks import (
     FP2,
     make_chain,
     path_of,
-    row_keys,  # noqa: F401
+    row_keys,
     write_all,
-)  # noqa: F401
+)
+from tests.support.cache.cold_blocks import tiers  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
