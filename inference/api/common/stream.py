@@ -115,10 +115,6 @@ async def frames(
                 await on_finish()
             for out in outs:
                 yield fmt.frame(out)
-            # While events are queued nothing above suspends, so without this the event loop would
-            # not run until the stream ends: a client that left would not be noticed (its request
-            # would not be aborted) and the other streams on this loop would wait.
-            await asyncio.sleep(0)
         done = fmt.ok
         if done:
             for out in fmt.end():
