@@ -301,12 +301,7 @@ class Subscription:
 
     async def _receive(self, timeout: Optional[float]) -> Optional[dict]:
         if isinstance(self.layer, InMemoryChannelLayer):
-            if not self._events.empty():  # no timer to set up for an event already there
-                return self._events.get_nowait()
-            try:
-                return await asyncio.wait_for(self._events.get(), timeout)
-            except asyncio.TimeoutError:
-                return None
+            return await next_within(self._events, timeout)
         from django.conf import settings
 
         from . import worker_presence
@@ -319,9 +314,8 @@ class Subscription:
             wait = self._heard_at + heartbeat - loop.time()
             if deadline is not None:
                 wait = min(wait, deadline - loop.time())
-            try:
-                event = await asyncio.wait_for(self._events.get(), max(wait, 0))
-            except asyncio.TimeoutError:
+            event = await next_within(self._events, max(wait, 0))
+            if event is None:
                 if loop.time() - self._heard_at >= heartbeat:
                     self._heard_at = loop.time()
                     if self._worker is not None:
@@ -355,6 +349,25 @@ class Subscription:
         if isinstance(self.layer, InMemoryChannelLayer):
             self.layer.channels.pop(self.channel, None)  # its queue would linger otherwise
         _run_exit_callbacks(self.request_id)
+
+
+async def next_within(queue: asyncio.Queue, timeout: Optional[float]):
+    """The queue's next item, or None after ``timeout`` seconds without one (None: no limit).
+
+    A cancel is never swallowed: ``asyncio.wait_for`` before Python 3.12 returns the item instead
+    when it arrived just before the cancel, and the streaming loop learns that its client left
+    from that cancel (Django cancels the view's task on http.disconnect), so the stream would run
+    to its end. An item that arrives as the wait times out stays in the queue.
+    """
+    if not queue.empty():  # no task and no timer for an item already there
+        return queue.get_nowait()
+    getter = asyncio.ensure_future(queue.get())
+    try:
+        await asyncio.wait((getter,), timeout=timeout)
+    finally:  # timed out or cancelled: Queue.get leaves an item that woke it in the queue
+        if not getter.done():
+            getter.cancel()
+    return getter.result() if getter.done() and not getter.cancelled() else None
 
 
 def _worker_lost_event(worker: str) -> dict:

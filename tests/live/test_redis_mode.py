@@ -257,10 +257,6 @@ def test_concurrent_streams_keep_their_order(client):
         assert list(pool.map(stream, prompts)) == alone
 
 
-# Since the API's one streaming loop (inference/api/common/stream.py) replaced the per-API loops,
-# the server sometimes does not notice this client leaving (about 1 module run in 6 here: the
-# stream runs to its end and nothing is aborted); open in issue 23's note, to be found and fixed.
-@pytest.mark.xfail(reason="Redis mode: a client's disconnect is sometimes not noticed", strict=False)
 def test_client_disconnect_aborts_in_the_worker(server, worker):
     body = {
         "model": "tiny",

@@ -131,3 +131,37 @@ def test_event_stream_closes_its_generator_when_the_response_is_closed():
         return list(closed)  # before the loop runs anything else
 
     assert asyncio.run(consume_one_then_disconnect()) == [True]
+
+
+@pytest.mark.parametrize("steps", range(6))
+def test_a_cancel_as_an_event_arrives_is_never_swallowed(steps):
+    """The streaming loop learns that its client left from a cancel (Django cancels the view's
+    task on http.disconnect). asyncio.wait_for before Python 3.12 returns the result instead when
+    the awaited item arrived just before the cancel: the cancel is lost and the stream runs to
+    its end. Whatever step the cancel lands on, receive() must raise it."""
+
+    async def main():
+        async with relay.Subscription("cancel-race") as sub:
+            task = asyncio.ensure_future(sub.receive(30.0))
+            await asyncio.sleep(0)  # the task waits on the empty queue
+            sub._events.put_nowait({"kind": "delta", "index": 0})
+            for _ in range(steps):  # let the wake-up travel part of the way
+                await asyncio.sleep(0)
+            if task.done():  # the event was delivered before the client left: nothing to lose
+                return
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    asyncio.run(main())
+
+
+def test_a_wait_that_times_out_leaves_the_next_event_in_the_queue():
+    async def main():
+        queue = asyncio.Queue()
+        assert await relay.next_within(queue, 0.01) is None
+        queue.put_nowait("a")
+        queue.put_nowait("b")
+        return [await relay.next_within(queue, 0.01), await relay.next_within(queue, None)]
+
+    assert asyncio.run(main()) == ["a", "b"]
