@@ -81,8 +81,13 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
                 return
             bound_host, bound_port = server.listening_addresses[0]
             shown = f"[{host}]" if ":" in host else host
-            print(f"omlx serving http://{shown}:{bound_port}", flush=True)
-            print(f"admin console: http://{shown}:{bound_port}/admin/", flush=True)
+            # One write per line: print() writes the text and the newline apart when stdout is
+            # unbuffered, and a child's output (a stdio MCP server's log) can land in between.
+            sys.stdout.write(
+                f"omlx serving http://{shown}:{bound_port}\n"
+                f"admin console: http://{shown}:{bound_port}/admin/\n"
+            )
+            sys.stdout.flush()
 
         reactor.callWhenRunning(say)
         if load_pinned:
