@@ -34,6 +34,7 @@ from inference import platform
 
 from . import bert
 from .pooling import Pooling
+from .tokenizer import EncoderTokenizer
 
 logger = logging.getLogger("omlx.embedding")
 
@@ -65,7 +66,7 @@ class EncoderModel:
     path: Path
     kind: str  # "embedding" | "reranker"
     model: nn.Module
-    tokenizer: object  # a transformers fast tokenizer
+    tokenizer: EncoderTokenizer
     max_length: int  # tokens per sequence, special tokens included
     vocab_size: int
     llm_based: bool
@@ -74,14 +75,14 @@ class EncoderModel:
     yes_no: Optional[Tuple[int, int]] = None  # LLM rerankers: token ids of "yes" and "no"
 
     def __post_init__(self):
-        self._lock = threading.Lock()  # a fast tokenizer is not safe for concurrent calls
+        self._lock = threading.Lock()  # tokenizers does not document one Tokenizer as thread-safe
 
     # -- tokenization (any thread) -------------------------------------------------------------
 
     def tokenize(self, texts: Sequence[str]) -> List[Seq]:
         with self._lock:
-            encoded = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
-        return [(list(ids), None) for ids in encoded]
+            encoded = self.tokenizer.encode(texts, add_special_tokens=True)
+        return [(ids, None) for ids in encoded]
 
     def tokenize_pairs(
         self, query: str, documents: Sequence[str], instruction: Optional[str] = None
@@ -91,18 +92,13 @@ class EncoderModel:
             instruction = instruction or DEFAULT_RERANK_INSTRUCTION
             bodies = [f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {d}" for d in documents]
             with self._lock:
-                prefix = self.tokenizer(QWEN3_RERANK_PREFIX, add_special_tokens=False)["input_ids"]
-                suffix = self.tokenizer(QWEN3_RERANK_SUFFIX, add_special_tokens=False)["input_ids"]
-                encoded = self.tokenizer(bodies, add_special_tokens=False)["input_ids"]
-            return [(list(prefix) + list(ids) + list(suffix), None) for ids in encoded]
+                prefix, suffix = self.tokenizer.encode(
+                    [QWEN3_RERANK_PREFIX, QWEN3_RERANK_SUFFIX], add_special_tokens=False
+                )
+                encoded = self.tokenizer.encode(bodies, add_special_tokens=False)
+            return [(prefix + ids + suffix, None) for ids in encoded]
         with self._lock:
-            encoded = self.tokenizer(
-                [query] * len(documents), list(documents), add_special_tokens=True, return_token_type_ids=True
-            )
-        types = encoded.get("token_type_ids") or [None] * len(documents)
-        return [
-            (list(ids), list(t) if t is not None else None) for ids, t in zip(encoded["input_ids"], types)
-        ]
+            return self.tokenizer.encode_pairs([(query, d) for d in documents])
 
     # -- the forward pass (the engine thread) --------------------------------------------------
 
@@ -145,7 +141,7 @@ def load_encoder(path, kind: str, dtype: Optional[str] = None) -> EncoderModel:
     except (OSError, ValueError) as exc:
         raise EncoderLoadError(f"{path}: config.json cannot be read: {exc}") from None
     try:
-        tokenizer = _tokenizer(path)
+        tokenizer = EncoderTokenizer.from_folder(path)
     except Exception as exc:
         raise EncoderLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
     try:
@@ -179,12 +175,6 @@ def load_encoder(path, kind: str, dtype: Optional[str] = None) -> EncoderModel:
         encoder.yes_no = _yes_no_ids(path, tokenizer)
     logger.info("loaded %s (%s, %s, max %d tokens)", path, kind, config.get("model_type"), encoder.max_length)
     return encoder
-
-
-def _tokenizer(path: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path))
 
 
 def _load_bert(path: Path, config: dict, kind: str) -> nn.Module:
@@ -250,9 +240,9 @@ def _lm_head(model: nn.Module, h: mx.array) -> mx.array:
     return model.model.embed_tokens.as_linear(h)
 
 
-def _yes_no_ids(path: Path, tokenizer) -> Tuple[int, int]:
-    ids = tuple(tokenizer.convert_tokens_to_ids(word) for word in ("yes", "no"))
-    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+def _yes_no_ids(path: Path, tokenizer: EncoderTokenizer) -> Tuple[int, int]:
+    ids = tuple(tokenizer.token_to_id(word) for word in ("yes", "no"))
+    if None in ids:
         raise EncoderLoadError(
             f'{path}: an LLM-based reranker needs "yes" and "no" tokens '
             "(Qwen3-Reranker's scoring), and this tokenizer has none"
@@ -260,7 +250,7 @@ def _yes_no_ids(path: Path, tokenizer) -> Tuple[int, int]:
     return ids
 
 
-def _max_length(path: Path, config: dict, tokenizer) -> int:
+def _max_length(path: Path, config: dict, tokenizer: EncoderTokenizer) -> int:
     limits = []
     positions = config.get("max_position_embeddings")
     if isinstance(positions, int) and positions > 0:
@@ -272,7 +262,7 @@ def _max_length(path: Path, config: dict, tokenizer) -> int:
         value = json.loads(st_config.read_text()).get("max_seq_length")
         if isinstance(value, int) and value > 0:
             limits.append(value)
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if isinstance(model_max, int) and 0 < model_max < 10**7:
+    model_max = tokenizer.model_max_length
+    if model_max is not None and 0 < model_max < 10**7:
         limits.append(model_max)
     return min(limits + [MAX_TOKENS]) if limits else 512

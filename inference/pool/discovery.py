@@ -8,7 +8,8 @@ Rules (docs/models.md says the same for users):
   (``.name``) are skipped. With several directories the first one that has an id wins; the
   later folder is listed as shadowed.
 - A model folder is servable when its config.json is valid JSON with a ``model_type``, its
-  weights are ``*.safetensors``, it has a tokenizer and omlx can run the architecture: mlx-lm
+  weights are ``*.safetensors``, it has a tokenizer (for an embedding or reranker folder, the
+  fast tokenizer file ``tokenizer.json``) and omlx can run the architecture: mlx-lm
   knows it (LLMs, and LLM-based embedders and rerankers), or it is a BERT-family encoder
   (``inference.embedding.BERT_MODEL_TYPES``) for an embedding or reranker folder. A
   vision-language model of ``inference.vision.model.IMAGE_FAMILIES`` is served with images
@@ -150,6 +151,9 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
         return folder
     if not any((path / name).exists() for name in _TOKENIZER_FILES + ("vocab.txt",)):
         folder.reason = "no tokenizer (tokenizer.json or tokenizer.model)"
+        return folder
+    if folder.kind != "llm" and not (path / "tokenizer.json").exists():
+        folder.reason = f"no tokenizer.json: {folder.kind} models need the fast tokenizer file"
         return folder
     from inference.vision.model import is_vision_config, unsupported_reason
 

@@ -276,18 +276,19 @@ def _processor(path: str, _mtime: int, model_type: Optional[str] = None):
 
 
 def load_processor(path: str, model_type: Optional[str]):
-    """The folder's processor as mlx-vlm loads it: importing the family's mlx-vlm module first
-    installs mlx-vlm's own processor class for it (numpy, no torchvision) where it has one."""
+    """The folder's processor as mlx-vlm loads it (``mlx_vlm.utils.load_processor``): importing
+    the family's mlx-vlm module first installs mlx-vlm's own processor class for it (numpy, no
+    torchvision) where it has one. Without mlx-vlm's detokenizer: the processor only builds inputs."""
     import importlib
 
-    from transformers import AutoProcessor
+    from mlx_vlm.utils import load_processor as vlm_load_processor
 
     if model_type:
         try:
             importlib.import_module(f"mlx_vlm.models.{model_type}")
         except ImportError:  # a family without an mlx-vlm module: transformers' processor
             pass
-    return AutoProcessor.from_pretrained(path)
+    return vlm_load_processor(path, add_detokenizer=False)
 
 
 def load_vision(path: Path, dtype_name: Optional[str]):

@@ -11,12 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("omlx_site", "inference", "cache", "admin_panel")
 APPS = ("inference", "cache")
 ABOVE_APPS = ("omlx_site", "admin_panel")
-# Only the test-model kit (_in_testkit) may import these (behind the [test] extra)...
+# Only the test-model kit (_in_testkit) may import these (behind the [test] extra).
 HEAVY = ("torch", "transformers")
-# ...except transformers' tokenizer and processor loaders: mlx-lm and mlx-vlm load every model's
-# tokenizer and processor with them (transformers is their dependency, not only the tests'), and
-# omlx loads encoder tokenizers and vision processors the same way. Never a transformers model.
-LOADERS = ("transformers.AutoTokenizer", "transformers.AutoProcessor")
 # cache/'s Django side; every other cache module is its core and never imports django.
 CACHE_DJANGO = ("cache.models", "cache.apps", "cache.migrations", "cache.orm_index", "cache.tasks")
 
@@ -209,7 +205,7 @@ def test_only_the_testkit_imports_torch_or_transformers():
         for m, found in sorted(external.items())
         if not _in_testkit(m)
         for dotted, line in found
-        if dotted.split(".")[0] in HEAVY and dotted not in LOADERS
+        if dotted.split(".")[0] in HEAVY
     ]
     assert heavy == [], "\n".join(heavy)
 

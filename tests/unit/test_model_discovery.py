@@ -42,6 +42,7 @@ def test_depth_one_and_two_with_kinds_and_reasons(tmp_path, model_dir):
     )
     folder(tmp_path / "modern-embed", {"model_type": "modernbert", "architectures": ["ModernBertModel"]})
     folder(tmp_path / "bert-no-head", {"model_type": "bert", "architectures": ["BertModel"]})
+    folder(tmp_path / "bert-slow", {"model_type": "bert"}, ("model.safetensors", "vocab.txt"))
     folder(
         tmp_path / "Qwen" / "Qwen3-Reranker-0.6B",
         {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]},
@@ -87,6 +88,7 @@ def test_depth_one_and_two_with_kinds_and_reasons(tmp_path, model_dir):
     assert kinds["Qwen/Qwen3-Embedding-mlx"] == "embedding" and kinds["plain"] == "llm"
     assert "encoder model_type 'modernbert' is not supported" in reasons["modern-embed"]
     assert "tokenizer" in reasons["st-embed"]
+    assert "no tokenizer.json: embedding models need the fast tokenizer file" == reasons["bert-slow"]
     # a BertModel folder made a reranker by the setting has no classification head
     assert "ForSequenceClassification" in inspect("x", tmp_path / "bert-no-head", "reranker").reason
     assert not any(".hidden" in i or "empty-org" in i or "notes" in i for i in found)
