@@ -19,9 +19,15 @@ Same output length on both: omlx gets ``ignore_eos``; mlx-lm's server does not k
 gets ``logit_bias`` -1e4 on the model's end-of-sequence tokens instead (it applies logit_bias),
 and the completion tokens of each side are printed to show they match.
 
+With ``--step-trace N`` omlx records its engine steps (`omlx serve --step-trace N`, at most
+1024 are read back per run) and each of its runs prints where the steps' time went, by step
+composition (decode only, decode with prompt tokens, prompt tokens only): docs/engine.md
+"Step trace". ``--omlx-only`` runs omlx alone (no ratio: for a trace).
+
     .venv/bin/python benchmarks/bench_agentic.py [--quick] [--model-preset tiny|small|qwen2.5-0.5b]
         [--model FOLDER] [--rounds 3] [--mode closed|burst]
         [--conversations N --turns T --system-tokens S ...] [--json out.json]
+        [--step-trace 1024] [--omlx-only]
 """
 
 from __future__ import annotations
@@ -113,6 +119,59 @@ def phase_means(before: dict, after: dict) -> dict:
     return out
 
 
+TRACE_READ = 1024  # records GET /v1/engine/step_trace gives at most (inference/api/omlx/step_trace.py)
+TIMES = ("prefill", "decode", "restore", "merge", "store", "sampling", "launch", "device_wait", "host")
+
+
+def last_step(url: str) -> int:
+    """The engine's latest step index in omlx's step trace (0 before any)."""
+    steps = _trace(url, 1)
+    return steps[-1]["step"] if steps else 0
+
+
+def _trace(url: str, last: int) -> list:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/v1/engine/step_trace?last={last}", timeout=30) as answer:
+        rows = json.loads(answer.read())["data"]
+    return rows[0]["steps"] if rows else []
+
+
+def step_kind(record: dict) -> str:
+    if record["decode_passes"] and record["prompt_tokens"]:
+        return "decode + prompt"
+    if record["decode_passes"]:
+        return "decode only"
+    if record["prompt_tokens"]:
+        return "prompt only"
+    return "neither"
+
+
+def trace_table(records: list) -> str:
+    """Where the steps' time went, one row per step composition: steps, share of the wall time,
+    mean step, mean decode rows, prompt tokens and prefill passes, and the mean milliseconds of
+    each part (inference.engine.step_trace; prefill and decode are wall times that hold the
+    parts after them, host is what no clock covers)."""
+    total = sum(r["seconds"] for r in records) or 1.0
+    head = ["steps", "share", "step ms", "rows", "prompt tok", "passes"] + [f"{t} ms" for t in TIMES]
+    lines = ["| kind | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    for kind in ("decode only", "decode + prompt", "prompt only", "neither"):
+        rows = [r for r in records if step_kind(r) == kind]
+        if not rows:
+            continue
+        mean = lambda key: statistics.fmean(r[key] for r in rows)  # noqa: E731
+        cells = [
+            str(len(rows)),
+            f"{100 * sum(r['seconds'] for r in rows) / total:.0f} %",
+            f"{1000 * mean('seconds'):.1f}",
+            f"{mean('decode_rows'):.2f}",
+            f"{mean('prompt_tokens'):.1f}",
+            f"{mean('prefill_passes'):.2f}",
+        ] + [f"{1000 * mean(t + '_seconds'):.1f}" for t in TIMES]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _show(value, unit) -> str:
     return f"{value * 1000:.1f} ms" if unit == "ms" else f"{value:.2f}"
 
@@ -145,9 +204,19 @@ def main() -> int:
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
+    parser.add_argument(
+        "--step-trace",
+        type=int,
+        default=0,
+        metavar="N",
+        help="omlx records its last N engine steps; each omlx run prints their composition",
+    )
+    parser.add_argument("--omlx-only", action="store_true", help="run omlx alone (no mlx-lm, no ratios)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
+    if not 0 <= args.step_trace:
+        parser.error("--step-trace: 0 (off) or more steps")
     settings = QUICK if args.quick else AGENTIC_PRESETS["default"]
     settings = replace(
         settings, **{n: getattr(args, n) for n in SIZE_FLAGS + ("mode",) if getattr(args, n) is not None}
@@ -162,17 +231,31 @@ def main() -> int:
 
             folder = build_model(work / "built", preset=model_preset)
         bias = {str(i): -1e4 for i in eos_ids(folder)}
-        servers = start_servers(folder, work)
+        names = ("omlx",) if args.omlx_only else ("omlx", "mlx-lm")
+        trace_args = ("--step-trace", str(args.step_trace)) if args.step_trace else ()
+        servers = start_servers(folder, work, names, omlx_args=trace_args)
 
         def run_one(name):
             _, url, model = servers[name]
             extra = {"logit_bias": bias} if name == "mlx-lm" and settings.ignore_eos else None
             before = phase_totals(url) if name == "omlx" else None
+            first = last_step(url) if name == "omlx" and args.step_trace else None
             with OpenAITarget(url + "/v1", model, extra_body=extra) as target:
                 run = run_agentic(target, settings)
             if before is not None:  # the warm-up request of the run counts too
                 run["summary"]["phases_s"] = phase_means(before, phase_totals(url))
+            if first is not None:
+                records = [r for r in _trace(url, TRACE_READ) if r["step"] > first]
+                run["step_trace"] = records
+                print(
+                    f"omlx run {len(runs_done) + 1}: its last {len(records)} steps "
+                    f"(of {last_step(url) - first}) by composition:\n{trace_table(records)}\n",
+                    flush=True,
+                )
+            runs_done.append(name)
             return run
+
+        runs_done = []
 
         try:
             runs = run_rounds(list(servers), args.rounds, run_one)
@@ -185,18 +268,28 @@ def main() -> int:
         f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
         f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
         f"{'s' if args.rounds > 1 else ''}"
-        f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}; "
-        f"ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values of the round "
-        f"that has it"
+        f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}"
+        + (
+            ""
+            if args.omlx_only
+            else "; ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values "
+            "of the round that has it"
+        )
     )
-    table = [
-        compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])
-        for name in figures(runs["omlx"][0])
-    ]
-    show = lambda c, v: _show(v, figures(runs["omlx"][0])[c.name][1])  # noqa: E731
-    print(ratio_table(table, "omlx", "mlx-lm server", "omlx / mlx-lm", show))
-    print("\neach server's own median over rounds (context; a ratio of these is not the figure):\n")
-    print(medians_table(table, "omlx", "mlx-lm server", show))
+    if "mlx-lm" in runs:
+        table = [
+            compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])
+            for name in figures(runs["omlx"][0])
+        ]
+        show = lambda c, v: _show(v, figures(runs["omlx"][0])[c.name][1])  # noqa: E731
+        print(ratio_table(table, "omlx", "mlx-lm server", "omlx / mlx-lm", show))
+        print("\neach server's own median over rounds (context; a ratio of these is not the figure):\n")
+        print(medians_table(table, "omlx", "mlx-lm server", show))
+    else:  # --omlx-only
+        print("\nomlx alone, the median over rounds:\n\n| figure | omlx |\n|---|---:|")
+        for name, (_, unit) in figures(runs["omlx"][0]).items():
+            value = statistics.median(figures(run)[name][0] for run in runs["omlx"])
+            print(f"| {name} | {_show(value, unit)} |")
     print(
         "\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
         "omlx_request_phase_seconds, over each run; median over rounds):"

@@ -64,51 +64,47 @@ def wait_until_up(url: str, process, timeout=180.0) -> None:
     raise RuntimeError(f"nothing answers at {url}")
 
 
-def start_servers(folder: Path, work: Path):
+def start_servers(folder: Path, work: Path, names=("omlx", "mlx-lm"), omlx_args=()):
+    """The servers ``names`` (omlx, mlx-lm) on ``folder``: name -> (process, URL, model name).
+    ``omlx_args``: more `omlx serve` arguments."""
     env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO))
     env.pop("OMLX_API_KEY", None)
     models = work / "models"
     models.mkdir()
     os.symlink(folder, models / "model")
-    omlx_port, mlx_port = free_port(), free_port()
-    omlx = subprocess.Popen(
-        [
+    commands = {
+        "omlx": lambda port: [
             sys.executable,
             "-m",
             "omlx_site.cli",
             "serve",
             "--port",
-            str(omlx_port),
+            str(port),
             "--model-dir",
             str(models),
+            *omlx_args,
         ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    mlx = subprocess.Popen(
-        [
+        "mlx-lm": lambda port: [
             sys.executable,
             "-c",
             MLX_LM_SERVER,
             "--model",
             str(folder),
             "--port",
-            str(mlx_port),
+            str(port),
             "--log-level",
             "WARNING",
         ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    servers = {
-        "omlx": (omlx, f"http://127.0.0.1:{omlx_port}", "model"),
-        "mlx-lm": (mlx, f"http://127.0.0.1:{mlx_port}", "default_model"),
     }
+    model_names = {"omlx": "model", "mlx-lm": "default_model"}
+    servers = {}
     try:
+        for name in names:
+            port = free_port()
+            process = subprocess.Popen(
+                commands[name](port), env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            servers[name] = (process, f"http://127.0.0.1:{port}", model_names[name])
         for process, url, _ in servers.values():
             wait_until_up(url, process)
     except BaseException:

@@ -37,8 +37,10 @@ class EngineConfig:
         (admitted earlier when the waiting requests fill every free slot); 0 admits at once.
     max_step_ms: while requests decode, a step computes only as many prompt tokens as keep it
         near this many milliseconds, from the measured speeds (``step_costs.StepCosts``), so
-        running streams keep a steady inter-token latency while long prompts are prefilled; 0
-        (the default) targets 4 decode steps. Lower: steadier streams, slower first tokens.
+        running streams keep a steady inter-token latency while long prompts are prefilled.
+        Lower: steadier streams, slower first tokens. 0 (the default): a default-priority
+        prompt gets the chunk of least total time to the requests' last tokens
+        (``StepCosts.least_latency_chunk``), a background one targets 4 decode steps.
     step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
         rows, prompt tokens, passes and where the step's time went; ``Engine.step_trace()``);
         0 (the default) keeps none.

@@ -47,12 +47,15 @@ class Scheduler:
     interactive prompt is prefilled, background prompts wait, so its first token does not pay
     for their chunks (their aging bounds the wait).
 
-    Bounded step time: while requests at least as urgent as the prefill decode, and whenever
+    Step composition: while requests at least as urgent as the prefill decode, and whenever
     the prefill is background work (priority > 0), the prompt tokens of a step are also capped
-    so that the step takes about ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode steps),
-    from the speeds measured while serving (``costs``); at least
-    ``StepCosts.MIN_PREFILL_TOKENS`` a step, so every prefill progresses (``_bounded``).
-    Otherwise a step takes the whole token budget.
+    (``_bounded``, ``_allowance``), from the costs measured while serving (``costs``). A
+    default-priority prompt next to decoding streams gets the chunk that makes the sum of
+    every request's time to its last token least (``StepCosts.least_latency_chunk``: the whole
+    prompt in one step unless a stream about to end should finish first); background prompts,
+    and any prompt when ``max_step_ms`` is set, get what keeps the step near ``max_step_ms``
+    (0: ``StepCosts.AUTO_STRETCH`` decode steps). At least ``StepCosts.MIN_PREFILL_TOKENS`` a
+    step, so every prefill progresses. Otherwise a step takes the whole token budget.
 
     Priorities (``SamplingParams.priority``, lower is more urgent, as vLLM's): waiting requests
     are ordered by (effective priority, arrival). A request's effective priority improves by one
@@ -187,7 +190,7 @@ class Scheduler:
             self._admit(out)
         prefilling = sorted(self.prefilling, key=self._urgency)
         if prefilling and self._bounded(self._urgency(prefilling[0])[0]):
-            allowance = self.costs.prefill_allowance(self.config.max_step_ms)
+            allowance = self._allowance(prefilling, budget)
             if allowance is not None:
                 budget = min(budget, allowance)
         # The budget goes to the prefills most urgent first; while a more urgent prompt is being
@@ -202,6 +205,22 @@ class Scheduler:
             out.prefill.append((r, n))
             budget -= n
         return out
+
+    def _allowance(self, prefilling: List[Request], budget: int) -> Optional[int]:
+        """The prompt tokens of a bounded step (``_bounded``; None: no bound yet). Prompts at
+        priority 0 or below, without ``max_step_ms``: the chunk of least total latency for the
+        prompts of the most urgent level and the rows decoding (``StepCosts.least_latency_chunk``);
+        background prompts, or with ``max_step_ms``: the step-time target (``prefill_allowance``)."""
+        level = self._urgency(prefilling[0])[0]
+        if level <= 0 and self.config.max_step_ms <= 0:
+            chunk = self.config.prefill_chunk_size
+            prompt = sum(min(r.num_to_prefill, chunk) for r in prefilling if self._urgency(r)[0] == level)
+            tokens = self.costs.least_latency_chunk(
+                min(prompt, budget), [r.length_left(None) for r in self.decoding]
+            )
+            if tokens is not None:
+                return max(self.costs.MIN_PREFILL_TOKENS, tokens)
+        return self.costs.prefill_allowance(self.config.max_step_ms)
 
     def _bounded(self, level: int) -> bool:
         """Whether a step that prefills at effective priority ``level`` keeps to the step-time
