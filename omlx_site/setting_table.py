@@ -1,0 +1,448 @@
+"""The table of omlx's settings: one `Setting` row per setting (see omlx_site/config.py for where
+their values come from and how a row becomes a flag, a Django setting and a line of
+docs/settings.md). Adding a setting is adding one row here, then regenerating docs/settings.md
+(``python -m omlx_site.config > docs/settings.md``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from huggingface_hub import constants as hf_constants
+
+from omlx_site import setting_checks as checks
+from omlx_site.setting_kinds import (
+    BOOLEAN,
+    BYTES,
+    FILE,
+    FOLDER_OR_OFF,
+    FOLDERS,
+    INTEGER,
+    MEMORY_LIMIT,
+    NUMBER,
+    SIZE,
+    TEXT,
+    Kind,
+)
+
+
+def _hf_hub_cache():
+    """huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    return Path(hf_constants.HF_HUB_CACHE).expanduser()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table. ``default`` may be a function of OMLX_HOME; ``shown_default`` is how
+    the documentation and --help write it. ``commands`` lists the commands with the flag."""
+
+    key: str
+    env: str
+    kind: Kind
+    default: Any
+    help: str
+    flag: Optional[str] = None
+    commands: tuple = ("serve",)
+    check: Optional[Callable[[Any], None]] = None
+    shown_default: Optional[str] = None
+    metavar: Optional[str] = None
+    secret: bool = False
+    # When a change made while the server runs (the console's Settings page) takes effect: "now"
+    # (read at use time: omlx_site/live_settings.py applies it), "next load" (models loaded after
+    # the change get it) or "restart".
+    applies: str = "restart"
+
+    def parse(self, raw):
+        value = self.kind.parse(raw)
+        if value is not None and self.check is not None:
+            self.check(value)
+        return value
+
+    def default_for(self, home: Path):
+        return self.default(home) if callable(self.default) else self.default
+
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        return "unset" if self.default is None else str(self.default)
+
+    def describe(self) -> dict:
+        """Plain data about the setting (for the admin panel and the docs)."""
+        return {
+            "key": self.key,
+            "env": self.env,
+            "flag": self.flag,
+            "type": self.kind.name,
+            "default": self.default_text(),
+            "help": self.help,
+            "commands": list(self.commands),
+            "secret": self.secret,
+            "applies": self.applies,
+        }
+
+
+SERVE, BOTH = ("serve",), ("serve", "worker")
+
+# The order is the order of --help and of docs/settings.md.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("host", "OMLX_HOST", TEXT, "127.0.0.1", "address to listen on", flag="--host", metavar="HOST"),
+    Setting(
+        "port",
+        "OMLX_PORT",
+        INTEGER,
+        8000,
+        "port; 0 picks a free one",
+        flag="--port",
+        check=checks.port,
+        metavar="PORT",
+    ),
+    Setting(
+        "model_dir",
+        "OMLX_MODEL_DIR",
+        FOLDERS,
+        lambda home: [home / "models"],
+        "folders of model folders, searched at depth 1 (DIR/name) and 2 (DIR/org/name); repeat the "
+        "flag for several (the first with an id wins); the variable separates them with os.pathsep",
+        flag="--model-dir",
+        commands=BOTH,
+        shown_default="$OMLX_HOME/models",
+        applies="now",
+    ),
+    Setting(
+        "hf_cache",
+        "OMLX_HF_CACHE",
+        FOLDER_OR_OFF,
+        lambda home: _hf_hub_cache(),
+        "the Hugging Face cache, whose models (ORG/NAME at the snapshot of refs/main) are served "
+        "after the model folders'; 'off': not searched",
+        flag="--hf-cache",
+        commands=BOTH,
+        shown_default="$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub",
+        applies="now",
+    ),
+    Setting(
+        "max_model_memory",
+        "OMLX_MAX_MODEL_MEMORY",
+        MEMORY_LIMIT,
+        "80%",
+        "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
+        "32GB, 80% of RAM (the memory cgroup's limit when lower), or 'disabled'",
+        flag="--max-model-memory",
+        commands=BOTH,
+        check=checks.memory_limit(auto=False),
+        applies="now",
+    ),
+    Setting(
+        "max_process_memory",
+        "OMLX_MAX_PROCESS_MEMORY",
+        MEMORY_LIMIT,
+        "auto",
+        "limit on the whole process when loading a model: a size, a percentage of RAM, 'auto' "
+        "(RAM minus 8 GiB, at least half of RAM) or 'disabled'",
+        flag="--max-process-memory",
+        commands=BOTH,
+        check=checks.memory_limit(auto=True),
+        applies="now",
+    ),
+    Setting(
+        "memory_guard",
+        "OMLX_MEMORY_GUARD",
+        BOOLEAN,
+        True,
+        "watch memory while serving (the process's cgroup, RLIMIT_AS/RLIMIT_DATA, the system's "
+        "available memory, --max-process-memory) and relieve pressure before the OS kills the "
+        "process (docs/models.md)",
+        flag="--memory-guard",
+        commands=BOTH,
+    ),
+    Setting(
+        "memory_guard_high",
+        "OMLX_MEMORY_GUARD_HIGH",
+        NUMBER,
+        0.9,
+        "share of the tightest memory limit in use from which new requests get a 503 with "
+        "Retry-After and engines admit no more waiting requests",
+        flag="--memory-guard-high",
+        commands=BOTH,
+        check=checks.fraction,
+        metavar="SHARE",
+    ),
+    Setting(
+        "memory_guard_critical",
+        "OMLX_MEMORY_GUARD_CRITICAL",
+        NUMBER,
+        0.95,
+        "share from which, one step per poll, running requests are preempted, then hot tiers "
+        "halved, then idle unpinned models unloaded (at least --memory-guard-high)",
+        flag="--memory-guard-critical",
+        commands=BOTH,
+        check=checks.fraction,
+        metavar="SHARE",
+    ),
+    Setting(
+        "memory_guard_interval",
+        "OMLX_MEMORY_GUARD_INTERVAL",
+        NUMBER,
+        0.25,
+        "seconds between two readings of the memory guard",
+        flag="--memory-guard-interval",
+        commands=BOTH,
+        check=checks.positive,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "max_concurrent_requests",
+        "OMLX_MAX_CONCURRENT_REQUESTS",
+        INTEGER,
+        16,
+        "requests prefilling or decoding at once, per model",
+        flag="--max-concurrent-requests",
+        commands=BOTH,
+        check=checks.engine("max_concurrent_requests"),
+        applies="next load",
+    ),
+    Setting(
+        "max_batch_wait_ms",
+        "OMLX_MAX_BATCH_WAIT_MS",
+        NUMBER,
+        0,
+        "how long a new request may be held so that it joins a batch with others, per model "
+        "(milliseconds; admitted earlier when the waiting requests fill every free slot; 0 "
+        "admits at once); embedding and reranker models: how long the first request waits "
+        "for others to share its forward pass",
+        flag="--max-batch-wait-ms",
+        commands=BOTH,
+        check=checks.engine("max_batch_wait_ms"),
+        applies="next load",
+    ),
+    Setting(
+        "max_step_ms",
+        "OMLX_MAX_STEP_MS",
+        NUMBER,
+        0,
+        "while requests decode, a step computes only the prompt tokens that keep it near this "
+        "many milliseconds (from the speeds measured while serving), so streams keep a steady "
+        "inter-token latency during long prefills; per model; 0: a default-priority prompt gets the "
+        "step composition of least time to every request's last token, a background one targets "
+        "4 decode steps",
+        flag="--max-step-ms",
+        commands=BOTH,
+        check=checks.engine("max_step_ms"),
+        applies="next load",
+    ),
+    Setting(
+        "step_trace",
+        "OMLX_STEP_TRACE",
+        INTEGER,
+        0,
+        "keep a record of each of the last N engine steps (rows decoding, prompt tokens, passes and "
+        "where the step's time went), read at GET /v1/engine/step_trace; 0: off",
+        flag="--step-trace",
+        commands=BOTH,
+        check=checks.engine("step_trace"),
+        metavar="N",
+        applies="next load",
+    ),
+    Setting(
+        "hot_cache_max_size",
+        "OMLX_HOT_CACHE_MAX_SIZE",
+        SIZE,
+        "10%",
+        "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
+        flag="--hot-cache-max-size",
+        commands=BOTH,
+        check=checks.engine("hot_cache_max_size"),
+        applies="next load",
+    ),
+    Setting(
+        "paged_ssd_cache_dir",
+        "OMLX_COLD_CACHE_DIR",
+        FOLDER_OR_OFF,
+        lambda home: home / "cache",
+        "folder of the SSD tier of the KV cache, kept across restarts; 'off' keeps blocks in RAM only",
+        flag="--paged-ssd-cache-dir",
+        commands=BOTH,
+        shown_default="$OMLX_HOME/cache",
+    ),
+    Setting(
+        "paged_ssd_cache_max_size",
+        "OMLX_COLD_CACHE_MAX_BYTES",
+        BYTES,
+        None,
+        "cap on the SSD tier, all models together, e.g. 50GB (unset: no cap)",
+        flag="--paged-ssd-cache-max-size",
+        commands=BOTH,
+        applies="now",
+    ),
+    Setting(
+        "paged_ssd_cache_ttl",
+        "OMLX_COLD_CACHE_TTL_SECONDS",
+        NUMBER,
+        None,
+        "remove SSD blocks nobody used for this many seconds (unset: never)",
+        flag="--paged-ssd-cache-ttl",
+        commands=BOTH,
+        check=checks.positive,
+        metavar="SECONDS",
+        applies="now",
+    ),
+    Setting(
+        "api_key",
+        "OMLX_API_KEY",
+        TEXT,
+        None,
+        "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route and /metrics",
+        flag="--api-key",
+        metavar="KEY",
+        secret=True,
+        applies="now",
+    ),
+    Setting(
+        "redis_url",
+        "OMLX_REDIS_URL",
+        TEXT,
+        None,
+        "Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 (unset: SQLite "
+        "queue, in-process channel layer)",
+        flag="--redis-url",
+        commands=BOTH,
+        check=checks.redis_url,
+        metavar="URL",
+    ),
+    Setting(
+        "workers",
+        "OMLX_HUEY_WORKERS",
+        INTEGER,
+        None,
+        "Huey worker threads inside the server; with Redis, 0: only `omlx worker` processes run requests",
+        flag="--workers",
+        check=checks.at_least(0),
+        shown_default="2; with Redis 0",
+    ),
+    Setting(
+        "max_request_size",
+        "OMLX_MAX_REQUEST_BYTES",
+        BYTES,
+        32 * 2**20,
+        "largest request body (bytes, 64KiB, 32MiB); larger ones get a 413",
+        flag="--max-request-size",
+        check=checks.request_size,
+        shown_default="32MiB",
+        applies="now",
+    ),
+    Setting(
+        "allow_remote_images",
+        "OMLX_ALLOW_REMOTE_IMAGES",
+        BOOLEAN,
+        False,
+        "fetch http(s) image URLs of chat requests for vision models (off: such a request gets "
+        "a 400; data: URLs and local files are always read)",
+        flag="--allow-remote-images",
+        commands=BOTH,
+    ),
+    Setting(
+        "max_queued_requests",
+        "OMLX_MAX_QUEUED_REQUESTS",
+        INTEGER,
+        256,
+        "requests per model that may wait beyond --max-concurrent-requests; more get a 429",
+        flag="--max-queued-requests",
+        check=checks.at_least(0),
+        applies="now",
+    ),
+    Setting(
+        "mcp_config",
+        "OMLX_MCP_CONFIG",
+        FILE,
+        None,
+        "MCP servers to start with the server, in Claude Desktop's mcpServers JSON (stdio: command, "
+        "args, env; streamable HTTP: url, headers); their tools are served under /v1/mcp and offered "
+        "in the console's chat. Needs the extra: pip install 'omlx[mcp]'",
+        flag="--mcp-config",
+        check=checks.mcp_config,
+    ),
+    Setting(
+        "mcp_tool_timeout",
+        "OMLX_MCP_TOOL_TIMEOUT",
+        NUMBER,
+        60.0,
+        "seconds an MCP tool call may take (POST /v1/mcp/execute may ask for less or more)",
+        check=checks.positive,
+    ),
+    Setting(
+        "retry_after_seconds",
+        "OMLX_RETRY_AFTER_SECONDS",
+        INTEGER,
+        1,
+        "the Retry-After (seconds) of a 429, and of a memory guard's 503 (at least 1)",
+        check=checks.at_least(0),
+        applies="now",
+    ),
+    Setting(
+        "worker_heartbeat_seconds",
+        "OMLX_WORKER_HEARTBEAT_SECONDS",
+        NUMBER,
+        15.0,
+        "Redis mode: a worker whose heartbeat is older is gone (it renews it every third of this)",
+        check=checks.positive,
+    ),
+    Setting(
+        "sse_keepalive_seconds",
+        "OMLX_SSE_KEEPALIVE_SECONDS",
+        NUMBER,
+        10.0,
+        "idle seconds between keep-alive comments in a stream (ping events on /v1/messages)",
+        check=checks.positive,
+        applies="now",
+    ),
+    Setting(
+        "huey_max_poll_delay",
+        "OMLX_HUEY_MAX_POLL_DELAY",
+        NUMBER,
+        0.5,
+        "longest wait (s) before an idle worker sees a new task (SQLite queues are polled)",
+        check=checks.positive,
+    ),
+    Setting(
+        "api_handoff",
+        "OMLX_API_HANDOFF",
+        TEXT,
+        "huey",
+        "'direct': the view hands requests to the engine itself, without the queue (for comparisons)",
+        check=checks.one_of("huey", "direct"),
+    ),
+    Setting(
+        "shutdown_grace_seconds",
+        "OMLX_SHUTDOWN_GRACE_SECONDS",
+        NUMBER,
+        10.0,
+        "on SIGTERM/SIGINT, how long running requests may go on before they are aborted",
+        check=checks.at_least(0),
+    ),
+    Setting(
+        "log_dir",
+        "OMLX_LOG_DIR",
+        FOLDER_OR_OFF,
+        lambda home: home / "logs",
+        "the JSON-lines logs: server.log (omlx serve), worker-PID.log (omlx worker); 'off': none",
+        shown_default="$OMLX_HOME/logs",
+    ),
+    Setting(
+        "log_max_bytes",
+        "OMLX_LOG_MAX_BYTES",
+        BYTES,
+        10 * 2**20,
+        "a log file is rotated (server.log.1, ...) when it would grow past this size",
+        check=checks.positive,
+    ),
+    Setting(
+        "log_backups",
+        "OMLX_LOG_BACKUPS",
+        INTEGER,
+        5,
+        "rotated log files kept per process",
+        check=checks.at_least(0),
+    ),
+)
+BY_KEY = {s.key: s for s in SETTINGS}
