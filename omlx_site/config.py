@@ -1,23 +1,25 @@
 """The table of omlx's settings, and where their values come from.
 
-Each `Setting` row (the table is omlx_site/setting_table.py) gives a setting's key in ``$OMLX_HOME/settings.json``, its environment variable
-(also the name of the Django setting that holds its value), its `omlx serve` / `omlx worker` flag,
-its kind (how a value is parsed: omlx_site/setting_kinds.py), the check of its value
-(omlx_site/setting_checks.py), default and help. The CLI's flags, omlx_site.settings,
-docs/settings.md (``python -m omlx_site.config > docs/settings.md``) and tests/unit/test_docs.py are all
-built from `SETTINGS`: adding a setting is adding one row.
+Each `Setting` row (the table is omlx_site/setting_table.py) gives a setting's key in
+``$OMLX_HOME/settings.json``, its environment variable (also the name of the Django setting that
+holds its value), its `omlx serve` / `omlx worker` flag, its kind (how a value is parsed:
+omlx_site/setting_kinds.py), the check of its value (omlx_site/setting_checks.py), default and
+help. The CLI's flags, omlx_site.settings, docs/settings.md (``python -m omlx_site.config >
+docs/settings.md``) and tests/unit/test_docs.py are all built from `SETTINGS`: adding a setting is
+adding one row.
 
 Precedence: a flag on the command line, then the environment variable, then settings.json, then the
-default. `omlx serve` writes the flags it was given to settings.json (mode 0600: it may hold the API
-key), so the next start without them keeps them. A settings.json that is not a JSON object is moved
-aside (settings.json.corrupt-<time>) with a warning; a key with a bad value is ignored with a
+default. `omlx serve` writes the flags it was given to settings.json (mode 0600: it may hold the
+API key), so the next start without them keeps them. A settings.json that is not a JSON object is
+moved aside (settings.json.corrupt-<time>) with a warning; a key with a bad value is ignored with a
 warning; unknown keys are kept in the file and warned about. Upstream oMLX's nested settings.json
 (same path) is converted on first read (omlx_site/upstream_settings.py).
 
-Adding a setting: append a `Setting` row to `SETTINGS` in omlx_site/setting_table.py (key = the flag's name with underscores;
-``commands`` = the commands that get the flag, none for a variable/file-only setting), then
-regenerate docs/settings.md. Its value is then ``django.conf.settings.<env>`` in every process, the
-flag is in --help, and `omlx serve` saves it when given.
+Adding a setting: append a `Setting` row to `SETTINGS` in omlx_site/setting_table.py (key = the
+flag's name with underscores; ``commands`` = the commands that get the flag, none for a
+variable/file-only setting), then regenerate docs/settings.md. Its value is then
+``django.conf.settings.<env>`` in every process, the flag is in --help, and `omlx serve` saves it
+when given.
 """
 
 from __future__ import annotations
