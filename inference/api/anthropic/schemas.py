@@ -44,3 +44,4 @@ class MessagesRequest(_Prompt):
     metadata: Optional[Dict[str, Any]] = None
     output_config: Optional[Dict[str, Any]] = None  # {effort, format: {type: json_schema, schema}}
     output_format: Optional[Dict[str, Any]] = None  # the beta spelling of output_config.format
+    cache_salt: Optional[str] = None  # omlx's (vLLM's field): the prefix-cache namespace

@@ -110,6 +110,7 @@ class _Sampling(Schema):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
+    cache_salt: Optional[str] = None  # vLLM's: the prefix-cache namespace (common/cache_salt.py)
 
 
 class ChatCompletionRequest(_Sampling):

@@ -41,3 +41,4 @@ class ResponsesRequest(Schema):
     seed: Optional[int] = None
     stop: Union[str, List[str], None] = None
     ignore_eos: bool = False
+    cache_salt: Optional[str] = None  # the prefix-cache namespace (common/cache_salt.py)
