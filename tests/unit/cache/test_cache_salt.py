@@ -24,6 +24,8 @@ def path(model_dir):
 
 def _cached(llm, prompt, salt):
     r = llm.generate([prompt], GREEDY, cache_salt=salt)[0]
+    if llm.engine.prefix_cache.cold is not None:  # its writes are on disk before the next request
+        llm.engine.call(lambda e: e.prefix_cache.cold.flush())
     return r.usage, r.token_ids
 
 
