@@ -60,13 +60,20 @@ def test_salts_isolate_the_cold_tier(path, tmp_path):
     assert hit.cold_cached_tokens == 44
 
 
+class _UnsaltedHoldsAll(PrefixCache):
+    """A cache whose unsalted namespace holds every prompt, and whose salted ones hold nothing."""
+
+    wants_kv = True
+
+    def peek(self, token_ids, max_tokens, salt=None):
+        return max_tokens if salt is None else 0
+
+
 def test_a_prefill_of_another_salt_is_not_waited_for():
-    """Waiting for another tenant's prefill would save nothing (its blocks are not this
-    request's) and would show in the time to first token."""
-    config = EngineConfig(cache_block_size=BLOCK)
-    cache = PrefixCache()
-    cache.wants_kv = True
-    scheduler = Scheduler(config, 10**6, cache)
+    """A request waits for an older prefill of its own salt that will store what its salt's cache
+    lacks; never for another salt's (whose blocks are not its to reuse, and whose wait would show
+    in the time to first token)."""
+    scheduler = Scheduler(EngineConfig(cache_block_size=BLOCK), 10**6, _UnsaltedHoldsAll())
 
     def request(salt):
         return Request("r", PROMPT, GREEDY, None, frozenset(), print, 0, cache_salt=salt)
@@ -74,6 +81,6 @@ def test_a_prefill_of_another_salt_is_not_waited_for():
     owner = request("a")
     owner.num_computed = 16
     scheduler.prefilling.append(owner)
-    assert scheduler.waits_for_shared_prefill(request("a"))
+    assert scheduler.waits_for_shared_prefill(request("a"))  # salt a's cache lacks it
     assert not scheduler.waits_for_shared_prefill(request("b"))
     assert not scheduler.waits_for_shared_prefill(request(None))
