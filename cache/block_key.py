@@ -64,7 +64,7 @@ def salted_root(root: bytes, salt: Optional[str]) -> bytes:
     on disk, and no salt gives the unsalted keys exactly (caches written before salts stay valid)."""
     if salt is None:
         return root
-    return hashlib.sha256(b"omlx-salt\0" + root + salt.encode("utf-8")).digest()
+    return hashlib.sha256(b"omlx-salt\0" + root + salt.encode("utf-8", "surrogatepass")).digest()
 
 
 def digest_files(paths: Sequence[Path], sample: bool) -> str:

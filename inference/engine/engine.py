@@ -124,6 +124,8 @@ class Engine(EngineControls, EngineThread):
         params = params if params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise ValueError("cache_salt must be a string or None")  # hashed on the engine thread
         if checked:
             token_ids = list(prompt)
         else:

@@ -71,6 +71,7 @@ def test_a_salt_seeds_its_own_chain_and_no_salt_keeps_todays_keys():
     a, b = salted_root(root, "tenant-a"), salted_root(root, "tenant-b")
     assert len(a) == KEY_BYTES and len({root, a, b, salted_root(root, "")}) == 4
     assert a == salted_root(root, "tenant-a")  # the same in every process and after a restart
+    assert salted_root(root, "\ud800") != root  # any str hashes, even one that is not valid text
     # The salt enters the first block's key, and through the chain every later one.
     first = [block_key(r, [1, 2, 3, 4]) for r in (root, a, b)]
     assert len(set(first)) == 3

@@ -84,3 +84,10 @@ def test_a_prefill_of_another_salt_is_not_waited_for():
     assert scheduler.waits_for_shared_prefill(request("a"))  # salt a's cache lacks it
     assert not scheduler.waits_for_shared_prefill(request("b"))
     assert not scheduler.waits_for_shared_prefill(request(None))
+
+
+def test_a_salt_that_is_no_string_is_refused_before_the_engine_thread(path):
+    with LLM(path, cache_block_size=BLOCK) as llm:
+        with pytest.raises(ValueError, match="cache_salt"):
+            llm.generate([PROMPT], GREEDY, cache_salt=b"bytes")
+        assert llm.generate([PROMPT], GREEDY, cache_salt="\ud800")[0].finish_reason == "length"
