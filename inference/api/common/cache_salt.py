@@ -10,12 +10,24 @@ without a salt keeps the unsalted cache (None), whose keys are those of omlx bef
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
+
+from pydantic import Field
 
 from .errors import ApiError
 
 MAX_CACHE_SALT_CHARS = 256
 CONSOLE_SALT = "console"  # every console chat; API bodies cannot reach it (theirs are "body:...")
+
+
+def cache_salt_field() -> Any:
+    """The ``cache_salt`` field of a request schema: its limits are in the OpenAPI schema (for
+    clients and the fuzzer) and checked by ``effective_salt``, for one message on every API."""
+    return Field(
+        None,
+        description="Requests with different salts never share cached KV blocks (docs/cache.md).",
+        json_schema_extra={"minLength": 1, "maxLength": MAX_CACHE_SALT_CHARS},
+    )
 
 
 def effective_salt(request, body_salt: Optional[str]) -> Optional[str]:
