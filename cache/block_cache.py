@@ -9,7 +9,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 
-from .block_key import ModelFingerprint, block_key
+from .block_key import ModelFingerprint, block_key, salted_root
 from .block_pool import BlockPool, KVBlock
 from .layout import FULL, STATE, CacheLayout, LayerSpec
 from .prefix_cache import KVSnapshot, PrefixCache, PrefixHit
@@ -67,9 +67,11 @@ class BlockCache(PrefixCache):
     """Prefix lookups and stores in blocks of ``fingerprint.block_size`` tokens.
 
     A prompt's blocks are chained: block i's key hashes block i-1's key and its own tokens, so a
-    key names a whole prefix. Lookup walks the chain through the hot tier, then the cold tier,
-    comparing tokens before using any block (a key collision can never serve wrong KV). Where
-    the chain stops, the longest common prefix with any child of the last matched block is used
+    key names a whole prefix; block 0's parent is the model's root key, or the root salted with
+    the request's cache salt (``block_key.salted_root``), so a request sees only the blocks of
+    its own salt. Lookup walks the chain through the hot tier, then the cold tier, comparing
+    tokens before using any block (a key collision can never serve wrong KV). Where the chain
+    stops, the longest common prefix with any child of the last matched block is used
     too: that reuses the partial last block of an earlier prompt, or the start of a block that
     diverges part-way, so a conversation that grows by a turn recomputes only the new tokens.
 
@@ -108,11 +110,13 @@ class BlockCache(PrefixCache):
 
     # -- PrefixCache ----------------------------------------------------------------------------
 
-    def lookup(self, token_ids: Sequence[int], max_tokens: int) -> Optional[PrefixHit]:
+    def lookup(
+        self, token_ids: Sequence[int], max_tokens: int, salt: Optional[str] = None
+    ) -> Optional[PrefixHit]:
         tokens = tuple(token_ids[:max_tokens])
         self.stats.lookups += 1
         self.stats.lookup_tokens += len(tokens)
-        chain = self._walk(tokens, for_lookup=True)
+        chain = self._walk(tokens, salted_root(self.root, salt), for_lookup=True)
         while chain:
             chain = chain[: self._servable(chain)]
             loaded = self._promote_chain(chain)
@@ -139,10 +143,10 @@ class BlockCache(PrefixCache):
         self.stats.cold_hit_tokens += cold_tokens
         return hit
 
-    def peek(self, token_ids: Sequence[int], max_tokens: int) -> int:
+    def peek(self, token_ids: Sequence[int], max_tokens: int, salt: Optional[str] = None) -> int:
         """The length of the chain ``lookup`` would walk, hot and cold blocks alike (a cold block
         that lookup would recompute instead still counts): no loads, no stats, no LRU touch."""
-        chain = self._walk(tuple(token_ids[:max_tokens]), for_lookup=False)
+        chain = self._walk(tuple(token_ids[:max_tokens]), salted_root(self.root, salt), for_lookup=False)
         return sum(n for _, n, _ in chain[: self._servable(chain)])
 
     def release(self, hit: PrefixHit) -> None:
@@ -150,12 +154,14 @@ class BlockCache(PrefixCache):
             self.hot.release(hit.handle)
             hit.handle = None
 
-    def store(self, token_ids: Sequence[int], snapshots: List[KVSnapshot]) -> None:
+    def store(
+        self, token_ids: Sequence[int], snapshots: List[KVSnapshot], salt: Optional[str] = None
+    ) -> None:
         if not snapshots:
             return
         tokens = tuple(token_ids[: max(s.end for s in snapshots)])
         specs = self._specs(len(snapshots[0].layers))
-        chain, parent = [], self.root
+        chain, parent = [], salted_root(self.root, salt)
         new: List[KVBlock] = []
         for start in range(0, len(tokens), self.block_size):
             part = tokens[start : start + self.block_size]
@@ -234,14 +240,17 @@ class BlockCache(PrefixCache):
         if self.cold is not None and block.layers is not None:
             self.cold.put(block)
 
-    def _walk(self, tokens: Tuple[int, ...], for_lookup: bool) -> List[Tuple[KVBlock, int, bool]]:
-        """The chain of cached blocks that cover a prefix of ``tokens``, as (block or cold
-        entry, tokens used, from cold), verified token by token, nothing loaded. The last element
-        may use only the start of its block: the longest common prefix with any child of the last
-        whole match (a partial tail block, or a block that diverges part-way). ``for_lookup``
-        counts collisions and skips cold blocks that recomputing would beat."""
+    def _walk(
+        self, tokens: Tuple[int, ...], root: bytes, for_lookup: bool
+    ) -> List[Tuple[KVBlock, int, bool]]:
+        """The chain of cached blocks under ``root`` (the request's salted root) that cover a
+        prefix of ``tokens``, as (block or cold entry, tokens used, from cold), verified token by
+        token, nothing loaded. The last element may use only the start of its block: the longest
+        common prefix with any child of the last whole match (a partial tail block, or a block
+        that diverges part-way). ``for_lookup`` counts collisions and skips cold blocks that
+        recomputing would beat."""
         chain: List[Tuple[KVBlock, int, bool]] = []
-        parent, pos = self.root, 0
+        parent, pos = root, 0
         while len(tokens) - pos >= self.block_size:
             wanted = tokens[pos : pos + self.block_size]
             key = self.key_fn(parent, wanted)

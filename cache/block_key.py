@@ -57,6 +57,16 @@ def block_key(parent: bytes, token_ids: Sequence[int], extra: bytes = b"") -> by
     return h.digest()
 
 
+def salted_root(root: bytes, salt: Optional[str]) -> bytes:
+    """The seed of a request's block chain: the model's root key, or, with a cache salt, a hash of
+    the root and the salt (vLLM's ``cache_salt``). The salt thus enters the first block's key and,
+    through the chain, every later one: requests under different salts share no block, in RAM or
+    on disk, and no salt gives the unsalted keys exactly (caches written before salts stay valid)."""
+    if salt is None:
+        return root
+    return hashlib.sha256(b"omlx-salt\0" + root + salt.encode("utf-8", "surrogatepass")).digest()
+
+
 def digest_files(paths: Sequence[Path], sample: bool) -> str:
     """A digest of files' names, sizes and contents. With ``sample``, only a fixed number of
     evenly spaced chunks of each file are read: enough to tell weight files apart (two

@@ -48,19 +48,26 @@ class PrefixCache:
     Subclasses (the block cache) override these methods. ``lookup`` must return KV only
     after comparing the cached token ids with the request's; ``max_tokens`` caps the hit
     (the engine always computes at least the last prompt token itself).
+
+    ``salt`` is the request's cache salt (``cache.block_key.salted_root``): lookups, peeks and
+    stores under one salt see only the blocks stored under that salt; None is the unsalted cache.
     """
 
     wants_kv = False  # whether store() does anything, so the engine can skip extracting KV
 
-    def lookup(self, token_ids: Sequence[int], max_tokens: int) -> Optional[PrefixHit]:
+    def lookup(
+        self, token_ids: Sequence[int], max_tokens: int, salt: Optional[str] = None
+    ) -> Optional[PrefixHit]:
         return None
 
-    def peek(self, token_ids: Sequence[int], max_tokens: int) -> int:
+    def peek(self, token_ids: Sequence[int], max_tokens: int, salt: Optional[str] = None) -> int:
         """How many tokens ``lookup`` would serve now, without loading, holding or counting
         anything (the scheduler asks it to decide whether waiting for a prefill helps)."""
         return 0
 
-    def store(self, token_ids: Sequence[int], snapshots: List[KVSnapshot]) -> None:
+    def store(
+        self, token_ids: Sequence[int], snapshots: List[KVSnapshot], salt: Optional[str] = None
+    ) -> None:
         """Caches of ``token_ids`` computed by the engine, as snapshots taken at one or more
         positions (each ``end`` <= len(token_ids)). Blocks are made for as much of the
         sequence as the snapshots can fill."""

@@ -70,6 +70,8 @@ class GenerationJob:
     tool_choice: Union[str, dict, None] = None  # "none" | "auto" | "required" | {"type": "function", ...}
     chat_template_kwargs: dict = field(default_factory=dict)
     parallel_tool_calls: bool = True
+    # The prefix-cache namespace (inference.api.common.cache_salt.effective_salt); None: unsalted.
+    cache_salt: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -232,6 +234,7 @@ def _run(
                         callback=sink,
                         vision=vision,
                         checked=True,
+                        cache_salt=job.cache_salt,
                     )
                 else:
                     engine.submit(
@@ -240,6 +243,7 @@ def _run(
                         request_id=f"{job.request_id}-{index}",
                         callback=sink,
                         checked=True,
+                        cache_salt=job.cache_salt,
                     )
             except Exception as exc:  # the engine closed meanwhile: end every choice not yet running
                 logger.warning("%s: submitting choice %d failed: %s", job.request_id, index, exc)

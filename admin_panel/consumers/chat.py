@@ -34,6 +34,7 @@ from django.utils.html import format_html
 from admin_panel.chat import AnswerStats, parse_form
 from admin_panel.chat_tools import MAX_TOOL_ROUNDS, assistant_message, offered_tools, run_call
 from inference.api.common import handoff
+from inference.api.common.cache_salt import console_salt
 from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.stream import Formatter, frames, start_generation
@@ -136,6 +137,7 @@ class ChatConsumer(AdminConsumer):
                     messages=messages + added,
                     tools=tools,
                     tool_choice=choice if tools else None,
+                    cache_salt=console_salt(),  # never shares cached blocks with API clients
                 )
                 text = []
                 sent = loop.time()  # the numbers shown are the last round's

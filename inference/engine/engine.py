@@ -113,15 +113,19 @@ class Engine(EngineControls, EngineThread):
         callback: Optional[Callable[[RequestOutput], None]] = None,
         vision=None,
         checked: bool = False,
+        cache_salt: Optional[str] = None,
     ) -> RequestStream:
         """Queue a request; raises ValueError for a bad prompt or parameters. ``vision``: a
         prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids).
+        ``cache_salt``: its prefix-cache namespace (None: the unsalted cache).
         ``checked``: the caller validated the prompt already (``validate_prompt``; for ``vision``
         its model ids, and that the model reads images), so it is queued as it is."""
         self._check_open()
         params = params if params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise ValueError("cache_salt must be a string or None")  # hashed on the engine thread
         if checked:
             token_ids = list(prompt)
         else:
@@ -139,6 +143,7 @@ class Engine(EngineControls, EngineThread):
             callback or stream.put,
             params.seed if params.seed is not None else random.getrandbits(63),
             grammar,
+            cache_salt,
         )
         request.vision = vision
         with self._active_lock:
@@ -544,9 +549,11 @@ class Engine(EngineControls, EngineThread):
         block, so that the same prompt again computes only its last token."""
         began = time.perf_counter()
         end = request.num_computed
+        salt = request.cache_salt
         if any(s.end == end - 1 for s in snapshots):
-            self.prefix_cache.store(request.all_token_ids[: end - 1], [s for s in snapshots if s.end < end])
-        self.prefix_cache.store(request.all_token_ids[:end], snapshots)
+            tail = [s for s in snapshots if s.end < end]
+            self.prefix_cache.store(request.all_token_ids[: end - 1], tail, salt)
+        self.prefix_cache.store(request.all_token_ids[:end], snapshots, salt)
         self.clock.store += time.perf_counter() - began
 
     def _store_whole_blocks(self, request: Request, done_before: int, snapshots) -> None:
@@ -560,7 +567,7 @@ class Engine(EngineControls, EngineThread):
             return
         if self.config.share_inflight_prefixes or not self.loaded.cache_layout.plain:
             began = time.perf_counter()
-            self.prefix_cache.store(request.all_token_ids[:whole], snapshots)
+            self.prefix_cache.store(request.all_token_ids[:whole], snapshots, request.cache_salt)
             self.clock.store += time.perf_counter() - began
 
     def _keep_kv(self, request: Request) -> None:
@@ -568,7 +575,8 @@ class Engine(EngineControls, EngineThread):
         began = time.perf_counter()
         end = self.runner.kv_snapshot(request) if self.prefix_cache.wants_kv else None
         if end is not None:
-            self.prefix_cache.store(request.all_token_ids[: end.end], request.snapshots + [end])
+            snapshots = request.snapshots + [end]
+            self.prefix_cache.store(request.all_token_ids[: end.end], snapshots, request.cache_salt)
         request.snapshots = []
         self.clock.store += time.perf_counter() - began
 

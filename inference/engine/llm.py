@@ -45,6 +45,7 @@ class LLM:
         self,
         prompts: Union[Prompt, Sequence[Prompt]],
         params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+        cache_salt: Optional[str] = None,
     ) -> List[GenerationResult]:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
@@ -54,7 +55,7 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
         start = time.perf_counter()
-        streams = [self.engine.submit(p, sp) for p, sp in zip(prompts, params)]
+        streams = [self.engine.submit(p, sp, cache_salt=cache_salt) for p, sp in zip(prompts, params)]
         results = []
         for prompt, stream in zip(prompts, streams):
             result = GenerationResult(stream.request_id, prompt)

@@ -90,6 +90,8 @@ class Request:
     while it decodes, a ``matcher``: the grammar advanced by every output token that reached
     the host. The matcher is rebuilt from the output tokens each time the request joins the
     decode batch, so preemption needs nothing else.
+
+    Every prefix-cache lookup and store of a request passes its ``cache_salt``.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class Request:
         sink: Callable[[RequestOutput], Any],
         seed: int,
         grammar: Optional["Grammar"] = None,
+        cache_salt: Optional[str] = None,
     ):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -130,6 +133,9 @@ class Request:
         # A prompt with images (inference.vision.prompt.VisionPrompt): prompt_token_ids are then
         # its key ids, which the model never sees; None for text.
         self.vision = None
+        # Its prefix-cache namespace (cache.block_key.salted_root): it shares blocks only with
+        # requests of the same salt; None shares the unsalted cache.
+        self.cache_salt = cache_salt
         # Where its time goes (seconds, ``time.perf_counter``): see ``timings``.
         self.created = time.perf_counter()
         self.admitted_at: Optional[float] = None  # first admission

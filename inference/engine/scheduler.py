@@ -268,7 +268,7 @@ class Scheduler:
                 r.admitted_at = time.perf_counter()
             admitted += 1
             r.status = RequestStatus.PREFILLING
-            hit = self.prefix_cache.lookup(r.all_token_ids, max_tokens=r.num_tokens - 1)
+            hit = self.prefix_cache.lookup(r.all_token_ids, max_tokens=r.num_tokens - 1, salt=r.cache_salt)
             if hit is not None and hit.num_tokens > 0:
                 out.prefix_hits.append((r, hit))
                 r.num_computed = hit.num_tokens
@@ -282,7 +282,8 @@ class Scheduler:
         request's prompt and will store KV of it beyond what the cache holds: a whole block
         more, or any more when that prefill ends with its next chunk (identical prompts then
         reuse all but their last token). Admitting this request now would compute that part
-        twice. Short prompts that share only a chat template's opening never wait.
+        twice. Short prompts that share only a chat template's opening never wait, nor do requests
+        of another cache salt.
 
         Only older requests that are prefilling count, and they progress (prefills are served
         most urgent first, and aging makes every prefill the most urgent within a bounded
@@ -294,14 +295,15 @@ class Scheduler:
         wanted = request.all_token_ids[: request.num_tokens - 1]
         best, ending = 0, 0  # longest shared prefix with any owner; with an owner ending now
         for owner in self.prefilling:
-            if owner.arrival < request.arrival:
+            # Another salt's blocks are not this request's to reuse (cache.block_key.salted_root).
+            if owner.arrival < request.arrival and owner.cache_salt == request.cache_salt:
                 shared = _common_prefix(wanted, owner.all_token_ids[: owner.num_tokens - 1])
                 best = max(best, shared)
                 if owner.num_to_prefill <= self.config.prefill_chunk_size:
                     ending = max(ending, shared)
         if best < self.config.cache_block_size:
             return False
-        cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted))
+        cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted), salt=request.cache_salt)
         return best - cached >= self.config.cache_block_size or ending > cached
 
     def shed_for_memory(self) -> int:

@@ -236,6 +236,22 @@ def test_metrics_of_the_server_in_redis_mode(client, server):
     assert not names & {"omlx_models_loaded", "omlx_requests_running", "omlx_cache_hit_tokens_total"}
 
 
+def test_the_cache_salt_reaches_the_worker(client):
+    """The job payload carries the salt: the worker's engine keeps salted prompts apart."""
+    messages = [{"role": "user", "content": "A question asked by two tenants of one Redis worker."}]
+
+    def cached(salt):
+        reply = client.chat.completions.create(
+            model="tiny", messages=messages, temperature=0, max_tokens=2, extra_body={"cache_salt": salt}
+        )
+        return reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens
+
+    prompt, first = cached("tenant-a")
+    assert first == 0
+    assert cached("tenant-b") == (prompt, 0)
+    assert cached("tenant-a") == (prompt, prompt - 1)
+
+
 def test_concurrent_streams_keep_their_order(client):
     from concurrent.futures import ThreadPoolExecutor
 

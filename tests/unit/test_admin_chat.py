@@ -93,12 +93,11 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def api_answer(messages, max_tokens=8):
+def api_answer(messages, max_tokens=8, **extra):
     async def go():
+        body = {"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": max_tokens, **extra}
         response = await AsyncClient().post(
-            "/v1/chat/completions",
-            json.dumps({"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": max_tokens}),
-            content_type="application/json",
+            "/v1/chat/completions", json.dumps(body), content_type="application/json"
         )
         return json.loads(response.content)
 
@@ -134,6 +133,25 @@ def test_answer_streams_and_reports_hot_cold_computed(chat):
     )
     assert "".join(parts) == reply["choices"][0]["message"]["content"]
     assert "TTFT" in fragments[-1] and "tokens/s" in fragments[-1]
+
+
+def test_console_chats_share_no_cached_blocks_with_api_clients(chat):
+    """The console's chat has its own cache salt: an API client asking what the console asked
+    learns nothing from cached_tokens, whatever cache_salt it names."""
+
+    async def go():
+        page = await open_page()
+        await page.send(message="a secret question")
+        fragments = await page.until(r'id="answer-1-stats"[^>]*data-prompt')
+        await page.comm.disconnect()
+        return stats(fragments[-1])
+
+    console = run(go())
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "a secret question"}]
+    for salt in ({}, {"cache_salt": "console"}):
+        reply = api_answer(messages, **salt)
+        assert reply["usage"]["prompt_tokens"] == console["prompt"]
+        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, salt
 
 
 def test_conversation_history_goes_into_the_next_prompt(chat):

@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from ninja import Router
 
 from inference.api.common.auth import check_api_key
+from inference.api.common.cache_salt import effective_salt
 from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
@@ -29,6 +30,7 @@ async def messages(request, body: MessagesRequest):
     check_api_key(request)
     check_model(body.model)
     job = _job(body, f"msg_{uuid.uuid4().hex}", sampling_values(body))
+    job.cache_salt = effective_salt(request, body.cache_salt)
     builder = MessageBuilder(job.request_id, body.model, body.stop_sequences or ())
     return await respond(job, builder, body.stream)
 

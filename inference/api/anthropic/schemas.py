@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional, Union
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
+from inference.api.common.cache_salt import cache_salt_field
+
 
 class InputMessage(Schema):
     model_config = ConfigDict(extra="allow")
@@ -44,3 +46,4 @@ class MessagesRequest(_Prompt):
     metadata: Optional[Dict[str, Any]] = None
     output_config: Optional[Dict[str, Any]] = None  # {effort, format: {type: json_schema, schema}}
     output_format: Optional[Dict[str, Any]] = None  # the beta spelling of output_config.format
+    cache_salt: Optional[str] = cache_salt_field()  # omlx's (vLLM's field): the prefix-cache namespace

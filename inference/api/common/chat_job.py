@@ -30,10 +30,12 @@ def chat_job(
     tool_choice: ToolChoice = None,
     chat_template_kwargs: Optional[dict] = None,
     parallel_tool_calls: bool = True,
+    cache_salt: Optional[str] = None,
 ) -> GenerationJob:
     """A chat job, checked (ValueError): ``params`` are SamplingParams fields the view checked
     (``sampling.checked_params``); their ``structured`` is the request's own constraint
-    (response_format, text.format, output_config), else a forced tool call's is put there."""
+    (response_format, text.format, output_config), else a forced tool call's is put there.
+    ``cache_salt``: the job's prefix-cache namespace (``cache_salt.effective_salt``)."""
     tools, tool_choice, forced = tool_options(tools, tool_choice)
     if params.get("structured") is None and forced is not None:
         params = dict(params, structured=forced)
@@ -47,4 +49,5 @@ def chat_job(
         tool_choice=tool_choice,
         chat_template_kwargs=dict(chat_template_kwargs or {}),
         parallel_tool_calls=parallel_tool_calls,
+        cache_salt=cache_salt,
     )

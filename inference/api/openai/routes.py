@@ -9,6 +9,7 @@ import uuid
 from ninja import Router
 
 from inference.api.common.auth import check_api_key
+from inference.api.common.cache_salt import effective_salt
 from inference.api.common.chat_job import tool_options
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
@@ -92,6 +93,7 @@ async def chat_completions(request, body: ChatCompletionRequest):
         tool_choice=tool_choice,
         chat_template_kwargs=template_kwargs,
         parallel_tool_calls=body.parallel_tool_calls,
+        cache_salt=effective_salt(request, body.cache_salt),
     )
     return await respond(job, _format(ChatFormat, job, body), body.stream)
 
@@ -113,6 +115,7 @@ async def completions(request, body: CompletionRequest):
         _params(body, body.max_tokens, body.logprobs),
         body.n,
         prompts=list(prompts),
+        cache_salt=effective_salt(request, body.cache_salt),
     )
     return await respond(job, _format(CompletionFormat, job, body), body.stream)
 

@@ -8,6 +8,8 @@ from typing import Any, Dict, List, Optional, Union
 from ninja import Schema
 from pydantic import ConfigDict, Field, field_validator
 
+from inference.api.common.cache_salt import cache_salt_field
+
 MAX_N = 16
 
 
@@ -110,6 +112,7 @@ class _Sampling(Schema):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
+    cache_salt: Optional[str] = cache_salt_field()  # vLLM's: the prefix-cache namespace
 
 
 class ChatCompletionRequest(_Sampling):

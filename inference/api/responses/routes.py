@@ -15,6 +15,7 @@ from django.http import JsonResponse
 from ninja import Router
 
 from inference.api.common.auth import check_api_key
+from inference.api.common.cache_salt import effective_salt
 from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
@@ -37,6 +38,7 @@ async def create_response(request, body: ResponsesRequest):
     if body.previous_response_id is not None:
         context = await store.context(body.previous_response_id)
     job, echo = _job(body, context)
+    job.cache_salt = effective_salt(request, body.cache_salt)
     builder = ResponseBuilder(job.request_id, body.model, echo)
     saver = _Saver(body, builder)
     return await respond(job, builder, body.stream, on_finish=saver.save)

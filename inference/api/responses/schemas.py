@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional, Union
 from ninja import Schema
 from pydantic import ConfigDict
 
+from inference.api.common.cache_salt import cache_salt_field
+
 
 class ReasoningConfig(Schema):
     model_config = ConfigDict(extra="allow")
@@ -41,3 +43,4 @@ class ResponsesRequest(Schema):
     seed: Optional[int] = None
     stop: Union[str, List[str], None] = None
     ignore_eos: bool = False
+    cache_salt: Optional[str] = cache_salt_field()  # vLLM's: the prefix-cache namespace

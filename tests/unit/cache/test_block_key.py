@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from cache.block_key import KEY_BYTES, ModelFingerprint, block_key, digest_files
+from cache.block_key import KEY_BYTES, ModelFingerprint, block_key, digest_files, salted_root
 
 FP = ModelFingerprint("w" * 64, "t" * 64, "float32", "kv:2x2x16", 4)
 
@@ -63,3 +63,16 @@ def test_sampled_digest_tells_same_shaped_files_apart(tmp_path):
     b.write_bytes(bytes(data))
     assert digest_files([a], sample=True) != digest_files([b], sample=True)
     assert digest_files([a], sample=False) != digest_files([b], sample=False)
+
+
+def test_a_salt_seeds_its_own_chain_and_no_salt_keeps_todays_keys():
+    root = FP.root_key()
+    assert salted_root(root, None) == root  # existing caches stay valid
+    a, b = salted_root(root, "tenant-a"), salted_root(root, "tenant-b")
+    assert len(a) == KEY_BYTES and len({root, a, b, salted_root(root, "")}) == 4
+    assert a == salted_root(root, "tenant-a")  # the same in every process and after a restart
+    assert salted_root(root, "\ud800") != root  # any str hashes, even one that is not valid text
+    # The salt enters the first block's key, and through the chain every later one.
+    first = [block_key(r, [1, 2, 3, 4]) for r in (root, a, b)]
+    assert len(set(first)) == 3
+    assert len({block_key(k, [5, 6]) for k in first}) == 3
