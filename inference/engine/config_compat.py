@@ -44,7 +44,14 @@ _SCALING_KEYS = {
     "linear": {"factor"},
     "dynamic": {"factor"},
     "llama3": {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
-    "yarn": {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"},
+    "yarn": {
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+    },
     "longrope": {"original_max_position_embeddings", "short_factor", "long_factor", "factor"},
     "mrope": {"mrope_section", "mrope_interleaved"},
 }
