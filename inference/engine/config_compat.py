@@ -17,7 +17,8 @@ for what is missing, so such a folder would load and answer nonsense. ``for_mlx_
 - ``qwen3_5_text`` / ``qwen3_5_moe_text`` -> their multimodal type with a ``text_config``.
 
 A key that changes the model's math and that nothing maps is refused (ConfigError naming it):
-an unknown ``rope_type`` or scaling parameter, scaling or a partial rotary factor for a model
+an unknown ``rope_type`` or scaling parameter (yarn's ``truncate: false``, which mlx-lm rounds
+anyway, only gets a warning), scaling or a partial rotary factor for a model
 that ignores them, per-layer RoPE the model cannot express, a layer pattern without a period,
 or old and new keys that disagree. The mapping is pure (a new dict; the input is not changed),
 so serving, discovery and the test-model factory give the same answer for the same file.
@@ -28,8 +29,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import logging
 import math
 from typing import Optional
+
+logger = logging.getLogger("omlx.engine")
 
 _FLOATS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 
@@ -58,7 +62,9 @@ _SCALING_KEYS = {
 _SCALING_KEYS["deepseek_yarn"] = _SCALING_KEYS["yarn"]
 # Keys that say nothing about the math, or that this module maps on its own.
 _NEUTRAL_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
-# yarn's ``truncate``: mlx-lm always rounds the correction range, which is truncate=True.
+# yarn's ``truncate``: mlx-lm always rounds the correction range, which is truncate=True. False
+# (gpt-oss's checkpoints) is accepted with a warning: refusing it would refuse every gpt-oss
+# (the factory's tiny gpt_oss moves up to 0.7 in the logits; see inference.testkit.hf).
 _YARN_TRUNCATE = "truncate"
 
 # Periods mlx-lm derives a layer pattern from: field -> (the layer type at each period's end, the other).
@@ -196,7 +202,9 @@ def _check_scaling(params, rope_type, where, name):
     for key, value in params.items():
         if key in _NEUTRAL_KEYS or key in _SCALING_KEYS[rope_type]:
             continue
-        if key == _YARN_TRUNCATE and rope_type in ("yarn", "deepseek_yarn") and value is True:
+        if key == _YARN_TRUNCATE and rope_type in ("yarn", "deepseek_yarn"):
+            if value is not True:  # every gpt-oss checkpoint says False: refusing would refuse them all
+                logger.warning("%s: %s.truncate is %r; mlx-lm's YaRN truncates", where, name, value)
             continue
         raise ConfigError(f"{where}: {name}.{key} = {value!r} is not supported by mlx-lm's {rope_type} RoPE")
 
