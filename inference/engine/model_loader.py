@@ -1,4 +1,7 @@
-"""Loading a model folder (MLX or Hugging Face format) with mlx-lm, with errors that say why."""
+"""Loading a model folder (MLX or Hugging Face format) with mlx-lm, with errors that say why.
+
+config.json goes through ``config_compat.for_mlx_lm`` first: transformers 5's keys become the ones
+mlx-lm reads, and a folder whose math mlx-lm would get wrong is refused."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from cache.layout import CacheLayout
 from inference import platform
 from inference.vision import model as vision_model
 
-from . import cache_io
+from . import cache_io, config_compat, weight_compat
 
 logger = logging.getLogger("omlx.engine")
 
@@ -71,7 +74,9 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
     ):
         raise ModelLoadError(f"{path}: no tokenizer (tokenizer.json or tokenizer.model) in the folder")
     try:
-        model, config = mlx_load_model(path)
+        model, config = mlx_load_model(
+            path, model_config=config, get_model_classes=weight_compat.model_classes
+        )
     except Exception as exc:  # mlx-lm raises ValueError, KeyError, OSError... for broken folders
         raise ModelLoadError(f"{path}: cannot load the weights: {exc}") from exc
     try:
@@ -146,7 +151,12 @@ def _read_config(path: Path) -> dict:
         raise ModelLoadError(f"{config_file}: not valid JSON: {exc}") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelLoadError(f'{config_file}: has no "model_type"')
-    return config
+    if vision_model.reads_images(config, path):
+        return config  # mlx-vlm reads the folder itself
+    try:
+        return config_compat.for_mlx_lm(config)
+    except config_compat.ConfigError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from None
 
 
 def _first_float_dtype(model: nn.Module):

@@ -10,7 +10,9 @@ Rules (docs/models.md says the same for users):
 - A model folder is servable when its config.json is valid JSON with a ``model_type``, its
   weights are ``*.safetensors``, it has a tokenizer (for an embedding or reranker folder, the
   fast tokenizer file ``tokenizer.json``) and omlx can run the architecture: mlx-lm
-  knows it (LLMs, and LLM-based embedders and rerankers), or it is a BERT-family encoder
+  knows it (LLMs, and LLM-based embedders and rerankers; the config as
+  ``inference.engine.config_compat`` maps transformers 5's keys, whose refusal is the
+  reason shown), or it is a BERT-family encoder
   (``inference.embedding.BERT_MODEL_TYPES``) for an embedding or reranker folder. A
   vision-language model of ``inference.vision.model.IMAGE_FAMILIES`` is served with images
   through mlx-vlm; other checkpoints with a ``vision_config`` that mlx-lm reads are served as
@@ -179,6 +181,12 @@ def _unsupported(kind: str, config: dict):
             f"encoder model_type {model_type!r} is not supported for {kind} models "
             f"(omlx runs {', '.join(BERT_MODEL_TYPES)} and LLM-based ones)"
         )
+    from inference.engine.config_compat import ConfigError, for_mlx_lm
+
+    try:
+        config = for_mlx_lm(config)  # transformers 5's keys, as loading maps them
+    except ConfigError as exc:
+        return str(exc)
     if not _mlx_lm_supports(config):
         return f"model_type {model_type!r} is not supported by the installed mlx-lm"
     return None

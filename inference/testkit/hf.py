@@ -14,8 +14,10 @@ The folder is then written as a checkpoint of the family looks on the Hub, loada
   weight names, as the published (multimodal) Qwen3.5 checkpoints, without vision weights.
   mlx-lm knows no ``qwen3_5_text`` model type; transformers loads this with
   ``AutoModelForCausalLM`` (``Qwen3_5ForCausalLM``).
-- ``gemma3_text``: ``layer_types`` for transformers plus ``sliding_window_pattern``,
-  ``rope_theta`` and ``rope_local_base_freq``, which mlx-lm reads.
+- every family: transformers 5's config plus the keys mlx-lm reads, as
+  ``inference.engine.config_compat`` maps them (``rope_theta`` beside ``rope_parameters``;
+  gemma3_text's ``sliding_window_pattern`` and ``rope_local_base_freq``; qwen3_moe's
+  ``num_experts``). ``inference.testkit.native`` writes the folders without them.
 - ``gpt_oss``: the experts as unquantized mlx-community checkpoints store them,
   ``experts.{gate,up,down}_proj.{weight,bias}`` of ``[experts, out, in]``: mlx-lm reads
   openai's MXFP4 blocks or this, not transformers' fused ``gate_up_proj`` ``[experts, in, out]``
@@ -242,16 +244,7 @@ def _config_json(arch, config, fields, dtype):
     data.pop("transformers_version", None)
     data.update(dtype=dtype, torch_dtype=dtype, architectures=[_ARCH_CLASS[arch]])
     if arch == "gemma3_text":
-        data["sliding_window_pattern"] = fields["sliding_window_pattern"]
-        data.pop("_sliding_window_pattern", None)
-        data["rope_theta"] = data["rope_parameters"]["full_attention"]["rope_theta"]
-        data["rope_local_base_freq"] = data["rope_parameters"]["sliding_attention"]["rope_theta"]
-    if "rope_theta" in (data.get("rope_parameters") or {}):  # the key mlx-lm reads
-        data["rope_theta"] = data["rope_parameters"]["rope_theta"]
-    if arch == "qwen3_moe":
-        data["num_experts"] = data["num_local_experts"]  # the name in Qwen's configs and mlx-lm
-    if arch == "gpt_oss":
-        data["rope_scaling"] = {k: v for k, v in data["rope_parameters"].items() if k != "rope_theta"}
+        data.pop("_sliding_window_pattern", None)  # transformers' default, not this model's
     if arch == "nemotron_h":
         data["time_step_limit"] = [float(x) for x in data["time_step_limit"]]
     if arch == "qwen3_5":
@@ -267,7 +260,11 @@ def _config_json(arch, config, fields, dtype):
             "eos_token_id": 2,
             "pad_token_id": 0,
         }
-    return dict(sorted(data.items()))
+    # The keys mlx-lm reads beside transformers 5's (rope_theta, sliding_window_pattern,
+    # num_experts...), as a folder converted for mlx-lm has them.
+    from inference.engine.config_compat import for_mlx_lm
+
+    return dict(sorted(for_mlx_lm(data).items()))
 
 
 _ARCH_CLASS = {

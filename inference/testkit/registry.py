@@ -5,6 +5,10 @@ Every builder module has the same shape: ``ARCHITECTURES`` (the families it buil
 ``preset_names(arch)`` and ``build(path, arch, preset, seed, dtype, overrides)``. Builders import
 ``base`` and ``tokenizer``, never this module, so the kit has no import cycle; none imports torch
 or transformers at its top, so this table loads without them.
+
+Two peers sit beside the table: ``inference.testkit.native.build_native`` writes a text family's
+folder exactly as transformers 5 saves it (no keys added for mlx-lm), and
+``inference.testkit.smollm2.build_smollm2`` a real trained model converted from a GGUF file.
 """
 
 import tempfile
