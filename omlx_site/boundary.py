@@ -41,6 +41,7 @@ CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 # What the OpenAI and Anthropic SDKs send from a browser, besides what a preflight asks for.
 CORS_HEADERS = ("authorization", "x-api-key", "content-type", "anthropic-version", "anthropic-beta")
 CORS_MAX_AGE = "600"
+SECURITY_HEADERS = ((b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"))
 # Inline <style> blocks and style attributes of the templates (and htmx's indicator style) are
 # allowed; scripts only as files of this server: no inline script, no eval (htmx's hx-on).
 CONSOLE_CSP = "; ".join(
@@ -139,7 +140,6 @@ class _Request:
         self.path = scope.get("path", "")
         self.method = scope.get("method", "GET")
         self.websocket = scope["type"] == "websocket"
-        self.scheme = "https" if scope.get("scheme") in ("https", "wss") else "http"
         self.headers = {}
         for name, value in scope.get("headers") or ():
             self.headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
@@ -156,7 +156,12 @@ class _Request:
         return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
 
     def same_origin(self) -> bool:
-        return self.host is not None and self.origin.lower() == f"{self.scheme}://{self.host.lower()}"
+        """The Origin names this Host and port. Its scheme may differ: behind a TLS proxy the page
+        is https while this server sees http, and no one else can serve a page on this port."""
+        if self.host is None:
+            return False
+        url = urlsplit(self.origin.lower())
+        return url.scheme in ("http", "https") and url.netloc == self.host.lower()
 
     def cors_origin(self) -> bool:
         """An Origin of another site that --cors-origins names (never for the console)."""
@@ -212,7 +217,7 @@ class _Request:
 
     def answer_headers(self) -> list:
         """The headers every answer to this request gets (when the app has not set them)."""
-        headers = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY")]
+        headers = list(SECURITY_HEADERS)
         if self.console:
             headers.append((b"content-security-policy", CONSOLE_CSP.encode()))
         elif self.cors_origin():
@@ -274,7 +279,7 @@ def _merge(headers, extra, vary: bool) -> list:
 
 async def _preflight(send, request: _Request) -> None:
     headers = request.cors_headers(preflight=True) + [(b"vary", b"Origin"), (b"content-length", b"0")]
-    headers += request.answer_headers()[:2]
+    headers += SECURITY_HEADERS
     await send({"type": "http.response.start", "status": 204, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 
