@@ -1,8 +1,9 @@
 """ASGI entry point: HTTP through Django, websockets through Channels (served by Daphne).
 
-Websockets are the admin console's live pages (admin_panel/routing.py). They carry the Django
-session (the console's login) and are refused when a browser opens them from another site's page
-(a cookie-carrying cross-site websocket).
+Both go through the browser boundary first (omlx_site/boundary.py): a Host that is not one of the
+server's names, a state-changing request or a websocket from another site's page, a /v1 body that
+is not JSON are refused before anything else reads them. Websockets are the admin console's live
+pages (admin_panel/routing.py); they carry the Django session (the console's login).
 """
 
 import os
@@ -19,12 +20,15 @@ django_asgi_app = PooledThreadASGIHandler()  # Django's, with request threads re
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (needs Django set up)
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
-from admin_panel.routing import SameOriginWebsocket, websocket_urlpatterns  # noqa: E402
+from admin_panel.routing import websocket_urlpatterns  # noqa: E402
 from omlx_site.body_limit import BodyLimitMiddleware  # noqa: E402
+from omlx_site.boundary import BrowserBoundary  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": BodyLimitMiddleware(django_asgi_app),
-        "websocket": SameOriginWebsocket(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+application = BrowserBoundary(
+    ProtocolTypeRouter(
+        {
+            "http": BodyLimitMiddleware(django_asgi_app),
+            "websocket": SessionMiddlewareStack(URLRouter(websocket_urlpatterns)),
+        }
+    )
 )

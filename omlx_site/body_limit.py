@@ -16,7 +16,8 @@ from django.conf import settings
 def error_body(path: str, status: int, message: str, code) -> bytes:
     """The error envelope of the API that ``path`` belongs to (Anthropic's for /v1/messages)."""
     if path.startswith("/v1/messages"):
-        kind = {404: "not_found_error", 413: "request_too_large"}.get(status, "invalid_request_error")
+        kinds = {403: "permission_error", 404: "not_found_error", 413: "request_too_large"}
+        kind = kinds.get(status, "invalid_request_error")
         return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
     kind = "server_error" if status >= 500 else "invalid_request_error"
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()

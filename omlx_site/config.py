@@ -190,6 +190,11 @@ def check_together(values: Mapping[str, Any]) -> None:
         raise ValueError(
             "--workers 0 needs --redis-url (without Redis only the server's own workers can run requests)"
         )
+    from omlx_site.boundary import network_refusal  # Django's host matching: when checked
+
+    refusal = network_refusal(values)
+    if refusal:
+        raise ValueError(refusal)
 
 
 def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
@@ -242,6 +247,8 @@ def add_flags(parser, command: str) -> None:
     for s in SETTINGS:
         if s.flag and command in s.commands:
             kwargs = {"action": "append"} if s.kind is FOLDERS else {}
+            if s.kind is BOOLEAN:  # --memory-guard alone is --memory-guard true
+                kwargs = {"nargs": "?", "const": "true"}
             parser.add_argument(
                 s.flag,
                 dest=s.key,
@@ -290,7 +297,8 @@ def markdown() -> str:
         "applies. `omlx worker` reads the file but does not write it. A file that is not a JSON object is",
         "moved aside to `settings.json.corrupt-<time>` with a warning; a key whose value is wrong is",
         "ignored with a warning; unknown keys are kept and warned about. A wrong environment variable",
-        "stops the command with a message naming it. An empty variable counts as unset.",
+        "stops the command with a message naming it. An empty variable counts as unset. A true/false",
+        "flag given alone (`--allow-remote-images`) means true.",
         "",
         "The console's Settings page (`/admin/settings/`, docs/admin.md) shows each setting's value and",
         "source and saves changes to the same file. *applies* says when a change made there takes",

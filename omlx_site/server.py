@@ -80,12 +80,19 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
                 reactor.stop()  # the listen failed (Daphne logged why)
                 return
             bound_host, bound_port = server.listening_addresses[0]
-            shown = f"[{host}]" if ":" in host else host
+            # A wildcard address is no Host a browser may send (omlx_site/boundary.py): loopback.
+            wildcard = host.strip() in ("", "0.0.0.0", "::")
+            shown = "127.0.0.1" if wildcard else f"[{host}]" if ":" in host else host
+            from omlx_site.boundary import LOOPBACK_HOSTS  # after django.setup(), as above
+
+            others = [name for name in settings.ALLOWED_HOSTS if name not in LOOPBACK_HOSTS]
+            names = ", ".join(others) or "none: --allowed-hosts names them"
             # One write per line: print() writes the text and the newline apart when stdout is
             # unbuffered, and a child's output (a stdio MCP server's log) can land in between.
             sys.stdout.write(
                 f"omlx serving http://{shown}:{bound_port}\n"
-                f"admin console: http://{shown}:{bound_port}/admin/\n"
+                + (f"listening on every address; other machines' names for it: {names}\n" if wildcard else "")
+                + f"admin console: http://{shown}:{bound_port}/admin/\n"
             )
             sys.stdout.flush()
 

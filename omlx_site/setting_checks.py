@@ -69,3 +69,15 @@ def one_of(*choices):
             raise ValueError(f"{value!r}: must be one of {', '.join(choices)}")
 
     return check
+
+
+def host_names(value):
+    from omlx_site.boundary import parse_hosts  # Django's host matching: when checked
+
+    parse_hosts(value)
+
+
+def origins(value):
+    from omlx_site.boundary import parse_origins  # as above
+
+    parse_origins(value)

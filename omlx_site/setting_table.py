@@ -299,6 +299,38 @@ SETTINGS: tuple[Setting, ...] = (
         applies="now",
     ),
     Setting(
+        "allowed_hosts",
+        "OMLX_ALLOWED_HOSTS",
+        TEXT,
+        None,
+        "more Host names the server answers (comma-separated; any port), besides localhost, 127.0.0.1, "
+        "[::1] and --host: with --host 0.0.0.0, the names and addresses other machines reach it by; "
+        ".example.com: that name and its subdomains; other Hosts get a 400 (DNS rebinding)",
+        flag="--allowed-hosts",
+        check=checks.host_names,
+        metavar="NAMES",
+    ),
+    Setting(
+        "cors_origins",
+        "OMLX_CORS_ORIGINS",
+        TEXT,
+        None,
+        "web origins (scheme://host[:port], comma-separated; *: any) whose pages may call the API "
+        "from a browser, with CORS answers; the console stays same-origin only, and other origins' "
+        "POST, PUT, PATCH and DELETE requests get a 403",
+        flag="--cors-origins",
+        check=checks.origins,
+        metavar="ORIGINS",
+    ),
+    Setting(
+        "no_auth_on_network",
+        "OMLX_NO_AUTH_ON_NETWORK",
+        BOOLEAN,
+        False,
+        "serve a --host that is not loopback without an API key (without it, `omlx serve` refuses to)",
+        flag="--no-auth-on-network",
+    ),
+    Setting(
         "redis_url",
         "OMLX_REDIS_URL",
         TEXT,

@@ -6,7 +6,7 @@ Everything omlx keeps on disk lives under OMLX_HOME (default ``~/.omlx``), as up
 import os
 from pathlib import Path
 
-from omlx_site import config, secret_key
+from omlx_site import boundary, config, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 OMLX_HOME = config.home()
@@ -23,7 +23,11 @@ OMLX_SETTINGS_AT_START = dict(_values)
 # made once and kept in $OMLX_HOME/secret_key (0600), so logins survive restarts.
 SECRET_KEY = os.environ.get("OMLX_SECRET_KEY") or secret_key.load(OMLX_HOME)
 DEBUG = os.environ.get("OMLX_DEBUG", "") == "1"
-ALLOWED_HOSTS = ["*"]
+# The browser boundary (omlx_site/boundary.py, docs/security.md): the Host names this server answers
+# (the loopback names, --host, --allowed-hosts; any port), and the web origins whose pages may call
+# the API (--cors-origins).
+ALLOWED_HOSTS = boundary.allowed_hosts(_values["host"], _values["allowed_hosts"])
+OMLX_CORS_ORIGIN_LIST = boundary.parse_origins(_values["cors_origins"])
 
 INSTALLED_APPS = [
     "daphne",

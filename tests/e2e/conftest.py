@@ -88,12 +88,15 @@ def login(page, server) -> None:
 
 @pytest.fixture
 def page(browser, admin_server):
-    """A new browser context (own cookies), logged in to admin_server; page errors fail the test."""
+    """A new browser context (own cookies), logged in to admin_server; page errors and what the
+    Content-Security-Policy blocked fail the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(30_000)
     pg = context.new_page()
     errors = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    # What the console's Content-Security-Policy blocked (an inline script, an hx-on handler).
+    pg.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
     login(pg, admin_server)
     yield pg
     context.close()

@@ -37,6 +37,8 @@ def test_bad_flags(tmp_path):
         ("--max-model-memory", "lots"),
         ("--max-model-memory", "auto"),
         ("--max-process-memory", "0"),
+        ("--allowed-hosts", "box.lan:8000"),
+        ("--cors-origins", "localhost:3000"),
     ]:
         out = run_serve(tmp_path, flag, value)
         assert out.returncode == 2, (flag, out.stderr)

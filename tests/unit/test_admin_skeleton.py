@@ -105,7 +105,7 @@ def _app():
     from django.urls import path
 
     from admin_panel.consumers import AdminConsumer
-    from admin_panel.routing import SameOriginWebsocket
+    from omlx_site.boundary import BrowserBoundary
 
     class Echo(AdminConsumer):
         async def joined(self):
@@ -114,7 +114,7 @@ def _app():
         async def received(self, data):
             await self.send_html(f'<div id="echo">{sorted(data)}</div>')
 
-    return SameOriginWebsocket(SessionMiddlewareStack(URLRouter([path("ws/test/", Echo.as_asgi())])))
+    return BrowserBoundary(SessionMiddlewareStack(URLRouter([path("ws/test/", Echo.as_asgi())])))
 
 
 async def _connect(headers):

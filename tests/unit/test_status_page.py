@@ -63,13 +63,13 @@ async def _websocket(pool):
     from channels.testing import WebsocketCommunicator
 
     from admin_panel.consumers.status import StatusConsumer
-    from admin_panel.routing import SameOriginWebsocket
+    from omlx_site.boundary import BrowserBoundary
     from channels.routing import URLRouter
     from channels.sessions import SessionMiddlewareStack
     from django.urls import path
 
     routes = URLRouter([path("ws/admin/status/", StatusConsumer.as_asgi())])
-    app = SameOriginWebsocket(SessionMiddlewareStack(routes))
+    app = BrowserBoundary(SessionMiddlewareStack(routes))
     history = get_history()
     history.sample()
     comm = WebsocketCommunicator(app, "/ws/admin/status/")
