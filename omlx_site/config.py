@@ -1,11 +1,12 @@
 """The table of omlx's settings, and where their values come from.
 
-Each `Setting` row (the table is omlx_site/setting_table.py) gives a setting's key in ``$OMLX_HOME/settings.json``, its environment variable
-(also the name of the Django setting that holds its value), its `omlx serve` / `omlx worker` flag,
-its kind (how a value is parsed: omlx_site/setting_kinds.py), the check of its value
-(omlx_site/setting_checks.py), default and help. The CLI's flags, omlx_site.settings,
-docs/settings.md (``python -m omlx_site.config > docs/settings.md``) and tests/unit/test_docs.py are all
-built from `SETTINGS`: adding a setting is adding one row.
+Each `Setting` row (the table is omlx_site/setting_table.py) gives a setting's key in
+``$OMLX_HOME/settings.json``, its environment variable (also the name of the Django setting that
+holds its value), its `omlx serve` / `omlx worker` flag, its kind (how a value is parsed:
+omlx_site/setting_kinds.py), the check of its value (omlx_site/setting_checks.py), default and help.
+The CLI's flags, omlx_site.settings, docs/settings.md (``python -m omlx_site.config >
+docs/settings.md``) and tests/unit/test_docs.py are all built from `SETTINGS`: adding a setting is
+adding one row.
 
 Precedence: a flag on the command line, then the environment variable, then settings.json, then the
 default. `omlx serve` writes the flags it was given to settings.json (mode 0600: it may hold the API
@@ -14,10 +15,11 @@ aside (settings.json.corrupt-<time>) with a warning; a key with a bad value is i
 warning; unknown keys are kept in the file and warned about. Upstream oMLX's nested settings.json
 (same path) is converted on first read (omlx_site/upstream_settings.py).
 
-Adding a setting: append a `Setting` row to `SETTINGS` in omlx_site/setting_table.py (key = the flag's name with underscores;
-``commands`` = the commands that get the flag, none for a variable/file-only setting), then
-regenerate docs/settings.md. Its value is then ``django.conf.settings.<env>`` in every process, the
-flag is in --help, and `omlx serve` saves it when given.
+Adding a setting: append a `Setting` row to `SETTINGS` in omlx_site/setting_table.py (key = the
+flag's name with underscores; ``commands`` = the commands that get the flag, none for a
+variable/file-only setting), then regenerate docs/settings.md. Its value is then
+``django.conf.settings.<env>`` in every process, the flag is in --help, and `omlx serve` saves it
+when given.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from omlx_site import upstream_settings
+from omlx_site import redis_policy, upstream_settings
 from omlx_site.setting_table import BOTH, BY_KEY, SERVE, SETTINGS, Setting  # noqa: F401
 from omlx_site.setting_kinds import (  # noqa: F401  (config.BOOLEAN etc. are used elsewhere)
     BOOLEAN,
@@ -188,6 +190,7 @@ def check_together(values: Mapping[str, Any]) -> None:
         raise ValueError(
             "--workers 0 needs --redis-url (without Redis only the server's own workers can run requests)"
         )
+    redis_policy.check(values)
 
 
 def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:

@@ -311,6 +311,28 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="URL",
     ),
     Setting(
+        "redis_secret",
+        "OMLX_REDIS_SECRET",
+        TEXT,
+        None,
+        "Redis mode: the secret that signs every job and event (HMAC-SHA256); required with "
+        "--redis-url, the same for the server and all its workers (docs/security.md)",
+        flag="--redis-secret",
+        commands=BOTH,
+        check=checks.redis_secret,
+        metavar="SECRET",
+        secret=True,
+    ),
+    Setting(
+        "redis_trusted_network",
+        "OMLX_REDIS_TRUSTED_NETWORK",
+        BOOLEAN,
+        False,
+        "accept a --redis-url without a password on a non-loopback host (only trusted machines reach it)",
+        flag="--redis-trusted-network",
+        commands=BOTH,
+    ),
+    Setting(
         "workers",
         "OMLX_HUEY_WORKERS",
         INTEGER,
