@@ -48,6 +48,9 @@ class Setting:
     shown_default: Optional[str] = None
     metavar: Optional[str] = None
     secret: bool = False
+    # False: the console's Settings page shows it read-only and refuses to change it (it starts
+    # processes or decides who may queue work: only the command line or settings.json set it).
+    console_editable: bool = True
     # When a change made while the server runs (the console's Settings page) takes effect: "now"
     # (read at use time: omlx_site/live_settings.py applies it), "next load" (models loaded after
     # the change get it) or "restart".
@@ -79,6 +82,7 @@ class Setting:
             "commands": list(self.commands),
             "secret": self.secret,
             "applies": self.applies,
+            "console_editable": self.console_editable,
         }
 
 
@@ -309,6 +313,7 @@ SETTINGS: tuple[Setting, ...] = (
         commands=BOTH,
         check=checks.redis_url,
         metavar="URL",
+        console_editable=False,
     ),
     Setting(
         "redis_secret",
@@ -322,6 +327,7 @@ SETTINGS: tuple[Setting, ...] = (
         check=checks.redis_secret,
         metavar="SECRET",
         secret=True,
+        console_editable=False,
     ),
     Setting(
         "redis_trusted_network",
@@ -331,6 +337,7 @@ SETTINGS: tuple[Setting, ...] = (
         "accept a --redis-url without a password on a non-loopback host (only trusted machines reach it)",
         flag="--redis-trusted-network",
         commands=BOTH,
+        console_editable=False,
     ),
     Setting(
         "workers",
@@ -383,6 +390,7 @@ SETTINGS: tuple[Setting, ...] = (
         "in the console's chat. Needs the extra: pip install 'omlx[mcp]'",
         flag="--mcp-config",
         check=checks.mcp_config,
+        console_editable=False,
     ),
     Setting(
         "mcp_tool_timeout",
