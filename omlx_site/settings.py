@@ -8,11 +8,11 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from omlx_site import config, redis_policy, secret_key
+from omlx_site import config, private_files, redis_policy, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 OMLX_HOME = config.home()
-OMLX_HOME.mkdir(parents=True, exist_ok=True)
+private_files.make_private(OMLX_HOME)  # umask 077: files 0600, folders 0700 (omlx_site/private_files.py)
 # The settings of omlx_site/config.py's table, each under its environment variable's name:
 # the environment, then $OMLX_HOME/settings.json, then the default (`omlx serve` exports its flags).
 _values = config.load(OMLX_HOME)
