@@ -44,3 +44,11 @@ def unload_idle_models() -> list:
 def enforce_model_ttls() -> None:
     """Every minute (Huey's finest schedule); returns None so that Huey stores no result."""
     unload_idle_models()
+
+
+@db_periodic_task(crontab(minute="7"))
+def delete_expired_responses() -> None:
+    """Every hour: stored Responses older than OMLX_RESPONSE_TTL_DAYS (they hold prompts)."""
+    from inference.api.responses.store import delete_expired
+
+    delete_expired()

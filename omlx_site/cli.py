@@ -12,7 +12,7 @@ import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports
 from inference import platform
 from inference.mcp import sdk
 from inference.version import version
-from omlx_site import config, restart, service
+from omlx_site import config, redis_policy, restart, service
 from omlx_site.commands import add_parsers
 from omlx_site.server import serve
 from omlx_site.worker import run_worker
@@ -267,6 +267,10 @@ def _worker(parser, args) -> int:
     given, values = _settings(parser, args, "worker")
     if not values["redis_url"]:
         parser.error("omlx worker needs --redis-url (or OMLX_REDIS_URL): the server's Redis")
+    try:
+        redis_policy.check(values)
+    except ValueError as exc:
+        parser.error(str(exc))
     config.export(given)
     threads = 2 if args.threads is None else args.threads
     if threads < 1:

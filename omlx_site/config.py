@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from omlx_site import upstream_settings
+from omlx_site import redis_policy, upstream_settings
 from omlx_site.setting_table import BOTH, BY_KEY, SERVE, SETTINGS, Setting  # noqa: F401
 from omlx_site.setting_kinds import (  # noqa: F401  (config.BOOLEAN etc. are used elsewhere)
     BOOLEAN,
@@ -195,6 +195,7 @@ def check_together(values: Mapping[str, Any]) -> None:
     refusal = network_refusal(values)
     if refusal:
         raise ValueError(refusal)
+    redis_policy.check(values)
 
 
 def save(values: Mapping[str, Any], omlx_home: Optional[Path] = None) -> Path:
@@ -303,7 +304,10 @@ def markdown() -> str:
         "The console's Settings page (`/admin/settings/`, docs/admin.md) shows each setting's value and",
         "source and saves changes to the same file. *applies* says when a change made there takes",
         "effect in the running server: `now`, `next load` (models loaded after the change) or",
-        "`restart` (the page's Restart button).",
+        "`restart` (the page's Restart button). Settings that start processes or decide who may queue",
+        "work (*applies* `not from the console`: the MCP servers, Redis) are shown read-only there and",
+        "can be changed only on the command line, in the environment or in settings.json",
+        "(docs/security.md).",
         "",
         "| settings.json key | flag | environment variable | type | default | applies | meaning |",
         "|---|---|---|---|---|---|---|",
@@ -311,8 +315,9 @@ def markdown() -> str:
     for s in SETTINGS:
         flag = f"`{s.flag}`" + (" (serve, worker)" if len(s.commands) > 1 else "") if s.flag else "none"
         help_text = s.help.replace("|", "\\|")
+        applies = s.applies if s.console_editable else f"{s.applies}; not from the console"
         lines.append(
-            f"| `{s.key}` | {flag} | `{s.env}` | {s.kind.name} | `{s.default_text()}` | {s.applies} "
+            f"| `{s.key}` | {flag} | `{s.env}` | {s.kind.name} | `{s.default_text()}` | {applies} "
             f"| {help_text} |"
         )
     return "\n".join(lines) + "\n"

@@ -85,6 +85,8 @@ APPLIERS: Dict[str, Callable[[Any, Any, Any], None]] = {
     "max_queued_requests": _plain("max_queued_requests"),
     "retry_after_seconds": _plain("retry_after_seconds"),
     "sse_keepalive_seconds": _plain("sse_keepalive_seconds"),
+    "response_ttl_days": _plain("response_ttl_days"),
+    "max_response_chain": _plain("max_response_chain"),
 }
 
 

@@ -39,6 +39,13 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
     if fail_interrupted_runs():
         logger.warning("benchmark runs left unfinished by the last server were marked failed (interrupted)")
+    from inference.api.responses.store import delete_expired
+
+    expired = delete_expired()  # then every hour (inference/tasks.py)
+    if expired:
+        logger.info(
+            "deleted %d stored responses older than %g days", expired, settings.OMLX_RESPONSE_TTL_DAYS
+        )
 
     from inference.dispatch import get_backend
     from inference.pool import close_pool, get_pool

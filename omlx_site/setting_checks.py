@@ -57,6 +57,11 @@ def redis_url(value):
         raise ValueError(f"{value}: must start with redis://, rediss:// or unix://")
 
 
+def redis_secret(value):
+    if len(value) < 16:
+        raise ValueError("must be at least 16 characters (a random string; docs/security.md)")
+
+
 def mcp_config(path):
     from inference.mcp import config as mcp_config  # the inference package: when checked
 

@@ -48,6 +48,9 @@ class Setting:
     shown_default: Optional[str] = None
     metavar: Optional[str] = None
     secret: bool = False
+    # False: the console's Settings page shows it read-only and refuses to change it (it starts
+    # processes or decides who may queue work: only the command line or settings.json set it).
+    console_editable: bool = True
     # When a change made while the server runs (the console's Settings page) takes effect: "now"
     # (read at use time: omlx_site/live_settings.py applies it), "next load" (models loaded after
     # the change get it) or "restart".
@@ -79,6 +82,7 @@ class Setting:
             "commands": list(self.commands),
             "secret": self.secret,
             "applies": self.applies,
+            "console_editable": self.console_editable,
         }
 
 
@@ -341,6 +345,31 @@ SETTINGS: tuple[Setting, ...] = (
         commands=BOTH,
         check=checks.redis_url,
         metavar="URL",
+        console_editable=False,
+    ),
+    Setting(
+        "redis_secret",
+        "OMLX_REDIS_SECRET",
+        TEXT,
+        None,
+        "Redis mode: the secret that signs every job and event (HMAC-SHA256); required with "
+        "--redis-url, the same for the server and all its workers (docs/security.md)",
+        flag="--redis-secret",
+        commands=BOTH,
+        check=checks.redis_secret,
+        metavar="SECRET",
+        secret=True,
+        console_editable=False,
+    ),
+    Setting(
+        "redis_trusted_network",
+        "OMLX_REDIS_TRUSTED_NETWORK",
+        BOOLEAN,
+        False,
+        "accept a --redis-url without a password on a non-loopback host (only trusted machines reach it)",
+        flag="--redis-trusted-network",
+        commands=BOTH,
+        console_editable=False,
     ),
     Setting(
         "workers",
@@ -384,6 +413,24 @@ SETTINGS: tuple[Setting, ...] = (
         applies="now",
     ),
     Setting(
+        "response_ttl_days",
+        "OMLX_RESPONSE_TTL_DAYS",
+        NUMBER,
+        30.0,
+        "stored Responses (POST /v1/responses with store) older than this are gone (deleted hourly)",
+        check=checks.positive,
+        applies="now",
+    ),
+    Setting(
+        "max_response_chain",
+        "OMLX_MAX_RESPONSE_CHAIN",
+        INTEGER,
+        1000,
+        "most stored responses a previous_response_id chain may replay; a longer chain gets a 400",
+        check=checks.at_least(1),
+        applies="now",
+    ),
+    Setting(
         "mcp_config",
         "OMLX_MCP_CONFIG",
         FILE,
@@ -393,6 +440,7 @@ SETTINGS: tuple[Setting, ...] = (
         "in the console's chat. Needs the extra: pip install 'omlx[mcp]'",
         flag="--mcp-config",
         check=checks.mcp_config,
+        console_editable=False,
     ),
     Setting(
         "mcp_tool_timeout",

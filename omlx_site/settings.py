@@ -6,11 +6,13 @@ Everything omlx keeps on disk lives under OMLX_HOME (default ``~/.omlx``), as up
 import os
 from pathlib import Path
 
-from omlx_site import boundary, config, secret_key
+from django.core.exceptions import ImproperlyConfigured
+
+from omlx_site import boundary, config, private_files, redis_policy, secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 OMLX_HOME = config.home()
-OMLX_HOME.mkdir(parents=True, exist_ok=True)
+private_files.make_private(OMLX_HOME)  # umask 077: files 0600, folders 0700 (omlx_site/private_files.py)
 # The settings of omlx_site/config.py's table, each under its environment variable's name:
 # the environment, then $OMLX_HOME/settings.json, then the default (`omlx serve` exports its flags).
 _values = config.load(OMLX_HOME)
@@ -89,18 +91,24 @@ DATABASES = {
 # order one connection sent them, nothing kept for a listener that has gone. The list-based
 # RedisChannelLayer orders a channel by send timestamps (equal or stepped-back clocks reorder
 # tokens), caps each channel (100 by default) and expires messages: wrong for token streams.
+# Nothing read from Redis is unpickled: jobs and events are JSON signed with OMLX_REDIS_SECRET
+# (inference/dispatch/signed_*.py); omlx_site/redis_policy.py refuses a Redis that others could fill.
 OMLX_REDIS_URL = _values["redis_url"]
 if OMLX_REDIS_URL:
+    try:
+        redis_policy.check(_values)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [OMLX_REDIS_URL], "prefix": "omlx"},
+            "BACKEND": "inference.dispatch.signed_layer.SignedRedisChannelLayer",
+            "CONFIG": {"hosts": [OMLX_REDIS_URL], "prefix": "omlx", "redis_secret": _values["redis_secret"]},
         }
     }
     HUEY = {
-        "huey_class": "huey.RedisHuey",
+        "huey_class": "inference.dispatch.signed_huey.SignedRedisHuey",
         "name": "omlx",
-        "connection": {"url": OMLX_REDIS_URL},
+        "connection": {"url": OMLX_REDIS_URL, "redis_secret": _values["redis_secret"]},
         "immediate": False,
         # `manage.py run_huey`: threads share the process's engines (one MLX thread per model).
         "consumer": {"workers": max(1, _values["workers"] or 2), "worker_type": "thread"},

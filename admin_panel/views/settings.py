@@ -8,6 +8,11 @@ at once where the code reads it at use time (omlx_site/live_settings.py), else t
 "restart to apply" until the Restart button (omlx_site/restart.py) has restarted the server. A
 setting given as a flag or an environment variable cannot be changed here: those win over the
 file at every start. The API key is never shown, only whether one is set.
+
+Settings that start processes or decide who may queue work (rows with ``console_editable``
+False: the MCP servers' commands, Redis) are shown read-only, and a POST that tries to change
+them, even one crafted by hand, answers 403: a web page must never turn the server into a
+launcher (docs/security.md).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from omlx_site import config, live_settings, restart
 Message = Tuple[str, str]  # ("ok" | "error", text)
 
 
+class ReadOnly(ValueError):
+    """A setting that the console may show but never change."""
+
+
 @admin_required
 @require_GET
 def page(request):
@@ -39,6 +48,9 @@ def save(request):
     try:
         _save(request, request.POST, messages)
         status = 200
+    except ReadOnly as exc:
+        messages.append(("error", str(exc)))
+        status = 403
     except ValueError as exc:
         messages.append(("error", str(exc)))
         status = 400
@@ -69,6 +81,12 @@ def _save(request, form, messages: List[Message]) -> None:
     setting = config.BY_KEY.get(key)
     if setting is None:
         raise ValueError(f"{key!r} is not a setting")
+    if not setting.console_editable:
+        raise ReadOnly(
+            f"{key} starts processes or decides who may queue work, so it can be changed only on "
+            "the command line, in the environment or in settings.json, never from a web page. "
+            "Nothing was saved."
+        )
     rows = {row["key"]: row for row in config.describe()}
     source = rows[key]["source"]
     if source == "flag":
@@ -145,7 +163,7 @@ def _context(messages: List[Message]) -> dict:
                 "is_set": value is not None,
                 "in_force": "" if setting.secret else _text(setting, started),
                 "pending": pending,
-                "locked": row["source"] in ("flag", "environment"),
+                "locked": row["source"] in ("flag", "environment") or not setting.console_editable,
             }
         )
     return {

@@ -269,7 +269,8 @@ class Engine(EngineControls, EngineThread):
                 self._step()
             except Exception as exc:  # a failed step must not take the engine down
                 logger.exception("engine step failed; failing the running requests")
-                self._fail_all(f"{type(exc).__name__}: {exc}")
+                # The client is told no exception text (paths, prompts): the log has it.
+                self._fail_all(f"internal error in the engine ({type(exc).__name__}; see the server's log)")
         self._fail_all("the engine was closed", reason="abort")
         self.runner = None
         self.prefix_cache.close()

@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from tests.support.server import ServerProcess
 from tests.e2e.conftest import API_KEY, login
 from tests.live.test_redis_mode import REDIS, Process, free_port
+from tests.live.test_redis_mode import SECRET as REDIS_SECRET
 
 # Records the answer's length after every websocket message, until its numbers arrive.
 RECORD = (
@@ -135,14 +136,27 @@ def redis_server(tmp_path_factory, model_dir):
     models = tmp_path_factory.mktemp("redis-chat-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     home = tmp_path_factory.mktemp("redis-chat-home")
-    server = ServerProcess(["--redis-url", url, "--model-dir", str(models), "--api-key", API_KEY], home)
+    server = ServerProcess(
+        [
+            "--redis-url",
+            url,
+            "--redis-secret",
+            REDIS_SECRET,
+            "--model-dir",
+            str(models),
+            "--api-key",
+            API_KEY,
+        ],
+        home,
+    )
     server.api_key = API_KEY
     env = dict(
         os.environ, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"), PYTHONUNBUFFERED="1"
     )
     env.pop("OMLX_API_KEY", None)
     worker = Process(
-        [sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", url, "--model-dir", str(models)],
+        [sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", url, "--model-dir", str(models)]
+        + ["--redis-secret", REDIS_SECRET],
         env,
         "taking requests from",
     )

@@ -128,6 +128,34 @@ def test_every_setting_with_its_source_saved_and_refused(page, admin_server, sho
     )
 
 
+def test_settings_that_start_processes_are_read_only_even_to_a_crafted_post(page, admin_server, tmp_path):
+    """mcp_config names commands the server spawns: the page shows it without a form, and a POST
+    made by hand from the logged-in page (with its CSRF token) is refused with a 403."""
+    witness = tmp_path / "spawned"
+    launcher = tmp_path / "mcp.json"
+    launcher.write_text(json.dumps({"mcpServers": {"x": {"command": "touch", "args": [str(witness)]}}}))
+    page.goto(admin_server.url + "/admin/settings/")
+    for key in ("mcp_config", "redis_url", "redis_secret"):
+        expect(_row(page, key).locator(".locked")).to_contain_text("read-only here")
+        expect(_row(page, key).locator("form")).to_have_count(0)
+    for form in ({"key": "mcp_config", "value": str(launcher)}, {"key": "mcp_config", "reset": "1"}):
+        answer = page.evaluate(
+            """async (form) => {
+                const token = document.cookie.match(/omlx_csrftoken=([^;]+)/)[1];
+                const r = await fetch("/admin/settings/save/", {
+                    method: "POST",
+                    body: new URLSearchParams(form),
+                    headers: {"X-CSRFToken": token, "HX-Request": "true"},
+                });
+                return [r.status, await r.text()];
+            }""",
+            form,
+        )
+        assert answer[0] == 403, answer
+        assert "never from a web page" in answer[1]
+    assert "mcp_config" not in _stored(admin_server) and not witness.exists()
+
+
 def test_a_restart_setting_is_marked_and_the_restart_applies_it(page, admin_server, shot):
     page.goto(admin_server.url + "/admin/settings/")
     expect(page.locator("#pending-restart")).to_have_count(0)

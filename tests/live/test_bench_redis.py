@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.live.test_bench import FORM, check_results, wait_for_status
-from tests.live.test_redis_mode import REDIS, redis_url, server, setup, start_worker  # noqa: F401  (fixtures)
+from tests.live.test_redis_mode import REDIS, SECRET, redis_url, server, setup, start_worker  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
 
@@ -25,9 +25,9 @@ def bench_worker(setup, server):  # noqa: F811
 async def follow(redis, run_id, start):
     """Join the run's group on Redis as the page's socket does, start the run, and collect its
     events until the last one."""
-    from channels_redis.pubsub import RedisPubSubChannelLayer
+    from inference.dispatch.signed_layer import SignedRedisChannelLayer
 
-    layer = RedisPubSubChannelLayer(hosts=[redis], prefix="omlx")
+    layer = SignedRedisChannelLayer(hosts=[redis], prefix="omlx", redis_secret=SECRET)
     channel = await layer.new_channel()
     await layer.group_add(f"omlx.bench.{run_id}", channel)
     events = []

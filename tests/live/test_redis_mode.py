@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 CHAT = [{"role": "user", "content": "Tell me about caching."}]
 HEARTBEAT = "3"  # seconds: a killed worker is noticed within two of these
+SECRET = "redis-mode-test-secret-0123456789"  # OMLX_REDIS_SECRET of the server and its workers
 
 
 def free_port():
@@ -112,6 +113,7 @@ def setup(tmp_path_factory, model_dir, redis_url):
         OMLX_REDIS_URL=redis_url,
         OMLX_MODEL_DIR=str(models),
         OMLX_WORKER_HEARTBEAT_SECONDS=HEARTBEAT,
+        OMLX_REDIS_SECRET=SECRET,
     )
     for name in ("OMLX_API_KEY", "OMLX_HUEY_WORKERS", "OMLX_API_HANDOFF"):
         env.pop(name, None)
@@ -136,7 +138,11 @@ def start_worker(setup):
 def server(setup):
     # ServerProcess passes os.environ on. Keep-alives shorter than the heartbeat: the silence of a
     # dead worker must be noticed across the stream's many short waits.
-    extra = {"OMLX_WORKER_HEARTBEAT_SECONDS": HEARTBEAT, "OMLX_SSE_KEEPALIVE_SECONDS": "1"}
+    extra = {
+        "OMLX_WORKER_HEARTBEAT_SECONDS": HEARTBEAT,
+        "OMLX_SSE_KEEPALIVE_SECONDS": "1",
+        "OMLX_REDIS_SECRET": SECRET,
+    }
     saved = {name: os.environ.get(name) for name in extra}
     os.environ.update(extra)
     try:
@@ -271,6 +277,85 @@ def test_concurrent_streams_keep_their_order(client):
 
     with ThreadPoolExecutor(len(prompts)) as pool:
         assert list(pool.map(stream, prompts)) == alone
+
+
+QUEUE_KEY = "huey.redis.omlx"  # Huey's list of queued jobs (RedisHuey named "omlx")
+
+
+def generate_message(request_id):
+    """Huey's message of a `generate` job for the tiny model, as the server would queue it."""
+    from huey.registry import Message
+
+    job = {"request_id": request_id, "model": "tiny", "params": {"max_tokens": 2}, "prompts": ["hi"]}
+    return Message(request_id, "inference.dispatch.huey.generate", None, 0, 0, None, (job,), {})
+
+
+def push_until_dropped(setup, worker, data):
+    """Queue ``data`` as a job and wait until the worker has dropped it (it logs each drop)."""
+    import redis
+
+    before = sum("dropped a job" in line for line in worker.output)
+    redis.Redis.from_url(setup["redis_url"]).lpush(QUEUE_KEY, data)
+    deadline = time.monotonic() + 60
+    while sum("dropped a job" in line for line in worker.output) == before:
+        assert time.monotonic() < deadline, "the worker did not drop the job:\n" + "".join(
+            worker.output[-20:]
+        )
+        time.sleep(0.05)
+
+
+def test_a_pickled_job_in_the_queue_does_not_run(setup, worker, tmp_path):
+    """Anyone who can reach the Redis can push a job: a pickle (Huey's default format) that would
+    create a file when loaded is dropped unread."""
+    from huey.serializer import Serializer
+
+    witness = tmp_path / "pickle-ran"
+
+    class Exploit:
+        def __reduce__(self):
+            return (open, (str(witness), "w"))
+
+    message = generate_message("pickled-job")._replace(args=(Exploit(),))
+    push_until_dropped(setup, worker, Serializer().serialize(message))
+    assert not witness.exists()
+    assert not any("pickled-job" in line for line in worker.output)
+
+
+def test_only_jobs_signed_with_the_secret_run(setup, worker, client):
+    """A job signed with the shared secret runs (so the queue is the one the worker reads); the
+    same job altered, or signed with another secret, is dropped and the worker goes on."""
+    import redis
+
+    from inference.dispatch.signed_json import SignedJson
+
+    signed = SignedJson(SECRET, "huey").dumps(generate_message("signed-job"))
+    redis.Redis.from_url(setup["redis_url"]).lpush(QUEUE_KEY, signed)
+    assert worker.wait_for_output("signed-job-0 finished"), "".join(worker.output[-30:])
+    push_until_dropped(setup, worker, signed.replace(b"signed-job", b"altered-job"))
+    other = SignedJson("another-secret-0123456789", "huey").dumps(generate_message("other-key-job"))
+    push_until_dropped(setup, worker, other)
+    reply = client.completions.create(model="tiny", prompt="still here", max_tokens=2)
+    assert reply.usage.completion_tokens == 2
+    assert not any("altered-job" in line or "other-key-job" in line for line in worker.output)
+
+
+def test_a_forged_abort_on_the_channel_layer_is_dropped(setup, server, worker):
+    """The channel layer's messages are signed too: an abort published by someone else (msgpack,
+    channels_redis's own format) is dropped, and the stream goes on."""
+    import msgpack
+    import redis
+
+    body = {"model": "tiny", "prompt": "Go on", "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as response:
+        lines = (line for line in response.iter_lines() if line.startswith("data: "))
+        request_id = json.loads(next(lines)[6:])["id"]
+        event = {"kind": "abort", "request_id": request_id, "model": "tiny", "count": 1}
+        forged = msgpack.packb({"type": "generation.event", "event": event})
+        redis.Redis.from_url(setup["redis_url"]).publish("omlx__group__omlx.control", forged)
+        assert worker.wait_for_output("dropped a message on")
+        later = [json.loads(next(lines)[6:]) for _ in range(5)]  # still streaming
+        assert all(chunk["choices"][0]["finish_reason"] is None for chunk in later)
+    assert worker.wait_for_output(f"{request_id}-0 ended: abort")  # our disconnect, only now
 
 
 def test_client_disconnect_aborts_in_the_worker(server, worker):

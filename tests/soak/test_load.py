@@ -106,7 +106,7 @@ def test_32_streaming_clients_for_60_seconds_redis_mode(tmp_path_factory, served
     """The same load with the queue and the tokens going through Redis to one `omlx worker`."""
     import sys
 
-    from tests.live.test_redis_mode import REDIS, Process, free_port
+    from tests.live.test_redis_mode import REDIS, SECRET, Process, free_port
 
     if REDIS is None:
         pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
@@ -133,6 +133,8 @@ def test_32_streaming_clients_for_60_seconds_redis_mode(tmp_path_factory, served
     flags = [
         "--redis-url",
         url,
+        "--redis-secret",
+        SECRET,
         "--model-dir",
         str(served_models),
         "--max-concurrent-requests",

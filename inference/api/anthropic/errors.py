@@ -12,7 +12,7 @@ from django.http import JsonResponse
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from inference.api.common import json_body
-from inference.api.common.errors import ApiError
+from inference.api.common.errors import ApiError, internal_error
 
 logger = logging.getLogger("omlx.api")
 
@@ -79,8 +79,7 @@ def install(api) -> None:
 
     @api.exception_handler(Exception)
     def server_error(request, exc):
-        logger.exception("unhandled error in %s", request.path)
-        return error_response(500, f"Internal error: {type(exc).__name__}: {exc}")
+        return error_response(500, internal_error(request, exc))
 
 
 def _is_json_object(body: bytes) -> bool:

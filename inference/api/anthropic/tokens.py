@@ -7,6 +7,7 @@ into its tokens as the worker does."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -17,6 +18,8 @@ from inference.generation import GenerationJob
 from inference.pool import get_pool
 
 from inference.api.common.errors import ApiError
+
+logger = logging.getLogger("omlx.api")
 
 MAX_TOKENIZERS = 8  # models whose tokenizer stays loaded here; the least recently used goes first
 
@@ -55,7 +58,10 @@ def count_prompt_tokens(job: GenerationJob) -> int:
     try:
         tokenizer, lock = _tokenizer(path)
     except Exception as exc:
-        raise ApiError(500, f"The tokenizer of '{job.model}' cannot be loaded: {exc}") from exc
+        logger.error("the tokenizer of %s cannot be loaded", job.model, exc_info=exc)
+        raise ApiError(
+            500, f"The tokenizer of '{job.model}' cannot be loaded (the details are in the server's log)"
+        ) from None
     with lock:
         try:
             ids, text = generation.chat_prompt(tokenizer, job)

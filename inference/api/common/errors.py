@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import uuid
 from typing import Dict, Optional
 
 from django.conf import settings
@@ -106,8 +107,15 @@ def install(api) -> None:
 
     @api.exception_handler(Exception)
     def server_error(request, exc):
-        logger.exception("unhandled error in %s", request.path)
-        return ApiError(500, f"Internal error: {type(exc).__name__}: {exc}").response()
+        return ApiError(500, internal_error(request, exc)).response()
+
+
+def internal_error(request, exc: BaseException) -> str:
+    """Log an unexpected error with its traceback and an incident id; the client's message names
+    only the id: exception text may hold paths, prompts or keys (docs/security.md)."""
+    incident = uuid.uuid4().hex[:12]
+    logger.error("unhandled error in %s (incident %s)", request.path, incident, exc_info=exc)
+    return f"Internal error (incident {incident}: the details are in the server's log)"
 
 
 def _is_json_object(body: bytes) -> bool:

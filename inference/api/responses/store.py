@@ -1,19 +1,39 @@
 """Stored responses (``StoredResponse`` rows): saved when a request has ``store`` (the default,
-as OpenAI's), replayed as the context of ``previous_response_id``, listed and deleted by id."""
+as OpenAI's), replayed as the context of ``previous_response_id``, listed and deleted by id.
+
+They hold prompts, so they do not stay forever: a row older than OMLX_RESPONSE_TTL_DAYS is gone
+for every lookup at once, and deleted at start and every hour (``delete_expired``, a Huey periodic
+task in inference/tasks.py). A chain longer than OMLX_MAX_RESPONSE_CHAIN responses is refused
+with a 400 (each request replays the whole chain)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import List, Optional
+
+from django.conf import settings
+from django.utils import timezone
 
 from inference.models import StoredResponse
 
 from inference.api.common.errors import ApiError
 
-MAX_CHAIN = 10_000  # rows of one conversation: a guard against a corrupted chain, not a limit in practice
+
+def _live():
+    """The rows not yet expired."""
+    cutoff = timezone.now() - timedelta(days=settings.OMLX_RESPONSE_TTL_DAYS)
+    return StoredResponse.objects.filter(created__gte=cutoff)
+
+
+def delete_expired() -> int:
+    """Delete the rows older than the TTL; how many."""
+    cutoff = timezone.now() - timedelta(days=settings.OMLX_RESPONSE_TTL_DAYS)
+    deleted, _ = StoredResponse.objects.filter(created__lt=cutoff).delete()
+    return deleted
 
 
 async def get(response_id: str) -> StoredResponse:
-    row = await StoredResponse.objects.filter(pk=response_id).afirst()
+    row = await _live().filter(pk=response_id).afirst()
     if row is None:
         raise ApiError(
             404,
@@ -27,15 +47,24 @@ async def get(response_id: str) -> StoredResponse:
 async def context(previous_response_id: str) -> List[dict]:
     """Input and output items of every response of the chain ending at
     ``previous_response_id``, oldest first."""
+    limit = settings.OMLX_MAX_RESPONSE_CHAIN
     chunks: List[List[dict]] = []
     next_id: Optional[str] = previous_response_id
-    while next_id is not None and len(chunks) < MAX_CHAIN:
-        row = await StoredResponse.objects.filter(pk=next_id).afirst()
+    while next_id is not None:
+        if len(chunks) >= limit:
+            raise ApiError(
+                400,
+                f"The conversation of '{previous_response_id}' is longer than {limit} responses "
+                "(OMLX_MAX_RESPONSE_CHAIN): start a new one with the context as input",
+                param="previous_response_id",
+                code="response_chain_too_long",
+            )
+        row = await _live().filter(pk=next_id).afirst()
         if row is None:
             which = (
                 ""
                 if next_id == previous_response_id
-                else f" (a response of its chain, '{next_id}', was deleted)"
+                else f" (a response of its chain, '{next_id}', was deleted or has expired)"
             )
             raise ApiError(
                 400,
@@ -59,7 +88,7 @@ async def save(body: dict, input_items: List[dict]) -> None:
 
 
 async def delete(response_id: str) -> None:
-    deleted, _ = await StoredResponse.objects.filter(pk=response_id).adelete()
+    deleted, _ = await _live().filter(pk=response_id).adelete()
     if not deleted:
         raise ApiError(
             404,
