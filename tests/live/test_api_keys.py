@@ -130,3 +130,47 @@ def test_failed_keys_are_throttled_per_address(server):
     assert int(held.headers["retry-after"]) > 0 and "failed API keys" in held.json()["error"]["message"]
     # another address is not held back
     assert post(server, "/v1/completions", key, model="tiny", prompt="hi", max_tokens=1).status_code == 200
+
+
+def console_login(server, key) -> httpx.Client:
+    client = httpx.Client(base_url=server.url, timeout=60)
+    page = client.get("/admin/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    answer = client.post("/admin/login/", data={"api_key": key, "csrfmiddlewaretoken": token})
+    assert answer.status_code == 302, answer.text
+    return client
+
+
+def status_socket(server, client):
+    from websockets.sync.client import connect
+
+    cookie = f"omlx_sessionid={client.cookies['omlx_sessionid']}"
+    return connect(
+        server.url.replace("http", "ws") + "/ws/admin/status/", additional_headers={"Cookie": cookie}
+    )
+
+
+def close_code(socket) -> int:
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        while True:
+            socket.recv(timeout=60)
+    except ConnectionClosed as closed:
+        return closed.rcvd.code
+
+
+def test_console_websockets_close_when_their_key_is_revoked_or_they_log_out(server):
+    key = create_key(server.home, "console", "admin")
+    client = console_login(server, key)
+    with status_socket(server, client) as socket:
+        assert "status-cards" in socket.recv(timeout=60)  # open and pushing
+        omlx_keys(server.home, "revoke", "console")  # another process: the sockets' periodic check
+        assert close_code(socket) == 4401
+    assert client.get("/admin/status/").status_code == 302  # the login ended with the key
+
+    client = console_login(server, ADMIN)
+    with status_socket(server, client) as socket:
+        assert "status-cards" in socket.recv(timeout=60)
+        client.post("/admin/logout/", headers={"X-CSRFToken": client.cookies["omlx_csrftoken"]})
+        assert close_code(socket) == 4401
