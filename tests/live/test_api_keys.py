@@ -150,14 +150,20 @@ def status_socket(server, client):
     )
 
 
-def close_code(socket) -> int:
+def close_code(socket, within=60.0):
+    """The code the server closes ``socket`` with, reading its pushes meanwhile; None if it is
+    still open after ``within`` seconds (a bound, so a socket left open fails instead of hanging)."""
+    import time
+
     from websockets.exceptions import ConnectionClosed
 
+    deadline = time.monotonic() + within
     try:
-        while True:
-            socket.recv(timeout=60)
+        while time.monotonic() < deadline:
+            socket.recv(timeout=within)
     except ConnectionClosed as closed:
         return closed.rcvd.code
+    return None
 
 
 def test_console_websockets_close_when_their_key_is_revoked_or_they_log_out(server):
