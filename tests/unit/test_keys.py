@@ -109,3 +109,14 @@ def test_failed_logins_are_throttled(home):
     held = _login(client, admin)  # the right key too, while held back
     assert held.status_code == 429 and int(held["Retry-After"]) > 0
     assert _login(Client(enforce_csrf_checks=True, REMOTE_ADDR="10.2.0.2"), admin).status_code == 302
+
+
+def test_created_keys_close_an_api_that_has_no_api_key(home):
+    client = Client()
+    assert client.get("/v1/cache/status").status_code == 200  # no key at all: open
+    _, key = store.create("ops", ["admin"])
+    missing = client.get("/v1/cache/status")
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "invalid_api_key"
+    assert client.get("/v1/cache/status", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
+    refused = client.get("/v1/models", HTTP_X_API_KEY=key)
+    assert refused.status_code == 403 and "'inference' scope" in refused.json()["error"]["message"]
