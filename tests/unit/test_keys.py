@@ -120,3 +120,33 @@ def test_created_keys_close_an_api_that_has_no_api_key(home):
     assert client.get("/v1/cache/status", HTTP_AUTHORIZATION=f"Bearer {key}").status_code == 200
     refused = client.get("/v1/models", HTTP_X_API_KEY=key)
     assert refused.status_code == 403 and "'inference' scope" in refused.json()["error"]["message"]
+
+
+SCOPE_OF_ROUTE = {  # docs/keys.md's table
+    "inference": {
+        "list_models", "chat_completions", "completions", "create_response", "retrieve_response",
+        "delete_response", "list_input_items", "embeddings", "rerank", "messages", "count_tokens",
+    },
+    "models": {
+        "models_status", "models_rescan", "load_model", "unload_model", "get_settings", "patch_settings",
+    },
+    "mcp": {"mcp_servers", "mcp_tools", "mcp_execute"},
+    "admin": {"cache_status", "step_trace"},
+}  # fmt: skip
+
+
+def test_every_api_route_asks_for_its_scope():
+    import inspect
+
+    from inference.urls import anthropic_api, api
+
+    found = {}
+    for ninja_api in (api, anthropic_api):
+        for _, router in ninja_api._routers:
+            for operations in router.path_operations.values():
+                for op in operations.operations:
+                    source = inspect.getsource(op.view_func)
+                    asked = re.findall(r"check_api_key\(request, scopes\.(\w+)\)", source)
+                    assert len(asked) == 1, f"{op.view_func.__name__} must call check_api_key once: {asked}"
+                    found.setdefault(asked[0].lower(), set()).add(op.view_func.__name__)
+    assert found == SCOPE_OF_ROUTE
