@@ -1,8 +1,10 @@
-"""Who may use the console: anyone when omlx runs without an API key (`--api-key`), else a browser
-session that logged in with the key (admin_panel/views/auth.py).
+"""Who may use the console: anyone when omlx runs without keys (no `--api-key`, no created key),
+else a browser session that logged in with the --api-key or a created key that has the admin
+scope (admin_panel/views/auth.py; inference/keys/).
 
-The session keeps a digest of the key it logged in with, not a flag: a new key (a restart with
-another `--api-key`) ends every login made with the old one.
+The session keeps what it logged in with, not a flag: a digest of the --api-key (a restart with
+another `--api-key` ends every login made with the old one), or the created key's id (revoking the
+key ends its logins, and the console's websockets close: admin_panel/consumers/__init__.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
+from importlib import import_module
+from typing import Optional
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -17,29 +22,49 @@ from django.http import HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_protect
 
-SESSION_KEY = "omlx_admin_key"
+from inference.keys import scopes
+from inference.keys.ring import KeyInfo, get_ring
+
+logger = logging.getLogger("omlx.admin")
+
+SESSION_KEY = "omlx_admin_key"  # digest of the --api-key it logged in with
+SESSION_KEY_ID = "omlx_key_id"  # or the id of the created key
+AUTH_GROUP = "omlx-auth"  # the channel-layer group told of logouts and revoked keys
 
 
 def key_required() -> bool:
-    return bool(settings.OMLX_API_KEY)
+    ring = get_ring()
+    ring.refresh()
+    return bool(settings.OMLX_API_KEY) or bool(ring)
 
 
 def _digest(key: str) -> str:
     return hashlib.sha256(("omlx-admin:" + key).encode()).hexdigest()
 
 
-def check_key(given: str) -> bool:
+def check_key(given: str):
+    """What a login with ``given`` opens: True for the --api-key (or no keys at all), the KeyInfo
+    of a created key with the admin scope, else None."""
+    if not key_required():
+        return True
     expected = settings.OMLX_API_KEY
-    return not expected or hmac.compare_digest(given.encode(), expected.encode())
+    if expected and hmac.compare_digest(given.encode(), expected.encode()):
+        return True
+    info = get_ring().match(given)
+    return info if info is not None and scopes.ADMIN in info.scopes else None
 
 
-def log_in(session) -> None:
+def log_in(session, key: Optional[KeyInfo] = None) -> None:
     session.cycle_key()  # a new session id at login (no fixation)
-    session[SESSION_KEY] = _digest(settings.OMLX_API_KEY or "")
+    if key is None:
+        session[SESSION_KEY] = _digest(settings.OMLX_API_KEY or "")
+    else:
+        session[SESSION_KEY_ID] = key.id
 
 
 def log_out(session) -> None:
     session.flush()
+    notify_auth_changed()
 
 
 def is_authenticated(session) -> bool:
@@ -50,7 +75,36 @@ def is_authenticated(session) -> bool:
     if session is None:
         return False
     stored = session.get(SESSION_KEY)
-    return bool(stored) and hmac.compare_digest(stored, _digest(settings.OMLX_API_KEY))
+    if stored and settings.OMLX_API_KEY:
+        return hmac.compare_digest(stored, _digest(settings.OMLX_API_KEY))
+    info = get_ring().get(session.get(SESSION_KEY_ID))
+    return info is not None and scopes.ADMIN in info.scopes
+
+
+def session_is_authenticated(session_key: Optional[str]) -> bool:
+    """``is_authenticated`` of the session as it is stored now (a logout flushed it), not as a
+    long-lived consumer read it when it connected."""
+    if not key_required():
+        return True
+    if not session_key:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    return is_authenticated(store)
+
+
+def notify_auth_changed() -> None:
+    """Tell this server's console websockets to check their login again now (a logout, a revoked
+    key); a key revoked by another process is seen by their periodic check."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(AUTH_GROUP, {"type": "auth.changed"})
+    except Exception:  # the periodic check still closes them
+        logger.warning("could not tell the console's websockets of a logout", exc_info=True)
 
 
 def admin_required(view):

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from admin_panel.views import auth, benchmark, chat, downloads, integrations, logs, status
+from admin_panel.views import auth, benchmark, chat, downloads, integrations, keys, logs, status
 from admin_panel.views import cache as cache_views
 from admin_panel.views import models as models_views
 from admin_panel.views import settings as settings_views
@@ -33,4 +33,6 @@ urlpatterns = [
     path("downloads/", downloads.page, name="downloads"),
     path("downloads/action/", downloads.action, name="downloads_action"),
     path("integrations/", integrations.page, name="integrations"),
+    path("keys/", keys.page, name="keys"),
+    path("keys/action/", keys.action, name="keys_action"),
 ]

@@ -64,3 +64,21 @@ class ModelSettings(models.Model):
 
     def __str__(self) -> str:
         return self.model_id
+
+
+class ApiKey(models.Model):
+    """A key made by `omlx keys create` or the console's Keys page (inference/keys/). Only the
+    sha256 of the secret is kept: the secret is shown once, when it is made. The secret names its
+    row (``omlx-<key_id>-<random>``), so a check finds one row and compares digests in constant
+    time. ``scopes``: a list of inference/keys/scopes.py's names. Revoking deletes the row."""
+
+    key_id = models.CharField(max_length=16, primary_key=True)  # public: shown, used to revoke
+    name = models.CharField(max_length=64, unique=True)
+    digest = models.CharField(max_length=64)  # sha256 hex of the whole secret
+    scopes = models.JSONField(default=list)
+    shares_cache = models.BooleanField(default=False)  # its requests use the shared (unsalted) cache
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)  # to the minute (inference/keys/ring.py)
+
+    class Meta:
+        ordering = ["created"]

@@ -35,6 +35,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> int:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+    from inference.keys.ring import ensure_stamp, get_ring
+
+    ensure_stamp()
+    get_ring().reload()  # the keys (inference/keys/): read once here, then when they change
     from admin_panel.tasks import fail_interrupted_runs
 
     if fail_interrupted_runs():

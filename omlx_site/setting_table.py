@@ -296,7 +296,8 @@ SETTINGS: tuple[Setting, ...] = (
         "OMLX_API_KEY",
         TEXT,
         None,
-        "require this key (Authorization: Bearer KEY or x-api-key) on every /v1 route and /metrics",
+        "require a key (Authorization: Bearer KEY or x-api-key) on every /v1 route and /metrics; this "
+        "one has every scope and logs in to the console (more keys, with scopes: `omlx keys`, docs/keys.md)",
         flag="--api-key",
         metavar="KEY",
         secret=True,

@@ -52,6 +52,7 @@ MIDDLEWARE = [
     "omlx_site.middleware.CommonMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "omlx_site.middleware.api_error_envelope",
+    "inference.keys.middleware.api_keys",  # who asks on /v1 and /metrics (401, 429; scopes: routes)
 ]
 
 ROOT_URLCONF = "omlx_site.urls"

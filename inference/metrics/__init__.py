@@ -7,6 +7,7 @@ Two kinds of series, in one registry of omlx's own (``definitions``):
   omlx_site/middleware.py), tokens, time to first token and inter-token latency (``observer``:
   a ``GenerationObserver`` on each API request's subscription, so they work whichever process
   runs the model), model loads and unloads (the pool publishes them: ``model_loaded``, ...).
+- Per API key (``keys``): requests and tokens, labelled by the key's id and name.
 - Read when scraped, from the loaded engines of this process (``collector``): queue depth,
   memory, and the block cache's counters, through each engine's ``stats()``.
 
@@ -26,9 +27,11 @@ from .collector import (
     totals,
 )
 from .definitions import CONTENT_TYPE, HTTP_REQUESTS, REGISTRY, UNLOAD_REASONS, render
+from .keys import ADMIN_LABELS, count_request, key_counts
 from .observer import GenerationObserver, recent_ttfts
 
 __all__ = [
+    "ADMIN_LABELS",
     "CONTENT_TYPE",
     "EngineCollector",
     "GenerationObserver",
@@ -38,7 +41,9 @@ __all__ = [
     "Totals",
     "UNLOAD_REASONS",
     "connect",
+    "count_request",
     "encoder_batch",
+    "key_counts",
     "model_load_failed",
     "model_loaded",
     "model_unloaded",

@@ -83,6 +83,18 @@ REQUEST_PHASE = Histogram(
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+KEY_REQUESTS = Counter(
+    "omlx_key_requests",
+    'API and /metrics requests per key that authenticated them (key_id "-": the --api-key)',
+    ["key_id", "key_name"],
+    registry=REGISTRY,
+)
+KEY_TOKENS = Counter(
+    "omlx_key_tokens",
+    "Tokens of finished generations per key, by kind: prompt (each prompt once) or completion",
+    ["key_id", "key_name", "kind"],
+    registry=REGISTRY,
+)
 MODEL_LOADS = Counter("omlx_model_loads", "Models loaded by the pool", ["model"], registry=REGISTRY)
 MODEL_LOAD_FAILURES = Counter(
     "omlx_model_load_failures", "Model loads that failed", ["model"], registry=REGISTRY

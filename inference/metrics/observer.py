@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Deque, Dict, List, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 from .definitions import (
     CACHED_PROMPT_TOKENS,
@@ -17,6 +17,7 @@ from .definitions import (
     REQUEST_PHASE,
     TTFT,
 )
+from .keys import KeyLabels, count_tokens
 
 # Recent first-token times for the Status page's percentiles (histogram buckets are too coarse).
 _recent_ttft: Deque[Tuple[float, float]] = deque(maxlen=20_000)  # (time.time(), seconds)
@@ -25,11 +26,13 @@ _recent_ttft: Deque[Tuple[float, float]] = deque(maxlen=20_000)  # (time.time(),
 class GenerationObserver:
     """Times one API request from its hand-off: the first event with tokens (TTFT), the gaps
     between a choice's token events divided by their tokens (ITL), and the usage of each finished
-    choice. ``Subscription.receive`` calls ``observe`` for every event."""
+    choice, also per API key (``key``: its labels, None for none). ``Subscription.receive`` calls
+    ``observe`` for every event."""
 
-    def __init__(self, model: str, n: int = 1):
+    def __init__(self, model: str, n: int = 1, key: Optional[KeyLabels] = None):
         self.model = model  # until the worker's "accepted" names the model id
         self.n = n
+        self.key = key
         self.started = time.perf_counter()
         self.accepted = False
         self._first = False
@@ -59,9 +62,12 @@ class GenerationObserver:
             GENERATIONS.labels(self.model, event["finish_reason"]).inc()
             usage = event.get("usage") or {}
             GENERATION_TOKENS.labels(self.model).inc(usage.get("completion_tokens") or 0)
+            prompt = 0
             if index % self.n == 0:  # each prompt once, as the API's usage counts it
-                PROMPT_TOKENS.labels(self.model).inc(usage.get("prompt_tokens") or 0)
+                prompt = usage.get("prompt_tokens") or 0
+                PROMPT_TOKENS.labels(self.model).inc(prompt)
                 CACHED_PROMPT_TOKENS.labels(self.model).inc(usage.get("cached_tokens") or 0)
+            count_tokens(self.key, prompt, usage.get("completion_tokens") or 0)
             for phase, seconds in (usage.get("timings") or {}).items():
                 REQUEST_PHASE.labels(self.model, phase).observe(seconds)
 

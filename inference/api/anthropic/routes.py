@@ -11,6 +11,7 @@ from ninja import Router
 
 from inference.api.common.auth import check_api_key
 from inference.api.common.cache_salt import effective_salt
+from inference.keys import scopes
 from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
@@ -27,17 +28,17 @@ router = Router(tags=["Anthropic"])
 
 @router.post("/messages")
 async def messages(request, body: MessagesRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
     job = _job(body, f"msg_{uuid.uuid4().hex}", sampling_values(body))
     job.cache_salt = effective_salt(request, body.cache_salt)
     builder = MessageBuilder(job.request_id, body.model, body.stop_sequences or ())
-    return await respond(job, builder, body.stream)
+    return await respond(job, builder, body.stream, key=request.omlx_key_labels)
 
 
 @router.post("/messages/count_tokens")
 async def count_tokens(request, body: CountTokensRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
     job = _job(body, f"count_{uuid.uuid4().hex}", {})
     count = await sync_to_async(count_prompt_tokens, thread_sensitive=False)(job)

@@ -1,21 +1,27 @@
-"""The optional API key (`omlx serve --api-key`): `Authorization: Bearer KEY` or `x-api-key: KEY`."""
+"""Each route's scope check. Who is asking was settled by inference/keys/middleware.py (the
+--api-key, a created key, or nobody); here a route says which scope it needs (inference/keys/
+scopes.py): 401 without a key where keys are required, 403 for a key without the scope."""
 
 from __future__ import annotations
 
-import hmac
-
-from django.conf import settings
+from inference.keys import scopes as scope_names
+from inference.keys.middleware import authenticate
 
 from .errors import ApiError
 
 
-def check_api_key(request) -> None:
-    expected = settings.OMLX_API_KEY
-    if not expected:
+def check_api_key(request, scope: str) -> None:
+    if not hasattr(request, "omlx_scopes"):  # not through the middleware (an in-process call)
+        authenticate(request)
+    if scope in request.omlx_scopes:
         return
-    candidates = [request.headers.get("x-api-key", "")]
-    header = request.headers.get("authorization", "")
-    if header[:7].lower() == "bearer ":
-        candidates.append(header[7:].strip())
-    if not any(hmac.compare_digest(given.encode(), expected.encode()) for given in candidates):
+    key = getattr(request, "omlx_key", None)
+    if key is None:
         raise ApiError(401, "Invalid or missing API key", code="invalid_api_key")
+    has = ", ".join(scope_names.ordered(key.scopes)) or "none"
+    raise ApiError(
+        403,
+        f"The API key {key.name!r} does not have the {scope!r} scope that this route needs "
+        f"(its scopes: {has}); create a key with `omlx keys create --scope {scope}`",
+        code="insufficient_scope",
+    )

@@ -1,8 +1,10 @@
 """API errors in OpenAI's envelope: {"error": {"message", "type", "param", "code"}}.
 
 Statuses: 400 bad input (malformed JSON, wrong types, out-of-range values, a prompt or prompt +
-max_tokens beyond the model's context), 401 API key, 404 unknown model or route, 413 body over
-settings.OMLX_MAX_REQUEST_BYTES, 429 too many requests in flight for a model (Retry-After), 503
+max_tokens beyond the model's context), 401 API key (missing or wrong), 403 a key without
+the route's scope (inference/keys/scopes.py), 404 unknown model or route, 413 body over
+settings.OMLX_MAX_REQUEST_BYTES, 429 too many requests in flight for a model or too many failed keys
+from one address (Retry-After), 503
 shutting down, no worker, or short of memory (the memory guard; Retry-After). omlx never answers
 422: validation errors are 400s, as OpenAI's are.
 """
@@ -26,6 +28,7 @@ logger = logging.getLogger("omlx.api")
 
 _TYPES = {
     401: "authentication_error",
+    403: "permission_error",
     404: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",

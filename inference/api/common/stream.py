@@ -77,11 +77,12 @@ class Formatter:
         raise NotImplementedError
 
 
-async def respond(job: GenerationJob, fmt: Formatter, stream: bool, on_finish: OnFinish = None):
+async def respond(job: GenerationJob, fmt: Formatter, stream: bool, on_finish: OnFinish = None, key=None):
     """The response of an API route: an SSE stream, or the JSON body once the job finished.
     ``on_finish`` runs once the last event is in, before the last frames go out (Responses stores
-    the response there, so a client that continues from it at once finds it)."""
-    subscription = await start_generation(job)
+    the response there, so a client that continues from it at once finds it). ``key``: the
+    request's key labels (``request.omlx_key_labels``), for the per-key token counts."""
+    subscription = await start_generation(job, key)
     if stream:
         return EventStreamResponse(frames(job, fmt, subscription, on_finish))
     return JsonResponse(await collect(job, fmt, subscription, on_finish))
@@ -137,11 +138,11 @@ async def collect(
     return fmt.body()
 
 
-async def start_generation(job: GenerationJob) -> Subscription:
+async def start_generation(job: GenerationJob, key=None) -> Subscription:
     """Subscribe to the job's events, hand it off and wait for the worker's answer; raises
     ApiError when it is refused (its status: 404, 429, 503...)."""
     subscription = Subscription(job.request_id)
-    subscription.observer = GenerationObserver(job.model, job.n).observe  # /metrics: TTFT, tokens
+    subscription.observer = GenerationObserver(job.model, job.n, key).observe  # /metrics: TTFT, tokens
     await subscription.__aenter__()
     try:
         await handoff.submit(job)

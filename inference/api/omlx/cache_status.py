@@ -15,13 +15,14 @@ from ninja import Router
 from inference.pool import get_pool
 
 from ..common.auth import check_api_key
+from inference.keys import scopes
 
 router = Router(tags=["omlx cache"])
 
 
 @router.get("/cache/status")
 def cache_status(request):
-    check_api_key(request)
+    check_api_key(request, scopes.ADMIN)
     registry = get_pool()
     rows = []
     for model_id in registry.ids():

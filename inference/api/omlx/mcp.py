@@ -27,6 +27,7 @@ from inference.mcp.manager import BadArguments, UnknownTool, get_manager
 from inference.mcp.tools import full_name, split_name
 
 from inference.api.common.auth import check_api_key
+from inference.keys import scopes
 from inference.api.common.errors import ApiError
 
 router = Router(tags=["omlx MCP"])
@@ -43,14 +44,14 @@ class ExecuteBody(Schema):
 
 @router.get("/mcp/servers")
 def mcp_servers(request):
-    check_api_key(request)
+    check_api_key(request, scopes.MCP)
     manager = get_manager()
     return {"object": "list", "data": manager.servers() if manager is not None else []}
 
 
 @router.get("/mcp/tools")
 def mcp_tools(request):
-    check_api_key(request)
+    check_api_key(request, scopes.MCP)
     manager = get_manager()
     return {
         "object": "list",
@@ -60,7 +61,7 @@ def mcp_tools(request):
 
 @router.post("/mcp/execute")
 async def mcp_execute(request, body: ExecuteBody):
-    check_api_key(request)
+    check_api_key(request, scopes.MCP)
     manager = get_manager()
     if manager is None:
         raise ApiError(

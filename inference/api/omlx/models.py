@@ -22,6 +22,7 @@ from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_
 
 from inference.api.common import json_body
 from inference.api.common.auth import check_api_key
+from inference.keys import scopes
 from inference.api.common.errors import ApiError
 
 router = Router(tags=["omlx models"])
@@ -29,20 +30,20 @@ router = Router(tags=["omlx models"])
 
 @router.get("/models/status")
 def models_status(request):
-    check_api_key(request)
+    check_api_key(request, scopes.MODELS)
     return get_pool().status()
 
 
 @router.post("/models/rescan")
 def models_rescan(request):
-    check_api_key(request)
+    check_api_key(request, scopes.MODELS)
     get_pool().rescan()
     return get_pool().status()
 
 
 @router.post("/models/{path:model_id}/load")
 async def load_model(request, model_id: str):
-    check_api_key(request)
+    check_api_key(request, scopes.MODELS)
     pool = get_pool()
     try:
         await sync_to_async(pool.engine, thread_sensitive=False)(model_id)
@@ -59,7 +60,7 @@ async def load_model(request, model_id: str):
 
 @router.post("/models/{path:model_id}/unload")
 async def unload_model(request, model_id: str):
-    check_api_key(request)
+    check_api_key(request, scopes.MODELS)
     pool = get_pool()
     if pool.resolve(model_id) is None:
         raise _not_found(model_id)
@@ -72,7 +73,7 @@ async def unload_model(request, model_id: str):
 
 @router.get("/models/{path:model_id}/settings")
 def get_settings(request, model_id: str):
-    check_api_key(request)
+    check_api_key(request, scopes.MODELS)
     pool = get_pool()
     model_id = _known(pool, model_id)
     return dict(pool.settings(model_id), id=model_id)
@@ -80,7 +81,7 @@ def get_settings(request, model_id: str):
 
 @router.patch("/models/{path:model_id}/settings")
 def patch_settings(request, model_id: str):
-    check_api_key(request)
+    check_api_key(request, scopes.MODELS)
     pool = get_pool()
     model_id = _known(pool, model_id)
     try:

@@ -16,6 +16,7 @@ from ninja import Router
 from inference.pool import get_pool
 
 from ..common.auth import check_api_key
+from inference.keys import scopes
 from ..common.errors import ApiError
 
 router = Router(tags=["omlx engine"])
@@ -26,7 +27,7 @@ DEFAULT_STEPS = 256
 
 @router.get("/engine/step_trace")
 def step_trace(request, model: Optional[str] = None, last: int = DEFAULT_STEPS):
-    check_api_key(request)
+    check_api_key(request, scopes.ADMIN)
     if not 1 <= last <= MAX_STEPS:
         raise ApiError(400, f"last={last}: must be in [1, {MAX_STEPS}]", param="last")
     pool = get_pool()

@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field
 
 from inference import lifecycle
 from inference.api.common.auth import check_api_key
+from inference.keys import scopes
 from inference.api.common.errors import ApiError
 from inference.pool import get_pool
 
@@ -63,7 +64,7 @@ class RerankRequest(Schema):
 
 @router.post("/embeddings")
 async def embeddings(request, body: EmbeddingRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     inputs = _inputs(body.input)
     encoding_format = body.encoding_format or "float"
     if encoding_format not in ("float", "base64"):
@@ -117,7 +118,7 @@ async def embeddings(request, body: EmbeddingRequest):
 
 @router.post("/rerank")
 async def rerank(request, body: RerankRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     if not body.query.strip():
         raise ApiError(400, "query: must not be empty", param="query")
     documents = [d if isinstance(d, str) else d.text for d in body.documents]

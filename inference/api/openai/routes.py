@@ -10,6 +10,7 @@ from ninja import Router
 
 from inference.api.common.auth import check_api_key
 from inference.api.common.cache_salt import effective_salt
+from inference.keys import scopes
 from inference.api.common.chat_job import tool_options
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
@@ -33,7 +34,7 @@ def list_models(request):
     Anthropic client (it sends ``anthropic-version``), so both SDKs' ``models.list()`` work. Each
     entry says whether the model reads images (``vision``, docs/vision.md); the SDKs keep such
     extra fields."""
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     pool = get_pool()
     ids = pool.ids()
     folders = pool.folders()
@@ -72,7 +73,7 @@ def list_models(request):
 
 @router.post("/chat/completions")
 async def chat_completions(request, body: ChatCompletionRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
@@ -95,12 +96,12 @@ async def chat_completions(request, body: ChatCompletionRequest):
         parallel_tool_calls=body.parallel_tool_calls,
         cache_salt=effective_salt(request, body.cache_salt),
     )
-    return await respond(job, _format(ChatFormat, job, body), body.stream)
+    return await respond(job, _format(ChatFormat, job, body), body.stream, key=request.omlx_key_labels)
 
 
 @router.post("/completions")
 async def completions(request, body: CompletionRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
     if body.echo:
         raise ApiError(400, "echo is not supported", param="echo")
@@ -117,7 +118,7 @@ async def completions(request, body: CompletionRequest):
         prompts=list(prompts),
         cache_salt=effective_salt(request, body.cache_salt),
     )
-    return await respond(job, _format(CompletionFormat, job, body), body.stream)
+    return await respond(job, _format(CompletionFormat, job, body), body.stream, key=request.omlx_key_labels)
 
 
 def _format(cls, job: GenerationJob, body) -> ChatFormat:

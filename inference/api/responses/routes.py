@@ -16,6 +16,7 @@ from ninja import Router
 
 from inference.api.common.auth import check_api_key
 from inference.api.common.cache_salt import effective_salt
+from inference.keys import scopes
 from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
@@ -32,7 +33,7 @@ router = Router(tags=["OpenAI"])
 
 @router.post("/responses")
 async def create_response(request, body: ResponsesRequest):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
     context = []
     if body.previous_response_id is not None:
@@ -41,18 +42,18 @@ async def create_response(request, body: ResponsesRequest):
     job.cache_salt = effective_salt(request, body.cache_salt)
     builder = ResponseBuilder(job.request_id, body.model, echo)
     saver = _Saver(body, builder)
-    return await respond(job, builder, body.stream, on_finish=saver.save)
+    return await respond(job, builder, body.stream, on_finish=saver.save, key=request.omlx_key_labels)
 
 
 @router.get("/responses/{response_id}")
 async def retrieve_response(request, response_id: str):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     return JsonResponse((await store.get(response_id)).body)
 
 
 @router.delete("/responses/{response_id}")
 async def delete_response(request, response_id: str):
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     await store.delete(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
@@ -63,7 +64,7 @@ async def list_input_items(
 ):
     """The request's own input items (not those of earlier responses of its chain), paginated
     as OpenAI's lists: ``order`` asc/desc, ``limit`` 1-100, ``after`` an item id."""
-    check_api_key(request)
+    check_api_key(request, scopes.INFERENCE)
     if not 1 <= limit <= 100:
         raise ApiError(400, f"limit={limit}: must be in [1, 100]", param="limit")
     if order not in ("asc", "desc"):
