@@ -180,3 +180,35 @@ def test_console_websockets_close_when_their_key_is_revoked_or_they_log_out(serv
         assert "status-cards" in socket.recv(timeout=60)
         client.post("/admin/logout/", headers={"X-CSRFToken": client.cookies["omlx_csrftoken"]})
         assert close_code(socket) == 4401
+
+
+def cached(server, key, text, salt=None):
+    extra = {} if salt is None else {"cache_salt": salt}
+    with oai(server, key) as client:
+        r = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": text}],
+            max_tokens=2,
+            temperature=0,
+            extra_body=extra,
+        )
+    return r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
+
+
+def test_each_key_has_its_own_cache_unless_it_shares(server):
+    """inference.api.common.cache_salt.effective_salt: a created key's requests are salted by the
+    key; --share-cache keys and the --api-key share the unsalted cache; a body's cache_salt
+    splits a key's cache further."""
+    alice, bob = (create_key(server.home, n, "inference") for n in ("salt-alice", "salt-bob"))
+    shared = create_key(server.home, "salt-shared", "inference", share_cache=True)
+    text = "the same system prompt and question, sent under several keys " * 4
+
+    prompt, hit = cached(server, alice, text)
+    assert hit == 0
+    assert cached(server, alice, text) == (prompt, prompt - 1)  # a key's own requests share
+    assert cached(server, bob, text) == (prompt, 0)  # another key learns nothing
+    assert cached(server, ADMIN, text) == (prompt, 0)  # nor the admin key (unsalted)
+    assert cached(server, shared, text) == (prompt, prompt - 1)  # a sharing key: the unsalted cache
+    assert cached(server, alice, text, salt="s") == (prompt, 0)  # key + body salt: its own
+    assert cached(server, bob, text, salt="s") == (prompt, 0)  # the same body salt, another key
+    assert cached(server, ADMIN, text, salt="s") == (prompt, 0)  # and without a key's salt

@@ -4,8 +4,12 @@ share a cached block, in RAM or on disk, so ``cached_tokens`` tells a client not
 prompts of clients with another salt (docs/cache.md).
 
 Salts are namespaced by who chose them, so no request can name another's namespace: a salt from
-a request body is ``"body:" + salt``; the console's chat has its own (``CONSOLE_SALT``); a request
-without a salt keeps the unsalted cache (None), whose keys are those of omlx before salts.
+a request body is ``"body:" + salt``; a request made with a created API key (``omlx keys``) that
+does not share its cache (``--share-cache``) is salted by that key, ``"key:<id>"``, before any body
+salt (``"key:<id>|body:..."``), so one key's clients never see another's prompts through
+``cached_tokens``; the console's chat has its own (``CONSOLE_SALT``); any other request without a
+salt (no keys, the --api-key admin key, a sharing key) keeps the unsalted cache (None), whose keys
+are those of omlx before salts.
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ def cache_salt_field() -> Any:
 
 
 def effective_salt(request, body_salt: Optional[str]) -> Optional[str]:
-    """The salt of an API request (``request``: the Django request, for salts that will come
-    from its API key) given its body's ``cache_salt``; ApiError 400 for an empty or too long
-    one."""
+    """The salt of an API request (``request``: the Django request; ``request.omlx_key``, set by
+    inference.keys.middleware, is the created key it came with) given its body's ``cache_salt``;
+    ApiError 400 for an empty or too long one."""
+    key = getattr(request, "omlx_key", None)
+    own = None if key is None or key.shares_cache else f"key:{key.id}"
     if body_salt is None:
-        return None
+        return own
     if not isinstance(body_salt, str) or not body_salt:
         raise ApiError(400, "cache_salt: must be a non-empty string", param="cache_salt")
     if len(body_salt) > MAX_CACHE_SALT_CHARS:
@@ -44,7 +50,7 @@ def effective_salt(request, body_salt: Optional[str]) -> Optional[str]:
             f"cache_salt: at most {MAX_CACHE_SALT_CHARS} characters (got {len(body_salt)})",
             param="cache_salt",
         )
-    return "body:" + body_salt
+    return "body:" + body_salt if own is None else f"{own}|body:{body_salt}"
 
 
 def console_salt() -> str:
