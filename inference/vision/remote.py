@@ -157,7 +157,7 @@ def _exchange(conn, target, limits, deadline):
             raise limits.too_slow()
         return 200, None, body
     except (OSError, http.client.HTTPException) as exc:
-        if cut.is_set():
+        if cut.is_set() or isinstance(exc, TimeoutError):  # the deadline, or a read that waited it out
             raise limits.too_slow() from None
         raise ValueError(f"the image URL cannot be fetched: {exc}") from None
     finally:

@@ -58,13 +58,23 @@ def test_remote_allowed_passes_the_check_and_refuses_loopback():
         ("data:image/png,rawbytes", "must be base64"),
         ("data:image/png;base64,@@@", "not valid base64"),
         ("data:image/png;base64," + base64.b64encode(b"GIF89a-no").decode(), "not a readable picture"),
-        # Formats PIL knows but omlx does not decode (EPS would run Ghostscript).
-        ("data:image/eps;base64," + base64.b64encode(b"%!PS-Adobe-3.0 EPSF-3.0\n").decode(), "readable"),
     ],
 )
 def test_bad_payloads(url, message):
     with pytest.raises(ValueError, match=message):
         images.load_image(url, ImageLimits())
+
+
+def test_only_web_formats_are_decoded():
+    """PIL reads many formats (EPS runs Ghostscript); omlx decodes PNG, JPEG, WebP, GIF, BMP."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(out, format="TIFF")
+    with pytest.raises(ValueError, match="not a readable picture"):
+        images.load_image(
+            "data:image/tiff;base64," + base64.b64encode(out.getvalue()).decode(), ImageLimits()
+        )
 
 
 def test_a_data_url_over_the_byte_cap_is_refused():

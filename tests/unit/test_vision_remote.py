@@ -62,6 +62,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._redirect(f"http://metadata.test:{port}/img")
         if self.path == "/to-file":
             return self._redirect("file:///etc/passwd")
+        if self.path == "/to-ftp":
+            return self._redirect(f"ftp://public.test:{port}/img")
+        if self.path == "/slow-status":  # a status line a byte a while (each read is quick), cut off
+            self.wfile.write(b"HTTP/1.1 ")
+            try:
+                for _ in range(60):
+                    self.wfile.write(b"9")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass
+            self.close_connection = True
+            return
+        if self.path == "/stall":  # headers, then nothing
+            self.send_response(200)
+            self.end_headers()
+            time.sleep(5)
+            return
         if self.path == "/endless":  # no length, never ends
             self.send_response(200)
             self.end_headers()
@@ -139,8 +157,9 @@ def test_every_redirect_hop_is_resolved_and_checked(site):
     assert _fetch(f"http://public.test:{site}/hop/2") == (PNG, ["public.test"] * 3)
     with pytest.raises(ValueError, match="metadata.test resolves to 169.254.169.254, a cloud metadata"):
         _fetch(f"http://public.test:{site}/to-metadata")
-    with pytest.raises(ValueError, match="must be an http"):
-        _fetch(f"http://public.test:{site}/to-file")
+    for path in ("/to-file", "/to-ftp"):
+        with pytest.raises(ValueError, match="must be an http"):
+            _fetch(f"http://public.test:{site}{path}")
 
 
 def test_redirects_are_capped(site):
@@ -161,5 +180,6 @@ def test_names_are_checked_before_connecting(site):
 def test_downloads_stop_at_the_byte_cap_and_the_deadline(site):
     with pytest.raises(ValueError, match="larger than 1048576 bytes"):
         _fetch(f"http://public.test:{site}/endless", max_bytes=1 << 20)
-    with pytest.raises(ValueError, match="not read within 0.5 s"):
-        _fetch(f"http://public.test:{site}/slow", timeout=0.5)
+    for path in ("/slow", "/slow-status", "/stall"):
+        with pytest.raises(ValueError, match="not read within 0.5 s"):
+            _fetch(f"http://public.test:{site}{path}", timeout=0.5)
