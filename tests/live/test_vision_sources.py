@@ -1,8 +1,9 @@
 """What a request may name as an image (issue 25 item 4), against a live `omlx serve` with a
 vision model, through the official SDKs and raw HTTP:
 
-- server files: read only inside --image-dir; a file outside, a missing one, a symlink out, a
-  FIFO, /dev/zero all get one and the same 400, in every API's own envelope;
+- server files: read only inside --image-dir; a file outside, a missing one, a symlink (or a
+  symlinked folder) out, a FIFO, /dev/zero all get one and the same 400, in every API's own
+  envelope;
 - pixels are counted from the header: a 20 KB PNG of 13,000 x 13,000 pixels is a 400;
 - images per request are capped (OpenAI chat and the APIs that build their jobs in chat_job);
 - http(s) images: off by default (tests/live/test_vision.py); when on, a URL whose host is this
@@ -41,6 +42,7 @@ def files(vision_server, tmp_path_factory):
     (outside / "secret.png").write_bytes(noise_png(4))
     (inside / "out.png").symlink_to(outside / "secret.png")
     (inside / "zero.png").symlink_to("/dev/zero")
+    (inside / "linked").symlink_to(outside)
     os.mkfifo(inside / "pipe.png")
     return {
         "inside": inside / "ok.png",
@@ -48,6 +50,7 @@ def files(vision_server, tmp_path_factory):
         "missing outside": outside / "missing.png",
         "missing inside": inside / "missing.png",
         "symlink out": inside / "out.png",
+        "symlinked folder out": inside / "linked" / "secret.png",
         "symlink to /dev/zero": inside / "zero.png",
         "fifo inside": inside / "pipe.png",
         "/dev/zero": "/dev/zero",

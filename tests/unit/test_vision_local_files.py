@@ -23,6 +23,7 @@ def folders(tmp_path):
     (inside / "out.png").symlink_to(outside / "key.png")
     (inside / "zero.png").symlink_to("/dev/zero")
     (inside / "in.png").symlink_to(inside / "sub" / "ok.png")
+    (inside / "linked").symlink_to(outside)  # a folder link: O_NOFOLLOW checks only the last name
     os.mkfifo(inside / "pipe.png")
     return inside.resolve(), outside.resolve()
 
@@ -46,6 +47,7 @@ def test_regular_files_inside_are_read(folders):
         "secret/missing.png",  # a missing one outside
         "allowed/missing.png",  # a missing one inside
         "allowed/out.png",  # a symlink leading out
+        "allowed/linked/key.png",  # through a symlinked folder leading out
         "allowed/zero.png",  # a symlink to a device
         "allowed/pipe.png",  # a FIFO (would block a plain open)
         "allowed/sub",  # a folder
