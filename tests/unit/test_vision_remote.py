@@ -127,9 +127,10 @@ def site():
 
 
 class Resolver:
-    """public.test -> 127.0.0.1, taken as public (the test's stand-in for a site on the internet,
-    and a name no real resolver knows: a fetch that reaches it connected to the checked address);
-    other names -> their address here, checked as resolve_public checks. Records each lookup."""
+    """public.test and other.test -> 127.0.0.1, taken as public (the test's stand-ins for sites on
+    the internet, names no real resolver knows: a fetch that reaches one connected to the checked
+    address); other names -> their address here, checked as resolve_public checks. Records each
+    lookup."""
 
     NAMES = {"metadata.test": ["169.254.169.254"], "private.test": ["10.0.0.7"]}
 
@@ -138,7 +139,7 @@ class Resolver:
 
     def __call__(self, host, port, limits, deadline):
         self.asked.append(host)
-        if host == "public.test":
+        if host in ("public.test", "other.test"):
             return ["127.0.0.1"]
         return remote.check_addresses(host, self.NAMES.get(host, ["127.0.0.1"]))
 
@@ -183,3 +184,41 @@ def test_downloads_stop_at_the_byte_cap_and_the_deadline(site):
     for path in ("/slow", "/slow-status", "/stall"):
         with pytest.raises(ValueError, match="not read within 0.5 s"):
             _fetch(f"http://public.test:{site}{path}", timeout=0.5)
+
+
+@pytest.fixture(scope="module")
+def tls_site(tmp_path_factory):
+    """An HTTPS server on 127.0.0.1 whose self-signed certificate names public.test only."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=public.test"]
+        + ["-addext", "subjectAltName=DNS:public.test", "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], cert
+    server.shutdown()
+    server.server_close()
+
+
+def test_https_to_the_checked_address_verifies_the_name(tls_site, monkeypatch):
+    """The connection goes to the checked address; the certificate is still checked against the
+    URL's name (SNI and hostname), not the address."""
+    port, cert = tls_site
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the default context trusts the test's certificate
+    assert _fetch(f"https://public.test:{port}/img") == (PNG, ["public.test"])
+    with pytest.raises(ValueError, match="cannot be fetched: .*certificate"):  # same address, other name
+        _fetch(f"https://other.test:{port}/img")
