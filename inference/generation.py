@@ -272,14 +272,15 @@ def check_images(engine, messages: List[dict], model_id: str) -> None:
 
 
 def vision_prompt(engine, messages: List[dict], prompt_text: str):
-    """The prompt of a chat with images: the images read (data URLs, files, allowed http) and
+    """The prompt of a chat with images: the images read (data URLs, allowed files and http) and
     run through the model's processor with the rendered text. Every choice of the job shares
     it (and so its image embeddings, computed once on the engine thread)."""
     from inference.vision import images
-    from inference.vision.parts import allow_remote
+    from inference.vision.limits import ImageLimits
     from inference.vision.prompt import prepare
 
-    pictures = [images.load_image(url, allow_remote()) for url in image_urls(messages)]
+    limits = ImageLimits.from_settings()
+    pictures = [images.load_image(url, limits) for url in image_urls(messages)]
     return prepare(engine.loaded.vision, prompt_text, pictures)
 
 

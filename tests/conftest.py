@@ -93,3 +93,13 @@ def serve(tmp_path_factory, model_dir):
 def omlx_server(serve):
     """The live `omlx serve` most API tests share: the tiny qwen2 test model as "tiny", no flags."""
     return serve()
+
+
+@pytest.fixture(scope="session")
+def vision_server(serve, tmp_path_factory):
+    """(the live server tests/live/test_vision*.py share, its --image-dir): each module writes the
+    files it names into its own subfolder."""
+    from tests.support.vision_pictures import SERVED_MODELS
+
+    image_dir = tmp_path_factory.mktemp("vision-images")
+    return serve("--image-dir", str(image_dir), models=SERVED_MODELS), image_dir

@@ -12,21 +12,12 @@ from __future__ import annotations
 from typing import List
 
 from . import images
-
-
-def allow_remote() -> bool:
-    """The ``allow_remote_images`` setting (off outside a configured Django process)."""
-    try:
-        from django.conf import settings
-
-        return bool(getattr(settings, "OMLX_ALLOW_REMOTE_IMAGES", False))
-    except Exception:  # settings not configured (a library use): the safe default
-        return False
+from .limits import ImageLimits
 
 
 def image_part(url, where: str) -> dict:
     """The image part for ``url``; ValueError (400) for a source the server will not read."""
-    images.check_source(url, where, allow_remote())
+    images.check_source(url, where, ImageLimits.from_settings().allow_remote)
     return {"type": "image", "image": url}
 
 
@@ -42,3 +33,13 @@ def image_urls(messages: List[dict]) -> List[str]:
         if isinstance(content, list):
             urls.extend(p["image"] for p in content if isinstance(p, dict) and p.get("type") == "image")
     return urls
+
+
+def check_count(messages: List[dict], limits: ImageLimits) -> None:
+    """ValueError (400) for a request with more images than ``limits.max_images``."""
+    count = len(image_urls(messages))
+    if count > limits.max_images:
+        raise ValueError(
+            f"the request has {count} images; this server reads at most {limits.max_images} per request "
+            "(setting max_images_per_request, --max-images-per-request)"
+        )

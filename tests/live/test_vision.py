@@ -3,13 +3,14 @@ LLaVA (inference.testkit.vlm) and a text model, driven by the official openai an
 anthropic SDKs.
 
 - An image request gives the same greedy text as mlx-vlm's own ``generate`` on the same inputs
-  (the folder's transformers processor, the same pixels), for data: URLs, file paths, Anthropic
-  base64 blocks and Responses ``input_image`` parts; the image changes the output.
+  (the folder's transformers processor, the same pixels), for data: URLs, file paths (in the
+  server's --image-dir), Anthropic base64 blocks and Responses ``input_image`` parts; the image
+  changes the output.
 - The block cache keys the image's content: a repeated image after the same text is a hit up to
   the last token, a changed image never hits past the text before it; text-only requests to the
   vision model hit as usual.
 - Refusals are 400s: http(s) URLs while allow_remote_images is off, images to a text model, a
-  broken data: URL.
+  broken data: URL (what a request may name as an image: tests/live/test_vision_sources.py).
 """
 
 import base64
@@ -19,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.vision_pictures import PROMPT, SERVED_MODELS, data_url, image_message, noise_png
+from tests.support.vision_pictures import PROMPT, data_url, image_message, noise_png
 
 MAX_TOKENS = 12
 
@@ -30,9 +31,9 @@ def vlm_dir(model_dir):
 
 
 @pytest.fixture(scope="module")
-def server(serve):
+def server(vision_server):
     """ "vlm" (LLaVA) and "tiny" (a text model), on the server test_vision_families.py shares."""
-    return serve(models=SERVED_MODELS)
+    return vision_server[0]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,9 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("images")
+def images(vision_server):
+    folder = vision_server[1] / "vision"  # inside the server's --image-dir
+    folder.mkdir()
     paths = []
     for seed in (1, 2):
         path = folder / f"image{seed}.png"
@@ -235,7 +237,7 @@ def test_images_outside_user_messages_are_refused(client, images):
     [
         ("data:image/png;base64,!!!notbase64", "not valid base64"),
         ("data:image/png;base64," + base64.b64encode(b"not a picture").decode(), "not a readable picture"),
-        ("/nonexistent/picture.png", "cannot be read"),
+        ("/nonexistent/picture.png", "only regular files inside the folders of the image_dir setting"),
         ("ftp://example.com/x.png", "an image url is"),
     ],
 )

@@ -45,10 +45,10 @@ def folders(model_dir):
 
 
 @pytest.fixture(scope="module")
-def server(serve):
+def server(vision_server):
     """Each family and "tiny" (a text model), on the server test_vision.py shares."""
     assert all(family in SERVED_MODELS for family in FAMILIES)
-    return serve(models=SERVED_MODELS)
+    return vision_server[0]
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +58,11 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    """Two pictures of different sizes (another grid: other image token counts and positions)."""
-    folder = tmp_path_factory.mktemp("family-images")
+def images(vision_server):
+    """Two pictures of different sizes (another grid: other image token counts and positions),
+    in the server's --image-dir."""
+    folder = vision_server[1] / "families"
+    folder.mkdir()
     paths = []
     for seed, shape in ((1, (60, 60)), (2, (60, 120))):
         path = folder / f"image{seed}.png"

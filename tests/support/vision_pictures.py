@@ -36,3 +36,19 @@ def image_message(url: str, text: str = PROMPT) -> list:
             "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
         }
     ]
+
+
+def bomb_png(width: int, height: int) -> bytes:
+    """A 1-bit grayscale PNG of width x height black pixels, a few KB however large (a
+    decompression bomb: decoded to RGB it takes 3 bytes a pixel), written row by row."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\0" * (1 + (width + 7) // 8)  # filter byte 0, then the packed bits
+    packer = zlib.compressobj(9)
+    data = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")

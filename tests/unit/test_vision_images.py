@@ -1,5 +1,6 @@
 """Image sources (inference/vision/images.py) and key ids (inference/vision/prompt.py), without
-a server: what is read, what is refused and with which message."""
+a server: what is read, what is refused and with which message; the byte, pixel and count caps.
+Server files: tests/unit/test_vision_local_files.py; http(s): tests/unit/test_vision_remote.py."""
 
 import base64
 import io
@@ -7,8 +8,10 @@ import io
 import numpy as np
 import pytest
 
-from inference.vision import images
+from inference.vision import images, parts
+from inference.vision.limits import ImageLimits
 from inference.vision.prompt import KEY_ID_BASE, key_id
+from tests.support.vision_pictures import bomb_png
 
 
 def _png(color) -> bytes:
@@ -24,7 +27,8 @@ def test_sources_read_the_same_picture(tmp_path):
     path = tmp_path / "a picture.png"
     path.write_bytes(png)
     urls = ["data:image/png;base64," + base64.b64encode(png).decode(), str(path), path.as_uri()]
-    pictures = [np.asarray(images.load_image(url, allow_remote=False)) for url in urls]
+    limits = ImageLimits(image_dirs=(tmp_path.resolve(),))
+    pictures = [np.asarray(images.load_image(url, limits)) for url in urls]
     assert all((p == pictures[0]).all() for p in pictures) and pictures[0][0, 0].tolist() == [10, 20, 30]
 
 
@@ -42,10 +46,10 @@ def test_check_source_refuses(url, allow, message):
         images.check_source(url, "messages[0].content[0]", allow)
 
 
-def test_remote_allowed_passes_the_check_and_reports_fetch_failures():
+def test_remote_allowed_passes_the_check_and_refuses_loopback():
     images.check_source("http://127.0.0.1:9/x.png", "x", allow_remote=True)
-    with pytest.raises(ValueError, match="cannot be fetched"):
-        images.load_image("http://127.0.0.1:9/x.png", allow_remote=True)
+    with pytest.raises(ValueError, match="127.0.0.1, a loopback address"):
+        images.load_image("http://127.0.0.1:9/x.png", ImageLimits(allow_remote=True))
 
 
 @pytest.mark.parametrize(
@@ -58,7 +62,48 @@ def test_remote_allowed_passes_the_check_and_reports_fetch_failures():
 )
 def test_bad_payloads(url, message):
     with pytest.raises(ValueError, match=message):
-        images.load_image(url, allow_remote=False)
+        images.load_image(url, ImageLimits())
+
+
+def test_only_web_formats_are_decoded():
+    """PIL reads many formats (EPS runs Ghostscript); omlx decodes PNG, JPEG, WebP, GIF, BMP."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(out, format="TIFF")
+    with pytest.raises(ValueError, match="not a readable picture"):
+        images.load_image(
+            "data:image/tiff;base64," + base64.b64encode(out.getvalue()).decode(), ImageLimits()
+        )
+
+
+def test_a_data_url_over_the_byte_cap_is_refused():
+    url = "data:image/png;base64," + base64.b64encode(_png((1, 2, 3))).decode()
+    images.load_image(url, ImageLimits(max_bytes=4096))
+    with pytest.raises(ValueError, match="larger than 64 bytes"):
+        images.load_image(url, ImageLimits(max_bytes=64))
+
+
+def test_pixels_are_counted_from_the_header_before_decoding():
+    """A 20 KB PNG of 13,000 x 13,000 pixels (500 MB as RGB) and one of 6,000 x 6,000 (within
+    PIL's own 2x limit: only the pixel cap refuses it) are refused before a pixel is decoded;
+    a picture under the cap is read."""
+    limits = ImageLimits(max_pixels=25_000_000)
+    for width, height, said in ((13_000, 13_000, "too many"), (6_000, 6_000, "6000x6000")):
+        url = "data:image/png;base64," + base64.b64encode(bomb_png(width, height)).decode()
+        with pytest.raises(ValueError, match=f"has {said} pixels, more than 25 megapixels"):
+            images.load_image(url, limits)
+    url = "data:image/png;base64," + base64.b64encode(bomb_png(4_000, 4_000)).decode()
+    assert images.load_image(url, limits).size == (4_000, 4_000)
+
+
+def test_the_image_count_cap():
+    message = {"role": "user", "content": [{"type": "image", "image": "data:,"}] * 3}
+    parts.check_count([message], ImageLimits(max_images=3))
+    with pytest.raises(ValueError, match="has 4 images; this server reads at most 3"):
+        parts.check_count(
+            [message, {"role": "user", "content": message["content"][:1]}], ImageLimits(max_images=3)
+        )
 
 
 def test_key_ids_are_outside_every_vocabulary_and_depend_on_image_and_index():

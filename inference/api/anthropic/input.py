@@ -5,10 +5,10 @@ What is tolerated and what is refused:
 - unknown content block types, server tools and other non-custom tools, ``cache_control`` and any
   unknown field are skipped;
 - ``redacted_thinking`` blocks are dropped (their text is not readable);
-- ``image`` blocks in user messages become image parts (base64 sources, and url sources when the
-  allow_remote_images setting is on; inference.vision.parts); a model that does not read images
-  answers 400. Images in system prompts and tool results, and PDF documents, are refused with a
-  400; documents with a plain-text source are read as text.
+- ``image`` blocks in user messages become image parts (base64 sources, and url sources: files in
+  --image-dir, http(s) when allow_remote_images is on; inference.vision.parts); a model that does
+  not read images answers 400. Images in system prompts and tool results, and PDF documents, are
+  refused with a 400; documents with a plain-text source are read as text.
 """
 
 from __future__ import annotations

@@ -77,15 +77,15 @@ def count_prompt_tokens(job: GenerationJob) -> int:
 def _count_with_images(path: Path, job: GenerationJob, text: str) -> int:
     """A prompt with images counts the image tokens the processor expands them to, as the
     worker's (inference.generation.vision_prompt)."""
-    from inference.vision import images, model, parts, prompt
+    from inference.vision import images, model, prompt
+    from inference.vision.limits import ImageLimits
 
     config = json.loads((path / "config.json").read_text())
     if not model.reads_images(config):
         raise ApiError(400, f"The model '{job.model}' does not read images (not a vision-language model)")
     try:
-        pictures = [
-            images.load_image(url, parts.allow_remote()) for url in generation.image_urls(job.messages)
-        ]
+        limits = ImageLimits.from_settings()
+        pictures = [images.load_image(url, limits) for url in generation.image_urls(job.messages)]
         return len(prompt.prepare(model.ProcessorOnly(path, config), text, pictures).model_ids)
     except ValueError as exc:
         raise ApiError(400, str(exc)) from None

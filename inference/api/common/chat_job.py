@@ -1,7 +1,7 @@
-"""The checked chat request: every API (and the console's chat) checks its tools and tool
-choice here and builds its chat ``GenerationJob`` with the structured-output constraint already
-in its params, so the worker (``inference.generation.run_job``) receives it whole and checks
-none of it again."""
+"""The checked chat request: every API (and the console's chat) checks its tools, tool
+choice and image count here and builds its chat ``GenerationJob`` with the structured-output
+constraint already in its params, so the worker (``inference.generation.run_job``) receives it
+whole and checks none of it again (the OpenAI chat route counts its images itself)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import List, Optional, Tuple
 
 from inference.chat.structured import ToolChoice, check_tool_choice, check_tools, tool_choice_structured
 from inference.generation import GenerationJob
+from inference.vision.limits import ImageLimits
+from inference.vision.parts import check_count
 
 
 def tool_options(tools, tool_choice: ToolChoice) -> Tuple[Optional[List[dict]], ToolChoice, Optional[dict]]:
@@ -36,6 +38,7 @@ def chat_job(
     (``sampling.checked_params``); their ``structured`` is the request's own constraint
     (response_format, text.format, output_config), else a forced tool call's is put there.
     ``cache_salt``: the job's prefix-cache namespace (``cache_salt.effective_salt``)."""
+    check_count(messages, ImageLimits.from_settings())
     tools, tool_choice, forced = tool_options(tools, tool_choice)
     if params.get("structured") is None and forced is not None:
         params = dict(params, structured=forced)

@@ -20,6 +20,8 @@ from inference.chat.structured import response_format_structured
 from inference.chat.template import check_template_kwargs
 from inference.generation import GenerationJob
 from inference.pool import get_pool
+from inference.vision.limits import ImageLimits
+from inference.vision.parts import check_count
 
 from .format import ChatFormat, CompletionFormat
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -79,6 +81,7 @@ async def chat_completions(request, body: ChatCompletionRequest):
         raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
     try:
         messages = [m.template_dict(f"messages[{i}]") for i, m in enumerate(body.messages)]
+        check_count(messages, ImageLimits.from_settings())
     except ValueError as exc:
         raise ApiError(400, str(exc), param="messages") from None
     tools, tool_choice, structured, template_kwargs = _chat_options(body)
