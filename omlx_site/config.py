@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from omlx_site import redis_policy, upstream_settings
-from omlx_site.setting_table import BOTH, BY_KEY, SERVE, SETTINGS, Setting  # noqa: F401
+from omlx_site.setting_row import BOTH, SERVE, Setting  # noqa: F401
+from omlx_site.setting_table import BY_KEY, SETTINGS
 from omlx_site.setting_kinds import (  # noqa: F401  (config.BOOLEAN etc. are used elsewhere)
     BOOLEAN,
     BYTES,
@@ -304,9 +305,10 @@ def markdown() -> str:
         "The console's Settings page (`/admin/settings/`, docs/admin.md) shows each setting's value and",
         "source and saves changes to the same file. *applies* says when a change made there takes",
         "effect in the running server: `now`, `next load` (models loaded after the change) or",
-        "`restart` (the page's Restart button). Settings that start processes or decide who may queue",
-        "work (*applies* `not from the console`: the MCP servers, Redis) are shown read-only there and",
-        "can be changed only on the command line, in the environment or in settings.json",
+        "`restart` (the page's Restart button). Settings that start processes, decide who may queue",
+        "work or what the server lets in (*applies* `not from the console`: the MCP servers, Redis,",
+        "the allowed hosts and origins, auth on a network, image sources) are shown read-only there",
+        "and can be changed only on the command line, in the environment or in settings.json",
         "(docs/security.md).",
         "",
         "| settings.json key | flag | environment variable | type | default | applies | meaning |",

@@ -1,17 +1,18 @@
 """The table of omlx's settings: one `Setting` row per setting (see omlx_site/config.py for where
 their values come from and how a row becomes a flag, a Django setting and a line of
-docs/settings.md). Adding a setting is adding one row here, then regenerating docs/settings.md
-(``python -m omlx_site.config > docs/settings.md``)."""
+docs/settings.md; a row's fields: omlx_site/setting_row.py). Adding a setting is adding one row
+here (or in omlx_site/setting_rows_access.py: keys, the browser boundary, Redis, image sources),
+then regenerating docs/settings.md (``python -m omlx_site.config > docs/settings.md``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
 
 from huggingface_hub import constants as hf_constants
 
 from omlx_site import setting_checks as checks
+from omlx_site.setting_row import BOTH, Setting
+from omlx_site.setting_rows_access import ACCESS, IMAGES
 from omlx_site.setting_kinds import (
     BOOLEAN,
     BYTES,
@@ -23,7 +24,6 @@ from omlx_site.setting_kinds import (
     NUMBER,
     SIZE,
     TEXT,
-    Kind,
 )
 
 
@@ -31,62 +31,6 @@ def _hf_hub_cache():
     """huggingface_hub's cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
     return Path(hf_constants.HF_HUB_CACHE).expanduser()
 
-
-@dataclass(frozen=True)
-class Setting:
-    """One row of the table. ``default`` may be a function of OMLX_HOME; ``shown_default`` is how
-    the documentation and --help write it. ``commands`` lists the commands with the flag."""
-
-    key: str
-    env: str
-    kind: Kind
-    default: Any
-    help: str
-    flag: Optional[str] = None
-    commands: tuple = ("serve",)
-    check: Optional[Callable[[Any], None]] = None
-    shown_default: Optional[str] = None
-    metavar: Optional[str] = None
-    secret: bool = False
-    # False: the console's Settings page shows it read-only and refuses to change it (it starts
-    # processes or decides who may queue work: only the command line or settings.json set it).
-    console_editable: bool = True
-    # When a change made while the server runs (the console's Settings page) takes effect: "now"
-    # (read at use time: omlx_site/live_settings.py applies it), "next load" (models loaded after
-    # the change get it) or "restart".
-    applies: str = "restart"
-
-    def parse(self, raw):
-        value = self.kind.parse(raw)
-        if value is not None and self.check is not None:
-            self.check(value)
-        return value
-
-    def default_for(self, home: Path):
-        return self.default(home) if callable(self.default) else self.default
-
-    def default_text(self) -> str:
-        if self.shown_default is not None:
-            return self.shown_default
-        return "unset" if self.default is None else str(self.default)
-
-    def describe(self) -> dict:
-        """Plain data about the setting (for the admin panel and the docs)."""
-        return {
-            "key": self.key,
-            "env": self.env,
-            "flag": self.flag,
-            "type": self.kind.name,
-            "default": self.default_text(),
-            "help": self.help,
-            "commands": list(self.commands),
-            "secret": self.secret,
-            "applies": self.applies,
-            "console_editable": self.console_editable,
-        }
-
-
-SERVE, BOTH = ("serve",), ("serve", "worker")
 
 # The order is the order of --help and of docs/settings.md.
 SETTINGS: tuple[Setting, ...] = (
@@ -291,87 +235,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="SECONDS",
         applies="now",
     ),
-    Setting(
-        "api_key",
-        "OMLX_API_KEY",
-        TEXT,
-        None,
-        "require a key (Authorization: Bearer KEY or x-api-key) on every /v1 route and /metrics; this "
-        "one has every scope and logs in to the console (more keys, with scopes: `omlx keys`, docs/keys.md)",
-        flag="--api-key",
-        metavar="KEY",
-        secret=True,
-        applies="now",
-    ),
-    Setting(
-        "allowed_hosts",
-        "OMLX_ALLOWED_HOSTS",
-        TEXT,
-        None,
-        "more Host names the server answers (comma-separated; any port), besides localhost, 127.0.0.1, "
-        "[::1] and --host: with --host 0.0.0.0, the names and addresses other machines reach it by; "
-        ".example.com: that name and its subdomains; other Hosts get a 400 (DNS rebinding)",
-        flag="--allowed-hosts",
-        check=checks.host_names,
-        metavar="NAMES",
-    ),
-    Setting(
-        "cors_origins",
-        "OMLX_CORS_ORIGINS",
-        TEXT,
-        None,
-        "web origins (scheme://host[:port], comma-separated; *: any) whose pages may call the API "
-        "from a browser, with CORS answers; the console stays same-origin only, and other origins' "
-        "POST, PUT, PATCH and DELETE requests get a 403",
-        flag="--cors-origins",
-        check=checks.origins,
-        metavar="ORIGINS",
-    ),
-    Setting(
-        "no_auth_on_network",
-        "OMLX_NO_AUTH_ON_NETWORK",
-        BOOLEAN,
-        False,
-        "serve a --host that is not loopback without an API key (without it, `omlx serve` refuses to)",
-        flag="--no-auth-on-network",
-    ),
-    Setting(
-        "redis_url",
-        "OMLX_REDIS_URL",
-        TEXT,
-        None,
-        "Redis for the queue and the channel layer, e.g. redis://127.0.0.1:6379/0 (unset: SQLite "
-        "queue, in-process channel layer)",
-        flag="--redis-url",
-        commands=BOTH,
-        check=checks.redis_url,
-        metavar="URL",
-        console_editable=False,
-    ),
-    Setting(
-        "redis_secret",
-        "OMLX_REDIS_SECRET",
-        TEXT,
-        None,
-        "Redis mode: the secret that signs every job and event (HMAC-SHA256); required with "
-        "--redis-url, the same for the server and all its workers (docs/security.md)",
-        flag="--redis-secret",
-        commands=BOTH,
-        check=checks.redis_secret,
-        metavar="SECRET",
-        secret=True,
-        console_editable=False,
-    ),
-    Setting(
-        "redis_trusted_network",
-        "OMLX_REDIS_TRUSTED_NETWORK",
-        BOOLEAN,
-        False,
-        "accept a --redis-url without a password on a non-loopback host (only trusted machines reach it)",
-        flag="--redis-trusted-network",
-        commands=BOTH,
-        console_editable=False,
-    ),
+    *ACCESS,
     Setting(
         "workers",
         "OMLX_HUEY_WORKERS",
@@ -393,67 +257,7 @@ SETTINGS: tuple[Setting, ...] = (
         shown_default="32MiB",
         applies="now",
     ),
-    Setting(
-        "allow_remote_images",
-        "OMLX_ALLOW_REMOTE_IMAGES",
-        BOOLEAN,
-        False,
-        "fetch http(s) image URLs of chat requests for vision models, from public addresses only (off: "
-        "such a request gets a 400)",
-        flag="--allow-remote-images",
-        commands=BOTH,
-    ),
-    Setting(
-        "image_dir",
-        "OMLX_IMAGE_DIR",
-        FOLDERS,
-        lambda home: [],
-        "folders whose regular files chat requests may name as images (a path or file:// URL); repeat "
-        "the flag for several; none: every server file is refused",
-        flag="--image-dir",
-        commands=BOTH,
-        shown_default="none",
-    ),
-    Setting(
-        "max_image_size",
-        "OMLX_MAX_IMAGE_BYTES",
-        BYTES,
-        20 * 2**20,
-        "largest image (a data: URL, a file or a download), bytes or 20MiB; larger ones get a 400",
-        flag="--max-image-size",
-        commands=BOTH,
-        check=checks.positive,
-        shown_default="20MiB",
-    ),
-    Setting(
-        "image_timeout",
-        "OMLX_IMAGE_TIMEOUT_SECONDS",
-        NUMBER,
-        20.0,
-        "seconds to read one image file or download one image (redirects included); slower: a 400",
-        flag="--image-timeout",
-        commands=BOTH,
-        check=checks.positive,
-    ),
-    Setting(
-        "max_image_megapixels",
-        "OMLX_MAX_IMAGE_MEGAPIXELS",
-        NUMBER,
-        25.0,
-        "largest image in millions of pixels, read from its header before decoding; larger: a 400",
-        flag="--max-image-megapixels",
-        commands=BOTH,
-        check=checks.positive,
-    ),
-    Setting(
-        "max_images_per_request",
-        "OMLX_MAX_IMAGES_PER_REQUEST",
-        INTEGER,
-        16,
-        "images one chat request may hold (previous turns included); more get a 400",
-        flag="--max-images-per-request",
-        check=checks.at_least(1),
-    ),
+    *IMAGES,
     Setting(
         "max_queued_requests",
         "OMLX_MAX_QUEUED_REQUESTS",

@@ -9,8 +9,9 @@ at once where the code reads it at use time (omlx_site/live_settings.py), else t
 setting given as a flag or an environment variable cannot be changed here: those win over the
 file at every start. The API key is never shown, only whether one is set.
 
-Settings that start processes or decide who may queue work (rows with ``console_editable``
-False: the MCP servers' commands, Redis) are shown read-only, and a POST that tries to change
+Settings that start processes, decide who may queue work or what the server lets in (rows with
+``console_editable`` False: the MCP servers' commands, Redis, allowed hosts and origins, auth on a
+network, image sources) are shown read-only, and a POST that tries to change
 them, even one crafted by hand, answers 403: a web page must never turn the server into a
 launcher (docs/security.md).
 """
