@@ -7,9 +7,8 @@ from typing import List, Optional
 
 from inference.models import StoredResponse
 
+from inference.api.common.caps import MAX_RESPONSE_CHAIN
 from inference.api.common.errors import ApiError
-
-MAX_CHAIN = 10_000  # rows of one conversation: a guard against a corrupted chain, not a limit in practice
 
 
 async def get(response_id: str) -> StoredResponse:
@@ -26,10 +25,19 @@ async def get(response_id: str) -> StoredResponse:
 
 async def context(previous_response_id: str) -> List[dict]:
     """Input and output items of every response of the chain ending at
-    ``previous_response_id``, oldest first."""
+    ``previous_response_id``, oldest first; a chain of more than ``MAX_RESPONSE_CHAIN``
+    responses is a 400 (each one is a database read)."""
     chunks: List[List[dict]] = []
     next_id: Optional[str] = previous_response_id
-    while next_id is not None and len(chunks) < MAX_CHAIN:
+    while next_id is not None:
+        if len(chunks) == MAX_RESPONSE_CHAIN:
+            raise ApiError(
+                400,
+                f"previous_response_id: at most {MAX_RESPONSE_CHAIN} responses per chain; start a new "
+                "conversation (send the items as input) instead",
+                param="previous_response_id",
+                code="response_chain_too_long",
+            )
         row = await StoredResponse.objects.filter(pk=next_id).afirst()
         if row is None:
             which = (
