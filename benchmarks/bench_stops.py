@@ -9,15 +9,14 @@ strings and with the largest stops the OpenAI routes take: 4 stop strings of 1,0
   the way (the hard case for a hold-back check);
 - ``random``: 1,000 random letters and spaces (the usual case: nothing to hold back).
 
-Measured per round, in alternating order, on the engine thread (its CPU time: wall time on a
-shared machine swings by 2x): the engine's time over the request, first token to last, and
-the stop check's own time within it (the engine's TextStream, timed). Printed: the ratio of
-each stop kind to the request without stops, of the whole engine time (this includes the
-machine's noise, several percent here) and of the part the check adds (the difference of the
-check's own times over the engine's time without stops): the figure to hold under 1 %. Then
-the check omlx had before (a rescan of a window of the stops' length and a hold-back search of
-every prefix length after each token), one round each, and the text stream alone over the same
-tokens (microseconds per token, best of 3).
+Measured per round, in alternating order: the engine thread's CPU time over the request, first
+token to last (wall time on a shared machine swings by 2x), and the ratio of each stop kind to
+the request without stops (whole runs: the machine's noise shows, tens of percent on 2 busy
+cores). Then the check alone, precisely: the engine's text stream replayed over the same
+tokens with and without the stops (best of 3), its extra time per token over the engine's time
+per token: the engine time ratio to hold under 1 %. Last, the check omlx had before (a rescan
+of a window of the stops' length and a hold-back search of every prefix length after each
+token), one round each.
 
     .venv/bin/python benchmarks/bench_stops.py [--tokens 2000] [--rounds 5]
 """
@@ -102,24 +101,18 @@ def stop_sets(text: str) -> dict:
 
 
 def timed(cls):
-    """``cls`` recording, on the engine thread, its own CPU time (``check``) and the engine
-    thread's CPU time from the first token to the flush (``span``) in ``timed.last``."""
+    """``cls`` recording the engine thread's CPU time from the request's first token to its
+    flush in ``timed.last`` (two clock reads a request: nothing per token)."""
 
     class Timed(cls):
         def add(self, token_id):
-            began = time.thread_time()
             if not hasattr(self, "first"):
-                self.first, self.check = began, 0.0
-            out = super().add(token_id)
-            self.check += time.thread_time() - began
-            return out
+                self.first = time.thread_time()
+            return super().add(token_id)
 
         def flush(self):
-            began = time.thread_time()
             out = super().flush()
-            ended = time.thread_time()
-            self.check += ended - began
-            timed.last = {"span": ended - self.first, "check": self.check}
+            timed.last = time.thread_time() - self.first
             return out
 
     return Timed
@@ -167,53 +160,45 @@ def main() -> None:
                 figures, result = run(sets.get(name))
                 assert result.text == plain.text, name
                 runs[name].append(figures)
-        print(f"{'request':10} {'engine thread s, per round':>42}   {'stop check ms, per round':>42}")
-        for name, figures in runs.items():
-            spans = " ".join(f"{f['span']:7.3f}" for f in figures)
-            checks = " ".join(f"{f['check'] * 1e3:7.1f}" for f in figures)
-            print(f"{name:10} {spans:>42}   {checks:>42}")
+        print(f"{'request':10} {'engine thread CPU s, per round':>42} {'median':>7}")
+        for name, spans in runs.items():
+            rounds = " ".join(f"{x:7.3f}" for x in spans)
+            print(f"{name:10} {rounds:>42} {statistics.median(spans):7.3f}")
+        none = statistics.median(runs["none"])
+        per_token_us = none / args.tokens * 1e6
         print()
         for name in sets:
-            whole = [f["span"] / n["span"] for f, n in zip(runs[name], runs["none"])]
-            share = [
-                (n["span"] + f["check"] - n["check"]) / n["span"] for f, n in zip(runs[name], runs["none"])
-            ]
+            whole = [f / n for f, n in zip(runs[name], runs["none"])]
             print(
-                f"{name} stops / no stops, engine thread time: "
-                f"whole run median {statistics.median(whole):.3f} "
-                f"(rounds {' '.join(f'{x:.3f}' for x in whole)}); "
-                f"the check's own share: median {statistics.median(share):.4f}"
+                f"{name} stops / no stops, whole runs: median {statistics.median(whole):.3f} "
+                f"(rounds {' '.join(f'{x:.3f}' for x in whole)}; the machine's noise)"
             )
+
         build = min(_build_seconds(sets["random"]) for _ in range(5))
         print(
-            f"building the matcher of 4 x 1000 characters (at submit, off the engine thread): "
-            f"{build * 1e3:.1f} ms"
+            f"\nbuilding the matcher of 4 x 1000 characters (at submit, before the engine thread "
+            f"has the request; counted below): {build * 1e3:.1f} ms"
         )
-
-        previous = {}
-        for name, stops in sets.items():
-            figures, result = run(stops, PreviousTextStream)
-            assert result.text == plain.text, name
-            previous[name] = figures
-        none = statistics.median(f["span"] for f in runs["none"])
-        print("\nthe check omlx had before, one round each:")
-        for name, figures in previous.items():
-            print(
-                f"  {name} stops: stop check {figures['check']:.3f} s, engine thread {figures['span']:.3f} s "
-                f"({figures['span'] / none:.2f}x the median without stops)"
-            )
-
         tokenizer = llm.tokenizer
-        per_token_us = none / args.tokens * 1e6
-        print(f"\ntext stream alone, us per token (engine thread: {per_token_us:.0f} us per token)")
+        print("\nthe check alone: the text stream over the same tokens, us per token (best of 3)")
         base = stream_us_per_token(TextStream, tokenizer, plain.token_ids, ())
         print(f"  no stops                   {base:8.2f}")
         for name, stops in sets.items():
             us = stream_us_per_token(TextStream, tokenizer, plain.token_ids, stops)
             print(
-                f"  {name:10} stop matcher    {us:8.2f}   "
-                f"+{(us - base) / per_token_us:.2%} of the engine's time"
+                f"  {name:10} stop matcher    {us:8.2f}   engine time with / without stops: "
+                f"{1 + ((us - base) * args.tokens / 1e6 + build) / none:.4f} "
+                f"(engine thread: {per_token_us:.0f} us per token)"
             )
+
+        previous = {}
+        for name, stops in sets.items():
+            span, result = run(stops, PreviousTextStream)
+            assert result.text == plain.text, name
+            previous[name] = span
+        print("\nthe check omlx had before, one round each:")
+        for name, span in previous.items():
+            print(f"  {name} stops: engine thread {span:.3f} s ({span / none:.2f}x the median without stops)")
 
 
 def _build_seconds(stops) -> float:
