@@ -6,6 +6,8 @@ from typing import Sequence, Tuple
 
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
 
+from .stop_matcher import StopMatcher
+
 
 def streaming_detokenizer(tokenizer):
     """mlx-lm's streaming detokenizer for the tokenizer, keeping a leading space.
@@ -27,11 +29,13 @@ class TextStream:
     Text that could still become the start of a stop string is held back, so a partial stop
     string never reaches a stream; once a stop string appears, the text ends before it (or
     after it with ``include_stop``). Tokens that stop generation (EOS, stop ids) add no text.
+    Each new character of the text is read once by a ``StopMatcher``: the check is linear in
+    the output, whatever the stop strings (it runs on the engine thread).
     """
 
     def __init__(self, detokenizer, stop: Sequence[str] = (), include_stop: bool = False):
         self._detok = detokenizer
-        self._stop = tuple(stop)
+        self._matcher = StopMatcher(stop) if stop else None
         self._include_stop = include_stop
         self._emitted = 0  # characters of visible text already handed out
         self.stopped = False
@@ -52,26 +56,15 @@ class TextStream:
         if self.stopped:
             return "", True
         visible_end = len(text)
-        if self._stop:
-            start = max(0, self._emitted - max(len(s) for s in self._stop))
-            hits = [(text.find(s, start), s) for s in self._stop]
-            hits = [(i, s) for i, s in hits if i >= 0]
-            if hits:
-                index, stop = min(hits)
+        matcher = self._matcher
+        if matcher is not None:
+            hit = matcher.feed(text[matcher.position :]) if len(text) > matcher.position else None
+            if hit is not None:
+                start, length = hit
                 self.stopped = True
-                visible_end = index + (len(stop) if self._include_stop else 0)
+                visible_end = start + (length if self._include_stop else 0)
             elif not final:
-                visible_end -= self._held_back(text)
+                visible_end = min(visible_end, matcher.position - matcher.pending)
         delta = text[self._emitted : visible_end] if visible_end > self._emitted else ""
         self._emitted = max(self._emitted, visible_end)
         return delta, self.stopped
-
-    def _held_back(self, text: str) -> int:
-        """Length of the longest suffix of text that is a proper prefix of a stop string."""
-        longest = 0
-        for stop in self._stop:
-            for n in range(min(len(stop) - 1, len(text)), longest, -1):
-                if text.endswith(stop[:n]):
-                    longest = n
-                    break
-        return longest

@@ -326,6 +326,10 @@ CORPUS = {  # name -> (method, path, body) or a function that makes it (big bodi
     "10mb-model": lambda: ("POST", COMPLETIONS, raw(COMPLETIONS, model="m" * MB10)),
     "10mb-key": lambda: ("POST", RESPONSES, json.dumps({"k" * MB10: 1}).encode()),
     "10mb-max-tokens-string": lambda: ("POST", CHAT, raw(CHAT, max_tokens="9" * MB10)),
+    # issue 25: 34 s of engine time for a tiny model before the caps (inference/api/common/caps.py)
+    "5000-stop-sequences": lambda: ("POST", MESSAGES, raw(MESSAGES, stop_sequences=["s" * 100] * 5000)),
+    "1mb-stop-string": lambda: ("POST", COMPLETIONS, raw(COMPLETIONS, stop="s" * 2**20)),
+    "100k-messages": lambda: ("POST", MESSAGES, raw(MESSAGES, messages=HI * 100_000)),
 }
 # Prompts of 10 MB are refused too (over the context), but tokenizing them takes 15-60 s on two
 # shared cores, and the other big bodies a few seconds each: in the slow run only.
@@ -428,3 +432,37 @@ def test_lone_surrogates_are_a_400_that_says_so(fuzz_server):
         response = send(fuzz_server.url, method, path, body)
         assert response.status_code == 400, (path, response.text[:300])
         assert "lone surrogate" in response.json()["error"]["message"], response.text[:300]
+
+
+STOP_FIELDS = {  # route -> (the OpenAPI schema, its request schema, the stop field)
+    CHAT: ("/v1/openapi.json", "ChatCompletionRequest", "stop"),
+    COMPLETIONS: ("/v1/openapi.json", "CompletionRequest", "stop"),
+    RESPONSES: ("/v1/openapi.json", "ResponsesRequest", "stop"),
+    MESSAGES: ("/v1/anthropic/openapi.json", "MessagesRequest", "stop_sequences"),
+}
+
+
+def test_stop_caps_fuzzed_at_the_bounds_the_schema_states(fuzz_server):
+    """The caps on stop strings as /v1/openapi.json states them (the schema run above generates
+    from them), fuzzed around the bounds: a 400 that names the cap exactly when a count or a
+    length is beyond it, served otherwise (the stops never match: the output stays the same)."""
+    for path, (schema_path, name, field) in STOP_FIELDS.items():
+        schema = httpx.get(fuzz_server.url + schema_path, timeout=60).json()
+        stop = schema["components"]["schemas"][name]["properties"][field]
+        most, chars = stop["maxItems"], stop["items"]["maxLength"]
+        assert (most, chars) == ((16 if path == MESSAGES else 4), 1000)
+
+        @seed(25)
+        @settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(count=st.integers(1, most + 2), length=st.integers(chars - 2, chars + 2))
+        def run(count, length):
+            strings = ["\x07" * (length if i == count - 1 else 1) for i in range(count)]
+            response = send(fuzz_server.url, "POST", path, raw(path, **{field: strings}))
+            if count > most or length > chars:
+                assert response.status_code == 400, (path, count, length, response.text[:200])
+                message = json.loads(response.text)["error"]["message"]
+                assert f"at most {most if count > most else chars}" in message, message
+            else:
+                assert response.status_code == 200, (path, count, length, response.text[:200])
+
+        run()

@@ -17,6 +17,7 @@ import json
 from typing import Any, Dict, List, Optional, Union
 
 
+from inference.api.common import caps
 from inference.api.common.errors import ApiError
 from inference.api.common.sampling import checked_params
 
@@ -295,5 +296,5 @@ def sampling_values(body) -> dict:
             "priority": body.priority,
         },
         names=_FIELD_NAMES,
-        max_stop=None,
+        max_stop=caps.MAX_STOP_SEQUENCES,
     )

@@ -9,6 +9,7 @@ import uuid
 from asgiref.sync import sync_to_async
 from ninja import Router
 
+from inference.api.common import caps
 from inference.api.common.auth import check_api_key
 from inference.api.common.cache_salt import effective_salt
 from inference.keys import scopes
@@ -30,6 +31,7 @@ router = Router(tags=["Anthropic"])
 async def messages(request, body: MessagesRequest):
     check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
+    _check_caps(body)
     job = _job(body, f"msg_{uuid.uuid4().hex}", sampling_values(body))
     job.cache_salt = effective_salt(request, body.cache_salt)
     builder = MessageBuilder(job.request_id, body.model, body.stop_sequences or ())
@@ -40,9 +42,20 @@ async def messages(request, body: MessagesRequest):
 async def count_tokens(request, body: CountTokensRequest):
     check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
+    _check_caps(body)
     job = _job(body, f"count_{uuid.uuid4().hex}", {})
     count = await sync_to_async(count_prompt_tokens, thread_sensitive=False)(job)
     return {"input_tokens": count}
+
+
+def _check_caps(body) -> None:
+    """The caps of inference/api/common/caps.py on what a request can make large."""
+    caps.count(body.messages, caps.MAX_MESSAGES, "messages", "messages")
+    caps.content_parts(body.messages, "messages")
+    caps.count(body.system, caps.MAX_CONTENT_PARTS, "system", "system blocks")
+    caps.tools(body.tools)
+    for name in ("output_config", "output_format"):
+        caps.json_bytes(getattr(body, name, None), caps.MAX_SCHEMA_BYTES, name, "the schema")
 
 
 def _job(body, request_id: str, params: dict) -> GenerationJob:

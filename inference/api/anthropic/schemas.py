@@ -10,6 +10,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field
 
 from inference.api.common.cache_salt import cache_salt_field
+from inference.api.common import caps
 
 
 class InputMessage(Schema):
@@ -40,7 +41,9 @@ class MessagesRequest(_Prompt):
     top_p: Optional[float] = None
     top_k: Optional[int] = None
     priority: Optional[int] = None  # omlx's (vLLM's field): lower is scheduled first
-    stop_sequences: Optional[List[str]] = None
+    stop_sequences: Optional[List[str]] = Field(
+        None, **caps.schema_extra(caps.MAX_STOP_SEQUENCES, caps.MAX_STOP_CHARS)
+    )
     stream: bool = False
     ignore_eos: bool = False  # an omlx extension, as on the OpenAI routes
     metadata: Optional[Dict[str, Any]] = None

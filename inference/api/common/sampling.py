@@ -7,23 +7,21 @@ from typing import Dict, Optional
 
 from inference.engine import SamplingParams
 
+from . import caps
 from .errors import ApiError
-
-MAX_STOP = 4  # OpenAI's limit on stop sequences
 
 
 def checked_params(
-    values: dict, names: Optional[Dict[str, str]] = None, max_stop: Optional[int] = MAX_STOP
+    values: dict, names: Optional[Dict[str, str]] = None, max_stop: int = caps.MAX_STOP, choices: int = 1
 ) -> dict:
     """``values`` (SamplingParams field -> request value; None or False = unset, the engine's
     default) as JSON-able job params. ``names`` maps an engine field to the request's name for
-    it, for messages; ``max_stop`` caps the stop sequences (None: no cap)."""
+    it, for messages; ``max_stop`` caps the stop sequences (each at most ``caps.MAX_STOP_CHARS``);
+    ``choices`` is how many outputs the request asks for (``max_tokens`` each)."""
     names = names or {}
     values = {k: v for k, v in values.items() if v is not None and v is not False}
-    stop = values.get("stop")
-    if max_stop is not None and isinstance(stop, list) and len(stop) > max_stop:
-        name = names.get("stop", "stop")
-        raise ApiError(400, f"{name}: at most {max_stop} stop sequences", param=name)
+    caps.stops(values.get("stop"), max_stop, names.get("stop", "stop"))
+    caps.output_tokens(values.get("max_tokens"), choices, names.get("max_tokens", "max_tokens"))
     try:
         params = SamplingParams(**values)
     except ValueError as exc:

@@ -8,6 +8,7 @@ import uuid
 
 from ninja import Router
 
+from inference.api.common import caps
 from inference.api.common.auth import check_api_key
 from inference.api.common.cache_salt import effective_salt
 from inference.keys import scopes
@@ -77,6 +78,7 @@ def list_models(request):
 async def chat_completions(request, body: ChatCompletionRequest):
     check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
+    _check_chat_caps(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
     try:
@@ -90,7 +92,7 @@ async def chat_completions(request, body: ChatCompletionRequest):
     job = GenerationJob(
         f"chatcmpl-{uuid.uuid4().hex}",
         body.model,
-        _params(body, max_tokens, logprobs, structured),
+        _params(body, max_tokens, logprobs, structured, body.n),
         body.n,
         messages=messages,
         tools=tools,
@@ -116,7 +118,7 @@ async def completions(request, body: CompletionRequest):
     job = GenerationJob(
         f"cmpl-{uuid.uuid4().hex}",
         body.model,
-        _params(body, body.max_tokens, body.logprobs),
+        _params(body, body.max_tokens, body.logprobs, choices=body.n * len(prompts)),
         body.n,
         prompts=list(prompts),
         cache_salt=effective_salt(request, body.cache_salt),
@@ -147,7 +149,21 @@ def _chat_options(body):
     return tools, tool_choice, structured, template_kwargs
 
 
-def _params(body, max_tokens, logprobs, structured=None) -> dict:
+def _check_chat_caps(body: ChatCompletionRequest) -> None:
+    """The caps of inference/api/common/caps.py on what a chat request can make large."""
+    caps.count(body.messages, caps.MAX_MESSAGES, "messages", "messages")
+    caps.content_parts(body.messages, "messages")
+    caps.tools(body.tools)
+    if isinstance(body.response_format, dict):
+        caps.json_bytes(
+            body.response_format.get("json_schema"), caps.MAX_SCHEMA_BYTES, "response_format", "the schema"
+        )
+    caps.json_bytes(
+        body.chat_template_kwargs, caps.MAX_TEMPLATE_KWARGS_BYTES, "chat_template_kwargs", "the kwargs"
+    )
+
+
+def _params(body, max_tokens, logprobs, structured=None, choices: int = 1) -> dict:
     """SamplingParams fields from the body (unset fields keep the engine's defaults)."""
     return checked_params(
         {
@@ -165,5 +181,6 @@ def _params(body, max_tokens, logprobs, structured=None) -> dict:
             "ignore_eos": body.ignore_eos,
             "structured": structured,
             "priority": body.priority,
-        }
+        },
+        choices=choices,
     )

@@ -9,6 +9,7 @@ from ninja import Schema
 from pydantic import ConfigDict, Field, field_validator
 
 from inference.api.common.cache_salt import cache_salt_field
+from inference.api.common import caps
 
 MAX_N = 16
 
@@ -107,7 +108,7 @@ class _Sampling(Schema):
     repetition_penalty: Optional[float] = None
     priority: Optional[int] = None  # vLLM's: lower is scheduled first (docs/engine.md)
     n: int = Field(1, ge=1, le=MAX_N)
-    stop: Union[str, List[str], None] = None
+    stop: Union[str, List[str], None] = Field(None, **caps.schema_extra(caps.MAX_STOP, caps.MAX_STOP_CHARS))
     seed: Optional[int] = None
     ignore_eos: bool = False
     stream: bool = False

@@ -14,6 +14,7 @@ from typing import List, Optional
 from django.http import JsonResponse
 from ninja import Router
 
+from inference.api.common import caps
 from inference.api.common.auth import check_api_key
 from inference.api.common.cache_salt import effective_salt
 from inference.keys import scopes
@@ -35,6 +36,7 @@ router = Router(tags=["OpenAI"])
 async def create_response(request, body: ResponsesRequest):
     check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
+    _check_caps(body)
     context = []
     if body.previous_response_id is not None:
         context = await store.context(body.previous_response_id)
@@ -99,6 +101,17 @@ class _Saver:
         builder = self.builder
         if self.items is not None and builder.status in ("completed", "incomplete"):
             await store.save(builder.body(), self.items)
+
+
+def _check_caps(body: ResponsesRequest) -> None:
+    """The caps of inference/api/common/caps.py on what a request can make large."""
+    caps.count(body.input, caps.MAX_MESSAGES, "input", "input items")
+    caps.content_parts(body.input if isinstance(body.input, list) else (), "input")
+    caps.tools(body.tools)
+    if isinstance(body.text, dict):
+        caps.json_bytes(body.text.get("format"), caps.MAX_SCHEMA_BYTES, "text.format", "the schema")
+    caps.metadata(body.metadata)
+    caps.chars(body.user, caps.MAX_USER_CHARS, "user")
 
 
 def _job(body: ResponsesRequest, context: List[dict]):
