@@ -532,7 +532,11 @@ class Engine(EngineControls, EngineThread):
         requests = [request for request, _, _, _ in ended]
         self._count(-len(requests))
         for request in requests:
-            self._keep_kv(request)
+            try:  # caching is best effort: a request always ends, or the loop fails it forever
+                self._keep_kv(request)
+            except Exception:
+                logger.exception("could not keep the KV of %s in the prefix cache", request)
+                request.snapshots = []
         self.runner.drop(requests)
         for request, reason, error, event in ended:
             self.scheduler.finish(request)

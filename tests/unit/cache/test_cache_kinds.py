@@ -183,7 +183,7 @@ def _spy(cache):
     recorded = []
     store = cache.store
 
-    def recording_store(token_ids, snapshots):
+    def recording_store(token_ids, snapshots, *args, **kwargs):
         for s in snapshots:
             recorded.append(
                 (
@@ -196,7 +196,7 @@ def _spy(cache):
                     ],
                 )
             )
-        return store(token_ids, snapshots)
+        return store(token_ids, snapshots, *args, **kwargs)
 
     cache.store = recording_store
     return recorded
