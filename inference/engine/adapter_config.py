@@ -40,13 +40,8 @@ class AdapterConfig:
     path: Path
     format: str  # "mlx" (mlx_lm.lora) or "peft"
     base: Optional[str]  # the base model's path or name as the adapter recorded it
-    scale: Optional[float]  # None for mlx: per-module scale comes from lora_parameters
+    scale: float  # multiplies (x A) B: lora_parameters.scale, or PEFT's lora_alpha / r
     weights_file: Path
-
-    @property
-    def base_name(self) -> Optional[str]:
-        """The base's last path component (``org/name`` -> ``name``), what a model id ends with."""
-        return Path(self.base).name if self.base else None
 
 
 def is_adapter_folder(path: Path) -> bool:

@@ -52,7 +52,8 @@ class MultiLoRALinear(nn.Module):
         super().__init__()
         self.linear = linear
         self._adapters = adapters  # a plain attribute: not a parameter, not a child module
-        self._pairs: Dict[int, Tuple[mx.array, mx.array, float]] = {}
+        # slot -> (A, B, scale), outside the module tree (the stacks below are its parameters)
+        object.__setattr__(self, "_pairs", {})
         self._rebuild()
 
     def add(self, slot: int, a: mx.array, b: mx.array, scale: float) -> None:
@@ -105,7 +106,6 @@ class AdapterSet:
         self.model = model
         self.current: Optional[mx.array] = None
         self.by_name: Dict[str, Adapter] = {}
-        self._digests: Dict[str, Adapter] = {}
 
     def __len__(self) -> int:
         return len(self.by_name)

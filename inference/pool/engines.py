@@ -31,12 +31,12 @@ class AdapterEngine:
     """A base model's engine as a LoRA adapter's requests see it: ``submit`` runs them with the
     adapter (inference.engine.lora); everything else is the base engine's."""
 
-    def __init__(self, engine, adapter: str):
+    def __init__(self, engine, adapter_name: str):
         self._engine = engine
-        self.adapter = adapter
+        self.adapter_name = adapter_name
 
     def submit(self, *args, **kwargs):
-        return self._engine.submit(*args, adapter=self.adapter, **kwargs)
+        return self._engine.submit(*args, adapter=self.adapter_name, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._engine, name)
