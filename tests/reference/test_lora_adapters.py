@@ -124,3 +124,20 @@ def test_an_adapter_that_does_not_fit_the_base_is_refused(llm, base, tmp_path):
         llm.engine.attach_adapter("bad", bad)
     with pytest.raises(ValueError, match="no adapter 'bad'"):
         llm.engine.submit([1, 2, 3], GREEDY, adapter="bad")
+
+
+def test_an_adapter_of_the_output_head_is_refused(model_dir, tmp_path):
+    """The head is shadowed by HeadGate: an adapter of it would be silently left out."""
+    untied = model_dir(arch="qwen2", preset="tiny", tie_word_embeddings=False)
+    head = build_adapter(tmp_path / "head", untied, seed=4, rank=2)
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(head / "adapters.safetensors")
+    hidden = next(v for k, v in weights.items() if k.endswith("q_proj.lora_a")).shape[0]
+    with LLM(untied, dtype="float32") as llm:
+        vocab = llm.engine.loaded.vocab_size
+        weights["lm_head.lora_a"] = np.ones((hidden, 2), dtype=np.float32)
+        weights["lm_head.lora_b"] = np.ones((2, vocab), dtype=np.float32)
+        save_file(weights, head / "adapters.safetensors")
+        with pytest.raises(AdapterError, match="lm_head: only layers inside the decoder blocks"):
+            llm.engine.attach_adapter("head", head)

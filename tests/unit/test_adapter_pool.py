@@ -70,3 +70,27 @@ def test_the_base_is_loaded_once_and_serves_its_adapters(models):
         assert loaded == pool.estimate("tiny-base").total_bytes + adapters
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"use_dora": True}, "DoRA"),
+        ({"rank_pattern": {"q_proj": 8}}, "per-module ranks"),
+        ({"alpha_pattern": {"q_proj": 8}}, "per-module alphas"),
+        ({"modules_to_save": ["lm_head"]}, "extra saved modules"),
+        ({"fan_in_fan_out": True}, "fan_in_fan_out"),
+        ({"bias": "all"}, "trains biases"),
+        ({"peft_type": "IA3"}, "LORA adapters only"),
+        ({"r": 0}, "positive 'r'"),
+    ],
+)
+def test_a_peft_adapter_whose_math_omlx_does_not_compute_is_refused(models, tmp_path, change, reason):
+    from inference.engine.adapter_config import AdapterError, read_adapter_config
+
+    folder = tmp_path / "peft"
+    shutil.copytree(models / "org" / "by-name", folder)
+    read_adapter_config(folder)  # as built: served
+    _edit(folder, **change)
+    with pytest.raises(AdapterError, match=reason):
+        read_adapter_config(folder)
