@@ -42,8 +42,10 @@ def build_adapter(
         for target in targets:
             name = f"model.layers.{i}.{target}"
             layer = modules[name]
-            assert isinstance(layer, nn.Linear), f"{name}: not a Linear layer"
+            assert isinstance(layer, (nn.Linear, nn.QuantizedLinear)), f"{name}: not a Linear layer"
             out_dims, in_dims = layer.weight.shape
+            if isinstance(layer, nn.QuantizedLinear):  # packed: 32 / bits values per uint32
+                in_dims = in_dims * 32 // layer.bits
             a = rng.uniform(-1, 1, (in_dims, rank)).astype(np.float32) / np.sqrt(in_dims)
             b = rng.normal(0, 0.2, (rank, out_dims)).astype(np.float32)
             if fmt == "mlx":

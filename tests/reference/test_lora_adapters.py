@@ -141,3 +141,15 @@ def test_an_adapter_of_the_output_head_is_refused(model_dir, tmp_path):
         save_file(weights, head / "adapters.safetensors")
         with pytest.raises(AdapterError, match="lm_head: only layers inside the decoder blocks"):
             llm.engine.attach_adapter("head", head)
+
+
+def test_an_adapter_over_a_quantized_base_equals_mlx_lm(tmp_path, references):
+    from inference.testkit.registry import build_quantized
+
+    prompts, _ = references
+    base = build_quantized(tmp_path / "q4", 4, arch="qwen2", preset="tiny")
+    adapter = build_adapter(tmp_path / "qa", base, seed=8)
+    with LLM(base) as llm:
+        llm.engine.attach_adapter("qa", adapter)
+        got = llm.generate([prompts[0]], GREEDY, adapter="qa")[0].token_ids
+    assert got == _mlx_lm(base, adapter, prompts[0])
