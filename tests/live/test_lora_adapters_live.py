@@ -94,3 +94,22 @@ def test_a_cache_hit_never_crosses_adapters(server):
         assert cached("a1") > 0, "an adapter reuses its own KV"
         assert cached("a2") == 0, "an adapter reused another adapter's KV"
         assert cached("tiny") > 0
+
+
+def test_omlx_models_says_an_adapters_base(server, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMLX_HOME=str(tmp_path), OMLX_DATABASE=str(tmp_path / "omlx.sqlite3"))
+    env.pop("OMLX_API_KEY", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "omlx_site.cli", "models", "--url", server.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    line = next(line for line in out.stdout.splitlines() if line.startswith("a1 "))
+    assert line.endswith("LoRA adapter over tiny")
