@@ -67,6 +67,15 @@ def salted_root(root: bytes, salt: Optional[str]) -> bytes:
     return hashlib.sha256(b"omlx-salt\0" + root + salt.encode("utf-8", "surrogatepass")).digest()
 
 
+def adapter_salt(salt: Optional[str], adapter_digest: str) -> str:
+    """The cache salt of a request run with a LoRA adapter: the adapter's identity (the digest
+    of its weights) before the request's own salt, so an adapter's blocks are never its base's
+    nor another adapter's, and tenants stay apart under one adapter as under the base. API salts
+    start with ``body:``, ``key:`` or ``console`` (inference.api.common.cache_salt), so no
+    request can name an adapter's namespace."""
+    return f"adapter:{adapter_digest}" + ("" if salt is None else f"|{salt}")
+
+
 def digest_files(paths: Sequence[Path], sample: bool) -> str:
     """A digest of files' names, sizes and contents. With ``sample``, only a fixed number of
     evenly spaced chunks of each file are read: enough to tell weight files apart (two

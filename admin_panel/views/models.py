@@ -200,6 +200,8 @@ def _context(messages: List[Message]) -> dict:
         values = pool.settings(model_id)
         estimate = row["memory_estimate"] or {}
         folder = folders.get(model_id)
+        if folder is not None and folder.base in folders:  # a LoRA adapter: its base's tokenizer
+            folder = folders[folder.base]
         detected = (
             folder_tool_format(folder.path, folder.config.get("model_type")) if folder is not None else None
         )

@@ -38,6 +38,27 @@ class EngineControls:
     """Mixed into ``Engine`` (which owns ``config``, ``scheduler``, ``prefix_cache``, ``call``
     and ``_inbox``)."""
 
+    def attach_adapter(self, name: str, path, timeout: Optional[float] = 300):
+        """Attach the LoRA adapter in folder ``path`` to this engine's model under ``name``
+        (inference.engine.lora; idempotent): requests submitted with ``adapter=name`` then run
+        with it. Returns its ``lora.Adapter``; AdapterError (a ValueError) when it cannot be
+        served over this model."""
+        from pathlib import Path
+
+        from .adapter_config import AdapterError, read_adapter_config
+
+        config = read_adapter_config(Path(path))
+        if self.loaded.vision is not None:
+            raise AdapterError("adapters of vision-language models are not served")
+        return self.call(lambda engine: engine.runner.adapters.attach(name, config), timeout=timeout)
+
+    def adapter(self, name: str):
+        """The attached adapter ``name`` (``lora.Adapter``); ValueError when there is none."""
+        found = self.runner.adapters.by_name.get(name)
+        if found is None:
+            raise ValueError(f"no adapter {name!r} is attached to this model")
+        return found
+
     def tune(self, wait: bool = True, **changes) -> EngineConfig:
         """Change settings of ``EngineConfig.LIVE`` while the engine runs (a model's settings);
         they apply from the next step. ValueError (nothing changed) for another setting or a

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Union
 import mlx.core as mx
 
 from cache.block_cache import BlockCache
-from cache.block_key import fingerprint_model_folder
+from cache.block_key import adapter_salt, fingerprint_model_folder
 from cache.prefix_cache import PrefixCache
 from cache.sizes import parse_size, total_ram
 
@@ -114,10 +114,12 @@ class Engine(EngineControls, EngineThread):
         vision=None,
         checked: bool = False,
         cache_salt: Optional[str] = None,
+        adapter: Optional[str] = None,
     ) -> RequestStream:
         """Queue a request; raises ValueError for a bad prompt or parameters. ``vision``: a
         prompt with images (inference.vision.prompt.VisionPrompt; ``prompt`` is then its key ids).
         ``cache_salt``: its prefix-cache namespace (None: the unsalted cache).
+        ``adapter``: the name of an attached LoRA adapter (``attach_adapter``) it runs with.
         ``checked``: the caller validated the prompt already (``validate_prompt``; for ``vision``
         its model ids, and that the model reads images), so it is queued as it is."""
         self._check_open()
@@ -126,6 +128,9 @@ class Engine(EngineControls, EngineThread):
             raise ValueError("params must be a SamplingParams")
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise ValueError("cache_salt must be a string or None")  # hashed on the engine thread
+        lora = self.adapter(adapter) if adapter is not None else None
+        if lora is not None:  # its blocks are its own: never the base's, nor another adapter's
+            cache_salt = adapter_salt(cache_salt, lora.digest)
         if checked:
             token_ids = list(prompt)
         else:
@@ -146,6 +151,7 @@ class Engine(EngineControls, EngineThread):
             cache_salt,
         )
         request.vision = vision
+        request.adapter = lora
         with self._active_lock:
             self._active += 1
             self._last_activity = time.monotonic()

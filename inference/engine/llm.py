@@ -46,7 +46,10 @@ class LLM:
         prompts: Union[Prompt, Sequence[Prompt]],
         params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
         cache_salt: Optional[str] = None,
+        adapter: Union[None, str, Sequence[Optional[str]]] = None,
     ) -> List[GenerationResult]:
+        """``adapter``: the attached LoRA adapter (``Engine.attach_adapter``) every prompt runs
+        with, or one per prompt (None: the base model)."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = params if params is not None else SamplingParams()
@@ -54,8 +57,14 @@ class LLM:
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
+        adapters = [adapter] * len(prompts) if adapter is None or isinstance(adapter, str) else list(adapter)
+        if len(adapters) != len(prompts):
+            raise ValueError(f"{len(adapters)} adapters for {len(prompts)} prompts")
         start = time.perf_counter()
-        streams = [self.engine.submit(p, sp, cache_salt=cache_salt) for p, sp in zip(prompts, params)]
+        streams = [
+            self.engine.submit(p, sp, cache_salt=cache_salt, adapter=a)
+            for p, sp, a in zip(prompts, params, adapters)
+        ]
         results = []
         for prompt, stream in zip(prompts, streams):
             result = GenerationResult(stream.request_id, prompt)

@@ -15,6 +15,7 @@ from cache.prefix_cache import KVSnapshot
 
 from . import cache_io, cpu_attention
 from .head_gate import HeadGate
+from .lora import AdapterSet
 from .model_loader import LoadedModel
 from .prefill import Prefill
 from .request import Request, RequestStatus, TokenLogprob
@@ -66,8 +67,10 @@ class DecodeBatch:
         report_first: bool = False,
         context_length: Optional[int] = None,
         clock: Optional[StepClock] = None,
+        adapters: Optional[AdapterSet] = None,
     ):
         self.model = model
+        self.adapters = adapters if adapters is not None else AdapterSet(model)
         self.clock = clock if clock is not None else StepClock()
         self.sampler = sampler
         self.snapshot_every = snapshot_every
@@ -166,7 +169,8 @@ class DecodeBatch:
         if self.report_first and self._last_by_length():
             return self._report()
         extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
-        logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
+        with self.adapters.rows([r.adapter_slot for r in self.rows]):  # each row's LoRA adapter
+            logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
         self.passes += 1
         snapshots = self._take_snapshots()
         previous, kinds, previous_lp = self._inputs, self._kinds, self._logprobs
@@ -298,6 +302,8 @@ class ModelRunner:
         self.loaded = loaded
         self.clock = clock if clock is not None else StepClock()
         self.model = loaded.model
+        # LoRA adapters attached to the model (inference.engine.lora), chosen per row.
+        self.adapters = AdapterSet(self.model)
         self.sampler = Sampler(loaded.vocab_size)
         layout = loaded.cache_layout
         mixed = block_size if layout is not None and not layout.plain else None
@@ -308,7 +314,7 @@ class ModelRunner:
         # Before the checks below, which then run through it: this thread's attention on the CPU.
         self.cpu_attention = cpu_attention.setup(self.model)
         self.gate = HeadGate(self.model)
-        self.prefiller = Prefill(loaded, self.gate, block_size, self.clock)
+        self.prefiller = Prefill(loaded, self.gate, block_size, self.clock, self.adapters)
 
     def _new_batch(self) -> DecodeBatch:
         return DecodeBatch(
@@ -318,6 +324,7 @@ class ModelRunner:
             self.report_first,
             self.loaded.context_length,
             self.clock,
+            self.adapters,
         )
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:

@@ -48,6 +48,7 @@ from cache.prefix_cache import KVSnapshot
 
 from . import cache_io
 from .head_gate import HeadGate
+from .lora import AdapterSet
 from .model_loader import LoadedModel
 from .request import Request
 from .step_trace import StepClock
@@ -67,11 +68,14 @@ class Prefill:
         gate: HeadGate,
         block_size: Optional[int],
         clock: Optional[StepClock] = None,
+        adapters: Optional[AdapterSet] = None,
     ):
         self.loaded = loaded
         self.clock = clock if clock is not None else StepClock()
         self.model = loaded.model
         self.gate = gate
+        # LoRA adapters attached to the model (inference.engine.lora), chosen per row of a pass.
+        self.adapters = adapters if adapters is not None else AdapterSet(self.model)
         layout = loaded.cache_layout
         self.snapshot_every = block_size if layout is not None and not layout.plain else None
         self.split_at = block_size if layout is not None and layout.has_state else None
@@ -185,7 +189,7 @@ class Prefill:
         else:
             tokens = mx.array(request.all_token_ids[start : start + n])[None]
         last = mx.array([tokens.shape[1] - 1])
-        with self.gate.only(last):
+        with self.gate.only(last), self.adapters.rows([request.adapter_slot]):
             out = self.model(tokens, cache=request.cache, **extra)
         self.forwards += 1
         self.rows += 1
@@ -196,7 +200,8 @@ class Prefill:
         """Several rows' next tokens in one pass; each row's caches are replaced by its
         extracted caches."""
         pieces = [r.all_token_ids[r.num_computed : r.num_computed + n] for r, n in rows]
-        out, last, caches = self._together([r.cache for r, _ in rows], pieces)
+        slots = [r.adapter_slot for r, _ in rows]
+        out, last, caches = self._together([r.cache for r, _ in rows], pieces, slots)
         for (request, _), cache in zip(rows, caches):
             request.cache = cache
         self.forwards += 1
@@ -204,10 +209,10 @@ class Prefill:
         self.tokens += len(rows) * max(n for _, n in rows)
         return _Lazy(self.gate, out, last)
 
-    def _together(self, caches: Sequence[list], pieces: Sequence[List[int]]):
+    def _together(self, caches: Sequence[list], pieces: Sequence[List[int]], slots: Sequence[int] = ()):
         """One forward pass of each row's ``pieces[i]`` on top of its ``caches[i]`` (see the
-        module docstring): (the gated output, the last real position of each row, each row's
-        caches extracted again)."""
+        module docstring), row i with LoRA adapter slot ``slots[i]`` (none: the base): (the
+        gated output, the last real position of each row, each row's caches extracted again)."""
         lengths = [len(p) for p in pieces]
         width = max(lengths)
         padding = [width - n for n in lengths]
@@ -217,7 +222,7 @@ class Prefill:
                 c.prepare(lengths=lengths, right_padding=padding)
         tokens = mx.array([p + [0] * (width - len(p)) for p in pieces])
         last = mx.array([n - 1 for n in lengths])
-        with self.gate.only(last):
+        with self.gate.only(last), self.adapters.rows(slots or [0] * len(pieces)):
             out = self.model(tokens, cache=batch)
         if max(padding):
             for c in batch:

@@ -136,6 +136,9 @@ class Request:
         # Its prefix-cache namespace (cache.block_key.salted_root): it shares blocks only with
         # requests of the same salt; None shares the unsalted cache.
         self.cache_salt = cache_salt
+        # The LoRA adapter it runs with (inference.engine.lora.Adapter; its digest is in the
+        # cache salt already); None: the base model.
+        self.adapter = None
         # Where its time goes (seconds, ``time.perf_counter``): see ``timings``.
         self.created = time.perf_counter()
         self.admitted_at: Optional[float] = None  # first admission
@@ -146,6 +149,11 @@ class Request:
     @property
     def all_token_ids(self) -> List[int]:
         return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def adapter_slot(self) -> int:
+        """Its adapter's slot in a batch's per-row adapter ids; 0 for the base model."""
+        return self.adapter.slot if self.adapter is not None else 0
 
     @property
     def num_tokens(self) -> int:

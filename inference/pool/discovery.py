@@ -26,6 +26,9 @@ Rules (docs/models.md says the same for users):
   have nothing else that tells them from a chat model); other causal LMs are ``llm``; bare
   encoder ``...Model`` classes (``BertModel``) or encoder model types are ``embedding``; else
   ``llm``. A per-model ``model_type`` setting overrides the kind.
+- A LoRA adapter folder (``adapter_config.json`` without ``config.json``: mlx_lm.lora's or
+  PEFT's files) is an ``llm`` served over its base model, found among the servable models
+  (``adapters``); ``base`` names it, ``config`` is the base's.
 - The Hugging Face cache (``hf_cache``, see ``hf_cache``) comes after every model directory: its
   models are ``ORG/NAME`` at the snapshot of ``refs/main``; a model directory's folder of the same
   id shadows it.
@@ -38,11 +41,12 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from inference.embedding import BERT_MODEL_TYPES
 
 from . import hf_cache
+from .adapters import inspect_adapter, is_adapter_folder, resolve_bases
 
 logger = logging.getLogger("omlx.models")
 
@@ -75,6 +79,8 @@ class ModelFolder:
     config: dict = field(default_factory=dict, repr=False)
     size_bytes: int = 0  # every file in the folder
     weight_files: List[Path] = field(default_factory=list, repr=False)  # *.safetensors
+    base: Optional[str] = None  # a LoRA adapter's base model id (adapters.resolve_bases)
+    adapter: Any = field(default=None, repr=False)  # a LoRA adapter's AdapterConfig, else None
 
     @property
     def servable(self) -> bool:
@@ -105,6 +111,7 @@ def discover(
         found[model_id] = inspect(model_id, path, kind_overrides.get(model_id))
         if reason is not None:
             found[model_id].reason = reason
+    resolve_bases(found)
     return dict(sorted(found.items()))
 
 
@@ -127,6 +134,9 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
     size = sum(_size(p) for p in files)
     weights = sorted(p for p in files if p.suffix == ".safetensors")
     folder = ModelFolder(model_id, path, None, None, {}, size, weights)
+    if is_adapter_folder(path):
+        inspect_adapter(folder)
+        return folder
     if not (path / "config.json").is_file():
         folder.reason = "no config.json, so this is not a model folder"
         return folder
@@ -220,7 +230,7 @@ def _mlx_lm_supports(config: dict) -> bool:
 
 def _candidates(root: Path):
     for child in _subdirs(root):
-        if (child / "config.json").exists():
+        if (child / "config.json").exists() or is_adapter_folder(child):
             yield child.name, child
             continue
         nested = [g for g in _subdirs(child) if (g / "config.json").exists() or _has_weights(g)]

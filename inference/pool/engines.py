@@ -27,6 +27,21 @@ def make_engine(folder: ModelFolder, engine_settings: dict):
     )
 
 
+class AdapterEngine:
+    """A base model's engine as a LoRA adapter's requests see it: ``submit`` runs them with the
+    adapter (inference.engine.lora); everything else is the base engine's."""
+
+    def __init__(self, engine, adapter_name: str):
+        self._engine = engine
+        self.adapter_name = adapter_name
+
+    def submit(self, *args, **kwargs):
+        return self._engine.submit(*args, adapter=self.adapter_name, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
 def weights_bytes(engine) -> int:
     """Bytes of the loaded model's parameters (run on the engine thread)."""
     from mlx.utils import tree_flatten

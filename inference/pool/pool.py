@@ -13,6 +13,9 @@ Invariants:
   ``InsufficientMemory`` (HTTP 507), before anything is allocated.
 - Unloading writes the model's hot KV blocks down to the cold tier and waits for the writer, so
   the model's prefixes are cold hits when it comes back.
+- A LoRA adapter (``adapters``) has no engine of its own: leasing it leases its base model's
+  engine (loading the base if needed, once for all its adapters) and attaches the adapter to it
+  on first use; the base's estimate grows by the adapter's weights. It is unloaded with its base.
 """
 
 from __future__ import annotations
@@ -21,15 +24,16 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 from inference import metrics
 
 from . import model_settings
+from .adapters import adapter_bytes
 from .discovery import ModelFolder, discover, inspect, signature
-from .engines import make_engine, stop_engine, weights_bytes
+from .engines import AdapterEngine, make_engine, stop_engine, weights_bytes
 from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
 logger = logging.getLogger("omlx.models")
@@ -64,6 +68,7 @@ class _Slot:
     last_used: float  # time.monotonic() of the last lease
     leases: int = 0  # requests being handed to the engine right now
     measured_weights_bytes: int = 0  # the loaded parameters' bytes
+    adapters: set = field(default_factory=set)  # ids of the LoRA adapters attached to it
 
     def busy(self) -> bool:
         return self.leases > 0 or self.engine.num_active() > 0
@@ -178,7 +183,9 @@ class ModelPool:
         folder = self.folders()[model_id]
         with self._lock:
             if model_id not in self._estimates:
-                if folder.kind == "llm":
+                if folder.adapter is not None:  # what attaching it adds to its base's engine
+                    value = MemoryEstimate(adapter_bytes(folder), 0, 0)
+                elif folder.kind == "llm":
                     value = estimate(folder.weight_files, folder.config, self.engine_settings)
                 else:
                     value = estimate_encoder(folder.weight_files, folder.config, self.engine_settings)
@@ -204,13 +211,33 @@ class ModelPool:
         """The engine of ``name``, held in use while the block runs: a request is handed to it
         inside the block, and the pool does not unload it meanwhile."""
         model_id = self._require(name)
-        slot = self._acquire(model_id)
+        folder = self._folders[model_id]
+        slot = self._acquire(folder.base or model_id)
         try:
-            yield slot.engine
+            yield slot.engine if folder.base is None else self._attach(model_id, folder, slot)
         finally:
             with self._lock:
                 slot.leases -= 1
                 slot.last_used = time.monotonic()
+
+    def _attach(self, model_id: str, folder: ModelFolder, slot: _Slot) -> AdapterEngine:
+        """The base engine of a leased slot, running requests with adapter ``model_id`` (attached
+        now if it is not yet; its weights then count in the base's estimate)."""
+        from inference.engine.adapter_config import AdapterError
+
+        engine = slot.engine
+        if model_id not in engine.runner.adapters.by_name:
+            try:
+                attached = engine.attach_adapter(model_id, folder.path)
+            except AdapterError as exc:
+                raise ModelUnavailable(model_id, f"LoRA adapter that cannot be served: {exc}") from None
+            with self._lock:
+                if model_id not in slot.adapters:
+                    slot.adapters.add(model_id)
+                    slot.estimate = replace(
+                        slot.estimate, weights_bytes=slot.estimate.weights_bytes + attached.nbytes
+                    )
+        return AdapterEngine(engine, model_id)
 
     def loaded(self, name: str):
         """The engine of ``name`` if it is loaded, else None (never loads)."""
@@ -286,11 +313,17 @@ class ModelPool:
         """Every servable model id -> "loaded", "loading" or "unloaded" (in this process)."""
         folders = self.folders()
         with self._lock:
-            return {
-                i: "loaded" if i in self._slots else "loading" if i in self._reserved else "unloaded"
-                for i, f in folders.items()
-                if f.servable
-            }
+            return {i: self._state(i, f) for i, f in folders.items() if f.servable}
+
+    def _state(self, model_id: str, folder: ModelFolder) -> str:
+        """ "loaded", "loading" or "unloaded" (under the lock); an adapter is loaded when it is
+        attached to its loaded base."""
+        if folder.base is not None:
+            slot = self._slots.get(folder.base)
+            return "loaded" if slot is not None and model_id in slot.adapters else "unloaded"
+        return (
+            "loaded" if model_id in self._slots else "loading" if model_id in self._reserved else "unloaded"
+        )
 
     def used_bytes(self) -> int:
         with self._lock:
@@ -306,6 +339,7 @@ class ModelPool:
             with self._lock:
                 slot = self._slots.get(model_id)
                 loading = model_id in self._reserved
+                attached = folder.base is not None and self._state(model_id, folder) == "loaded"
             est = None
             if folder.servable:
                 try:
@@ -318,6 +352,7 @@ class ModelPool:
                     "id": model_id,
                     "path": str(folder.path),
                     "type": folder.kind,
+                    "base": folder.base,  # a LoRA adapter's base model id, else None
                     "vision": folder.vision,
                     "servable": folder.servable,
                     "reason": folder.reason,
@@ -325,7 +360,7 @@ class ModelPool:
                     "size_bytes": folder.size_bytes,
                     "memory_estimate": est,
                     "measured_weights_bytes": slot.measured_weights_bytes if slot is not None else None,
-                    "loaded": slot is not None,
+                    "loaded": slot is not None or attached,
                     "loading": loading,
                     "pinned": bool(values.get("pinned")),
                     "ttl_seconds": values.get("ttl_seconds"),

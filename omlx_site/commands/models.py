@@ -50,6 +50,7 @@ def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> Lis
             "size_bytes": f.size_bytes,
             "servable": f.servable,
             "reason": f.reason,
+            "base": f.base,  # a LoRA adapter's base model id
         }
         for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()
     ]
@@ -132,6 +133,7 @@ def _from_status(r: dict) -> dict:
         "size_bytes": r.get("size_bytes"),
         "servable": r.get("servable", True),
         "reason": r.get("reason"),
+        "base": r.get("base"),
         "loaded": r.get("loaded"),
         "pinned": r.get("pinned"),
         "ttl_seconds": r.get("ttl_seconds"),
@@ -173,7 +175,7 @@ def _print_table(rows: List[dict], report: dict) -> None:
                 r.get("type") or "-",
                 human_bytes(r.get("size_bytes")),
                 _state(r),
-                r.get("reason") or "",
+                r.get("reason") or (f"LoRA adapter over {r['base']}" if r.get("base") else ""),
             )
         )
     widths = [max(len(str(row[i])) for row in table) for i in range(4)]

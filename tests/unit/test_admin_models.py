@@ -185,3 +185,14 @@ def test_vision_models_carry_a_badge(console, tmp_path, model_dir):
     rows = {part.split('"', 1)[0]: part for part in html.split('data-model="')[1:]}
     assert ">vision</span>" in rows["vlm"].split("</td>", 2)[1]
     assert ">vision</span>" not in rows["tiny"]
+
+
+def test_lora_adapters_say_their_base(console, tmp_path):
+    """An adapter folder's row says which base model it runs over (docs/models.md)."""
+    from inference.testkit.adapters import build_adapter
+
+    build_adapter(tmp_path / "models" / "tiny-lora", tmp_path / "models" / "tiny", seed=1)  # rescanned
+    html = console.get("/admin/models/").content.decode()
+    rows = {part.split('"', 1)[0]: part for part in html.split('data-model="')[1:]}
+    assert "LoRA adapter over tiny<" in rows["tiny-lora"]
+    assert "LoRA adapter over" not in rows["tiny"]
