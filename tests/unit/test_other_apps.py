@@ -50,15 +50,21 @@ def test_listed_with_origin_and_names(trees, tmp_path):
     assert all(f.reason == IMPORT_REASON and f.kind == "llm" for f in ollama.values())
 
 
-def test_off_means_not_searched(trees, tmp_path, monkeypatch):
-    assert all(f.origin == "model dir" for f in discover([tmp_path], apps=OtherApps(None, None)).values())
-    assert OtherApps.from_settings(None, None) == OtherApps(None, None)
-    # auto: $OLLAMA_MODELS, LM Studio's standard folder under $HOME, each only if it exists
+def test_off_means_not_searched_and_auto_finds_the_standard_folders(trees, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("OLLAMA_MODELS", str(trees.ollama))
-    assert OtherApps.from_settings("auto", "auto") == OtherApps(None, trees.ollama)
-    (tmp_path / ".cache" / "lm-studio" / "models").mkdir(parents=True)
-    assert OtherApps.from_settings("auto", "off" and None).lmstudio == tmp_path / ".cache/lm-studio/models"
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    for app, root in ((".lmstudio", trees.lmstudio), (".ollama", trees.ollama)):
+        (tmp_path / app).mkdir()
+        os.symlink(root, tmp_path / app / "models")
+    auto = OtherApps.from_settings("auto", "auto")
+    assert auto == OtherApps(tmp_path / ".lmstudio/models", tmp_path / ".ollama/models")
+    assert {f.origin for f in discover([tmp_path / "none"], apps=auto).values()} == {"LM Studio", "Ollama"}
+    off = OtherApps.from_settings(None, None)  # the settings' "off"
+    assert off == OtherApps(None, None)
+    assert discover([tmp_path / "none"], apps=off) == {}
+    # $OLLAMA_MODELS moves Ollama's folder, as it does for Ollama
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))
+    assert OtherApps.from_settings(None, "auto").ollama is None  # set, but no such folder
 
 
 HOSTILE = [  # (manifest name, what is planted in its layers or in its file, the reason logged)
