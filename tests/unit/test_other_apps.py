@@ -9,7 +9,7 @@ import os
 import pytest
 
 from inference.pool import app_import
-from inference.pool.discovery import discover
+from inference.pool.discovery import discover, signature
 from inference.pool.other_apps import IMPORT_REASON, MAX_MANIFEST_BYTES, OtherApps
 from tests.support.other_apps_trees import (
     LMSTUDIO_GGUF,
@@ -48,6 +48,18 @@ def test_listed_with_origin_and_names(trees, tmp_path):
     assert blob.parent == trees.ollama / "blobs" and blob.read_bytes()[:4] == b"GGUF"
     assert ollama[OLLAMA_LIBRARY].size_bytes == blob.stat().st_size
     assert all(f.reason == IMPORT_REASON and f.kind == "llm" for f in ollama.values())
+
+
+def test_a_new_manifest_or_folder_changes_the_signature(tmp_path, model_dir):
+    apps = OtherApps(tmp_path / "lmstudio", build_ollama(tmp_path / "ollama", tmp_path))
+    before = signature([], apps=apps)
+    write_manifest(
+        apps.ollama, "another:7b", model_layers(apps.ollama, write_gguf(tmp_path / "a.gguf").read_bytes())
+    )
+    after = signature([], apps=apps)
+    assert after != before
+    build_lmstudio(apps.lmstudio, model_dir("qwen2", "tiny"))
+    assert signature([], apps=apps) != after
 
 
 def test_off_means_not_searched_and_auto_finds_the_standard_folders(trees, tmp_path, monkeypatch):
