@@ -90,6 +90,11 @@ def _folder_or_off(raw):
     return None if text.lower() in ("off", "none") else Path(text).expanduser()
 
 
+def _auto_folder_or_off(raw):
+    text = _text(raw).strip()
+    return "auto" if text.lower() == "auto" else _folder_or_off(text)
+
+
 def _file(raw):
     text = _text(raw).strip()
     return Path(text).expanduser().resolve() if text else None
@@ -109,6 +114,13 @@ FOLDER_OR_OFF = Kind(
     "folder or off",
     _folder_or_off,
     "DIR",
+    text=lambda v: "off" if v is None else str(v),
+    json=lambda v: "off" if v is None else str(v),
+)
+AUTO_FOLDER_OR_OFF = Kind(  # "auto" stays "auto": the user of the setting knows where to look
+    "auto, folder or off",
+    _auto_folder_or_off,
+    "auto|off|DIR",
     text=lambda v: "off" if v is None else str(v),
     json=lambda v: "off" if v is None else str(v),
 )

@@ -17,6 +17,7 @@ from omlx_site.setting_kinds import (
     BOOLEAN,
     BYTES,
     FILE,
+    AUTO_FOLDER_OR_OFF,
     FOLDER_OR_OFF,
     FOLDERS,
     INTEGER,
@@ -68,6 +69,28 @@ SETTINGS: tuple[Setting, ...] = (
         commands=BOTH,
         shown_default="$HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub",
         applies="now",
+    ),
+    Setting(
+        "lmstudio_models",
+        "OMLX_LMSTUDIO_MODELS",
+        AUTO_FOLDER_OR_OFF,
+        "auto",
+        "LM Studio's models folder (PUBLISHER/NAME): its MLX folders are served in place, its GGUF "
+        "files listed to import; 'auto': ~/.lmstudio/models, else ~/.cache/lm-studio/models, if it "
+        "exists; 'off': not searched",
+        flag="--lmstudio-models",
+        commands=BOTH,
+    ),
+    Setting(
+        "ollama_models",
+        "OMLX_OLLAMA_MODELS",
+        AUTO_FOLDER_OR_OFF,
+        "auto",
+        "Ollama's models folder (manifests/ and blobs/): its models are listed by Ollama's names "
+        "(llama3.2:3b) to import; 'auto': $OLLAMA_MODELS, else ~/.ollama/models, if it exists; "
+        "'off': not searched",
+        flag="--ollama-models",
+        commands=BOTH,
     ),
     Setting(
         "max_model_memory",

@@ -12,9 +12,10 @@ import inference  # noqa: F401  (loads the fast CPU BLAS before anything imports
 
 import pytest
 
-# The machine's Hugging Face cache stays out of the tests (and of the servers they start): a test
-# that wants one passes --hf-cache DIR.
+# The machine's Hugging Face cache, LM Studio's and Ollama's models stay out of the tests (and of
+# the servers they start): a test that wants one passes --hf-cache DIR (--lmstudio-models DIR, ...).
 os.environ["OMLX_HF_CACHE"] = "off"
+os.environ["OMLX_LMSTUDIO_MODELS"] = os.environ["OMLX_OLLAMA_MODELS"] = "off"  # other apps' models too
 
 from inference.testkit.registry import build_model
 

@@ -2,8 +2,9 @@
 
 Every action is an htmx POST to ``action/`` (the model id and the action in the form) that
 answers with the re-rendered table; bad values answer 400 with the table and an error message,
-as the REST API would (the same checks: ``ModelPool.update_settings``). Loads and unloads run on
-threads (admin_panel/model_jobs.py); while one runs the table polls ``table/`` every 2 s.
+as the REST API would (the same checks: ``ModelPool.update_settings``). Loads, unloads and imports
+of other apps' GGUF models (``inference.pool.app_import``) run on threads
+(admin_panel/model_jobs.py); while one runs the table polls ``table/`` every 2 s.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from admin_panel.views import shows_errors
 from admin_panel.model_jobs import jobs
 from inference.chat.capabilities import TOOL_PARSER_CHOICES, folder_tool_format
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
+from inference.pool.app_import import import_model
 from inference.pool.discovery import KINDS
 from inference.pool.model_settings import ENGINE_FIELDS, SAMPLING_FIELDS
 
 Message = Tuple[str, str]  # ("ok" | "error", text)
 
 INT_FIELDS = {"top_k", "max_tokens", "context_length"}
-ACTIONS = ("load", "unload", "pin", "ttl", "alias", "settings", "rescan")
+ACTIONS = ("load", "unload", "import", "pin", "ttl", "alias", "settings", "rescan")
 
 
 @admin_required
@@ -79,7 +81,7 @@ def _act(form, messages: List[Message]) -> int:
     if model_id is None:
         messages.append(("error", f"The model '{name}' does not exist"))
         return 404
-    if act in ("load", "unload"):
+    if act in ("load", "unload", "import"):
         return _start(pool, model_id, act, messages)
     if act == "pin":
         pinned = form.get("pinned") == "true"
@@ -108,19 +110,26 @@ def _start(pool, model_id: str, act: str, messages: List[Message]) -> int:
     if act == "load" and pool.loaded(model_id) is not None:
         messages.append(("ok", f"{model_id} is loaded"))
         return 200
-    work = (lambda: pool.engine(model_id)) if act == "load" else (lambda: pool.unload(model_id))
+    if act == "import" and pool.folders()[model_id].gguf is None:
+        messages.append(("error", f"{model_id} is not a GGUF model of another app: nothing to import"))
+        return 400
+    work = {
+        "load": lambda: pool.engine(model_id),
+        "unload": lambda: pool.unload(model_id),
+        "import": lambda: (import_model(pool.folders()[model_id], pool.model_dir), pool.rescan()),
+    }[act]
     job = jobs.start(model_id, act, work, _job_error)
     if job is None:
         messages.append(("error", f"{model_id}: a {jobs.running(model_id) or 'load'} is running already"))
         return 409
     if job.thread.is_alive():
-        messages.append(("ok", f"{'Loading' if act == 'load' else 'Unloading'} {model_id}…"))
+        messages.append(("ok", f"{act.capitalize().removesuffix('e')}ing {model_id}…"))
         return 202
     failed = jobs.take_error(model_id)
     if failed is not None:
         messages.append(("error", failed.error))
         return failed.status
-    messages.append(("ok", f"{model_id} {'loaded' if act == 'load' else 'unloaded'}"))
+    messages.append(("ok", f"{model_id} {act}ed"))
     return 200
 
 
@@ -135,6 +144,8 @@ def _job_error(exc: BaseException) -> Optional[tuple]:
         return 409, str(exc)
     if isinstance(exc, ModelLoadError):
         return 500, f"The model cannot be loaded: {exc}"
+    if isinstance(exc, ValueError):  # an import refused: no GGUF, destination exists, bad blob
+        return 400, str(exc)
     if isinstance(exc, KeyError):
         return 404, f"The model {exc} does not exist"
     if isinstance(exc, RuntimeError):

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from .other_apps import OtherApps
 from .pool import InsufficientMemory, ModelBusy, ModelPool, ModelUnavailable
 
 __all__ = [
@@ -26,8 +27,8 @@ _pool_lock = threading.Lock()
 
 
 def get_pool() -> ModelPool:
-    """The process's pool, built from settings (OMLX_MODEL_DIRS, OMLX_HF_CACHE,
-    OMLX_MAX_MODEL_MEMORY, OMLX_MAX_PROCESS_MEMORY and the engine settings)."""
+    """The process's pool, built from settings (OMLX_MODEL_DIRS, OMLX_HF_CACHE, OMLX_LMSTUDIO_MODELS,
+    OMLX_OLLAMA_MODELS, OMLX_MAX_MODEL_MEMORY, OMLX_MAX_PROCESS_MEMORY and the engine settings)."""
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -54,6 +55,10 @@ def get_pool() -> ModelPool:
                     settings.OMLX_MAX_PROCESS_MEMORY, "max_process_memory", auto=auto_process_limit()
                 ),
                 hf_cache_dir=getattr(settings, "OMLX_HF_CACHE", None),
+                other_apps=OtherApps.from_settings(
+                    getattr(settings, "OMLX_LMSTUDIO_MODELS", None),
+                    getattr(settings, "OMLX_OLLAMA_MODELS", None),
+                ),
             )
         return _pool
 

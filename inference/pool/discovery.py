@@ -32,6 +32,8 @@ Rules (docs/models.md says the same for users):
 - The Hugging Face cache (``hf_cache``, see ``hf_cache``) comes after every model directory: its
   models are ``ORG/NAME`` at the snapshot of ``refs/main``; a model directory's folder of the same
   id shadows it.
+- Then other apps' models (``other_apps``): LM Studio's folders, inspected as above, and GGUF files
+  of LM Studio and Ollama, listed to import (not servable). Each folder says its ``origin``.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from inference.embedding import BERT_MODEL_TYPES
 
-from . import hf_cache
+from . import hf_cache, other_apps
 from .adapters import inspect_adapter, is_adapter_folder, resolve_bases
+from .other_apps import HF_CACHE, MODEL_DIR, OtherApps
 
 logger = logging.getLogger("omlx.models")
 
@@ -81,6 +84,8 @@ class ModelFolder:
     weight_files: List[Path] = field(default_factory=list, repr=False)  # *.safetensors
     base: Optional[str] = None  # a LoRA adapter's base model id (adapters.resolve_bases)
     adapter: Any = field(default=None, repr=False)  # a LoRA adapter's AdapterConfig, else None
+    origin: str = MODEL_DIR  # or other_apps.HF_CACHE, LMSTUDIO, OLLAMA
+    gguf: Optional[Path] = None  # a GGUF file to import (then not servable as it is)
 
     @property
     def servable(self) -> bool:
@@ -95,30 +100,41 @@ class ModelFolder:
 
 
 def discover(
-    dirs: Iterable[Path], kind_overrides: Optional[Dict[str, str]] = None, hf_cache_dir: Optional[Path] = None
+    dirs: Iterable[Path],
+    kind_overrides: Optional[Dict[str, str]] = None,
+    hf_cache_dir: Optional[Path] = None,
+    apps: Optional[OtherApps] = None,
 ) -> Dict[str, ModelFolder]:
-    """Every model folder in ``dirs`` and then the Hugging Face cache, servable or not, by id
-    (sorted)."""
+    """Every model folder in ``dirs``, then the Hugging Face cache, then other apps' models
+    (``apps``), servable or not, by id (sorted)."""
     kind_overrides = kind_overrides or {}
     found: Dict[str, ModelFolder] = {}
-    candidates = [(i, p, None) for root in dirs for i, p in _candidates(Path(root).expanduser())]
-    candidates += list(hf_cache.snapshots(hf_cache_dir))
-    for model_id, path, reason in candidates:
-        if model_id in found:
+    candidates = [
+        (i, p, None, MODEL_DIR, None) for root in dirs for i, p in _candidates(Path(root).expanduser())
+    ]
+    candidates += [(i, p, r, HF_CACHE, None) for i, p, r in hf_cache.snapshots(hf_cache_dir)]
+    candidates += [(c.id, c.path, None, c.origin, c.gguf) for c in other_apps.candidates(apps)]
+    for model_id, path, reason, origin, gguf in candidates:
+        key = f"{model_id}@{path}" if model_id in found else model_id
+        if key != model_id:
             folder = ModelFolder(model_id, path, None, f"shadowed by {found[model_id].path} (same id)")
-            found[f"{model_id}@{path}"] = folder
-            continue
-        found[model_id] = inspect(model_id, path, kind_overrides.get(model_id))
-        if reason is not None:
-            found[model_id].reason = reason
+        elif gguf is not None:
+            folder = ModelFolder(model_id, path, "llm", other_apps.IMPORT_REASON, size_bytes=_size(gguf))
+        else:
+            folder = inspect(model_id, path, kind_overrides.get(model_id))
+            folder.reason = reason or folder.reason
+        folder.origin, folder.gguf = origin, gguf
+        found[key] = folder
     resolve_bases(found)
     return dict(sorted(found.items()))
 
 
-def signature(dirs: Iterable[Path], hf_cache_dir: Optional[Path] = None) -> Tuple:
+def signature(
+    dirs: Iterable[Path], hf_cache_dir: Optional[Path] = None, apps: Optional[OtherApps] = None
+) -> Tuple:
     """Changes when a model folder appears, disappears or changes (folder mtimes, depth <= 2),
-    or a model of the Hugging Face cache does."""
-    parts = [hf_cache.signature(hf_cache_dir)]
+    or a model of the Hugging Face cache or of another app does."""
+    parts = [hf_cache.signature(hf_cache_dir), other_apps.signature(apps)]
     for root in dirs:
         root = Path(root).expanduser()
         parts.append((str(root), _mtime(root)))

@@ -34,6 +34,7 @@ from . import model_settings
 from .adapters import adapter_bytes
 from .discovery import ModelFolder, discover, inspect, signature
 from .engines import AdapterEngine, make_engine, stop_engine, weights_bytes
+from .other_apps import OtherApps
 from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
 logger = logging.getLogger("omlx.models")
@@ -93,11 +94,13 @@ class ModelPool:
         max_process_memory: Optional[int] = None,
         read_settings=model_settings.read_all,
         hf_cache_dir: Optional[Path] = None,
+        other_apps: Optional[OtherApps] = None,
     ):
         if isinstance(model_dirs, (str, Path)):
             model_dirs = [model_dirs]
         self.model_dirs: List[Path] = [Path(d).expanduser() for d in model_dirs]
         self.hf_cache_dir = Path(hf_cache_dir).expanduser() if hf_cache_dir is not None else None
+        self.other_apps = other_apps  # LM Studio's and Ollama's models (discovery.other_apps)
         self.engine_settings = dict(engine_settings or {})
         self.max_model_memory = max_model_memory
         self.max_process_memory = max_process_memory
@@ -123,7 +126,7 @@ class ModelPool:
     def folders(self) -> Dict[str, ModelFolder]:
         """Every folder found, servable or not, by id; rescanned when a directory changed."""
         self._refresh_settings()
-        sig = (signature(self.model_dirs, self.hf_cache_dir), self._kind_overrides())
+        sig = (signature(self.model_dirs, self.hf_cache_dir, self.other_apps), self._kind_overrides())
         with self._lock:
             if sig != self._signature:
                 self._scan(sig)
@@ -132,7 +135,9 @@ class ModelPool:
     def rescan(self) -> Dict[str, ModelFolder]:
         self._refresh_settings(force=True)
         with self._lock:
-            self._scan((signature(self.model_dirs, self.hf_cache_dir), self._kind_overrides()))
+            self._scan(
+                (signature(self.model_dirs, self.hf_cache_dir, self.other_apps), self._kind_overrides())
+            )
             return dict(self._folders)
 
     def models(self) -> Dict[str, Path]:
@@ -351,6 +356,8 @@ class ModelPool:
                 {
                     "id": model_id,
                     "path": str(folder.path),
+                    "origin": folder.origin,
+                    "importable": folder.gguf is not None,
                     "type": folder.kind,
                     "base": folder.base,  # a LoRA adapter's base model id, else None
                     "vision": folder.vision,
@@ -541,7 +548,7 @@ class ModelPool:
             metrics.model_unloaded(model_id, slot.engine, reason)
 
     def _scan(self, sig) -> None:
-        folders = discover(self.model_dirs, self._kind_overrides(), self.hf_cache_dir)
+        folders = discover(self.model_dirs, self._kind_overrides(), self.hf_cache_dir, self.other_apps)
         if not any(f.servable for f in folders.values()):
             from inference.testkit.demo import DEMO_MODEL_NAME, demo_model_path
 

@@ -19,7 +19,9 @@ def add_parser(subparsers) -> None:
         help="list the models: name, type, size, loaded / pinned / TTL",
         description="List the model folders found in the model folder(s), with their type and "
         "size on disk, then the models of the Hugging Face cache ($OMLX_HF_CACHE, default "
-        "huggingface_hub's). When an `omlx serve` answers at --url, its view is shown: which models "
+        "huggingface_hub's), then LM Studio's and Ollama's models ($OMLX_LMSTUDIO_MODELS, "
+        "$OMLX_OLLAMA_MODELS), each with its origin. When an `omlx serve` answers at --url, "
+        "its view is shown: which models "
         "are loaded, pinned, and their idle TTL. When none answers, the folders on disk are "
         "listed and the loaded state is unknown.",
     )
@@ -35,9 +37,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> List[dict]:
-    """Model folders on disk as rows: id, path, type, size_bytes, servable, reason (the model
-    pool's discovery: depth 1 and 2, kinds, reasons)."""
+def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None, apps=None) -> List[dict]:
+    """Model folders on disk as rows: id, path, origin, type, size_bytes, servable, reason (the
+    model pool's discovery: depth 1 and 2, kinds, reasons; ``apps``: other apps' models)."""
     # inference.pool (its metrics, the engines' bookkeeping): only when folders are listed,
     # not at every `omlx` start
     from inference.pool.discovery import discover as discover_folders
@@ -46,19 +48,28 @@ def discover(model_dirs: List[Path], hf_cache_dir: Optional[Path] = None) -> Lis
         {
             "id": f.id,
             "path": str(f.path),
+            "origin": f.origin,
             "type": f.kind,
             "size_bytes": f.size_bytes,
             "servable": f.servable,
             "reason": f.reason,
             "base": f.base,  # a LoRA adapter's base model id
         }
-        for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir).values()
+        for f in discover_folders(model_dirs, hf_cache_dir=hf_cache_dir, apps=apps).values()
     ]
 
 
 def _hf_cache_dir() -> Optional[Path]:
     """The Hugging Face cache `omlx serve` would search ($OMLX_HF_CACHE, settings.json, default)."""
     return config.load()["hf_cache"]
+
+
+def _other_apps():
+    """LM Studio's and Ollama's folders as `omlx serve` would search them."""
+    from inference.pool.other_apps import OtherApps
+
+    values = config.load()
+    return OtherApps.from_settings(values["lmstudio_models"], values["ollama_models"])
 
 
 def run(args) -> int:
@@ -96,7 +107,7 @@ def run(args) -> int:
     if rows is None:
         rows = [
             dict(r, loaded=None, pinned=None, ttl_seconds=None, served=None)
-            for r in discover(model_dirs, hf_cache_dir)
+            for r in discover(model_dirs, hf_cache_dir, _other_apps())
         ]
         if report["source"] == "disk+server":
             for r in rows:
@@ -105,6 +116,7 @@ def run(args) -> int:
                 {
                     "id": i,
                     "path": None,
+                    "origin": None,
                     "type": None,
                     "size_bytes": None,
                     "servable": True,
@@ -129,6 +141,7 @@ def _from_status(r: dict) -> dict:
     return {
         "id": r.get("id"),
         "path": r.get("path"),
+        "origin": r.get("origin"),
         "type": r.get("type"),
         "size_bytes": r.get("size_bytes"),
         "servable": r.get("servable", True),
@@ -167,18 +180,19 @@ def _print_table(rows: List[dict], report: dict) -> None:
     if not rows:
         print("no model folders found (`omlx pull ORG/NAME` downloads one)")
         return
-    table = [("NAME", "TYPE", "SIZE", "STATE", "NOTE")]
+    table = [("NAME", "ORIGIN", "TYPE", "SIZE", "STATE", "NOTE")]
     for r in rows:
         table.append(
             (
                 r["id"],
+                r.get("origin") or "-",
                 r.get("type") or "-",
                 human_bytes(r.get("size_bytes")),
                 _state(r),
                 r.get("reason") or (f"LoRA adapter over {r['base']}" if r.get("base") else ""),
             )
         )
-    widths = [max(len(str(row[i])) for row in table) for i in range(4)]
+    widths = [max(len(str(row[i])) for row in table) for i in range(5)]
     for row in table:
-        print(("  ".join(str(v).ljust(w) for v, w in zip(row[:4], widths)) + "  " + row[4]).rstrip())
+        print(("  ".join(str(v).ljust(w) for v, w in zip(row[:5], widths)) + "  " + row[5]).rstrip())
     sys.stdout.flush()

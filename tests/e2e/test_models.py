@@ -1,18 +1,35 @@
 """The Models page in Chromium against a live `omlx serve`: load with the button and see the row
-become loaded, pin, TTL, alias, a bad TTL shows an error, unload."""
+become loaded, pin, TTL, alias, a bad TTL shows an error, unload; each row says where its model
+came from (model dir, LM Studio, Ollama) and other apps' GGUF models have an Import button."""
 
 import re
+import shutil
 
 import pytest
 from playwright.sync_api import expect
+
+from tests.e2e.conftest import API_KEY
+from tests.support.other_apps_trees import LMSTUDIO_MLX, OLLAMA_LIBRARY, build_lmstudio, build_ollama
+from tests.support.server import ServerProcess
 
 LOAD_TIMEOUT = 120_000  # ms: loading a model on a busy CPU
 
 
 @pytest.fixture(scope="module")
-def admin_server(private_admin_server):
-    """A server of this module's own: pins, TTLs, aliases and unloads would follow other modules."""
-    return private_admin_server
+def admin_server(tmp_path_factory, model_dir):
+    """A server of this module's own (pins, TTLs, aliases and unloads would follow other modules):
+    "tiny" and "tiny2" in its model directory, LM Studio's and Ollama's folders beside."""
+    base = tmp_path_factory.mktemp("admin-models")
+    for name in ("tiny", "tiny2"):
+        shutil.copytree(model_dir("qwen2", "tiny"), base / "models" / name)
+    lmstudio = build_lmstudio(base / "lmstudio", model_dir("qwen2", "tiny"))
+    ollama = build_ollama(base / "ollama", base)
+    args = ["--model-dir", str(base / "models"), "--api-key", API_KEY]
+    args += ["--lmstudio-models", str(lmstudio), "--ollama-models", str(ollama)]
+    server = ServerProcess(args, tmp_path_factory.mktemp("admin-home"))
+    server.api_key = API_KEY
+    yield server
+    server.stop()
 
 
 def test_load_pin_ttl_alias_and_unload(page, admin_server, shot):
@@ -61,3 +78,15 @@ def test_load_pin_ttl_alias_and_unload(page, admin_server, shot):
     expect(row.locator(".state")).to_have_text("not loaded", timeout=LOAD_TIMEOUT)
     expect(row.locator(".alias")).to_have_text("tiny-two")  # settings outlive the engine
     shot(page, "models-unloaded")
+
+
+def test_rows_say_where_models_came_from(page, admin_server, shot):
+    page.goto(admin_server.url + "/admin/models/")
+    expect(page.locator('tr[data-model="tiny"] .origin')).to_have_text("model dir")
+    expect(page.locator(f'tr[data-model="{LMSTUDIO_MLX}"] .origin')).to_have_text("LM Studio")
+    ollama = page.locator(f'tr[data-model="{OLLAMA_LIBRARY}"]')
+    expect(ollama.locator(".origin")).to_have_text("Ollama")
+    expect(ollama.locator(".state")).to_have_text("to import")
+    shot(page, "models-other-apps")
+    ollama.get_by_role("button", name="Import").click()  # converted, or refused with a message
+    expect(page.locator("#models-table .messages p")).to_contain_text(re.compile(r"\S"))

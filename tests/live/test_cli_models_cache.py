@@ -66,8 +66,8 @@ def test_models_without_a_server(tmp_path, models):
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert "loaded state unknown" in table.stdout
-    assert lines[2].split() == ["NAME", "TYPE", "SIZE", "STATE", "NOTE"]
-    assert lines[3].split()[:2] == ["alpha", "llm"]
+    assert lines[2].split() == ["NAME", "ORIGIN", "TYPE", "SIZE", "STATE", "NOTE"]
+    assert lines[3].split()[:4] == ["alpha", "model", "dir", "llm"]
 
     empty = omlx(home, "models", "--model-dir", str(tmp_path / "none"), "--url", closed_port_url())
     assert empty.returncode == 0 and "no model folders found" in empty.stdout

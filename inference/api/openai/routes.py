@@ -35,14 +35,16 @@ _started = int(time.time())
 def list_models(request):
     """The servable models, in OpenAI's list format; in Anthropic's when the request comes from an
     Anthropic client (it sends ``anthropic-version``), so both SDKs' ``models.list()`` work. Each
-    entry says whether the model reads images (``vision``, docs/vision.md); the SDKs keep such
-    extra fields; a LoRA adapter's says its base model (``base``, docs/models.md), null for a model."""
+    entry says whether the model reads images (``vision``, docs/vision.md), where it came from
+    (``origin``: model dir, Hugging Face cache, LM Studio) and a LoRA adapter's base model (``base``,
+    docs/models.md; null for a model); the SDKs keep such extra fields."""
     check_api_key(request, scopes.INFERENCE)
     pool = get_pool()
     ids = pool.ids()
     folders = pool.folders()
     vision = {model_id: bool(folders[model_id].vision) if model_id in folders else False for model_id in ids}
     base = {model_id: folders[model_id].base if model_id in folders else None for model_id in ids}
+    origin = {model_id: folders[model_id].origin if model_id in folders else None for model_id in ids}
     if "anthropic-version" in request.headers:
         created = datetime.fromtimestamp(_started, tz=timezone.utc).isoformat().replace("+00:00", "Z")
         data = [
@@ -54,6 +56,7 @@ def list_models(request):
                 "lifecycle": "active",
                 "vision": vision[model_id],
                 "base": base[model_id],
+                "origin": origin[model_id],
             }
             for model_id in ids
         ]
@@ -71,6 +74,7 @@ def list_models(request):
             "owned_by": "omlx",
             "vision": vision[model_id],
             "base": base[model_id],
+            "origin": origin[model_id],
         }
         for model_id in ids
     ]
