@@ -9,23 +9,22 @@ import queue
 import random
 import threading
 import time
-from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import mlx.core as mx
 
-from cache.block_cache import BlockCache
-from cache.block_key import adapter_salt, fingerprint_model_folder
+from cache.block_key import adapter_salt
 from cache.prefix_cache import PrefixCache
-from cache.sizes import parse_size, total_ram
 
 from .config import EngineConfig
 from .controls import EngineControls, give_back_memory
+from .engine_cache import EngineCache
 from .engine_thread import EngineThread
 from .grammar import compiler_for
 from .model_loader import LoadedModel, load_model
 from .model_runner import ModelRunner
 from .request import Request, RequestOutput, RequestStatus
+from .request_stream import RequestStream
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 from .stats import EngineStats
@@ -38,30 +37,7 @@ _ids = itertools.count()
 Prompt = Union[str, Sequence[int]]
 
 
-class RequestStream:
-    """The events of one request, consumed by the submitting thread (iterate it), or pushed
-    to a callback given to ``Engine.submit``."""
-
-    def __init__(self, engine: "Engine", request_id: str):
-        self.engine = engine
-        self.request_id = request_id
-        self._events: "queue.SimpleQueue[RequestOutput]" = queue.SimpleQueue()
-        self.finished = False
-
-    def put(self, event: RequestOutput) -> None:
-        self._events.put(event)
-
-    def __iter__(self) -> Iterator[RequestOutput]:
-        while not self.finished:
-            event = self._events.get()
-            self.finished = event.finished
-            yield event
-
-    def abort(self) -> None:
-        self.engine.abort(self.request_id)
-
-
-class Engine(EngineControls, EngineThread):
+class Engine(EngineCache, EngineControls, EngineThread):
     """Serves one model. ``submit`` may be called from any thread; everything that touches
     MLX runs on the engine's own thread (MLX streams are not thread-safe).
 
@@ -281,52 +257,6 @@ class Engine(EngineControls, EngineThread):
         self.runner = None
         self.prefix_cache.close()
         mx.synchronize()  # nothing may still run on this thread's stream once it is gone
-
-    def _make_prefix_cache(self) -> PrefixCache:
-        loaded, config = self.loaded, self.config
-        if not config.prefix_cache:
-            return PrefixCache()
-        layout = loaded.cache_layout
-        if layout is None:
-            logger.warning(
-                "%s: its cache has a kind of layer that cannot be split into blocks "
-                "(chunked attention, attention sinks or quantized KV); prefix caching is "
-                "off for this model",
-                loaded.path,
-            )
-            return PrefixCache()
-        fingerprint = fingerprint_model_folder(
-            loaded.path, loaded.dtype, layout.descriptor, config.cache_block_size
-        )
-        cold = None
-        if config.paged_ssd_cache_dir:
-            from cache import cold_index
-            from cache.cold_tier import ColdTier
-
-            if cold_index.installed() is None:
-                # A plain script or benchmark: Django has not started, so this caller starts it
-                # for the cold tier's rows (the server's cache app installed them at start).
-                from cache import orm_index
-
-                orm_index.setup()
-            cold = ColdTier(
-                Path(config.paged_ssd_cache_dir).expanduser(),
-                fingerprint,
-                model_info={
-                    "path": str(Path(loaded.path).resolve()),
-                    "dtype": loaded.dtype,
-                    "opened": int(time.time()),
-                },
-                layout=layout,
-            )
-        hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
-        return BlockCache(fingerprint, hot_bytes, cold, layout=layout)
-
-    def _kv_capacity(self) -> int:
-        if self.config.max_kv_tokens is not None:
-            return self.config.max_kv_tokens
-        budget = int(total_ram() * self.config.kv_cache_memory_fraction)
-        return max(1024, budget // self.loaded.kv_bytes_per_token)
 
     def _drain_inbox(self, block: bool, timeout: Optional[float] = None) -> bool:
         with self._active_lock:
@@ -553,43 +483,6 @@ class Engine(EngineControls, EngineThread):
             event.error = error
             event.usage = request.usage(time.perf_counter())
             request.sink(event)
-
-    def _store_prompt(self, request: Request, snapshots) -> None:
-        """Store a computed prompt. A model with sliding-window or recurrent layers also took a
-        snapshot one token before the end (``Prefill.cuts``): stored as its own tail
-        block, so that the same prompt again computes only its last token."""
-        began = time.perf_counter()
-        end = request.num_computed
-        salt = request.cache_salt
-        if any(s.end == end - 1 for s in snapshots):
-            tail = [s for s in snapshots if s.end < end]
-            self.prefix_cache.store(request.all_token_ids[: end - 1], tail, salt)
-        self.prefix_cache.store(request.all_token_ids[:end], snapshots, salt)
-        self.clock.store += time.perf_counter() - began
-
-    def _store_whole_blocks(self, request: Request, done_before: int, snapshots) -> None:
-        """Store the blocks a prefill chunk completed, so that requests sharing this prefix
-        (waiting for it, or arriving now) can start before the whole prompt is done. Models
-        with sliding-window or recurrent layers always do: what those layers hold of a block
-        is gone a chunk or two later."""
-        size = self.config.cache_block_size
-        whole = request.num_computed // size * size
-        if not self.prefix_cache.wants_kv or whole <= done_before // size * size:
-            return
-        if self.config.share_inflight_prefixes or not self.loaded.cache_layout.plain:
-            began = time.perf_counter()
-            self.prefix_cache.store(request.all_token_ids[:whole], snapshots, request.cache_salt)
-            self.clock.store += time.perf_counter() - began
-
-    def _keep_kv(self, request: Request) -> None:
-        """Hand a running request's caches to the prefix cache before they are dropped."""
-        began = time.perf_counter()
-        end = self.runner.kv_snapshot(request) if self.prefix_cache.wants_kv else None
-        if end is not None:
-            snapshots = request.snapshots + [end]
-            self.prefix_cache.store(request.all_token_ids[: end.end], snapshots, request.cache_salt)
-        request.snapshots = []
-        self.clock.store += time.perf_counter() - began
 
     def _fail_all(self, error: str, reason: str = "error") -> None:
         for request in list(self.scheduler.waiting + self.scheduler.running):
