@@ -3,13 +3,17 @@
 
 Architectures: llama, qwen2, qwen3, gemma3 (written as ``gemma3_text``, the text-only model). Any
 other is refused with its name. A key this module does not understand and that changes the math
-(per-layer head counts, a partial rotary dimension, an unknown RoPE scaling, llama 3's
-``rope_freqs`` tensor) is refused too: a model is imported exactly or not at all.
+(per-layer head counts, a partial rotary dimension, an unknown RoPE scaling, a ``rope_freqs``
+tensor that is not llama 3's scaling) is refused too: a model is imported exactly or not at all.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict
+
+import mlx.core as mx
+import numpy as np
 
 from .reader import GgufFile, GgufImportError
 
@@ -43,11 +47,6 @@ def build_config(gguf: GgufFile) -> Dict[str, Any]:
         raise GgufImportError(
             f"{gguf.path.name}: RoPE over {rotary} of {head_dim} head dimensions is not supported"
         )
-    if "rope_freqs.weight" in gguf.tensors:
-        raise GgufImportError(
-            f"{gguf.path.name}: per-frequency RoPE factors (rope_freqs, llama 3.1's scaling) "
-            "are not supported"
-        )
     embed = gguf.tensors["token_embd.weight"]
     config: Dict[str, Any] = {
         "architectures": [cls],
@@ -66,6 +65,8 @@ def build_config(gguf: GgufFile) -> Dict[str, Any]:
         "torch_dtype": "float32",
     }
     scaling = _rope_scaling(gguf)
+    if "rope_freqs.weight" in gguf.tensors:
+        scaling = _llama3_rope(gguf, config["rope_theta"], head_dim)
     if scaling is not None:
         config["rope_scaling"] = scaling
     for key, name in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
@@ -108,6 +109,45 @@ def _rope_scaling(gguf: GgufFile):
             "original_max_position_embeddings": int(gguf.require("rope.scaling.original_context_length")),
         }
     raise GgufImportError(f"{gguf.path.name}: RoPE scaling {kind!r} is not supported")
+
+
+# Llama 3.x's RoPE scaling parameters besides its factor (the same in 3.1, 3.2 and 3.3); a GGUF
+# file has only the per-frequency factors they produce (the rope_freqs tensor).
+_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _llama3_rope(gguf: GgufFile, base: float, head_dim: int) -> Dict[str, Any]:
+    """rope_scaling of type llama3 whose frequencies are exactly the file's rope_freqs (llama.cpp
+    writes one divisor per rotary frequency), or GgufImportError."""
+    found = np.array(gguf.tensors["rope_freqs.weight"].astype(mx.float32), dtype=np.float64)
+    params = dict(_LLAMA3, factor=float(found.max()))
+    if found.shape != (head_dim // 2,) or not np.allclose(
+        _llama3_factors(base, head_dim, params), found, rtol=1e-5
+    ):
+        raise GgufImportError(
+            f"{gguf.path.name}: its per-frequency RoPE factors (rope_freqs) are not llama 3's scaling "
+            f"{params}; not supported"
+        )
+    return {"rope_type": "llama3", **params}
+
+
+def _llama3_factors(base: float, head_dim: int, params: Dict[str, Any]) -> np.ndarray:
+    """What llama.cpp's converter writes as rope_freqs for these llama3 scaling parameters."""
+    old = params["original_max_position_embeddings"]
+    low, high = old / params["low_freq_factor"], old / params["high_freq_factor"]
+    factors = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * base ** (i / head_dim)
+        if wavelen < high:
+            factors.append(1.0)
+        elif wavelen > low:
+            factors.append(params["factor"])
+        else:
+            smooth = (old / wavelen - params["low_freq_factor"]) / (
+                params["high_freq_factor"] - params["low_freq_factor"]
+            )
+            factors.append(1 / ((1 - smooth) / params["factor"] + smooth))
+    return np.array(factors)
 
 
 def _gemma3(gguf: GgufFile, config: Dict[str, Any]) -> Dict[str, Any]:

@@ -4,6 +4,7 @@
   rotary halves interleaved) for its interleaved RoPE; mlx-lm's llama rotates halves, so the
   permutation is undone, as transformers' GGUF loader does. Only rows move, so a quantized
   tensor's packed weight, scales and biases are permuted alike and stay exact.
+- llama 3: the ``rope_freqs`` tensor is not a weight (config.json's ``rope_scaling``).
 - gemma3: llama.cpp stores the RMSNorm weights plus one; mlx-lm adds the one itself.
 - Q4_0, Q4_1 and Q8_0 tensors stay MLX-quantized (32-value groups, 4 or 8 bits) and config.json
   says so per layer; every other float tensor is written as MLX returned it (float32 for F32,
@@ -65,6 +66,8 @@ def convert(gguf: GgufFile, config: dict, quantize: Optional[int] = None) -> Wei
         stem, suffix = _split(name)
         if suffix in ("scales", "biases") and f"{stem}.weight" in gguf.tensors:
             continue  # moved with their weight
+        if stem == "rope_freqs":
+            continue  # llama 3's RoPE scaling, in config.json as rope_scaling
         module = _module_name(arch, stem, gguf)
         kind = gguf.types.get(name, "F32")
         if gguf.quantized(name):

@@ -64,6 +64,10 @@ def write_gguf(folder, out, tensor_type="F32", architecture=None) -> Path:
     writer.add_float32(f"{arch}.rope.freq_base", config["rope_theta"])
     if model_type == "gemma3_text":
         writer.add_uint32(f"{arch}.attention.sliding_window", config["sliding_window"])
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "llama3":
+        head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        writer.add_tensor("rope_freqs.weight", _llama3_rope_freqs(config["rope_theta"], head_dim, scaling))
     _write_tokenizer(writer, folder, config)
     layer = _GEMMA3 if model_type == "gemma3_text" else _LAYER
     for name, array in sorted(load_file(str(folder / "model.safetensors")).items()):
@@ -89,6 +93,15 @@ def write_gguf(folder, out, tensor_type="F32", architecture=None) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def _llama3_rope_freqs(base, head_dim, scaling):
+    """llama.cpp's rope_freqs for llama 3's RoPE scaling: per frequency, what it is divided by."""
+    old = scaling["original_max_position_embeddings"]
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelen = 2 * np.pi * base ** (np.arange(0, head_dim, 2) / head_dim)
+    smooth = np.clip((old / wavelen - low) / (high - low), 0, 1)
+    return (1 / ((1 - smooth) / scaling["factor"] + smooth)).astype(np.float32)
 
 
 def _permute(array, heads):

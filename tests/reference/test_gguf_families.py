@@ -107,6 +107,26 @@ def test_q8_0_is_kept_quantized_and_float_is_requantized(folders, tmp_path):
     assert load_model(dest4, dtype="float32").model is not None
 
 
+def test_llama3_rope_freqs_become_its_rope_scaling(tmp_path):
+    """llama 3.x GGUFs carry their RoPE scaling only as per-frequency factors (rope_freqs), which
+    transformers' GGUF loader ignores: compared with transformers on the original folder."""
+    scaling = dict(
+        rope_type="llama3",
+        factor=8.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8192,
+    )
+    folder = build_model(tmp_path / "llama3", arch="llama", rope_scaling=scaling)
+    _, dest, _ = _import(folder, tmp_path)
+    assert json.loads((dest / "config.json").read_text())["rope_scaling"] == scaling
+    prompt = Tokenizer.from_file(str(dest / "tokenizer.json")).encode(TEXTS[0] + TEXTS[1]).ids
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = model(torch.tensor([prompt])).logits[0].numpy()
+    np.testing.assert_allclose(_mlx_logits(dest, prompt), theirs, atol=1e-4, rtol=1e-5)
+
+
 def test_unsupported_architecture_is_refused_by_name(folders, tmp_path):
     source = write_gguf(folders["qwen2"], tmp_path / "phi.gguf", architecture="phi3")
     with pytest.raises(
