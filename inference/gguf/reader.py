@@ -8,8 +8,9 @@ float16, but not all correctly: in mlx 0.32.4 its Q4_K decoding differs from lla
 odd 32-value sub-block (checked against gguf-py's reference ``dequantize``), and Q3_K, Q5_K,
 Q5_0, Q5_1 and the IQ types make the whole file unreadable. So every tensor of a type other
 than the ones MLX maps exactly is dequantized again with gguf-py (llama.cpp's own Python
-package, the ``gguf`` dependency) from the same bytes, and a file MLX cannot open is refused with
-the types named.
+package, the ``gguf`` dependency) from the same bytes, and a file MLX cannot open is read
+whole by gguf-py, every tensor dequantized to float32 (a type gguf-py cannot read is refused,
+named).
 """
 
 from __future__ import annotations
@@ -64,14 +65,40 @@ def read(path: Path) -> GgufFile:
         raise GgufImportError(f"{path}: no such file")
     try:
         tensors, metadata = mx.load(str(path), format="gguf", return_metadata=True)
-    except Exception as exc:  # MLX's reader says "failed" for types it does not know
-        raise GgufImportError(
-            f"{path.name}: MLX's GGUF reader cannot read it ({exc}); its tensor types: "
-            f"{', '.join(sorted(set(_types(path).values())))}. Types it reads: F32, F16, BF16, Q4_0, "
-            "Q4_1, Q8_0, Q2_K, Q4_K, Q6_K (not Q3_K, Q5_K, Q5_0, Q5_1 or IQ types)"
-        ) from exc
+    except Exception:  # MLX's reader says "failed" for types it does not know
+        return _read_with_gguf_py(path)
     types = _redo_with_gguf_py(path, tensors)
     return GgufFile(path, {k: _plain(v) for k, v in metadata.items()}, tensors, types)
+
+
+def _read_with_gguf_py(path: Path) -> GgufFile:
+    """The whole file through gguf-py, every tensor dequantized to float32 (for files with types
+    MLX's reader cannot open: Q3_K, Q5_K, Q5_0, Q5_1, ...)."""
+    from gguf import GGUFReader, dequantize
+
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:
+        raise GgufImportError(f"{path.name}: not a GGUF file ({exc})") from exc
+    metadata = {
+        name: _plain(field.contents())
+        for name, field in reader.fields.items()
+        if not name.startswith("GGUF.")
+    }
+    tensors, types = {}, {}
+    for tensor in reader.tensors:
+        types[tensor.name] = tensor.tensor_type.name
+        tensors[tensor.name] = _dequantized(tensor, dequantize)
+    return GgufFile(path, metadata, tensors, types)
+
+
+def _dequantized(tensor, dequantize) -> mx.array:
+    shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+    try:
+        values = dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError as exc:
+        raise GgufImportError(f"tensor {tensor.name}: type {tensor.tensor_type.name} cannot be read") from exc
+    return mx.array(values.reshape(shape).astype("float32"))
 
 
 def _redo_with_gguf_py(path: Path, tensors: Dict[str, mx.array]) -> Dict[str, str]:
@@ -84,22 +111,13 @@ def _redo_with_gguf_py(path: Path, tensors: Dict[str, mx.array]) -> Dict[str, st
         kind = tensor.tensor_type.name
         types[tensor.name] = kind
         if kind not in MLX_EXACT:
-            shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-            values = dequantize(tensor.data, tensor.tensor_type).reshape(shape)
-            tensors[tensor.name] = mx.array(values.astype("float32"))
+            tensors[tensor.name] = _dequantized(tensor, dequantize)
     return types
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, mx.array):
         return value.item() if value.ndim == 0 else value.tolist()
-    return value
-
-
-def _types(path: Path) -> Dict[str, str]:
-    try:
-        from gguf import GGUFReader
-
-        return {t.name: t.tensor_type.name for t in GGUFReader(str(path)).tensors}
-    except Exception:  # not a GGUF file at all: the caller's message stands
-        return {"unknown": "unknown"}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.item() if hasattr(value, "item") else value

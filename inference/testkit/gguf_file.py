@@ -3,8 +3,9 @@
 ``write_gguf(folder, out, tensor_type)`` renames the weights to GGUF names, permutes llama's
 ``attn_q``/``attn_k`` rows for interleaved RoPE, stores gemma3's RMSNorm weights plus one, writes
 the ``{arch}.*`` keys and the byte-level BPE tokenizer (``tokenizer.ggml.model = gpt2``) with the
-chat template. ``tensor_type`` "Q8_0" stores every 2-D weight as Q8_0 blocks (via gguf-py), the
-rest F32. For tests of ``inference.gguf`` against transformers' GGUF loader; needs ``gguf``.
+chat template. ``tensor_type`` "Q8_0" (or another type with 32-value blocks that gguf-py writes:
+Q4_0, Q4_1, Q5_0, Q5_1) stores every 2-D weight in that type, the rest F32. For tests of
+``inference.gguf`` against transformers' GGUF loader; needs ``gguf``.
 """
 
 import json
@@ -83,8 +84,8 @@ def write_gguf(folder, out, tensor_type="F32", architecture=None) -> Path:
             array = _permute(array, n)
         if model_type == "gemma3_text" and suffix == "weight" and target.endswith("norm"):
             array = array + 1
-        if tensor_type == "Q8_0" and array.ndim == 2 and array.shape[1] % 32 == 0:
-            quant = gguf.GGMLQuantizationType.Q8_0
+        if tensor_type != "F32" and array.ndim == 2 and array.shape[1] % 32 == 0:
+            quant = getattr(gguf.GGMLQuantizationType, tensor_type)
             writer.add_tensor(f"{target}.{suffix}", gguf.quants.quantize(array, quant), raw_dtype=quant)
         else:
             writer.add_tensor(f"{target}.{suffix}", array)

@@ -107,6 +107,15 @@ def test_q8_0_is_kept_quantized_and_float_is_requantized(folders, tmp_path):
     assert load_model(dest4, dtype="float32").model is not None
 
 
+def test_a_file_mlx_cannot_open_is_read_by_gguf_py_and_dequantized(folders, tmp_path):
+    source, dest, summary = _import(folders["qwen2"], tmp_path, tensor_type="Q5_0")
+    assert summary.lines[1:] == ["16 Q5_0 tensors dequantized to float"]
+    prompt = Tokenizer.from_file(str(dest / "tokenizer.json")).encode(TEXTS[0]).ids
+    np.testing.assert_allclose(
+        _mlx_logits(dest, prompt), _transformers_logits(source, prompt), atol=1e-4, rtol=1e-5
+    )
+
+
 def test_llama3_rope_freqs_become_its_rope_scaling(tmp_path):
     """llama 3.x GGUFs carry their RoPE scaling only as per-frequency factors (rope_freqs), which
     transformers' GGUF loader ignores: compared with transformers on the original folder."""
