@@ -60,3 +60,11 @@ def test_unsupported_architecture_exits_2_with_its_name(gguf_dir, tmp_path):
         "GGUF architecture 'phi3' is not supported; omlx imports llama, qwen2, qwen3, gemma3" in done.stderr
     )
     assert not (tmp_path / "m" / "phi").exists()
+
+
+def test_a_name_outside_the_model_folder_is_refused(gguf_dir, tmp_path):
+    source = str(gguf_dir / "downloads" / "tiny-qwen2.gguf")
+    for name in ("../escape", "/tmp/abs", "a/b/c"):
+        done = omlx(tmp_path, "import", source, "--model-dir", str(tmp_path / "m"), "--name", name)
+        assert done.returncode == 2 and "--name" in done.stderr, name
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "m").exists()
