@@ -9,6 +9,7 @@ Hub folder.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,22 +56,13 @@ def import_gguf(
     gguf = reader.read(src)
     config = gguf_config.build_config(gguf)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.importing-") as tmp:
-        work = Path(tmp)
-        tokenizer.write_tokenizer(gguf, work)
-        converted = gguf_weights.convert(gguf, config, quantize)
-        block = gguf_weights.quantization_block(converted)
-        if block is not None:
-            config["quantization"] = block
-            config["quantization_config"] = block
-        try:
-            config_compat.for_mlx_lm(config)  # the loader's own check, before anything is kept
-        except config_compat.ConfigError as exc:
-            raise GgufImportError(f"{src.name}: {exc}") from exc
-        (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        mx.save_safetensors(str(work / "model.safetensors"), converted.tensors, metadata={"format": "mlx"})
+    work = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.importing-"))
+    try:
+        converted = _write_folder(gguf, config, work, quantize)
         work.rename(dest)
-        Path(tmp).mkdir()  # for TemporaryDirectory's cleanup
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     summary = ImportSummary(
         src, dest, gguf.architecture, src.stat().st_size, sum(f.stat().st_size for f in dest.iterdir())
     )
@@ -78,6 +70,22 @@ def import_gguf(
     if on_summary is not None:
         on_summary(summary)
     return dest
+
+
+def _write_folder(gguf: reader.GgufFile, config: dict, work: Path, quantize: Optional[int]):
+    tokenizer.write_tokenizer(gguf, work)
+    converted = gguf_weights.convert(gguf, config, quantize)
+    block = gguf_weights.quantization_block(converted)
+    if block is not None:
+        config["quantization"] = block
+        config["quantization_config"] = block
+    try:
+        config_compat.for_mlx_lm(config)  # the loader's own check, before anything is kept
+    except config_compat.ConfigError as exc:
+        raise GgufImportError(f"{gguf.path.name}: {exc}") from exc
+    (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    mx.save_safetensors(str(work / "model.safetensors"), converted.tensors, metadata={"format": "mlx"})
+    return converted
 
 
 def _describe(converted: gguf_weights.Weights, config: dict) -> List[str]:
