@@ -12,6 +12,7 @@ import os
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from inference.engine import LLM, SamplingParams
@@ -81,3 +82,12 @@ def test_q4_1_and_q8_0_tensors_are_kept_quantized(imported):
     ]
     # 98.4 MB of GGUF -> 101.9 MB of MLX (the same blocks; Q8_0's zero point stored as a bias)
     assert summary.folder_bytes < 1.05 * summary.source_bytes
+
+
+def test_digits_split_as_llama_cpp_splits_them(imported):
+    """tokenizer.ggml.pre 'smollm': one token per digit, as llama.cpp (and SmolLM2's own
+    tokenizer.json) split numbers; transformers' GGUF loader does not, so the chat prompts above
+    have no digits."""
+    folder, _ = imported
+    tokens = Tokenizer.from_file(str(folder / "tokenizer.json")).encode("in 2048").tokens
+    assert tokens == ["in", "Ġ", "2", "0", "4", "8"]
