@@ -107,6 +107,16 @@ def test_q8_0_is_kept_quantized_and_float_is_requantized(folders, tmp_path):
     assert load_model(dest4, dtype="float32").model is not None
 
 
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_q4_blocks_are_kept_quantized_and_exact(kind, folders, tmp_path):
+    source, dest, summary = _import(folders["llama"], tmp_path, tensor_type=kind)
+    assert summary.lines[1:] == [f"16 {kind} tensors kept as MLX quantized weights (group size 32, exact)"]
+    prompt = Tokenizer.from_file(str(dest / "tokenizer.json")).encode(TEXTS[0]).ids
+    np.testing.assert_allclose(
+        _mlx_logits(dest, prompt), _transformers_logits(source, prompt), atol=1e-4, rtol=1e-5
+    )
+
+
 def test_a_file_mlx_cannot_open_is_read_by_gguf_py_and_dequantized(folders, tmp_path):
     source, dest, summary = _import(folders["qwen2"], tmp_path, tensor_type="Q5_0")
     assert summary.lines[1:] == ["16 Q5_0 tensors dequantized to float"]
