@@ -3,7 +3,8 @@
 ``mx.load(path, return_metadata=True)`` keeps Q4_0, Q4_1 and Q8_0 tensors quantized: each comes
 back as ``name`` (packed uint32), ``name.scales`` and ``name.biases`` (float16), MLX's affine format
 with 32-value groups (Q8_0's symmetric ``d * q`` is ``d * (q + 128) - 128 * d``, exact in float16).
-F32 stays float32; F16 and BF16 come back as float16. It also dequantizes some K-quants to
+F32 stays float32; F16 comes back as float16, and so does BF16 (whose range float16 lacks: it is
+read again by gguf-py, as float32). It also dequantizes some K-quants to
 float16, but not all correctly: in mlx 0.32.4 its Q4_K decoding differs from llama.cpp's in every
 odd 32-value sub-block (checked against gguf-py's reference ``dequantize``), and Q3_K, Q5_K,
 Q5_0, Q5_1 and the IQ types make the whole file unreadable. So every tensor of a type other
@@ -23,7 +24,7 @@ import mlx.core as mx
 
 QUANT_SUFFIXES = (".scales", ".biases")
 # GGML types MLX's reader returns exactly (quantized ones as MLX affine triples).
-MLX_EXACT = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"}
+MLX_EXACT = {"F32", "F16", "Q4_0", "Q4_1", "Q8_0"}  # not BF16: MLX makes it float16
 
 
 class GgufImportError(ValueError):
