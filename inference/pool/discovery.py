@@ -17,7 +17,8 @@ Rules (docs/models.md says the same for users):
   vision-language model of ``inference.vision.model.IMAGE_FAMILIES`` is served with images
   through mlx-vlm; other checkpoints with a ``vision_config`` that mlx-lm reads are served as
   text models. Folders with GGUF or PyTorch ``.bin`` weights only, or none, are listed with
-  the reason.
+  the reason; so is a ``.gguf`` file directly in a model directory (id: its name less
+  ``.gguf``): ``omlx import`` (inference.gguf) makes either a servable folder.
 - Kind: ``reranker`` when an architecture ends in ``ForSequenceClassification``; ``embedding``
   when the folder is a sentence-transformers model (``modules.json`` or
   ``config_sentence_transformers.json``: Qwen3-Embedding is one although its architecture is a
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from inference.embedding import BERT_MODEL_TYPES
+from inference.gguf import importable_reason
 
 from . import hf_cache, other_apps
 from .adapters import inspect_adapter, is_adapter_folder, resolve_bases
@@ -146,12 +148,18 @@ def signature(
 
 
 def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> ModelFolder:
+    if path.suffix == ".gguf" and path.is_file():
+        return ModelFolder(model_id, path, None, importable_reason(path), {}, _size(path))
     files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else []
     size = sum(_size(p) for p in files)
     weights = sorted(p for p in files if p.suffix == ".safetensors")
     folder = ModelFolder(model_id, path, None, None, {}, size, weights)
     if is_adapter_folder(path):
         inspect_adapter(folder)
+        return folder
+    gguf = sorted(p for p in files if p.suffix == ".gguf")
+    if gguf and not weights:
+        folder.reason = importable_reason(gguf[0])
         return folder
     if not (path / "config.json").is_file():
         folder.reason = "no config.json, so this is not a model folder"
@@ -167,9 +175,7 @@ def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> M
     folder.config = config
     folder.kind = kind_override or classify(path, config, model_id)
     if not weights:
-        if any(p.suffix == ".gguf" for p in files):
-            folder.reason = "GGUF weights only: omlx serves safetensors (MLX or Hugging Face) folders"
-        elif any(p.suffix in (".bin", ".pth", ".pt") for p in files):
+        if any(p.suffix in (".bin", ".pth", ".pt") for p in files):
             folder.reason = "PyTorch .bin weights only: convert them to safetensors"
         else:
             folder.reason = "no weights (*.safetensors) in the folder"
@@ -254,6 +260,17 @@ def _candidates(root: Path):
             yield f"{child.name}/{grandchild.name}", grandchild
         if not nested and _has_weights(child):
             yield child.name, child  # weights without config.json: listed with the reason
+    for path in _gguf_files(root):
+        yield path.name[: -len(".gguf")], path
+
+
+def _gguf_files(root: Path) -> List[Path]:
+    try:
+        return sorted(
+            p for p in root.iterdir() if p.suffix == ".gguf" and p.is_file() and not p.name.startswith(".")
+        )
+    except OSError:
+        return []
 
 
 def _has_weights(path: Path) -> bool:

@@ -1,0 +1,77 @@
+"""`omlx import FILE.gguf`: a GGUF file (llama.cpp, Ollama, LM Studio) made into an MLX model
+folder in the model directory (inference.gguf does the work)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from .common import default_model_dir, human_bytes
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "import",
+        help="import a GGUF file as an MLX model folder in the model folder",
+        description="Convert a GGUF file (llama.cpp, Ollama, LM Studio) into an MLX model folder "
+        "DIR/NAME that `omlx serve --model-dir DIR` serves: the weights through MLX's GGUF reader "
+        "(Q4_0, Q4_1 and Q8_0 kept as MLX quantized weights, exactly; other types dequantized to "
+        "float, or requantized with --quantize), the config from the GGUF keys, the tokenizer, chat "
+        "template and special tokens from its metadata. Architectures: llama, qwen2, qwen3, gemma3; "
+        "tokenizer: byte-level BPE ('gpt2'). The folder appears whole or not at all.",
+    )
+    p.add_argument("file", metavar="FILE.gguf", help="the GGUF file")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="the model folder's name, NAME or ORG/NAME (default: the file's name less .gguf)",
+    )
+    p.add_argument(
+        "--quantize",
+        type=int,
+        choices=[4, 8],
+        default=None,
+        metavar="BITS",
+        help="requantize the tensors that are not kept quantized to 4 or 8 bits (MLX's format, "
+        "group size 64); default: keep them as float",
+    )
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        help="the folder of model folders (default $OMLX_MODEL_DIR, else $OMLX_HOME/models)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from inference.gguf.importer import GgufImportError, import_gguf
+
+    source = Path(args.file).expanduser()
+    name = args.name or source.name.removesuffix(".gguf")
+    if not _NAME.match(name) or ".." in name:
+        print(
+            f"omlx import: --name {name!r}: use letters, digits, '.', '_', '-', and at most one '/'",
+            file=sys.stderr,
+        )
+        return 2
+    dest = Path(args.model_dir or default_model_dir()).expanduser() / name
+    print(f"importing {source} -> {dest}")
+    try:
+        import_gguf(source, dest, args.quantize, on_summary=_print_summary)
+    except GgufImportError as exc:
+        print(f"omlx import: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _print_summary(summary) -> None:
+    for line in summary.lines:
+        print(f"  {line}")
+    print(
+        f"wrote {summary.folder} ({human_bytes(summary.folder_bytes)}; the GGUF file: "
+        f"{human_bytes(summary.source_bytes)}); serve it with "
+        f"`omlx serve --model-dir {summary.folder.parent}`"
+    )

@@ -1,0 +1,72 @@
+"""What ``inference.gguf`` refuses rather than import approximately: each case is a real GGUF file
+of a tiny qwen2 (inference.testkit.gguf_file) read by ``reader.read``, with one metadata key or
+tensor changed in memory, then given to the config and tokenizer builders."""
+
+import copy
+
+import mlx.core as mx
+import pytest
+
+from inference.gguf import config, reader, tokenizer
+from inference.gguf.importer import GgufImportError, import_gguf
+from inference.testkit.gguf_file import write_gguf
+from inference.testkit.registry import build_model
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("refusals")
+    return reader.read(write_gguf(build_model(root / "tiny", arch="qwen2"), root / "tiny.gguf"))
+
+
+def changed(gguf, **metadata):
+    other = copy.copy(gguf)
+    other.metadata = dict(gguf.metadata, **{k.replace("__", "."): v for k, v in metadata.items()})
+    other.tensors = dict(gguf.tensors)
+    return other
+
+
+def test_the_file_as_written_is_accepted(gguf, tmp_path):
+    assert config.build_config(gguf)["model_type"] == "qwen2"
+    assert tokenizer.write_tokenizer(gguf, tmp_path)["eos"] == 2
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"qwen2__attention__head_count_kv": [2, 1]}, "qwen2.attention.head_count_kv differs between layers"),
+        ({"qwen2__rope__dimension_count": 8}, "RoPE over 8 of 16 head dimensions is not supported"),
+        (
+            {"qwen2__rope__scaling__type": "longrope", "qwen2__rope__scaling__factor": 4.0},
+            "RoPE scaling 'longrope'",
+        ),
+        ({"qwen2__attention__value_length": 32}, "key and value head sizes differ"),
+    ],
+)
+def test_config_keys_that_change_the_math_are_refused(gguf, metadata, message):
+    with pytest.raises(GgufImportError, match=message):
+        config.build_config(changed(gguf, **metadata))
+
+
+def test_rope_freqs_that_are_not_llama3_scaling_are_refused(gguf):
+    other = changed(gguf)
+    other.tensors["rope_freqs.weight"] = mx.full((8,), 2.0)  # one factor for every frequency: linear
+    with pytest.raises(GgufImportError, match="rope_freqs\\) are not llama 3's scaling"):
+        config.build_config(other)
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"tokenizer__ggml__model": "llama"}, "GGUF tokenizer model 'llama' is not supported"),
+        ({"tokenizer__ggml__pre": "tekken"}, "GGUF pre-tokenizer 'tekken' is not supported"),
+    ],
+)
+def test_tokenizers_it_cannot_write_exactly_are_refused(gguf, tmp_path, metadata, message):
+    with pytest.raises(GgufImportError, match=message):
+        tokenizer.write_tokenizer(changed(gguf, **metadata), tmp_path)
+
+
+def test_bits_other_than_4_or_8_are_refused(gguf, tmp_path):
+    with pytest.raises(GgufImportError, match="--quantize takes 4 or 8, not 3"):
+        import_gguf(gguf.path, tmp_path / "out", quantize=3)
