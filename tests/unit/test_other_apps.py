@@ -155,3 +155,30 @@ def _blob_out(root, layers):
     hexdigest = "f" * 64
     os.symlink(outside, root / "blobs" / f"sha256-{hexdigest}")
     layers[0].update(digest=f"sha256:{hexdigest}", size=outside.stat().st_size)
+
+
+def test_an_ollama_blob_is_imported_and_serves_what_its_source_model_serves(tmp_path, model_dir):
+    """The Import action end to end (inference.pool.app_import with the GGUF importer): an Ollama
+    blob written from a tiny model is checked against its digest, converted into the first model
+    directory, found by discovery as a servable model, and its greedy tokens equal the source's."""
+    from inference.engine.llm import LLM
+    from inference.engine.sampling_params import SamplingParams
+    from inference.testkit.gguf_file import write_gguf as write_real_gguf
+
+    source = model_dir("qwen2", "tiny")
+    root = tmp_path / "ollama"
+    blob = write_real_gguf(source, tmp_path / "tiny.gguf").read_bytes()
+    write_manifest(root, "tinyqwen:1b", model_layers(root, blob))
+    folder = discover([tmp_path / "none"], apps=OtherApps(None, root))["tinyqwen:1b"]
+    models = tmp_path / "models"
+    imported = app_import.import_model(folder, models)
+    assert imported == models / "tinyqwen-1b"
+    served = discover([models])["tinyqwen-1b"]
+    assert served.servable, served.reason
+
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    prompt = [5, 17, 42, 99, 7]
+    with LLM(source) as llm:
+        want = llm.generate(prompt, params)[0].token_ids
+    with LLM(imported) as llm:
+        assert llm.generate(prompt, params)[0].token_ids == want
