@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -52,6 +51,9 @@ from inference.gguf import importable_reason
 from . import hf_cache, other_apps
 from .adapters import inspect_adapter, is_adapter_folder, resolve_bases
 from .other_apps import HF_CACHE, MODEL_DIR, OtherApps
+
+from .file_facts import mtime_ns
+from .file_facts import size as file_size
 
 logger = logging.getLogger("omlx.models")
 
@@ -121,7 +123,7 @@ def discover(
         if key != model_id:
             folder = ModelFolder(model_id, path, None, f"shadowed by {found[model_id].path} (same id)")
         elif gguf is not None:
-            folder = ModelFolder(model_id, path, "llm", other_apps.IMPORT_REASON, size_bytes=_size(gguf))
+            folder = ModelFolder(model_id, path, "llm", other_apps.IMPORT_REASON, size_bytes=file_size(gguf))
         else:
             folder = inspect(model_id, path, kind_overrides.get(model_id))
             folder.reason = reason or folder.reason
@@ -139,19 +141,19 @@ def signature(
     parts = [hf_cache.signature(hf_cache_dir), other_apps.signature(apps)]
     for root in dirs:
         root = Path(root).expanduser()
-        parts.append((str(root), _mtime(root)))
+        parts.append((str(root), mtime_ns(root)))
         for child in _subdirs(root):
-            parts.append((str(child), _mtime(child)))
+            parts.append((str(child), mtime_ns(child)))
             if not (child / "config.json").exists():
-                parts.extend((str(g), _mtime(g)) for g in _subdirs(child))
+                parts.extend((str(g), mtime_ns(g)) for g in _subdirs(child))
     return tuple(parts)
 
 
 def inspect(model_id: str, path: Path, kind_override: Optional[str] = None) -> ModelFolder:
     if path.suffix == ".gguf" and path.is_file():
-        return ModelFolder(model_id, path, None, importable_reason(path), {}, _size(path))
+        return ModelFolder(model_id, path, None, importable_reason(path), {}, file_size(path))
     files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else []
-    size = sum(_size(p) for p in files)
+    size = sum(file_size(p) for p in files)
     weights = sorted(p for p in files if p.suffix == ".safetensors")
     folder = ModelFolder(model_id, path, None, None, {}, size, weights)
     if is_adapter_folder(path):
@@ -285,17 +287,3 @@ def _subdirs(path: Path) -> List[Path]:
         return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         return []
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

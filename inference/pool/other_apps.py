@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
+from .file_facts import mtime_ns
+from .file_facts import size as file_size
+
 logger = logging.getLogger("omlx.models")
 
 MODEL_DIR, HF_CACHE, LMSTUDIO, OLLAMA = "model dir", "Hugging Face cache", "LM Studio", "Ollama"
@@ -84,12 +87,12 @@ def signature(apps: Optional[OtherApps]) -> Tuple:
         return ()
     parts = []
     if apps.lmstudio:
-        parts += [(str(p), _mtime(p)) for p in [apps.lmstudio, *_subdirs(apps.lmstudio)]]
-        parts += [(str(g), _mtime(g)) for p in _subdirs(apps.lmstudio) for g in _subdirs(p)]
+        parts += [(str(p), mtime_ns(p)) for p in [apps.lmstudio, *_subdirs(apps.lmstudio)]]
+        parts += [(str(g), mtime_ns(g)) for p in _subdirs(apps.lmstudio) for g in _subdirs(p)]
     if apps.ollama:
         manifests = apps.ollama / "manifests"
         for dirpath, _, files in os.walk(manifests):  # does not follow links
-            parts.append((dirpath, _mtime(Path(dirpath)), tuple(sorted(files))))
+            parts.append((dirpath, mtime_ns(Path(dirpath)), tuple(sorted(files))))
     return tuple(parts)
 
 
@@ -181,8 +184,8 @@ def _model_blob(root: Path, manifest_path: Path) -> Path:
     if not blob.is_file():
         raise ValueError(f"blob {blob.name} is missing")
     size = layers[0].get("size")
-    if isinstance(size, int) and size != _size(blob):
-        raise ValueError(f"blob {blob.name} has {_size(blob)} bytes, the manifest says {size}")
+    if isinstance(size, int) and size != file_size(blob):
+        raise ValueError(f"blob {blob.name} has {file_size(blob)} bytes, the manifest says {size}")
     with open(blob, "rb") as file:
         if file.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
             raise ValueError(f"blob {blob.name} is not a GGUF file")
@@ -227,17 +230,3 @@ def _files(path: Path, suffix: str, regular: bool = True) -> List[Path]:
         )
     except OSError:
         return []
-
-
-def _mtime(path: Path) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
