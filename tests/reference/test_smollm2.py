@@ -13,8 +13,10 @@ folder, keyed by the GGUF's size and the importer's FORMAT_VERSION, and transfor
 answers, keyed by transformers' and torch's versions, the file and the prompts. A fresh machine
 computes both (about 10 s to import, a minute or two for transformers' answers).
 
-The folder transformers 5 writes from the same file (``build_smollm2``, minutes) is checked by
-the last test, marked slow.
+The default run keeps the cheap checks (the rendered prompt, the live server's answer, the
+import's summary). Marked slow (``-m slow``), each a minute or more on a busy 2-core machine: the
+greedy answers and logprobs, the growing conversation, and the folder transformers 5 writes from
+the same file (``build_smollm2``, minutes to build the first time).
 """
 
 import hashlib
@@ -136,6 +138,7 @@ def server(imported, tmp_path_factory):
     proc.stop()
 
 
+@pytest.mark.slow
 def test_greedy_answers_and_logprobs_equal_transformers_gguf_loader(llm, imported, reference):
     """The engine's logprobs are its model's log-softmax at the sampled token (to 1e-4: a step-by-step
     decode sums in another order than one forward pass), and that
@@ -168,8 +171,10 @@ def _model_logprobs(model, expected):
     return [logprobs[i, t].item() for i, t in enumerate(expected["answer"])]
 
 
-def test_template_default_system_prompt_is_rendered(llm, reference):
-    text = render_prompt(llm.tokenizer, _user(QUESTIONS[0]))
+def test_template_default_system_prompt_is_rendered(imported, reference):
+    from mlx_lm.utils import load_tokenizer
+
+    text = render_prompt(load_tokenizer(imported[0]), _user(QUESTIONS[0]))
     assert text.startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n<|im_start|>user\n")
     assert text == reference["answers"][0]["text"]
 
@@ -188,6 +193,7 @@ def test_live_chat_answers_with_the_system_prompt_and_stops(server, reference):
     assert reply.usage.completion_tokens == len(expected["answer"])
 
 
+@pytest.mark.slow
 def test_growing_conversation_is_served_from_the_cache_unchanged(server, llm):
     """Each turn is the previous messages, the model's answer and a new question: its prompt is
     served from the block cache up to the previous turn's prompt, and its answer is the one a
