@@ -23,7 +23,11 @@ from . import config as gguf_config
 from . import reader, tokenizer, weights as gguf_weights
 from .reader import GgufImportError
 
-__all__ = ["GgufImportError", "ImportSummary", "import_gguf"]
+__all__ = ["FORMAT_VERSION", "GgufImportError", "ImportSummary", "import_gguf"]
+
+# The folder's format: bumped whenever import_gguf writes a different folder from the same file,
+# so caches of imported folders (the tests' SmolLM2) are rebuilt.
+FORMAT_VERSION = 1
 
 
 @dataclass
