@@ -14,6 +14,7 @@ from inference.pool.memory import estimate
 from tests.support.server import ServerProcess
 
 SERVER_ENGINE = {"max_concurrent_requests": 16, "hot_cache_max_size": "1MB"}  # as the server's flags
+JSON_TYPE = {"content-type": "application/json"}
 
 
 def model_estimate(path):
@@ -104,7 +105,7 @@ def test_load_unload_and_settings_without_restart(server, client):
     bad = httpx.patch(url + "/tiny/settings", json={"top_p": 7})
     assert bad.status_code == 400 and "top_p" in bad.json()["error"]["message"]
     assert httpx.patch(url + "/tiny/settings", json={"color": 1}).status_code == 400
-    assert httpx.patch(url + "/tiny/settings", content=b"{nope").status_code == 400
+    assert httpx.patch(url + "/tiny/settings", content=b"{nope", headers=JSON_TYPE).status_code == 400
     assert httpx.patch(url + "/tiny/settings", json={"max_tokens": None, "alias": None}).status_code == 200
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="fast", prompt="hello", max_tokens=1)
