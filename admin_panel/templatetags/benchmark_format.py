@@ -23,3 +23,9 @@ def best_decode(results):
     rows = (results or {}).get("decode") or [] if isinstance(results, dict) else []
     values = [r["tokens_per_s"]["aggregate"] for r in rows if r["tokens_per_s"]["aggregate"] is not None]
     return max(values) if values else None
+
+
+@register.filter
+def percent(value):
+    """A share (0..1) as a percentage with one decimal; "-" for none."""
+    return "-" if value is None or value == "" else f"{float(value) * 100:.1f}%"
