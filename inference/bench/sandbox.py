@@ -12,7 +12,8 @@ omlx's own. Each program runs as ``python -I -S -`` (code on stdin, no site, no 
 - with an empty environment, in a fresh temporary directory that is removed afterwards;
 - under resource limits set in the child before ``exec``: address space (``MEMORY_BYTES``),
   CPU seconds, file size (``FILE_BYTES``), processes of its user (``PROCESSES``);
-- in its own session, killed as a process group when ``timeout`` seconds pass (wall clock).
+- in its own session, killed as a process group when ``timeout`` seconds pass (wall clock),
+  and killed with its namespace if the omlx thread that started it ends first.
 
 ``run_program(code, timeout)`` returns a ``Outcome``: passed only when the program exited 0.
 """
@@ -33,6 +34,7 @@ MEMORY_BYTES = 1 << 30  # 1 GiB of address space
 FILE_BYTES = 1 << 20  # no file larger than 1 MiB
 PROCESSES = 32
 NOBODY = 65534
+PR_SET_PDEATHSIG = 1
 KILL_WAIT = 10.0
 OUTPUT_CHARS = 500  # of stderr, kept to say why a program failed
 
@@ -92,6 +94,16 @@ def _drop() -> None:
         os.setuid(NOBODY)
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it ends (omlx killed mid-run): then
+    ``unshare --kill-child`` takes the program's whole PID namespace with it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def _limits(cpu_seconds: int):
     def apply() -> None:  # in the child, before exec
         import resource
@@ -102,6 +114,7 @@ def _limits(cpu_seconds: int):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))
         _drop()
+        _die_with_parent()  # after _drop: a change of user clears it
 
     return apply
 

@@ -4,6 +4,7 @@ misbehaves fails cleanly, within its time, and leaves nothing behind."""
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -91,3 +92,25 @@ def test_a_humaneval_program_is_prompt_completion_and_check():
     )
     assert sandbox.run_program(humaneval.program(problem, solution + "\ndef extra():\n    boom"), 10).passed
     assert not sandbox.run_program(humaneval.program(problem, "    return True\n"), 10).passed
+
+
+def test_a_program_dies_with_the_process_that_started_it(tmp_path):
+    # a parent killed mid-run (no timeout reached, no cleanup ran) leaves no fork bomb behind
+    import subprocess
+    import sys
+
+    script = (
+        "from inference.bench import sandbox\n"
+        "sandbox.run_program('import os\\nwhile True:\\n    try:\\n        os.fork()\\n"
+        "    except OSError:\\n        pass\\n', 600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd())
+    deadline = time.monotonic() + 60
+    while not _sandboxed_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sandboxed_processes(), "the program never started"
+    parent.kill()
+    parent.wait()
+    while _sandboxed_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _sandboxed_processes()
