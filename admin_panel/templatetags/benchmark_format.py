@@ -29,3 +29,13 @@ def best_decode(results):
 def percent(value):
     """A share (0..1) as a percentage with one decimal; "-" for none."""
     return "-" if value is None or value == "" else f"{float(value) * 100:.1f}%"
+
+
+@register.filter
+def perplexity(value):
+    """A perplexity: three decimals, or three significant digits in e-notation from a million
+    up (random weights score astronomically); "-" for none."""
+    if value is None or value == "":
+        return "-"
+    value = float(value)
+    return f"{value:.3f}" if value < 1e6 else f"{value:.3e}"

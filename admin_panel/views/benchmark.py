@@ -326,7 +326,7 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
     rows.append(("cold / cached", [c.get("speedup") for c in caches], "ratio"))
     if any(r.results.get("scenario") == "accuracy" for r in runs):
         rows.append(
-            ("perplexity", [(r.results.get("perplexity") or {}).get("perplexity") for r in runs], "rate")
+            ("perplexity", [(r.results.get("perplexity") or {}).get("perplexity") for r in runs], "perplexity")
         )
         rows.append(
             ("HumanEval pass@1", [(r.results.get("humaneval") or {}).get("pass_at_1") for r in runs], "share")
