@@ -128,21 +128,27 @@ def run_accuracy(target: Target, settings: AccuracySettings, progress: Optional[
         if len(results["errors"]) < _MAX_ERRORS_KEPT and text not in results["errors"]:
             results["errors"].append(text)
 
+    try:
+        todo = humaneval.problems(settings.limit) if settings.limit else []
+    except ValueError as exc:  # the package is missing: say so before any work
+        raise TargetError(str(exc)) from None
     if progress is not None:
         progress(0, total, "perplexity", results)
     if not settings.perplexity:
         results["perplexity_note"] = "not asked for"
     elif isinstance(target, EngineTarget):
-        results["perplexity"] = dict(
-            perplexity.score_engine(target.engine), text=perplexity.TEXT_PATH.name, window=perplexity.WINDOW
-        )
+        try:
+            scored = perplexity.score_engine(target.engine)
+        except Exception as exc:  # a model whose forward takes no plain token batch (a VLM's)
+            results["perplexity_note"] = f"could not be scored: {type(exc).__name__}: {exc}"
+        else:
+            results["perplexity"] = dict(scored, text=perplexity.TEXT_PATH.name, window=perplexity.WINDOW)
     else:
         results["perplexity_note"] = (
             "needs a local target (omlx bench MODEL): the API gives no prompt-token logprobs"
         )
     step(1, "perplexity done")
 
-    todo = humaneval.problems(settings.limit) if settings.limit else []
     rows: list = []
     for start in range(0, len(todo), settings.concurrency):
         batch = todo[start : start + settings.concurrency]
