@@ -2,7 +2,8 @@
 
 ``start_benchmark`` (the page's POST) creates a ``BenchmarkRun`` and queues
 ``run_benchmark_task``; a Huey worker (inside `omlx serve`, or an `omlx worker` with Redis) runs
-``inference.bench.run_benchmark`` against a model of its own model pool, writes the progress and
+``inference.bench.run_benchmark`` (or ``run_accuracy``, when the run's settings say
+``"scenario": "accuracy"``) against a model of its own model pool, writes the progress and
 the results so far to the row after every step, and publishes each step on the channel layer
 group ``omlx.bench.<run id>`` (``group_name``), which the page's websocket consumer
 (admin_panel/consumers/benchmark.py) listens to. Events, plain dicts:
@@ -118,7 +119,14 @@ def execute(run_id: int) -> None:
     from inference.engine import ModelLoadError
     from inference.pool import InsufficientMemory, ModelUnavailable
 
-    from inference.bench import BenchSettings, PoolTarget, TargetError, run_benchmark
+    from inference.bench import (
+        AccuracySettings,
+        BenchSettings,
+        PoolTarget,
+        TargetError,
+        run_accuracy,
+        run_benchmark,
+    )
     from .models import BenchmarkRun
 
     from inference.dispatch.worker_presence import worker_id
@@ -149,10 +157,13 @@ def execute(run_id: int) -> None:
 
     try:
         values = {k: v for k, v in run.settings.items() if k != "preset"}
-        bench_settings = BenchSettings.from_dict(values)
+        if values.get("scenario") == "accuracy":
+            bench_settings, scenario = AccuracySettings.from_dict(values), run_accuracy
+        else:
+            bench_settings, scenario = BenchSettings.from_dict(values), run_benchmark
         logger.info("benchmark #%d of %s started", run_id, run.model)
         with PoolTarget(run.model) as target:
-            results = run_benchmark(target, bench_settings, progress)
+            results = scenario(target, bench_settings, progress)
     except ModelUnavailable as exc:
         error = str(exc)
     except KeyError:

@@ -1,6 +1,9 @@
 """The Benchmark page: start a run (a Huey task, admin_panel/tasks.py), follow it over the
 websocket of admin_panel/consumers/benchmark.py, look at past runs, compare them, delete them.
 
+A run is of the speed scenarios (``inference.bench.run_benchmark``) or of the accuracy suite
+(``run_accuracy``: perplexity and HumanEval pass@1), chosen on the form.
+
 The rendering helpers (``progress_html``, ``results_html``, ``runs_html``) are shared with the
 consumer: the page and the socket draw the same fragments.
 """
@@ -17,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from admin_panel import charts
 from admin_panel.auth import admin_required
-from inference.bench import PRESETS, parse_concurrency
+from inference.bench import ACCURACY_PRESETS, PRESETS, parse_concurrency
 from admin_panel.models import BenchmarkRun
 from admin_panel.tasks import BenchmarkRefused, fail_lost_runs, start_benchmark
 from admin_panel.views import shows_errors
@@ -78,6 +81,9 @@ def results_context(results: Optional[dict]) -> dict:
     )
     return {
         "results": results,
+        "accuracy": results.get("scenario") == "accuracy",
+        "perplexity": results.get("perplexity"),
+        "humaneval": results.get("humaneval"),
         "prefill": prefill,
         "decode": decode,
         "cache": cache,
@@ -121,7 +127,7 @@ def _form_context(values: Optional[dict] = None, error: Optional[str] = None, st
     values = values or {}
     return {
         "models": _models(),
-        "presets": [(name, PRESETS[name]) for name in ("small", "default")],
+        "presets": [(name, PRESETS[name], ACCURACY_PRESETS[name]) for name in ("small", "default")],
         "values": values,
         "error": error,
         "started": started,
@@ -135,18 +141,39 @@ def page(request):
         return _start(request)
     fail_lost_runs()
     active = BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE).first()
-    context = _form_context({"preset": "small"})
+    context = _form_context({"preset": "small", "scenario": "speed"})
     context.update(runs=BenchmarkRun.objects.all()[:RUNS_LISTED], active=active)
     if active is not None:
         context["live_html"] = _live_html(active, request)
     return render(request, "admin_panel/benchmark.html", context)
 
 
+def _accuracy_from_form(data, preset: str) -> tuple:
+    """(preset name, AccuracySettings): the preset's, with the form's number of problems."""
+    text = (data.get("limit") or "").strip()
+    if not text:
+        return preset, ACCURACY_PRESETS[preset]
+    try:
+        limit = int(text)
+    except ValueError:
+        raise ValueError(f"HumanEval problems: {text!r} is not a whole number") from None
+    try:
+        return f"{preset}+custom", replace(ACCURACY_PRESETS[preset], limit=limit)
+    except ValueError as exc:
+        raise ValueError(f"HumanEval problems: {exc}".replace("limit=", "")) from None
+
+
 def _settings_from_form(data) -> tuple:
-    """(preset name, BenchSettings) from the form; ValueError with a message for the page."""
+    """(preset name, BenchSettings or AccuracySettings) from the form; ValueError with a message
+    for the page."""
     preset = data.get("preset") or "small"
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}: choose {', '.join(PRESETS)}")
+    scenario = data.get("scenario") or "speed"
+    if scenario == "accuracy":
+        return _accuracy_from_form(data, preset)
+    if scenario != "speed":
+        raise ValueError(f"Unknown scenario {scenario!r}: choose speed or accuracy")
     changes = {}
     if (data.get("concurrency") or "").strip():
         changes["concurrency"] = parse_concurrency(data["concurrency"])
@@ -164,7 +191,8 @@ def _settings_from_form(data) -> tuple:
 
 
 def _start(request):
-    values = {k: request.POST.get(k, "") for k in ("model", "preset", "concurrency") + _NUMBER_FIELDS}
+    fields = ("model", "preset", "scenario", "limit", "concurrency") + _NUMBER_FIELDS
+    values = {k: request.POST.get(k, "") for k in fields}
     model = values["model"].strip()
 
     def refuse(message: str):
@@ -296,6 +324,13 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
     rows.append(("TTFT cold p50 (ms)", [_ms((c.get("cold") or {}).get("p50")) for c in caches], "ms"))
     rows.append(("TTFT cached p50 (ms)", [_ms((c.get("cached") or {}).get("p50")) for c in caches], "ms"))
     rows.append(("cold / cached", [c.get("speedup") for c in caches], "ratio"))
+    if any(r.results.get("scenario") == "accuracy" for r in runs):
+        rows.append(
+            ("perplexity", [(r.results.get("perplexity") or {}).get("perplexity") for r in runs], "perplexity")
+        )
+        rows.append(
+            ("HumanEval pass@1", [(r.results.get("humaneval") or {}).get("pass_at_1") for r in runs], "share")
+        )
     x_labels = [(c, str(c)) for c in levels]
     names = [f"#{r.pk} {r.model}" for r in runs]
 

@@ -86,7 +86,10 @@ class Target:
         """Plain data naming the target (kept with the results)."""
         raise NotImplementedError
 
-    def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+    def generate(
+        self, prompts: List[str], max_tokens: int, ignore_eos: bool = True, stop: Optional[List[str]] = None
+    ) -> List[StreamResult]:
+        """Every prompt at once, greedy; generation ends at any of ``stop`` (not included)."""
         raise NotImplementedError
 
     def chat(
@@ -138,8 +141,10 @@ class EngineTarget(Target):
             "path": str(self.engine.loaded.path) if self.engine.loaded else None,
         }
 
-    def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
-        return self._run(prompts, max_tokens, ignore_eos)
+    def generate(
+        self, prompts: List[str], max_tokens: int, ignore_eos: bool = True, stop: Optional[List[str]] = None
+    ) -> List[StreamResult]:
+        return self._run(prompts, max_tokens, ignore_eos, stop)
 
     def chat(
         self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True
@@ -172,10 +177,10 @@ class EngineTarget(Target):
         tokenizer = self.engine.tokenizer
         return list(tokenizer.encode(render_prompt(tokenizer, messages), add_special_tokens=False))
 
-    def _run(self, prompts: list, max_tokens: int, ignore_eos: bool) -> List[StreamResult]:
+    def _run(self, prompts: list, max_tokens: int, ignore_eos: bool, stop=None) -> List[StreamResult]:
         from inference.engine import SamplingParams
 
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos)
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos, stop=stop)
         results, done, ids = [], [], []
         for prompt in prompts:
             result = StreamResult(time.perf_counter())
@@ -317,12 +322,19 @@ class OpenAITarget(Target):
                 f"{': ' + _message(response) if _message(response) else ''})"
             )
 
-    def generate(self, prompts: List[str], max_tokens: int, ignore_eos: bool = True) -> List[StreamResult]:
+    def generate(
+        self, prompts: List[str], max_tokens: int, ignore_eos: bool = True, stop: Optional[List[str]] = None
+    ) -> List[StreamResult]:
         if self.endpoint == "chat":
-            return self._all(
-                [self._body([{"role": "user", "content": p}], None, max_tokens, ignore_eos) for p in prompts]
-            )
-        return self._all([self._body(None, prompt, max_tokens, ignore_eos) for prompt in prompts])
+            bodies = [
+                self._body([{"role": "user", "content": p}], None, max_tokens, ignore_eos) for p in prompts
+            ]
+        else:
+            bodies = [self._body(None, prompt, max_tokens, ignore_eos) for prompt in prompts]
+        if stop:
+            for body in bodies:
+                body["stop"] = list(stop)
+        return self._all(bodies)
 
     def chat(
         self, conversations: List[List[dict]], max_tokens: int, ignore_eos: bool = True

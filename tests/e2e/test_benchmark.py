@@ -83,3 +83,15 @@ def test_benchmark_page(page, admin_server, shot):
     page.click(f"#bench-run-{second} >> text=Delete")
     expect(page.locator(f"#bench-run-{second}")).to_have_count(0)
     expect(page.locator(f"#bench-run-{run_id}")).to_be_visible()
+
+
+def test_benchmark_page_runs_the_accuracy_suite(page, admin_server, shot):
+    page.goto(admin_server.url + "/admin/benchmark/")
+    page.select_option("#bench-form select[name=scenario]", "accuracy")
+    run_id = start_run(page, limit="2")
+    expect(page.locator("#bench-status")).to_have_text("done", timeout=120_000)
+    expect(page.locator(f'#bench-live [data-run="{run_id}"] #bench-perplexity')).to_be_visible()
+    expect(page.locator("#bench-pass-at-1")).to_contain_text("%")
+    expect(page.locator("#bench-humaneval tr")).to_have_count(3)  # the head and two problems
+    expect(page.locator(f"#bench-run-{run_id}")).to_contain_text("pass@1")
+    shot(page, "benchmark-accuracy")
