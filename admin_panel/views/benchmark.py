@@ -325,9 +325,8 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
     rows.append(("TTFT cached p50 (ms)", [_ms((c.get("cached") or {}).get("p50")) for c in caches], "ms"))
     rows.append(("cold / cached", [c.get("speedup") for c in caches], "ratio"))
     if any(r.results.get("scenario") == "accuracy" for r in runs):
-        rows.append(
-            ("perplexity", [(r.results.get("perplexity") or {}).get("perplexity") for r in runs], "perplexity")
-        )
+        perplexity = [(r.results.get("perplexity") or {}).get("perplexity") for r in runs]
+        rows.append(("perplexity", perplexity, "perplexity"))
         rows.append(
             ("HumanEval pass@1", [(r.results.get("humaneval") or {}).get("pass_at_1") for r in runs], "share")
         )
