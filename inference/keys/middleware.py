@@ -61,13 +61,14 @@ def keys_required() -> bool:
     return bool(settings.OMLX_API_KEY) or bool(get_ring())
 
 
-def presented(request) -> str:
-    """The key the request carries: ``x-api-key: KEY`` or ``Authorization: Bearer KEY``."""
-    given = request.headers.get("x-api-key", "").strip()
-    if given:
-        return given
+def presented(request) -> list:
+    """The keys the request carries, in the order tried: ``x-api-key: KEY``, then
+    ``Authorization: Bearer KEY`` (a client may send both, one of them a placeholder)."""
+    given = [request.headers.get("x-api-key", "").strip()]
     header = request.headers.get("authorization", "")
-    return header[7:].strip() if header[:7].lower() == "bearer " else ""
+    if header[:7].lower() == "bearer ":
+        given.append(header[7:].strip())
+    return [g for g in dict.fromkeys(given) if g]
 
 
 def authenticate(request) -> None:
@@ -77,9 +78,9 @@ def authenticate(request) -> None:
 
     request.omlx_key = None
     request.omlx_key_labels = None
-    secret = presented(request)
+    secrets = presented(request)
     required = keys_required()
-    if not secret or not required:
+    if not secrets or not required:
         request.omlx_scopes = frozenset() if required else scopes.ALL
         return
     throttle = get_throttle()
@@ -93,11 +94,11 @@ def authenticate(request) -> None:
             headers={"Retry-After": str(wait)},
         )
     admin = settings.OMLX_API_KEY
-    if admin and hmac.compare_digest(secret.encode(), admin.encode()):
+    if admin and any(hmac.compare_digest(secret.encode(), admin.encode()) for secret in secrets):
         request.omlx_scopes = scopes.ALL
         request.omlx_key_labels = metrics.ADMIN_LABELS
         return
-    info = get_ring().match(secret)
+    info = next((i for i in map(get_ring().match, secrets) if i is not None), None)
     if info is None:
         throttle.fail(address)
         raise ApiError(401, "Invalid API key", code="invalid_api_key")

@@ -212,3 +212,18 @@ def test_each_key_has_its_own_cache_unless_it_shares(server):
     assert cached(server, alice, text, salt="s") == (prompt, 0)  # key + body salt: its own
     assert cached(server, bob, text, salt="s") == (prompt, 0)  # the same body salt, another key
     assert cached(server, ADMIN, text, salt="s") == (prompt, 0)  # and without a key's salt
+
+
+def test_a_placeholder_in_one_header_does_not_hide_the_key_in_the_other(server):
+    """Clients may send both headers (an SDK's x-api-key placeholder next to a bearer token):
+    either one carrying a valid key opens the route, as before keys had scopes."""
+    runner = create_key(server.home, "both-headers", "inference")
+    for headers in (
+        {"x-api-key": "placeholder", "Authorization": f"Bearer {runner}"},
+        {"x-api-key": runner, "Authorization": "Bearer placeholder"},
+        {"x-api-key": "placeholder", "Authorization": f"Bearer {ADMIN}"},
+    ):
+        answer = httpx.get(server.url + "/v1/models", headers=headers, timeout=60)
+        assert answer.status_code == 200, (headers, answer.text)
+    wrong = httpx.get(server.url + "/v1/models", headers={"x-api-key": "a", "Authorization": "Bearer b"})
+    assert wrong.status_code == 401
