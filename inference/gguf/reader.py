@@ -64,23 +64,31 @@ def read(path: Path) -> GgufFile:
     path = Path(path)
     if not path.is_file():
         raise GgufImportError(f"{path}: no such file")
+    reader = _checked(path)  # MLX's C reader trusts the header's counts: a crafted one crashes it
     try:
         tensors, metadata = mx.load(str(path), format="gguf", return_metadata=True)
     except Exception:  # MLX's reader says "failed" for types it does not know
-        return _read_with_gguf_py(path)
-    types = _redo_with_gguf_py(path, tensors)
+        return _read_with_gguf_py(path, reader)
+    types = _redo_with_gguf_py(reader, tensors)
     return GgufFile(path, {k: _plain(v) for k, v in metadata.items()}, tensors, types)
 
 
-def _read_with_gguf_py(path: Path) -> GgufFile:
-    """The whole file through gguf-py, every tensor dequantized to float32 (for files with types
-    MLX's reader cannot open: Q3_K, Q5_K, Q5_0, Q5_1, ...)."""
-    from gguf import GGUFReader, dequantize
+def _checked(path: Path):
+    """gguf-py's reader of the file (bounds-checked Python: every count, offset and size of the
+    header against the file), GgufImportError for a file it cannot read whole."""
+    from gguf import GGUFReader
 
     try:
-        reader = GGUFReader(str(path))
+        return GGUFReader(str(path))
     except Exception as exc:
         raise GgufImportError(f"{path.name}: not a GGUF file ({exc})") from exc
+
+
+def _read_with_gguf_py(path: Path, reader) -> GgufFile:
+    """The whole file through gguf-py, every tensor dequantized to float32 (for files with types
+    MLX's reader cannot open: Q3_K, Q5_K, Q5_0, Q5_1, ...)."""
+    from gguf import dequantize
+
     metadata = {
         name: _plain(field.contents())
         for name, field in reader.fields.items()
@@ -102,13 +110,13 @@ def _dequantized(tensor, dequantize) -> mx.array:
     return mx.array(values.reshape(shape).astype("float32"))
 
 
-def _redo_with_gguf_py(path: Path, tensors: Dict[str, mx.array]) -> Dict[str, str]:
+def _redo_with_gguf_py(reader, tensors: Dict[str, mx.array]) -> Dict[str, str]:
     """Each tensor's GGML type; tensors of types outside MLX_EXACT replaced (in ``tensors``) by
     gguf-py's float32 dequantization of the same bytes."""
-    from gguf import GGUFReader, dequantize
+    from gguf import dequantize
 
     types = {}
-    for tensor in GGUFReader(str(path)).tensors:
+    for tensor in reader.tensors:
         kind = tensor.tensor_type.name
         types[tensor.name] = kind
         if kind not in MLX_EXACT:

@@ -3,6 +3,8 @@ of a tiny qwen2 (inference.testkit.gguf_file) read by ``reader.read``, with one 
 tensor changed in memory, then given to the config and tokenizer builders."""
 
 import copy
+import subprocess
+import sys
 
 import mlx.core as mx
 import pytest
@@ -70,3 +72,34 @@ def test_tokenizers_it_cannot_write_exactly_are_refused(gguf, tmp_path, metadata
 def test_bits_other_than_4_or_8_are_refused(gguf, tmp_path):
     with pytest.raises(GgufImportError, match="--quantize takes 4 or 8, not 3"):
         import_gguf(gguf.path, tmp_path / "out", quantize=3)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GGUF\x03\x00\x00\x00" + b"\xff" * 7 + b"\x7f" + b"\x00" * 8,  # 2^63 tensors claimed
+        b"GGUF\x03\x00\x00\x00" + b"\x01" + b"\x00" * 7 + b"\x01" + b"\x00" * 7,  # cut after the counts
+    ],
+    ids=["huge-count", "truncated"],
+)
+def test_a_crafted_header_is_refused_not_a_crash(tmp_path, data):
+    """MLX's C reader trusts the header's counts (a crafted one segfaults it): the file is read by
+    gguf-py's bounds-checked reader first. In a subprocess, so that a crash is a failure here."""
+    path = tmp_path / "crafted.gguf"
+    path.write_bytes(data)
+    code = "\n".join(
+        (
+            "import sys",
+            "from inference.gguf.importer import GgufImportError",
+            "from inference.gguf.reader import read",
+            "try:",
+            "    read(sys.argv[1])",
+            "except GgufImportError as exc:",
+            "    print('refused:', exc)",
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-500:])
+    assert "refused: crafted.gguf: not a GGUF file" in done.stdout
