@@ -9,30 +9,12 @@ import shutil
 import anthropic
 import httpx
 import pytest
-from django.conf import settings
 
+from tests.support.anthropic_clients import WEATHER, client, envelope, http  # noqa: F401  (fixtures)
 from tests.support.server import ServerProcess
 
 GREEDY = {"extra_body": {"temperature": 0}}  # this SDK has no temperature argument any more
 USER = [{"role": "user", "content": "Tell me about caching."}]
-
-
-@pytest.fixture(scope="module")
-def client(omlx_server):
-    with anthropic.Anthropic(
-        base_url=omlx_server.url,
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def http(omlx_server):
-    with httpx.Client(base_url=omlx_server.url, timeout=120) as c:
-        yield c
 
 
 def sse_events(response):
@@ -295,19 +277,6 @@ def test_tool_and_thinking_history_is_accepted(client):
     assert count.input_tokens == total_input(message.usage)
 
 
-# Bounded strings: a random-weight model under a grammar never closes an unbounded one.
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather of a city",
-    "input_schema": {
-        "type": "object",
-        "properties": {"city": {"type": "string", "maxLength": 12}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-}
-
-
 def test_tool_choice_any_returns_tool_use(client):
     message = client.messages.create(
         model="tiny",
@@ -346,133 +315,6 @@ def test_tool_choice_any_returns_tool_use(client):
         ],
     )
     assert follow.usage.output_tokens >= 1
-
-
-# -- errors ------------------------------------------------------------------------------------
-
-
-def envelope(response, status, error_type):
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["type"] == "error" and body["error"]["type"] == error_type
-    assert body["error"]["message"]
-    return body["error"]["message"]
-
-
-def test_malformed_json_is_a_400(http):
-    response = http.post(
-        "/v1/messages",
-        content=b'{"model": "tiny", "max_tokens": ',
-        headers={"content-type": "application/json"},
-    )
-    assert "JSON" in envelope(response, 400, "invalid_request_error")
-    response = http.post(
-        "/v1/messages/count_tokens", content=b"[1, 2", headers={"content-type": "application/json"}
-    )
-    envelope(response, 400, "invalid_request_error")
-
-
-@pytest.mark.parametrize(
-    "body, fragment",
-    [
-        ({"model": "tiny", "messages": USER}, "max_tokens"),
-        ({"model": "tiny", "max_tokens": "many", "messages": USER}, "max_tokens"),
-        ({"model": "tiny", "max_tokens": 0, "messages": USER}, "max_tokens"),
-        ({"model": "tiny", "max_tokens": 4, "messages": []}, "messages"),
-        ({"model": "tiny", "max_tokens": 4, "messages": "hi"}, "messages"),
-        ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": 5}]}, "content"),
-        ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "robot", "content": "hi"}]}, "role"),
-        ({"model": 7, "max_tokens": 4, "messages": USER}, "model"),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "temperature": -1}, "temperature"),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "stop_sequences": [""]}, "stop_sequences"),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "stop_sequences": "END"}, "stop_sequences"),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "stream": "sometimes"}, "stream"),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "system": 12}, "system"),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "tools": [{"description": "no name"}]}, "name"),
-        (
-            {
-                "model": "tiny",
-                "max_tokens": 4,
-                "messages": USER,
-                "tools": [WEATHER],
-                "tool_choice": {"type": "tool", "name": "other"},
-            },
-            "tool_choice",
-        ),
-        ({"model": "tiny", "max_tokens": 4, "messages": USER, "thinking": {"type": "sometimes"}}, "thinking"),
-        (
-            {
-                "model": "tiny",
-                "max_tokens": 4,
-                "messages": USER,
-                "thinking": {"type": "enabled", "budget_tokens": 1024},
-                "tools": [WEATHER],
-                "tool_choice": {"type": "any"},
-            },
-            "thinking",
-        ),
-        (
-            {
-                "model": "tiny",
-                "max_tokens": 4,
-                "messages": USER,
-                "output_config": {"format": {"type": "xml"}},
-            },
-            "output_config",
-        ),
-        (
-            {
-                "model": "tiny",
-                "max_tokens": 4,
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {
-                                "type": "image",
-                                "source": {
-                                    "type": "base64",
-                                    "media_type": "image/png",
-                                    "data": "iVBORw0KGgo=",
-                                },
-                            }
-                        ],
-                    }
-                ],
-            },
-            "image",
-        ),
-    ],
-)
-def test_bad_requests_are_400_in_the_envelope(http, body, fragment):
-    for stream in (False, True):
-        response = http.post("/v1/messages", json=dict(body, stream=body.get("stream", stream)))
-        assert fragment in envelope(response, 400, "invalid_request_error")
-
-
-def test_sdk_raises_the_right_classes(client):
-    with pytest.raises(anthropic.NotFoundError) as raised:
-        client.messages.create(model="no-such-model", max_tokens=4, messages=USER)
-    assert raised.value.body["error"]["type"] == "not_found_error"
-    with pytest.raises(anthropic.NotFoundError):
-        client.messages.count_tokens(model="no-such-model", messages=USER)
-    with pytest.raises(anthropic.BadRequestError) as raised:
-        client.messages.create(model="tiny", max_tokens=-3, messages=USER)
-    assert raised.value.body["error"]["type"] == "invalid_request_error"
-    with pytest.raises(anthropic.BadRequestError):
-        with client.messages.stream(
-            model="tiny",
-            max_tokens=4,
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image", "source": {"type": "url", "url": "http://example.invalid/x.png"}}
-                    ],
-                }
-            ],
-        ) as stream:
-            stream.get_final_message()
 
 
 @pytest.fixture(scope="module")
@@ -557,31 +399,6 @@ def test_output_config_json_schema(client):
     assert message.stop_reason == "end_turn"
 
 
-def test_too_long_prompt_and_too_large_body(client, http):
-    long_text = " ".join(f"w{i}" for i in range(6000))  # more tokens than the tiny model's 4096 context
-    for stream in (False, True):
-        response = http.post(
-            "/v1/messages",
-            json={
-                "model": "tiny",
-                "max_tokens": 4,
-                "stream": stream,
-                "messages": [{"role": "user", "content": long_text}],
-            },
-        )
-        assert "context" in envelope(response, 400, "invalid_request_error")
-    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    if limit is None:
-        pytest.skip("no request body limit configured")
-    response = http.post(
-        "/v1/messages",
-        json={"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "x" * (limit + 1)}]},
-    )
-    envelope(response, 413, "request_too_large")
-    with pytest.raises(anthropic.RequestTooLargeError):
-        client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": "x" * (limit + 1)}])
-
-
 def test_openapi_schema_lists_the_routes(http):
     paths = http.get("/v1/anthropic/openapi.json").json()["paths"]
     assert {"/v1/messages", "/v1/messages/count_tokens"} <= set(paths)
@@ -622,10 +439,3 @@ def test_qwen3_thinking_blocks(keyed_server):
         follow = c.messages.create(model="qwen3", max_tokens=2, messages=history, thinking=thinking)
         count = c.messages.count_tokens(model="qwen3", messages=history, thinking=thinking)
         assert count.input_tokens == total_input(follow.usage)
-
-
-@pytest.mark.parametrize("raw", [b"[]", b"null", b'"text"', b"12"])
-def test_non_object_bodies_are_400(http, raw):
-    for path in ("/v1/messages", "/v1/messages/count_tokens"):
-        response = http.post(path, content=raw, headers={"content-type": "application/json"})
-        assert "JSON object" in envelope(response, 400, "invalid_request_error")
