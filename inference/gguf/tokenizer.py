@@ -1,10 +1,11 @@
 """tokenizer.json, tokenizer_config.json and generation_config.json from ``tokenizer.ggml.*``.
 
-Written with the ``tokenizers`` library (serving needs neither torch nor transformers). The GGUF
-tokenizer model ``gpt2`` (byte-level BPE: tokens and merges) is supported, with the
-pre-tokenizer that llama.cpp's ``tokenizer.ggml.pre`` names (below); any other model (``llama``'s
-SentencePiece scores, ``bert``...) or pre-tokenizer is refused with its name. Control tokens
-(type 3) are special added tokens; user-defined ones (type 4) are added tokens.
+Written with the ``tokenizers`` library (serving needs neither torch nor transformers). Two GGUF
+tokenizer models are supported: ``gpt2`` (byte-level BPE: tokens and merges), with the
+pre-tokenizer that llama.cpp's ``tokenizer.ggml.pre`` names (below), and ``llama`` (SentencePiece
+pieces and scores, ``inference.gguf.sentencepiece``). Any other model (``bert``, ``t5``...) or
+pre-tokenizer is refused with its name. Control tokens (type 3) are special added tokens;
+user-defined ones (type 4) are added tokens.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
+from . import sentencepiece
 from .reader import GgufFile, GgufImportError
 
 # The regexes of the Hub tokenizers that llama.cpp's pre-tokenizer names stand for.
@@ -48,51 +50,54 @@ def _pre_tokenizer(pre: str):
 
 def write_tokenizer(gguf: GgufFile, out: Path) -> Dict[str, object]:
     """Write the three files into ``out``; return the special tokens (bos/eos/pad/unk ids)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+    from tokenizers import AddedToken, processors
 
     meta = gguf.metadata
     kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
+    tokens: List[str] = meta.get("tokenizer.ggml.tokens") or []
+    if not tokens:
+        raise GgufImportError(f"{gguf.path.name}: the GGUF has no tokenizer.ggml.tokens")
+    types: List[int] = meta.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
+    if kind == "gpt2":
+        tokenizer = _byte_level(gguf, tokens)
+    elif kind == "llama":
+        tokenizer = _sentencepiece(gguf, tokens)
+    else:
         raise GgufImportError(
             f"{gguf.path.name}: GGUF tokenizer model {kind!r} is not supported; "
-            "omlx imports 'gpt2' (byte-level BPE)"
+            "omlx imports 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)"
         )
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    pre_tokenizer = _pre_tokenizer(pre)
-    if pre_tokenizer is None:
-        raise GgufImportError(f"{gguf.path.name}: GGUF pre-tokenizer {pre!r} is not supported")
-    tokens: List[str] = meta["tokenizer.ggml.tokens"]
-    types: List[int] = meta.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens)
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-    vocab = {token: i for i, token in enumerate(tokens)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tokenizer.pre_tokenizer = pre_tokenizer
-    tokenizer.decoder = decoders.ByteLevel()
     added = [
         AddedToken(t, special=k == _CONTROL, normalized=False)
         for t, k in zip(tokens, types)
         if k in (_CONTROL, _USER)
     ]
-    tokenizer.add_tokens(added)
-
     specials = {}
     for role in ("bos", "eos", "unknown", "padding"):
         index = meta.get(f"tokenizer.ggml.{role}_token_id")
         if index is not None and 0 <= int(index) < len(tokens):
             specials[role] = (int(index), tokens[int(index)])
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False)) and "bos" in specials
-    if add_bos:
-        bos = specials["bos"][1]
-        tokenizer.post_processor = processors.Sequence(
-            [
-                processors.ByteLevel(trim_offsets=False),
-                processors.TemplateProcessing(
-                    single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, specials["bos"][0])]
-                ),
-            ]
+    known = {t.content for t in added}
+    added += [AddedToken(t, special=True, normalized=False) for _, t in specials.values() if t not in known]
+    tokenizer.add_tokens(added)
+    # llama.cpp adds BOS to a SentencePiece vocabulary whose file does not say otherwise
+    flag = meta.get("tokenizer.ggml.add_bos_token")
+    add_bos = (kind == "llama" if flag is None else bool(flag)) and "bos" in specials
+    add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and "eos" in specials
+    steps = [processors.ByteLevel(trim_offsets=False)] if kind == "gpt2" else []
+    if add_bos or add_eos:
+        ends = [specials[role] for role, on in (("bos", add_bos), ("eos", add_eos)) if on]
+        bos = f"{specials['bos'][1]} " if add_bos else ""
+        eos = f" {specials['eos'][1]}" if add_eos else ""
+        steps.append(
+            processors.TemplateProcessing(
+                single=f"{bos}$A{eos}",
+                pair=f"{bos}$A{eos} {bos}$B{eos}",
+                special_tokens=[(token, index) for index, token in ends],
+            )
         )
-    else:
-        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    if steps:
+        tokenizer.post_processor = steps[0] if len(steps) == 1 else processors.Sequence(steps)
     tokenizer.save(str(out / "tokenizer.json"))
 
     names = {"bos": "bos_token", "eos": "eos_token", "unknown": "unk_token", "padding": "pad_token"}
@@ -100,7 +105,7 @@ def write_tokenizer(gguf: GgufFile, out: Path) -> Dict[str, object]:
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": gguf.key("context_length", 4096),
         "add_bos_token": add_bos,
-        "add_eos_token": False,
+        "add_eos_token": add_eos,
         "clean_up_tokenization_spaces": False,
         **{names[role]: token for role, (_, token) in specials.items()},
     }
@@ -121,6 +126,36 @@ def write_tokenizer(gguf: GgufFile, out: Path) -> Dict[str, object]:
         generation["pad_token_id"] = specials["padding"][0]
     _write_json(out / "generation_config.json", generation)
     return {role: index for role, (index, _) in specials.items()}
+
+
+def _byte_level(gguf: GgufFile, tokens: List[str]):
+    from tokenizers import Tokenizer, decoders, models
+
+    pre = gguf.metadata.get("tokenizer.ggml.pre", "default")
+    pre_tokenizer = _pre_tokenizer(pre)
+    if pre_tokenizer is None:
+        raise GgufImportError(f"{gguf.path.name}: GGUF pre-tokenizer {pre!r} is not supported")
+    merges = [tuple(m.split(" ", 1)) for m in gguf.metadata.get("tokenizer.ggml.merges", [])]
+    vocab = {token: i for i, token in enumerate(tokens)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    tokenizer.pre_tokenizer = pre_tokenizer
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _sentencepiece(gguf: GgufFile, tokens: List[str]):
+    longest = max(tokens, key=len)
+    if len(longest) > sentencepiece.MAX_PIECE:
+        raise GgufImportError(
+            f"{gguf.path.name}: a SentencePiece token of {len(longest)} characters "
+            f"(at most {sentencepiece.MAX_PIECE})"
+        )
+    scores = gguf.metadata.get("tokenizer.ggml.scores")
+    if scores is not None and len(scores) != len(tokens):
+        raise GgufImportError(f"{gguf.path.name}: {len(scores)} token scores for {len(tokens)} tokens")
+    unk = gguf.metadata.get("tokenizer.ggml.unknown_token_id")
+    unk_token = tokens[int(unk)] if unk is not None and 0 <= int(unk) < len(tokens) else None
+    return sentencepiece.build(gguf.architecture, tokens, scores, unk_token)
 
 
 def _write_json(path: Path, value) -> None:

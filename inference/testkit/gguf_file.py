@@ -37,9 +37,11 @@ _GEMMA3 = dict(
 _TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 
 
-def write_gguf(folder, out, tensor_type="F32", architecture=None) -> Path:
+def write_gguf(folder, out, tensor_type="F32", architecture=None, sentencepiece=None) -> Path:
     """Write ``folder`` (a testkit model) as the GGUF file ``out``; ``architecture`` overrides the
-    GGUF architecture key (to write one omlx refuses)."""
+    GGUF architecture key (to write one omlx refuses); ``sentencepiece`` (a
+    ``testkit.sentencepiece.SentencePieceVocab`` as long as the model's vocabulary) replaces the
+    folder's tokenizer with a SentencePiece one (``tokenizer.ggml.model = llama``)."""
     import gguf
     from safetensors.numpy import load_file
 
@@ -69,7 +71,10 @@ def write_gguf(folder, out, tensor_type="F32", architecture=None) -> Path:
     if scaling.get("rope_type") == "llama3":
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
         writer.add_tensor("rope_freqs.weight", _llama3_rope_freqs(config["rope_theta"], head_dim, scaling))
-    _write_tokenizer(writer, folder, config)
+    if sentencepiece is None:
+        _write_tokenizer(writer, folder, config)
+    else:
+        _write_sentencepiece(writer, sentencepiece)
     layer = _GEMMA3 if model_type == "gemma3_text" else _LAYER
     for name, array in sorted(load_file(str(folder / "model.safetensors")).items()):
         module, suffix = name.rsplit(".", 1)
@@ -133,6 +138,20 @@ def _write_tokenizer(writer, folder, config):
     template = settings.get("chat_template") or _template_file(folder)
     if template:
         writer.add_string("tokenizer.chat_template", template)
+
+
+def _write_sentencepiece(writer, vocab):
+    from inference.testkit.sentencepiece import CHAT_TEMPLATE
+
+    writer.add_string("tokenizer.ggml.model", "llama")
+    writer.add_array("tokenizer.ggml.tokens", vocab.tokens)
+    writer.add_array("tokenizer.ggml.scores", vocab.scores)
+    writer.add_array("tokenizer.ggml.token_type", vocab.types)
+    for role, index in (("unknown", 0), ("bos", 1), ("eos", 2)):
+        writer.add_uint32(f"tokenizer.ggml.{role}_token_id", index)
+    writer.add_bool("tokenizer.ggml.add_bos_token", True)
+    writer.add_bool("tokenizer.ggml.add_eos_token", False)
+    writer.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
 
 
 def _template_file(folder):

@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
         "(Q4_0, Q4_1 and Q8_0 kept as MLX quantized weights, exactly; other types dequantized to "
         "float, or requantized with --quantize), the config from the GGUF keys, the tokenizer, chat "
         "template and special tokens from its metadata. Architectures: llama, qwen2, qwen3, gemma3; "
-        "tokenizer: byte-level BPE ('gpt2'). The folder appears whole or not at all.",
+        "tokenizers: byte-level BPE ('gpt2') and SentencePiece ('llama'). The folder appears whole or "
+        "not at all.",
     )
     p.add_argument("file", metavar="FILE.gguf", help="the GGUF file")
     p.add_argument(

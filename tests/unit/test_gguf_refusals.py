@@ -3,6 +3,7 @@ of a tiny qwen2 (inference.testkit.gguf_file) read by ``reader.read``, with one 
 tensor changed in memory, then given to the config and tokenizer builders."""
 
 import copy
+import json
 import subprocess
 import sys
 
@@ -60,13 +61,36 @@ def test_rope_freqs_that_are_not_llama3_scaling_are_refused(gguf):
 @pytest.mark.parametrize(
     "metadata, message",
     [
-        ({"tokenizer__ggml__model": "llama"}, "GGUF tokenizer model 'llama' is not supported"),
+        ({"tokenizer__ggml__model": "bert"}, "GGUF tokenizer model 'bert' is not supported"),
+        (
+            {"tokenizer__ggml__model": "llama", "tokenizer__ggml__tokens": ["<unk>", "a" * 513]},
+            "a SentencePiece token of 513 characters \\(at most 512\\)",
+        ),
+        (
+            {
+                "tokenizer__ggml__model": "llama",
+                "tokenizer__ggml__tokens": ["a", "b"],
+                "tokenizer__ggml__scores": [0.0],
+            },
+            "1 token scores for 2 tokens",
+        ),
+        ({"tokenizer__ggml__tokens": []}, "the GGUF has no tokenizer.ggml.tokens"),
         ({"tokenizer__ggml__pre": "tekken"}, "GGUF pre-tokenizer 'tekken' is not supported"),
     ],
 )
 def test_tokenizers_it_cannot_write_exactly_are_refused(gguf, tmp_path, metadata, message):
     with pytest.raises(GgufImportError, match=message):
         tokenizer.write_tokenizer(changed(gguf, **metadata), tmp_path)
+
+
+def test_a_sentencepiece_vocabulary_without_the_flag_gets_bos(gguf, tmp_path):
+    """llama.cpp (and transformers' loader) add BOS to a SentencePiece vocabulary whose file has
+    no tokenizer.ggml.add_bos_token; a byte-level one gets none."""
+    for kind, expected in (("llama", True), ("gpt2", False)):
+        other = changed(gguf, tokenizer__ggml__model=kind, tokenizer__ggml__bos_token_id=1)
+        del other.metadata["tokenizer.ggml.add_bos_token"]
+        tokenizer.write_tokenizer(other, tmp_path)
+        assert json.loads((tmp_path / "tokenizer_config.json").read_text())["add_bos_token"] is expected
 
 
 def test_bits_other_than_4_or_8_are_refused(gguf, tmp_path):
