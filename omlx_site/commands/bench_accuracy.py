@@ -86,7 +86,7 @@ def print_summary(results: dict, table) -> None:
     if ppl is not None:
         print(
             f"perplexity: {ppl['perplexity']:.3f} over {ppl['tokens']} tokens of {ppl['text']} "
-            f"(mean NLL {ppl['nll']:.4f} nats)"
+            f"(mean NLL {ppl['nll']:.4f} nats{', from the API' if ppl.get('via') else ''})"
         )
     else:
         print(f"perplexity: n/a ({results['perplexity_note']})")

@@ -1,10 +1,12 @@
 """`omlx bench --scenario accuracy` end to end, with the tiny test model and two HumanEval
-problems: against a live `omlx serve` (--url: HumanEval through the API, no perplexity), against
+problems: against a live `omlx serve` (--url: HumanEval and perplexity through the API), against
 the local engine (perplexity too), and from the console's Benchmark page (a Huey task)."""
 
 import json
 import os
 
+from inference.bench import perplexity
+from inference.engine.model_loader import load_model
 from tests.live.test_bench import admin, bench_server, db_rows, omlx_bench, wait_for_status  # noqa: F401
 
 FLAGS = ("--scenario", "accuracy", "--limit", "2", "--max-tokens", "16")
@@ -20,7 +22,7 @@ def check_humaneval(results, problems=2):
     assert results["errors"] == []
 
 
-def test_cli_url(tmp_path, omlx_server):
+def test_cli_url(tmp_path, omlx_server, model_dir):
     out = omlx_bench(
         tmp_path, "--url", omlx_server.url, "--model", "tiny", *FLAGS, "--output", str(tmp_path / "r.json")
     )
@@ -28,8 +30,15 @@ def test_cli_url(tmp_path, omlx_server):
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["scenario"] == "accuracy" and results["target"]["kind"] == "url"
     check_humaneval(results)
-    assert results["perplexity"] is None and "local target" in results["perplexity_note"]
-    assert "HumanEval pass@1" in out.stdout and "perplexity: n/a" in out.stdout
+    # perplexity from the server's echo logprobs: the local engine's value on the same folder
+    loaded = load_model(model_dir("qwen2", "tiny"), dtype="float32")
+    want = perplexity.perplexity_of(
+        perplexity.token_logprobs(loaded.model, list(loaded.tokenizer.encode(perplexity.text())))
+    )
+    ppl = results["perplexity"]
+    assert ppl["via"] == "echo logprobs" and ppl["tokens"] > 300
+    assert abs(ppl["perplexity"] - want) < 1e-4 * want
+    assert "HumanEval pass@1" in out.stdout and "nats, from the API)" in out.stdout
     assert "Traceback" not in out.stderr
 
 

@@ -12,6 +12,7 @@ from mlx_lm.utils import load
 
 from inference.engine import LLM, SamplingParams
 from inference.engine.adapter_config import AdapterError
+from inference.engine.prompt_logprobs import prompt_logprobs
 from inference.testkit.adapters import as_mlx_adapter, build_adapter
 from tests.support.engine_control import hold
 
@@ -153,3 +154,16 @@ def test_an_adapter_over_a_quantized_base_equals_mlx_lm(tmp_path, references):
         llm.engine.attach_adapter("qa", adapter)
         got = llm.generate([prompts[0]], GREEDY, adapter="qa")[0].token_ids
     assert got == _mlx_lm(base, adapter, prompts[0])
+
+
+@pytest.mark.parametrize("name", [None, "a1"])
+def test_prompt_logprobs_run_with_the_adapter(llm, base, adapters, name):
+    """echo's prompt logprobs (inference.engine.prompt_logprobs) of an adapter's request are the
+    adapted model's: mlx-lm's forward with the adapter loaded, log-softmaxed."""
+    prompt = _prompts(1)[0]
+    got = [t.logprob for t in prompt_logprobs(llm.engine, prompt, window=7, adapter=name)]
+    model, _ = load(str(base), adapter_path=str(adapters[name][1]) if name else None)
+    logits = model(mx.array([prompt]))[0, :-1].astype(mx.float32)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    want = mx.take_along_axis(logp, mx.array(prompt[1:])[:, None], axis=-1)[:, 0].tolist()
+    np.testing.assert_allclose(got, want, atol=1e-4)

@@ -191,7 +191,7 @@ def test_priority_is_accepted_on_every_route(api):
     [
         ({"model": "tiny", "prompt": [], "max_tokens": 2}, 400, "empty"),
         ({"model": "tiny", "prompt": [99999], "max_tokens": 2}, 400, "vocabulary"),
-        ({"model": "tiny", "prompt": "hi", "echo": True}, 400, "echo"),
+        ({"model": "tiny", "prompt": "hi", "max_tokens": 0}, 400, "max_tokens 0 is only for echo"),
         ({"model": "nope", "prompt": "hi"}, 404, "does not exist"),
         ({"prompt": "hi"}, 400, "model"),
     ],

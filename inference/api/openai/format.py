@@ -245,7 +245,9 @@ class CompletionFormat(ChatFormat):
         return {
             "tokens": [e["token"] for e in entries],
             "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top"]} for e in entries],
+            "top_logprobs": [  # None for an echoed prompt's first token
+                None if e["top"] is None else {t["token"]: t["logprob"] for t in e["top"]} for e in entries
+            ],
             "text_offset": offsets,
         }
 

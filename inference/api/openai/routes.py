@@ -115,8 +115,9 @@ async def chat_completions(request, body: ChatCompletionRequest):
 async def completions(request, body: CompletionRequest):
     check_api_key(request, scopes.INFERENCE)
     check_model(body.model)
-    if body.echo:
-        raise ApiError(400, "echo is not supported", param="echo")
+    if body.max_tokens == 0 and not body.echo:
+        raise ApiError(400, "max_tokens 0 is only for echo (scoring the prompt)", param="max_tokens")
+    echo_only = body.echo and body.max_tokens == 0  # scoring the prompt: nothing generated
     prompts = body.prompt
     if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
         prompts = [prompts]
@@ -125,10 +126,12 @@ async def completions(request, body: CompletionRequest):
     job = GenerationJob(
         f"cmpl-{uuid.uuid4().hex}",
         body.model,
-        _params(body, body.max_tokens, body.logprobs, choices=body.n * len(prompts)),
+        _params(body, None if echo_only else body.max_tokens, body.logprobs, choices=body.n * len(prompts)),
         body.n,
         prompts=list(prompts),
         cache_salt=effective_salt(request, body.cache_salt),
+        echo=body.echo,
+        echo_only=echo_only,
     )
     return await respond(job, _format(CompletionFormat, job, body), body.stream, key=request.omlx_key_labels)
 
