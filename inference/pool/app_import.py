@@ -26,12 +26,17 @@ def destination(folder: ModelFolder, model_dir: Path) -> Path:
     """Where the import of ``folder`` goes: ``NAME-TAG`` (Ollama's ``NAME:TAG``; with a namespace,
     ``NAMESPACE/NAME-TAG``) or ``PUBLISHER/FILE`` (LM Studio's ``PUBLISHER/NAME/FILE.gguf``)."""
     if folder.origin == OLLAMA:
-        parts = folder.id.replace(":", "-").split("/")[-2:]
-    else:
-        publisher, *_, file = folder.id.split("/")
-        parts = [publisher, file[: -len(".gguf")] if file.endswith(".gguf") else file]
+        return Path(model_dir) / ollama_folder(folder.id)
+    publisher, *_, file = folder.id.split("/")
+    parts = [publisher, file[: -len(".gguf")] if file.endswith(".gguf") else file]
     parts = [_UNSAFE.sub("-", p).strip(".-") or "model" for p in parts]
     return Path(model_dir).joinpath(*parts)
+
+
+def ollama_folder(model_id: str) -> str:
+    """The folder name of an imported Ollama model: ``NAME-TAG``, ``NAMESPACE/NAME-TAG``."""
+    parts = model_id.replace(":", "-").split("/")[-2:]
+    return "/".join(_UNSAFE.sub("-", p).strip(".-") or "model" for p in parts)
 
 
 def verify_blob(blob: Path) -> None:

@@ -140,6 +140,33 @@ def ollama_name(registry: str, namespace: str, name: str, tag: str) -> str:
     return f"{registry}/{namespace}/{name}:{tag}"
 
 
+def ollama_manifest(root: Path, name: str) -> Tuple[str, Path]:
+    """(the name as Ollama shows it, its manifest's path) for a name as ``ollama run`` takes it:
+    ``NAME[:TAG]``, ``NAMESPACE/NAME[:TAG]`` or ``REGISTRY/NAMESPACE/NAME[:TAG]`` (no tag:
+    ``latest``). ValueError for a name of other parts; the manifest may not exist."""
+    path, _, tag = name.partition(":")
+    parts = path.split("/")
+    if len(parts) > 3:
+        raise ValueError(f"{name!r} is not an Ollama model name (NAME:TAG, NAMESPACE/NAME:TAG)")
+    parts = [OLLAMA_REGISTRY, OLLAMA_LIBRARY][: 3 - len(parts)] + parts
+    model_id = ollama_name(*parts, tag or "latest")
+    return model_id, root / "manifests" / Path(*parts) / (tag or "latest")
+
+
+def find_ollama(root: Path, name: str) -> Candidate:
+    """The Ollama model ``name`` (``ollama_manifest``) in ``root``, its blob checked as discovery
+    checks it (``_model_blob``: a regular manifest, one model layer, a GGUF blob inside
+    ``blobs/`` of the size the manifest says); ValueError says why there is none."""
+    model_id, manifest = ollama_manifest(root, name)
+    if not manifest.exists() and not manifest.is_symlink():
+        raise ValueError(f"no Ollama model {model_id} in {root} (`ollama pull {model_id}` first?)")
+    try:
+        blob = _model_blob(root, manifest)
+    except ValueError as exc:
+        raise ValueError(f"Ollama model {model_id}: manifest {manifest}: {exc}") from None
+    return Candidate(model_id, blob, OLLAMA, blob)
+
+
 def read_manifest(path: Path) -> dict:
     """The manifest's JSON, read up to MAX_MANIFEST_BYTES without following a link (ValueError)."""
     try:

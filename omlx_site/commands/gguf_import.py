@@ -1,5 +1,5 @@
-"""`omlx import FILE.gguf`: a GGUF file (llama.cpp, Ollama, LM Studio) made into an MLX model
-folder in the model directory (inference.gguf does the work)."""
+"""`omlx import FILE.gguf` (or an Ollama model's name): a GGUF file (llama.cpp, Ollama, LM
+Studio) made into an MLX model folder in the model directory (inference.gguf does the work)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,24 @@ def add_parser(subparsers) -> None:
         "tokenizers: byte-level BPE ('gpt2') and SentencePiece ('llama'). The folder appears whole or "
         "not at all.",
     )
-    p.add_argument("file", metavar="FILE.gguf", help="the GGUF file")
+    p.add_argument(
+        "file",
+        metavar="FILE.gguf|OLLAMA-NAME",
+        help="the GGUF file, or the name of an Ollama model as `ollama list` shows it (llama3.2:1b, "
+        "NAMESPACE/NAME:TAG; no tag: latest), read from Ollama's models folder",
+    )
+    p.add_argument(
+        "--ollama-models",
+        default=None,
+        metavar="DIR",
+        help="Ollama's models folder (manifests/ and blobs/) for an Ollama name (default: the "
+        "ollama_models setting, $OMLX_OLLAMA_MODELS; 'auto': $OLLAMA_MODELS, else ~/.ollama/models)",
+    )
     p.add_argument(
         "--name",
         default=None,
-        help="the model folder's name, NAME or ORG/NAME (default: the file's name less .gguf)",
+        help="the model folder's name, NAME or ORG/NAME (default: the file's name less .gguf; "
+        "for an Ollama name NAME:TAG, NAME-TAG)",
     )
     p.add_argument(
         "--quantize",
@@ -51,7 +64,14 @@ def run(args) -> int:
     from inference.gguf.importer import GgufImportError, import_gguf
 
     source = Path(args.file).expanduser()
-    name = args.name or source.name.removesuffix(".gguf")
+    default = source.name.removesuffix(".gguf")
+    if not source.exists() and not args.file.endswith(".gguf"):
+        try:
+            source, default = _ollama_source(args.file, args.ollama_models)
+        except ValueError as exc:
+            print(f"omlx import: {exc}", file=sys.stderr)
+            return 2
+    name = args.name or default
     if not _NAME.match(name) or ".." in name:
         print(
             f"omlx import: --name {name!r}: use letters, digits, '.', '_', '-', and at most one '/'",
@@ -66,6 +86,26 @@ def run(args) -> int:
         print(f"omlx import: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _ollama_source(name: str, folder):
+    """(the GGUF blob of the Ollama model ``name``, its default folder name), the blob checked
+    against its manifest and its sha256 (inference.pool: the Models page's Import checks the
+    same); ValueError says why not."""
+    from inference.pool.app_import import ollama_folder, verify_blob
+    from inference.pool.other_apps import OtherApps, find_ollama
+    from omlx_site import config
+
+    root = OtherApps.from_settings(None, folder or config.load()["ollama_models"]).ollama
+    if root is None or not root.is_dir():
+        raise ValueError(
+            f"{name}: no such file, and no Ollama models folder to find it in "
+            f"({root or 'none found, or off'}; --ollama-models DIR)"
+        )
+    found = find_ollama(root, name)
+    print(f"{found.id}: Ollama blob {found.path}, checking its sha256")
+    verify_blob(found.path)
+    return found.path, ollama_folder(found.id)
 
 
 def _print_summary(summary) -> None:

@@ -10,7 +10,13 @@ import pytest
 
 from inference.pool import app_import
 from inference.pool.discovery import discover, signature
-from inference.pool.other_apps import IMPORT_REASON, MAX_MANIFEST_BYTES, OtherApps
+from inference.pool.other_apps import (
+    IMPORT_REASON,
+    MAX_MANIFEST_BYTES,
+    OtherApps,
+    find_ollama,
+    ollama_manifest,
+)
 from tests.support.other_apps_trees import (
     LMSTUDIO_GGUF,
     LMSTUDIO_MLX,
@@ -182,3 +188,26 @@ def test_an_ollama_blob_is_imported_and_serves_what_its_source_model_serves(tmp_
         want = llm.generate(prompt, params)[0].token_ids
     with LLM(imported) as llm:
         assert llm.generate(prompt, params)[0].token_ids == want
+
+
+def test_an_ollama_name_finds_its_manifest_and_nothing_outside(trees, tmp_path):
+    """`omlx import NAME:TAG` (find_ollama): the names `ollama run` takes, no tag meaning latest;
+    a name whose parts are not plain names never becomes a path."""
+    root = trees.ollama
+    for name, model_id in [
+        (OLLAMA_LIBRARY, OLLAMA_LIBRARY),
+        (OLLAMA_NAMESPACED.removesuffix(":latest"), OLLAMA_NAMESPACED),
+        (OLLAMA_OTHER_REGISTRY, OLLAMA_OTHER_REGISTRY),
+    ]:
+        found = find_ollama(root, name)
+        assert found.id == model_id and found.path.parent == root / "blobs"
+        folder = app_import.ollama_folder(found.id)
+        assert tmp_path / folder == app_import.destination(found, tmp_path)  # the Models page's Import's
+    assert (
+        ollama_manifest(root, "llama3.2")[1] == root / "manifests/registry.ollama.ai/library/llama3.2/latest"
+    )
+    with pytest.raises(ValueError, match="no Ollama model tinychat:2b"):
+        find_ollama(root, "tinychat:2b")
+    for bad in ("../../etc:passwd", "a/b/c/d:1", "a//b:1", ":1", "tinychat:../1b", "/abs:1"):
+        with pytest.raises(ValueError):
+            ollama_manifest(root, bad)
