@@ -16,6 +16,10 @@ for what is missing, so such a folder would load and answer nonsense. ``for_mlx_
 - ``num_local_experts`` -> ``num_experts`` where the model reads that name;
 - ``qwen3_5_text`` / ``qwen3_5_moe_text`` -> their multimodal type with a ``text_config``.
 
+An old-style ``rope_scaling`` dict (transformers 4) is read as it is; its keys that mlx-lm's RoPE
+does not read, or a scaling the model ignores, are named in a warning (``warn_ignored_scaling``).
+Vision-language folders (read by mlx-vlm) get the same mapping in ``vlm_config_compat``.
+
 A key that changes the model's math and that nothing maps is refused (ConfigError naming it):
 an unknown ``rope_type`` or scaling parameter (yarn's ``truncate: false``, which mlx-lm rounds
 anyway, only gets a warning), scaling or a partial rotary factor for a model
@@ -136,6 +140,7 @@ def _model_fields(config: dict) -> Optional[set]:
 
 def _map_section(section: dict, fields: set, where: str) -> None:
     """Map one level of the config (the top, or its ``text_config``) in place."""
+    warn_ignored_scaling(section, fields, where)
     _map_periods(section, fields, where)
     if "num_local_experts" in section and "num_experts" not in section:
         if "num_experts" in fields and "num_local_experts" not in fields:
@@ -149,6 +154,24 @@ def _map_section(section: dict, fields: set, where: str) -> None:
         _map_per_layer_rope(section, rope, fields, where)
     else:
         _map_rope(section, rope, fields, where, "rope_parameters")
+
+
+def warn_ignored_scaling(section: dict, fields: set, where: str) -> None:
+    """An old-style ``rope_scaling`` (transformers 4's key, read by the model as it is): what its
+    RoPE does not read is named in a warning, as is a scaling the model ignores altogether
+    (refusing would refuse folders that load today; ``rope_parameters`` is checked strictly)."""
+    scaling = section.get("rope_scaling")
+    if not isinstance(scaling, dict):
+        return
+    kind = "mrope" if "mrope_section" in scaling else scaling.get("rope_type", scaling.get("type", "default"))
+    if kind != "default" and "rope_scaling" not in fields and "rope_parameters" not in fields:
+        logger.warning("%s: rope_scaling (%s) is ignored by this model_type in mlx-lm", where, kind)
+        return
+    if kind not in _SCALING_KEYS:
+        return  # mlx-lm's initialize_rope refuses a type it lacks, naming it
+    ignored = sorted(k for k in scaling if k not in _NEUTRAL_KEYS | _SCALING_KEYS[kind] | {_YARN_TRUNCATE})
+    if ignored:
+        logger.warning("%s: rope_scaling %s ignored by mlx-lm's %s RoPE", where, ", ".join(ignored), kind)
 
 
 def _map_per_layer_rope(section, rope, fields, where):

@@ -20,7 +20,7 @@ from cache.layout import CacheLayout
 from inference import platform
 from inference.vision import model as vision_model
 
-from . import cache_io, config_compat, weight_compat
+from . import cache_io, config_compat, vlm_config_compat, weight_compat
 
 logger = logging.getLogger("omlx.engine")
 
@@ -151,9 +151,9 @@ def _read_config(path: Path) -> dict:
         raise ModelLoadError(f"{config_file}: not valid JSON: {exc}") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise ModelLoadError(f'{config_file}: has no "model_type"')
-    if vision_model.reads_images(config, path):
-        return config  # mlx-vlm reads the folder itself
     try:
+        if vision_model.reads_images(config, path):  # read by mlx-vlm
+            return vlm_config_compat.for_mlx_vlm(config)
         return config_compat.for_mlx_lm(config)
     except config_compat.ConfigError as exc:
         raise ModelLoadError(f"{path}: {exc}") from None

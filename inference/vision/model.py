@@ -31,10 +31,12 @@ so KV restored from the block cache sits at the positions it was computed at.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import logging
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -291,20 +293,40 @@ def load_processor(path: str, model_type: Optional[str]):
     return vlm_load_processor(path, add_detokenizer=False)
 
 
+@contextlib.contextmanager
+def _as_written_for_mlx_vlm(path: Path, config: Optional[dict]):
+    """``path`` itself, or (``config``: the mapped config.json) a temporary view of it for mlx-vlm,
+    which reads config.json from the folder it loads: links to every other file, and ``config``."""
+    if config is None:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="omlx-vlm-") as tmp:
+        view = Path(tmp)
+        for entry in path.iterdir():
+            if entry.name != "config.json":
+                (view / entry.name).symlink_to(entry.resolve())
+        (view / "config.json").write_text(json.dumps(config))
+        yield view
+
+
 def load_vision(path: Path, dtype_name: Optional[str]):
     """(TextModel, VisionModel, config) of the folder; raises whatever mlx-vlm or transformers
     raise for a broken one (the caller words it)."""
     from mlx_vlm.utils import load_model as vlm_load_model
 
-    config = json.loads((Path(path) / "config.json").read_text())
+    from inference.engine.vlm_config_compat import for_mlx_vlm
+
+    written = json.loads((Path(path) / "config.json").read_text())
+    config = for_mlx_vlm(written)  # transformers 5's keys as mlx-vlm reads them
     reason = unsupported_reason(config)
     if reason is not None:
         raise ValueError(reason)
-    vlm = vlm_load_model(Path(path))
-    if dtype_name is not None:
-        target = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}[dtype_name]
-        vlm.set_dtype(target, predicate=lambda t: mx.issubdtype(t, mx.floating))
-    mx.eval(vlm.parameters())
+    with _as_written_for_mlx_vlm(Path(path), config if config != written else None) as folder:
+        vlm = vlm_load_model(folder)
+        if dtype_name is not None:
+            target = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}[dtype_name]
+            vlm.set_dtype(target, predicate=lambda t: mx.issubdtype(t, mx.floating))
+        mx.eval(vlm.parameters())
     processor = load_processor(str(path), config.get("model_type"))
     wrapper = MRopeTextModel if config.get("model_type") in MROPE_FAMILIES else TextModel
     return wrapper(vlm.language_model), VisionModel(vlm, processor, config), config

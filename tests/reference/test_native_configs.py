@@ -69,3 +69,44 @@ def test_native_folder_greedy_matches_transformers(tmp_path, case):
         results = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))
     assert [r.error for r in results] == [None] * len(prompts)
     assert [r.token_ids for r in results] == expected
+
+
+# Vision-language folders (read by mlx-vlm): the testkit's Hub-format folder with an unusual RoPE
+# base, its config saved again by transformers 5 (text_config, rope_parameters with MRoPE's
+# sections or one entry per layer type, layer_types, the tower's own model_type).
+VISION_ROPE = {
+    "qwen2_vl": {"rope_theta": 2000.0},
+    "gemma3": {"rope_theta": 2000.0, "rope_local_base_freq": 50.0},
+}
+
+
+@pytest.mark.parametrize("arch", list(VISION_ROPE))
+def test_native_vision_config_answers_as_transformers(tmp_path, arch):
+    import json
+    import shutil
+
+    import mlx.core as mx
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from inference.engine import load_model
+    from inference.pool.discovery import inspect
+    from inference.testkit.registry import build_model
+
+    hub = build_model(tmp_path / "hub", arch=arch)
+    config = json.loads((hub / "config.json").read_text())
+    (config.get("text_config") if arch == "gemma3" else config).update(VISION_ROPE[arch])
+    (hub / "config.json").write_text(json.dumps(config))
+    native = tmp_path / "native"
+    shutil.copytree(hub, native)
+    AutoConfig.from_pretrained(hub).save_pretrained(native)
+    written = json.loads((native / "config.json").read_text())
+    assert "rope_theta" not in written["text_config"] and "rope_parameters" in written["text_config"]
+    found = inspect("native", native)
+    assert found.servable, found.reason
+    ids = [[5, 17, 42, 99, 7, 300, 12, 8]]
+    ours = load_model(native, dtype="float32").model(mx.array(ids))[0].astype(mx.float32)
+    reference = AutoModelForImageTextToText.from_pretrained(hub, dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = reference(torch.tensor(ids)).logits[0].numpy()
+    np.testing.assert_allclose(np.array(ours), theirs, atol=1e-4, rtol=1e-5)

@@ -107,3 +107,20 @@ def test_loader_and_discovery_refuse_with_the_message(tmp_path, model_dir):
     with pytest.raises(ModelLoadError, match="rope_type 'su_perfect' is not supported"):
         load_model(path)
     assert "rope_type 'su_perfect' is not supported" in inspect("llama-t5", path).reason
+
+
+def test_old_style_rope_scaling_keys_mlx_lm_ignores_are_named_in_a_warning(caplog):
+    """transformers 4's rope_scaling is read as it is (refusing would refuse folders that load
+    today); what its RoPE does not read, or a model that reads no scaling, is named."""
+    linear = {"rope_type": "linear", "factor": 2.0, "low_freq_factor": 1.0}
+    with caplog.at_level("WARNING", logger="omlx.engine"):
+        assert for_mlx_lm(_llama(rope_theta=10.0, rope_scaling=linear))["rope_scaling"] == linear
+        for_mlx_lm({"model_type": "gemma2", "rope_scaling": {"type": "linear", "factor": 4.0}})
+        for_mlx_lm(_llama(rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}))
+        for_mlx_lm(_llama(rope_scaling={"rope_type": "yarn", "factor": 4.0, "truncate": True}))
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[:2] == [
+        "config.json: rope_scaling low_freq_factor ignored by mlx-lm's linear RoPE",
+        "config.json: rope_scaling (linear) is ignored by this model_type in mlx-lm",
+    ]
+    assert len(messages) == 2  # mrope's sections and yarn's truncate are read
