@@ -3,8 +3,8 @@
 Every action is an htmx POST to ``action/`` (the model id and the action in the form) that
 answers with the re-rendered table; bad values answer 400 with the table and an error message,
 as the REST API would (the same checks: ``ModelPool.update_settings``). Loads, unloads and imports
-of other apps' GGUF models (``inference.pool.app_import``) run on threads
-(admin_panel/model_jobs.py); while one runs the table polls ``table/`` every 2 s.
+of GGUF models (other apps', or a ``.gguf`` file in a model directory: ``inference.pool.app_import``)
+run on threads (admin_panel/model_jobs.py); while one runs the table polls ``table/`` every 2 s.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _start(pool, model_id: str, act: str, messages: List[Message]) -> int:
         messages.append(("ok", f"{model_id} is loaded"))
         return 200
     if act == "import" and pool.folders()[model_id].gguf is None:
-        messages.append(("error", f"{model_id} is not a GGUF model of another app: nothing to import"))
+        messages.append(("error", f"{model_id} is not a GGUF model: nothing to import"))
         return 400
     work = {
         "load": lambda: pool.engine(model_id),

@@ -1,5 +1,6 @@
-"""Importing another app's GGUF model (an Ollama blob, a LM Studio ``.gguf`` file) into the first
-model directory, so that it is served: the one time anything of theirs is copied.
+"""Importing a GGUF model (an Ollama blob, a LM Studio ``.gguf`` file, a ``.gguf`` file lying in a
+model directory) into the first model directory, so that it is served: the one time anything of
+another app's is copied.
 
 The conversion is the GGUF importer's (``inference.gguf.importer.import_gguf``); this module names
 the folder it writes and checks an Ollama blob against its digest first (the blob's file name is
@@ -13,7 +14,7 @@ import re
 from pathlib import Path
 
 from .discovery import ModelFolder
-from .other_apps import OLLAMA
+from .other_apps import MODEL_DIR, OLLAMA
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -24,9 +25,12 @@ class ImporterMissing(RuntimeError):
 
 def destination(folder: ModelFolder, model_dir: Path) -> Path:
     """Where the import of ``folder`` goes: ``NAME-TAG`` (Ollama's ``NAME:TAG``; with a namespace,
-    ``NAMESPACE/NAME-TAG``) or ``PUBLISHER/FILE`` (LM Studio's ``PUBLISHER/NAME/FILE.gguf``)."""
+    ``NAMESPACE/NAME-TAG``), ``PUBLISHER/FILE`` (LM Studio's ``PUBLISHER/NAME/FILE.gguf``) or
+    ``FILE`` (a ``FILE.gguf`` in a model directory, whose id it keeps)."""
     if folder.origin == OLLAMA:
         return Path(model_dir) / ollama_folder(folder.id)
+    if folder.origin == MODEL_DIR:  # a loose FILE.gguf: the folder FILE takes its id
+        return Path(model_dir) / (_UNSAFE.sub("-", folder.id).strip(".-") or "model")
     publisher, *_, file = folder.id.split("/")
     parts = [publisher, file[: -len(".gguf")] if file.endswith(".gguf") else file]
     parts = [_UNSAFE.sub("-", p).strip(".-") or "model" for p in parts]
@@ -56,7 +60,7 @@ def import_model(folder: ModelFolder, model_dir: Path) -> Path:
     """Convert ``folder``'s GGUF file into an MLX folder under ``model_dir``; the folder's path.
     ValueError when it is no GGUF to import or its destination exists; ImporterMissing."""
     if folder.gguf is None:
-        raise ValueError(f"{folder.id} is not a GGUF model of another app: there is nothing to import")
+        raise ValueError(f"{folder.id} is not a GGUF model: there is nothing to import")
     dest = destination(folder, model_dir)
     if dest.exists():
         raise ValueError(f"{dest} exists already: remove it to import {folder.id} again")

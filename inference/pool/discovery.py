@@ -128,6 +128,8 @@ def discover(
             folder = inspect(model_id, path, kind_overrides.get(model_id))
             folder.reason = reason or folder.reason
         folder.origin, folder.gguf = origin, gguf
+        if origin == MODEL_DIR and key == model_id and path.suffix == ".gguf" and path.is_file():
+            folder.gguf = path  # a loose GGUF file: the Models page's Import converts it too
         found[key] = folder
     resolve_bases(found)
     return dict(sorted(found.items()))

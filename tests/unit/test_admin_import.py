@@ -72,3 +72,19 @@ def test_without_the_importer_the_import_says_so(apps_console):
     status, html = _import(apps_console, OLLAMA_LIBRARY)
     assert status in (202, 503) and "GGUF import is not available in this build" in html
     assert OLLAMA_LIBRARY in get_pool().folders()  # still listed, to import
+
+
+def test_a_gguf_file_in_the_model_dir_is_imported_from_the_models_page(console, model_dir):
+    """A loose FILE.gguf in the model directory gets the Import button too; the folder FILE it
+    becomes is served under the file's id (the file's row then says it is shadowed)."""
+    from inference.testkit.gguf_file import write_gguf
+
+    models = get_pool().model_dir
+    write_gguf(model_dir("qwen2", "tiny"), models / "loose.gguf", "Q8_0")
+    get_pool().rescan()
+    html = console.get("/admin/models/").content.decode()
+    assert html.count(">Import</button>") == 1 and "loose" in html
+    status, html = _import(console, "loose")
+    assert status in (200, 202) and "cannot be served: shadowed by" in html, html
+    folder = get_pool().folders()["loose"]
+    assert folder.path == models / "loose" and folder.servable and folder.gguf is None
