@@ -1,7 +1,7 @@
 """`omlx import` as the real command line: a GGUF file in a model directory is listed by `omlx
 models` as importable (not served), `omlx import` makes it a servable folder, and a GGUF file of
-an architecture omlx does not import exits 2 with the architecture named; an Ollama model is
-imported by its name."""
+an architecture omlx does not import exits 2 with the architecture named. (An Ollama model by
+its name: tests/unit/test_other_apps.py, in process.)"""
 
 import json
 import os
@@ -12,11 +12,10 @@ import pytest
 
 from inference.testkit.gguf_file import write_gguf
 from inference.testkit.registry import build_model
-from tests.support.other_apps_trees import model_layers, write_manifest
 
 
-def omlx(tmp_path, *args, env=None):
-    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"), **(env or {}))
+def omlx(tmp_path, *args):
+    env = dict(os.environ, OMLX_HOME=str(tmp_path / "home"))
     env.pop("OMLX_MODEL_DIR", None)
     return subprocess.run(
         [sys.executable, "-m", "omlx_site.cli", *args], env=env, capture_output=True, text=True, timeout=300
@@ -70,27 +69,3 @@ def test_a_name_outside_the_model_folder_is_refused(gguf_dir, tmp_path):
         done = omlx(tmp_path, "import", source, "--model-dir", str(tmp_path / "m"), "--name", name)
         assert done.returncode == 2 and "--name" in done.stderr, name
     assert not (tmp_path / "escape").exists() and not (tmp_path / "m").exists()
-
-
-def test_an_ollama_model_is_imported_by_its_name(gguf_dir, tmp_path):
-    """`omlx import NAME:TAG` reads Ollama's folder (here from $OMLX_OLLAMA_MODELS, as `omlx
-    serve` finds it), checks the blob's sha256 and writes NAME-TAG; a name Ollama does not have,
-    and a blob that no longer hashes to its name, exit 2 with the reason."""
-    root = tmp_path / "ollama"
-    blob = (gguf_dir / "downloads" / "tiny-qwen2.gguf").read_bytes()
-    write_manifest(root, "tinyqwen:1b", model_layers(root, blob))
-    models = tmp_path / "models"
-    env = {"OMLX_OLLAMA_MODELS": str(root)}
-    done = omlx(tmp_path, "import", "tinyqwen:1b", "--model-dir", str(models), env=env)
-    assert done.returncode == 0, done.stderr
-    assert "tinyqwen:1b: Ollama blob" in done.stdout
-    assert listed(tmp_path, models)["tinyqwen-1b"]["servable"] is True
-
-    missing = omlx(tmp_path, "import", "tinyqwen", "--ollama-models", str(root), "--model-dir", str(models))
-    assert missing.returncode == 2
-    assert f"no Ollama model tinyqwen:latest in {root}" in missing.stderr
-    stored = next(p for p in (root / "blobs").iterdir() if p.read_bytes() == blob)
-    stored.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))  # same size, other bytes
-    changed = omlx(tmp_path, "import", "tinyqwen:1b", "--name", "again", "--model-dir", str(models), env=env)
-    assert changed.returncode == 2 and "does not match its sha256 digest" in changed.stderr
-    assert not (models / "again").exists()

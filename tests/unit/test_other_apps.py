@@ -211,3 +211,37 @@ def test_an_ollama_name_finds_its_manifest_and_nothing_outside(trees, tmp_path):
     for bad in ("../../etc:passwd", "a/b/c/d:1", "a//b:1", ":1", "tinychat:../1b", "/abs:1"):
         with pytest.raises(ValueError):
             ollama_manifest(root, bad)
+
+
+def test_omlx_import_takes_an_ollama_name(tmp_path, model_dir, monkeypatch, capsys):
+    """`omlx import NAME:TAG` (omlx_site/commands/gguf_import.py, run in process): Ollama's folder
+    from $OMLX_OLLAMA_MODELS as `omlx serve` finds it, the blob checked against its sha256, the
+    folder NAME-TAG servable; a name Ollama lacks and a changed blob exit 2 with the reason."""
+    from argparse import Namespace
+
+    from inference.testkit.gguf_file import write_gguf as write_real_gguf
+    from omlx_site.commands import gguf_import
+
+    root, models = tmp_path / "ollama", tmp_path / "models"
+    blob = write_real_gguf(model_dir("qwen2", "tiny"), tmp_path / "tiny.gguf").read_bytes()
+    write_manifest(root, "tinyqwen:1b", model_layers(root, blob))
+    monkeypatch.setenv("OMLX_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("OMLX_OLLAMA_MODELS", str(root))
+
+    def run(source, **flags):
+        args = dict(file=source, name=None, quantize=None, model_dir=str(models), ollama_models=None)
+        return gguf_import.run(Namespace(**dict(args, **flags)))
+
+    assert run("tinyqwen:1b") == 0
+    assert "tinyqwen:1b: Ollama blob" in capsys.readouterr().out
+    assert discover([models])["tinyqwen-1b"].servable
+    assert run("tinyqwen", ollama_models=str(root)) == 2
+    assert f"no Ollama model tinyqwen:latest in {root}" in capsys.readouterr().err
+    stored = next(p for p in (root / "blobs").iterdir() if p.read_bytes() == blob)
+    stored.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))  # same size, other bytes
+    assert run("tinyqwen:1b", name="again") == 2
+    assert "does not match its sha256 digest" in capsys.readouterr().err
+    assert not (models / "again").exists()
+    monkeypatch.setenv("OMLX_OLLAMA_MODELS", "off")
+    assert run("tinyqwen:1b", name="other") == 2
+    assert "no such file, and no Ollama models folder" in capsys.readouterr().err
