@@ -9,7 +9,8 @@ transformers' GGUF loader does (``integrations/gguf/gguf_tokenizer_mapping.py``,
 ``tokenizers`` library alone, so serving needs neither transformers nor torch, and
 tests/reference/test_gguf_sentencepiece.py checks it against that loader.
 
-Two shapes, by architecture: llama's (a ``▁`` prepended to the text, stripped again when decoding)
+Two shapes, by architecture: llama's (a ``▁`` prepended to the text, stripped again when decoding,
+unless the file's ``add_space_prefix`` is false: llama.cpp's rule)
 and gemma's (spaces replaced by ``▁``, nothing prepended; its multi-space pieces are stored as real
 spaces and its scores do not follow its merges, so the order of the file ranks them).
 """
@@ -23,8 +24,16 @@ GEMMA_ARCHITECTURES = ("gemma", "gemma2", "gemma3")
 MAX_PIECE = 512  # characters; real pieces are under 100 (gemma's longest: 31 spaces)
 
 
-def build(architecture: str, tokens: List[str], scores: Optional[List[float]], unk: Optional[str]):
-    """The ``tokenizers.Tokenizer`` (model, normalizer, pre-tokenizer, decoder; no added tokens)."""
+def build(
+    architecture: str,
+    tokens: List[str],
+    scores: Optional[List[float]],
+    unk: Optional[str],
+    space_prefix: bool = True,
+):
+    """The ``tokenizers.Tokenizer`` (model, normalizer, pre-tokenizer, decoder; no added tokens).
+    ``space_prefix`` False (``tokenizer.ggml.add_space_prefix``, which llama.cpp honours and
+    transformers' loader ignores): no ``▁`` prepended to llama-shaped text, none stripped."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     gemma = architecture in GEMMA_ARCHITECTURES
@@ -47,8 +56,10 @@ def build(architecture: str, tokens: List[str], scores: Optional[List[float]], u
         tokenizer.normalizer = normalizers.Replace(" ", _SPACE)
         tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
     else:
-        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(_SPACE, prepend_scheme="first", split=False)
-        steps.append(decoders.Strip(" ", 1, 0))
+        scheme = "first" if space_prefix else "never"
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(_SPACE, prepend_scheme=scheme, split=False)
+        if space_prefix:
+            steps.append(decoders.Strip(" ", 1, 0))
     tokenizer.decoder = decoders.Sequence(steps)
     return tokenizer
 

@@ -155,7 +155,10 @@ def _sentencepiece(gguf: GgufFile, tokens: List[str]):
         raise GgufImportError(f"{gguf.path.name}: {len(scores)} token scores for {len(tokens)} tokens")
     unk = gguf.metadata.get("tokenizer.ggml.unknown_token_id")
     unk_token = tokens[int(unk)] if unk is not None and 0 <= int(unk) < len(tokens) else None
-    return sentencepiece.build(gguf.architecture, tokens, scores, unk_token)
+    space_prefix = gguf.metadata.get("tokenizer.ggml.add_space_prefix")
+    return sentencepiece.build(
+        gguf.architecture, tokens, scores, unk_token, space_prefix is None or bool(space_prefix)
+    )
 
 
 def _write_json(path: Path, value) -> None:

@@ -93,6 +93,33 @@ def test_a_sentencepiece_vocabulary_without_the_flag_gets_bos(gguf, tmp_path):
         assert json.loads((tmp_path / "tokenizer_config.json").read_text())["add_bos_token"] is expected
 
 
+def test_a_sentencepiece_space_prefix_follows_the_file(gguf, tmp_path):
+    """tokenizer.ggml.add_space_prefix false (llama.cpp honours it): no ``▁`` before the text."""
+    from tokenizers import Tokenizer
+
+    from inference.testkit.sentencepiece import sentencepiece_vocab
+
+    vocab = sentencepiece_vocab()
+    spm = dict(
+        tokenizer__ggml__model="llama",
+        tokenizer__ggml__tokens=vocab.tokens,
+        tokenizer__ggml__scores=vocab.scores,
+        tokenizer__ggml__token_type=vocab.types,
+        tokenizer__ggml__bos_token_id=1,
+    )
+    for flag, prefixed in ((None, True), (False, False)):
+        other = (
+            changed(gguf, **spm)
+            if flag is None
+            else changed(gguf, **spm, tokenizer__ggml__add_space_prefix=flag)
+        )
+        tokenizer.write_tokenizer(other, tmp_path)
+        loaded = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+        encoded = loaded.encode("the water")
+        assert encoded.tokens[0].startswith("▁") is prefixed, encoded.tokens
+        assert loaded.decode(encoded.ids) == "the water"
+
+
 def test_bits_other_than_4_or_8_are_refused(gguf, tmp_path):
     with pytest.raises(GgufImportError, match="--quantize takes 4 or 8, not 3"):
         import_gguf(gguf.path, tmp_path / "out", quantize=3)
