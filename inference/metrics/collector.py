@@ -45,6 +45,7 @@ class Sources:
     guard: Callable[[], object] = lambda: None  # the memory guard while it runs, else None
     serves_models: Callable[[], bool] = lambda: False  # whether this process runs inference
     process_rss: Callable[[], Optional[int]] = lambda: None  # resident memory of this process
+    workers: Callable[[], dict] = dict  # Redis mode: live worker id -> its WorkerSummary or None
 
 
 _sources = Sources()
