@@ -59,15 +59,13 @@ class RedisBackend(HueyBackend):
         await sync_to_async(self._submit, thread_sensitive=False)(job)  # network I/O
 
     def _submit(self, job) -> None:
-        from inference.metrics.definitions import ROUTE_DECISIONS, ROUTE_SUMMARIES_REFUSED
+        from inference.metrics.definitions import ROUTE_DECISIONS
 
         from . import relay, route_keys, routed_queue
 
         job_dict = job.to_dict()
         keys = route_keys.route_keys(job_dict)
         workers = self.workers()
-        if self.view.refused:
-            ROUTE_SUMMARIES_REFUSED.inc(self.view.refused)
         worker = None
         if workers:
             decision = self.router.choose(keys, workers)

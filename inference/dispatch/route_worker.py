@@ -131,7 +131,7 @@ class RouteWorker:
             try:
                 data = worker_summary.encode(self.summary(), self.secret)
                 client.set(worker_summary.KEY_PREFIX + self.worker, data, ex=ttl)
-                routed_queue.rescue_orphans(client, lambda worker: ALIVE + worker)
+                routed_queue.rescue_orphans(client, self.worker, lambda worker: ALIVE + worker)
             except Exception as exc:
                 logger.warning("publishing the worker summary failed: %s", exc)
             if self._dirty.wait(self.heartbeat / 3):

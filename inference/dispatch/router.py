@@ -9,6 +9,8 @@ longest match wins, the least loaded among equals; but when its load exceeds the
 worker's by more than OMLX_ROUTE_BALANCE_THRESHOLD requests, the least loaded worker takes it
 instead (a hot prefix must not pile every request on one worker). Nobody holding anything: the
 least loaded worker. ``least-loaded``: always the least loaded. ``random``: any live worker.
+Among equally loaded workers, the one this server sent fewest requests, so that new conversations
+spread out.
 
 A worker's load: requests running or waiting in its engines by its summary, or the requests this
 server sent it that have not ended, whichever is larger. Ties are broken at random.
@@ -52,6 +54,7 @@ class Router:
         self._lock = threading.Lock()
         self._sent: "OrderedDict[str, str]" = OrderedDict()  # route key -> worker it was sent to
         self._in_flight: Dict[str, int] = {}
+        self._count: Dict[str, int] = {}  # requests sent to each worker
 
     def choose(self, keys: Sequence[str], workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
         """The worker for a request of route ``keys`` among the live ``workers`` (id -> its summary,
@@ -64,7 +67,9 @@ class Router:
             if self.policy == "random":
                 return Decision(self._rng.choice(names), "random")
             lightest = min(loads.values())
-            least = [w for w in names if loads[w] == lightest]
+            # Among the least loaded, the one this server sent fewest requests (round robin).
+            fewest = min(self._count.get(w, 0) for w in names if loads[w] == lightest)
+            least = [w for w in names if loads[w] == lightest and self._count.get(w, 0) == fewest]
             if self.policy == "least-loaded":
                 return Decision(self._rng.choice(least), "least_loaded")
             matched = {w: self._matched(keys, w, workers[w]) for w in names}
@@ -101,6 +106,7 @@ class Router:
             while len(self._sent) > MEMORY_KEYS:
                 self._sent.popitem(last=False)
             self._in_flight[worker] = self._in_flight.get(worker, 0) + 1
+            self._count[worker] = self._count.get(worker, 0) + 1
 
     def ended(self, worker: str) -> None:
         """A request sent to ``worker`` ended (for its view, whatever the outcome)."""
@@ -113,7 +119,8 @@ class Router:
 
 
 class WorkerView:
-    """The live workers and their summaries, read from Redis at most every ``max_age`` seconds."""
+    """The live workers and their summaries, read from Redis at most every ``max_age`` seconds: the
+    workers that have both a presence key and a valid summary."""
 
     def __init__(self, max_age: float = 0.25):
         self.max_age = max_age
@@ -131,6 +138,12 @@ class WorkerView:
                 return self._workers
             alive = worker_presence.live_workers(client)
             summaries, self.refused = worker_summary.read_all(client, secret)
-            self._workers = {w: summaries.get(w) for w in alive}
+            if self.refused:
+                from inference.metrics.definitions import ROUTE_SUMMARIES_REFUSED
+
+                ROUTE_SUMMARIES_REFUSED.inc(self.refused)
+            # A worker is routed to only with a presence key and a summary signed with the secret:
+            # a presence key alone (plain, anyone with access to Redis can write one) is not trusted.
+            self._workers = {w: summaries[w] for w in alive if w in summaries}
             self._at = now
             return self._workers

@@ -105,7 +105,7 @@ ROUTE_DECISIONS = Counter(
 )
 ROUTE_SUMMARIES_REFUSED = Counter(
     "omlx_route_summaries_refused",
-    "Redis mode: worker summaries read from Redis and refused (not signed with the secret, too "
+    "Redis mode: worker summaries refused, at each read of them (not signed with the secret, too "
     "large, malformed, or naming another worker)",
     registry=REGISTRY,
 )

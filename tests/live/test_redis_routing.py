@@ -1,0 +1,244 @@
+"""Prefix-aware routing across workers (docs/operations.md "Several workers behind one server"):
+a real redis-server, `omlx serve --redis-url`, two `omlx worker`s that share one cold-tier folder
+(each with its own home and database, as on two machines), and a third started fresh at the end."""
+
+import re
+import signal
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.live.test_redis_mode import REDIS, SECRET, Process, redis_url, server, setup  # noqa: F401
+
+pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
+
+SYSTEM = (
+    "You are a careful coding agent working in a large repository. Read the files you are shown, "
+    "keep your answers short, call tools when you need to, and never invent file names. "
+) * 3
+
+
+def start_worker(setup, name, tmp_path_factory):  # noqa: F811
+    home = tmp_path_factory.mktemp(f"worker-{name}")
+    env = dict(setup["env"], OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"))
+    argv = [sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", setup["redis_url"]]
+    argv += ["--model-dir", str(setup["models"]), "--paged-ssd-cache-dir", str(setup["home"] / "shared-cold")]
+    return Process(argv, env, "taking requests from")
+
+
+@pytest.fixture(scope="module")
+def workers(setup, server, tmp_path_factory):  # noqa: F811
+    started = [start_worker(setup, name, tmp_path_factory) for name in "ab"]
+    wait_for_workers(server, {w.process.pid for w in started})
+    yield started
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.process.send_signal(signal.SIGCONT)
+            worker.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def client(server, workers):  # noqa: F811
+    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60) as c:
+        yield c
+
+
+def metrics(server):  # noqa: F811
+    """{(name, labels text): value} of the server's /metrics."""
+    out = {}
+    for line in httpx.get(server.url + "/metrics", timeout=30).text.splitlines():
+        match = re.match(r"^(\w+)(\{[^}]*\})? (\S+)$", line)
+        if match:
+            out[(match.group(1), match.group(2) or "")] = float(match.group(3))
+    return out
+
+
+def pid_of(labels):
+    return int(re.search(r'worker="[^"]*:(\d+)"', labels).group(1))
+
+
+def decisions(server, reason=None):  # noqa: F811
+    """{(worker pid, reason): requests routed} so far."""
+    out = {}
+    for (name, labels), value in metrics(server).items():
+        if name == "omlx_route_decisions_total":
+            why = re.search(r'reason="(\w+)"', labels).group(1)
+            out[(pid_of(labels), why)] = value
+    return out
+
+
+def wait_for_workers(server, pids, timeout=60):  # noqa: F811
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        up = {pid_of(labels) for (name, labels) in metrics(server) if name == "omlx_worker_up"}
+        if up == set(pids):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"workers {pids} not all up: {up}")
+
+
+def ask(client, messages, **extra):
+    reply = client.chat.completions.create(
+        model="tiny", messages=messages, temperature=0, max_tokens=8, **extra
+    )
+    return reply, reply.usage.prompt_tokens_details.cached_tokens
+
+
+def routed_to(server, before):  # noqa: F811
+    """The one (pid, reason) whose count grew since ``before``."""
+    after = decisions(server)
+    grown = [k for k, v in after.items() if v > before.get(k, 0)]
+    assert len(grown) == 1, (before, after)
+    return grown[0]
+
+
+def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server):  # noqa: F811
+    """Four conversations of three turns: every later turn goes to the worker that ran the first
+    (a "prefix" decision) and reuses its prompt from that worker's cache."""
+    homes = {}
+    for turn in range(3):
+        for conv in range(4):
+            messages = [{"role": "system", "content": f"Conversation {conv}. {SYSTEM}"}]
+            for t in range(turn + 1):
+                messages.append({"role": "user", "content": f"Step {t}: list the files."})
+                if t < turn:
+                    messages.append({"role": "assistant", "content": f"Answer {t}."})
+            before = decisions(server)
+            reply, cached = ask(client, messages)
+            pid, reason = routed_to(server, before)
+            if turn == 0:
+                homes[conv] = pid
+                continue
+            assert (pid, reason) == (homes[conv], "prefix")
+            assert cached > reply.usage.prompt_tokens // 2
+    assert len(set(homes.values())) == 2, "the first turns spread over both workers (least loaded)"
+
+
+def test_forged_summaries_are_refused(client, server, setup):  # noqa: F811
+    """A worker that publishes no summary signed with the secret gets no request, whatever it
+    claims: here a presence key and summaries that claim every prefix, unsigned, signed with
+    another secret, too large, or copied from a real worker."""
+    import redis as redis_py
+
+    from inference.dispatch.route_keys import route_keys
+    from inference.dispatch.signed_json import SignedJson
+
+    messages = [{"role": "system", "content": f"Forgery. {SYSTEM}"}, {"role": "user", "content": "Hi"}]
+    keys = route_keys(
+        {
+            "model": "tiny",
+            "messages": messages,
+            "cache_salt": None,
+            "tools": None,
+            "tool_choice": None,
+            "chat_template_kwargs": {},
+        }
+    )
+    claim = {
+        "worker": "ghost:1",
+        "keys": keys,
+        "models": ["tiny"],
+        "running": 0,
+        "waiting": 0,
+        "lookup_tokens": 0,
+        "hot_hit_tokens": 0,
+        "cold_hit_tokens": 0,
+        "jobs_taken": 0,
+        "memory_bytes": None,
+        "model_memory_bytes": None,
+    }
+    r = redis_py.Redis.from_url(setup["redis_url"])
+    real = next(k for k in r.scan_iter(match="omlx:summary:*"))
+    forged = {
+        "ghost:1": b'{"worker": "ghost:1"}',
+        "ghost:2": SignedJson("another-secret-0123456789", "summary").dumps(dict(claim, worker="ghost:2")),
+        "ghost:3": SignedJson(SECRET, "summary").dumps(dict(claim, worker="ghost:3", keys=keys * 9000)),
+        "ghost:4": r.get(real),  # a real worker's signed summary, posing as another
+    }
+    for worker, data in forged.items():
+        r.set("omlx:worker:" + worker, "1", ex=60)
+        r.set("omlx:summary:" + worker, data, ex=60)
+    try:
+        refused = ("omlx_route_summaries_refused_total", "")
+        before = metrics(server).get(refused, 0)
+        deadline = time.monotonic() + 30
+        while metrics(server)[refused] < before + len(forged):  # the server has read them all
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        reply, _ = ask(client, messages, timeout=20)  # a ghost would never answer
+        assert reply.choices[0].message.content
+    finally:
+        for worker in forged:
+            r.delete("omlx:worker:" + worker, "omlx:summary:" + worker)
+
+
+def test_a_forged_routed_job_is_dropped(setup, workers):
+    import redis as redis_py
+
+    from inference.dispatch.signed_json import SignedJson
+
+    job = {"request_id": "forged-routed", "model": "tiny", "params": {"max_tokens": 2}, "prompts": ["hi"]}
+    r = redis_py.Redis.from_url(setup["redis_url"])
+    before = sum("dropped a job" in line for w in workers for line in w.output)
+    r.rpush("omlx:jobs:any", SignedJson("another-secret-0123456789", "job").dumps(job))
+    deadline = time.monotonic() + 30
+    while sum("dropped a job" in line for w in workers for line in w.output) == before:
+        assert time.monotonic() < deadline, "no worker dropped the forged job"
+        time.sleep(0.1)
+    assert not any("forged-routed" in line and "loaded" in line for w in workers for line in w.output)
+
+
+def test_a_dead_workers_requests_go_elsewhere(client, server, workers):  # noqa: F811
+    """A request routed to a worker that stops before taking it (here frozen by SIGSTOP, then its
+    heartbeat expires) is moved by the other worker to the shared list and served."""
+    messages = [{"role": "system", "content": f"Orphan. {SYSTEM}"}, {"role": "user", "content": "Go"}]
+    before = decisions(server)
+    ask(client, messages)
+    pid, _ = routed_to(server, before)
+    doomed = next(w for w in workers if w.process.pid == pid)
+    doomed.process.send_signal(signal.SIGSTOP)
+    try:
+        messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Again"}]
+        before = decisions(server)
+        reply, _ = ask(client, messages)  # routed to the frozen worker, served by the other
+        assert routed_to(server, before) == (pid, "prefix")
+        assert reply.choices[0].message.content
+    finally:
+        doomed.process.kill()
+        doomed.process.wait()
+    workers.remove(doomed)
+
+
+def test_a_fresh_worker_restores_a_prefix_from_the_shared_cold_tier(
+    client,
+    server,
+    setup,
+    workers,
+    tmp_path_factory,  # noqa: F811
+):
+    """Blocks the first workers wrote to the shared folder are found by a worker started after
+    them, with a database of its own: it serves the known prefix from SSD."""
+    messages = [{"role": "system", "content": f"Conversation 0. {SYSTEM}"}]
+    messages.append({"role": "user", "content": "Step 0: list the files."})
+    for worker in workers:
+        assert worker.stop() == 0  # a clean exit: queued cold writes are flushed
+    workers.clear()
+    fresh = start_worker(setup, "fresh", tmp_path_factory)
+    workers.append(fresh)
+    wait_for_workers(server, {fresh.process.pid})
+    reply, cached = ask(client, messages)
+    assert cached > reply.usage.prompt_tokens // 2
+    label = f'{{tier="cold",worker="{worker_label(fresh)}"}}'
+    deadline = time.monotonic() + 30  # the worker publishes its counters every heartbeat / 3
+    while metrics(server).get(("omlx_worker_hit_tokens_total", label)) != cached:
+        assert time.monotonic() < deadline, metrics(server)
+        time.sleep(0.2)
+
+
+def worker_label(process):
+    import socket
+
+    return f"{socket.gethostname()}:{process.process.pid}"
