@@ -9,8 +9,8 @@ longest match wins, the least loaded among equals; but when its load exceeds the
 worker's by more than OMLX_ROUTE_BALANCE_THRESHOLD requests, the least loaded worker takes it
 instead (a hot prefix must not pile every request on one worker). Nobody holding anything: the
 least loaded worker. ``least-loaded``: always the least loaded. ``random``: any live worker.
-Among equally loaded workers, the one this server sent fewest requests, so that new conversations
-spread out.
+Among equal workers (match and load), the one this server sent fewest requests, so that new
+conversations spread out; ties beyond that at random.
 
 A worker's load: requests running or waiting in its engines by its summary, or the requests this
 server sent it that have not ended, whichever is larger. Ties are broken at random.
@@ -67,22 +67,24 @@ class Router:
             if self.policy == "random":
                 return Decision(self._rng.choice(names), "random")
             lightest = min(loads.values())
-            # Among the least loaded, the one this server sent fewest requests (round robin).
-            fewest = min(self._count.get(w, 0) for w in names if loads[w] == lightest)
-            least = [w for w in names if loads[w] == lightest and self._count.get(w, 0) == fewest]
+            least = self._fewest_sent([w for w in names if loads[w] == lightest])
             if self.policy == "least-loaded":
-                return Decision(self._rng.choice(least), "least_loaded")
+                return Decision(least, "least_loaded")
             matched = {w: self._matched(keys, w, workers[w]) for w in names}
             longest = max(matched.values())
             if longest == 0:
-                return Decision(self._rng.choice(least), "least_loaded")
+                return Decision(least, "least_loaded")
             best = [w for w in names if matched[w] == longest]
             low = min(loads[w] for w in best)
-            pick = self._rng.choice([w for w in best if loads[w] == low])
+            pick = self._fewest_sent([w for w in best if loads[w] == low])
             if loads[pick] - lightest > self.balance_threshold:
-                other = self._rng.choice(least)
-                return Decision(other, "balance", matched[other])
+                return Decision(least, "balance", matched[least])
             return Decision(pick, "prefix", longest)
+
+    def _fewest_sent(self, candidates: List[str]) -> str:
+        """The candidate this server sent fewest requests (round robin among equals)."""
+        fewest = min(self._count.get(w, 0) for w in candidates)
+        return self._rng.choice([w for w in candidates if self._count.get(w, 0) == fewest])
 
     def _load(self, worker: str, summary: Optional[WorkerSummary]) -> int:
         published = summary.load if summary is not None else 0

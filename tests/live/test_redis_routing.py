@@ -119,48 +119,40 @@ def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server): 
 
 def test_forged_summaries_are_refused(client, server, setup):  # noqa: F811
     """A worker that publishes no summary signed with the secret gets no request, whatever it
-    claims: here a presence key and summaries that claim every prefix, unsigned, signed with
-    another secret, too large, or copied from a real worker."""
+    claims: here presence keys and summaries that claim the request's prefix, unsigned, signed
+    with another secret, too large, or copied from the real worker that holds it. Any of them
+    accepted would win the request (longest match, or a tie with nothing sent to it yet) and never
+    answer."""
     import redis as redis_py
 
+    from inference.dispatch import worker_summary
     from inference.dispatch.route_keys import route_keys
     from inference.dispatch.signed_json import SignedJson
 
     messages = [{"role": "system", "content": f"Forgery. {SYSTEM}"}, {"role": "user", "content": "Hi"}]
-    keys = route_keys(
-        {
-            "model": "tiny",
-            "messages": messages,
-            "cache_salt": None,
-            "tools": None,
-            "tool_choice": None,
-            "chat_template_kwargs": {},
-        }
-    )
-    claim = {
-        "worker": "ghost:1",
-        "keys": keys,
-        "models": ["tiny"],
-        "running": 0,
-        "waiting": 0,
-        "lookup_tokens": 0,
-        "hot_hit_tokens": 0,
-        "cold_hit_tokens": 0,
-        "jobs_taken": 0,
-        "memory_bytes": None,
-        "model_memory_bytes": None,
-    }
+    ask(client, messages)
+    messages += [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "More"}]
+    job = {"model": "tiny", "messages": messages, "tools": None, "tool_choice": None}
+    keys = route_keys(dict(job, cache_salt=None, chat_template_kwargs={}))
     r = redis_py.Redis.from_url(setup["redis_url"])
-    real = next(k for k in r.scan_iter(match="omlx:summary:*"))
+    deadline = time.monotonic() + 30
+    while True:  # the real worker that ran the first turn publishes its keys
+        summaries, _ = worker_summary.read_all(r, SECRET)
+        holder = next((s for s in summaries.values() if keys[1] in s.keys), None)
+        if holder is not None:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    claim = dict(vars(holder), keys=keys)
     forged = {
         "ghost:1": b'{"worker": "ghost:1"}',
         "ghost:2": SignedJson("another-secret-0123456789", "summary").dumps(dict(claim, worker="ghost:2")),
         "ghost:3": SignedJson(SECRET, "summary").dumps(dict(claim, worker="ghost:3", keys=keys * 9000)),
-        "ghost:4": r.get(real),  # a real worker's signed summary, posing as another
+        "ghost:4": r.get(worker_summary.KEY_PREFIX + holder.worker),  # posing as another worker
     }
     for worker, data in forged.items():
         r.set("omlx:worker:" + worker, "1", ex=60)
-        r.set("omlx:summary:" + worker, data, ex=60)
+        r.set(worker_summary.KEY_PREFIX + worker, data, ex=60)
     try:
         refused = ("omlx_route_summaries_refused_total", "")
         before = metrics(server).get(refused, 0)
@@ -168,11 +160,13 @@ def test_forged_summaries_are_refused(client, server, setup):  # noqa: F811
         while metrics(server)[refused] < before + len(forged):  # the server has read them all
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        reply, _ = ask(client, messages, timeout=20)  # a ghost would never answer
+        reply, _ = ask(client, messages, timeout=20)
         assert reply.choices[0].message.content
+        # A new conversation goes to the least loaded worker sent fewest requests: never a ghost.
+        ask(client, [{"role": "user", "content": "A new conversation."}], timeout=20)
     finally:
         for worker in forged:
-            r.delete("omlx:worker:" + worker, "omlx:summary:" + worker)
+            r.delete("omlx:worker:" + worker, worker_summary.KEY_PREFIX + worker)
 
 
 def test_a_forged_routed_job_is_dropped(setup, workers):
