@@ -2,7 +2,9 @@
 and ``omlx:jobs:any`` for a job the server could not route (no worker had published a summary
 yet), which any worker takes. Each entry is a ``GenerationJob.to_dict()`` JSON signed with
 OMLX_REDIS_SECRET for purpose "job"; an entry that is not (pushed by anyone else who can reach the
-Redis) is logged and dropped, never run.
+Redis) is logged and dropped, never run. It carries the time it was queued by Redis's clock
+(``TIME``, the one clock every process of the Redis shares): one older than ``JOB_EXPIRES_SECONDS``
+when taken (its client has gone; or a recorded job replayed) is dropped too.
 
 Taking is two steps, so that no job is lost with a worker that hangs: BLMOVE from the worker's list
 to its ``omlx:taking:<worker id>`` list, then LREM from there; only the taker whose LREM removed the
@@ -25,6 +27,7 @@ logger = logging.getLogger("omlx.workers")
 PREFIX = "omlx:jobs:"
 TAKING = "omlx:taking:"
 ANY = PREFIX + "any"
+JOB_EXPIRES_SECONDS = 300  # as the Huey jobs of inference/dispatch/huey.py
 
 
 def queue_name(worker: str) -> str:
@@ -37,7 +40,13 @@ def _signer(secret: str) -> SignedJson:
 
 def push(client, secret: str, worker: Optional[str], job: dict) -> None:
     """Queue ``job`` for ``worker`` (None: the first worker free)."""
-    client.rpush(queue_name(worker) if worker else ANY, _signer(secret).dumps(job))
+    entry = {"job": job, "at": _redis_now(client)}
+    client.rpush(queue_name(worker) if worker else ANY, _signer(secret).dumps(entry))
+
+
+def _redis_now(client) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1e6
 
 
 def take(client, secret: str, worker: str, timeout: float = 1.0) -> Optional[dict]:
@@ -51,14 +60,18 @@ def take(client, secret: str, worker: str, timeout: float = 1.0) -> Optional[dic
     if item is None or client.lrem(taking, 1, item) != 1:
         return None
     try:
-        job = _signer(secret).loads(item)
+        entry = _signer(secret).loads(item)
     except ForgedMessage as exc:
         logger.warning("dropped a job from the Redis queue that is not signed with this secret (%s)", exc)
         return None
-    if not isinstance(job, dict):
+    if not isinstance(entry, dict) or not isinstance(entry.get("job"), dict):
         logger.warning("dropped a job from the Redis queue that is not an object")
         return None
-    return job
+    at = entry.get("at")
+    if not isinstance(at, (int, float)) or _redis_now(client) - at > JOB_EXPIRES_SECONDS:
+        logger.warning("dropped a job from the Redis queue queued over %ds ago", JOB_EXPIRES_SECONDS)
+        return None
+    return entry["job"]
 
 
 def rescue_orphans(client, worker: str, alive_key) -> int:

@@ -169,25 +169,30 @@ def test_forged_summaries_are_refused(client, server, setup):  # noqa: F811
             r.delete("omlx:worker:" + worker, worker_summary.KEY_PREFIX + worker)
 
 
-def test_a_forged_routed_job_is_dropped(setup, workers):
+def test_forged_and_expired_routed_jobs_are_dropped(setup, workers):
+    """A job not signed with the secret, and a signed one queued too long ago (by Redis's clock: a
+    replayed recording), are dropped by the worker that takes them, never run."""
     import redis as redis_py
 
+    from inference.dispatch import routed_queue
     from inference.dispatch.signed_json import SignedJson
 
     job = {"request_id": "forged-routed", "model": "tiny", "params": {"max_tokens": 2}, "prompts": ["hi"]}
     r = redis_py.Redis.from_url(setup["redis_url"])
+    now = r.time()[0]
     before = sum("dropped a job" in line for w in workers for line in w.output)
-    r.rpush("omlx:jobs:any", SignedJson("another-secret-0123456789", "job").dumps(job))
+    forged = SignedJson("another-secret-0123456789", "job").dumps({"job": job, "at": now})
+    stale = SignedJson(SECRET, "job").dumps({"job": job, "at": now - routed_queue.JOB_EXPIRES_SECONDS - 1})
+    r.rpush(routed_queue.ANY, forged, stale)
     deadline = time.monotonic() + 30
-    while sum("dropped a job" in line for w in workers for line in w.output) == before:
-        assert time.monotonic() < deadline, "no worker dropped the forged job"
+    while sum("dropped a job" in line for w in workers for line in w.output) < before + 2:
+        assert time.monotonic() < deadline, "the workers did not drop both jobs"
         time.sleep(0.1)
-    assert not any("forged-routed" in line and "loaded" in line for w in workers for line in w.output)
 
 
 def test_a_dead_workers_requests_go_elsewhere(client, server, workers):  # noqa: F811
     """A request routed to a worker that stops before taking it (here frozen by SIGSTOP, then its
-    heartbeat expires) is moved by the other worker to the shared list and served."""
+    heartbeat expires) is taken over by the other worker and served."""
     messages = [{"role": "system", "content": f"Orphan. {SYSTEM}"}, {"role": "user", "content": "Go"}]
     before = decisions(server)
     ask(client, messages)
