@@ -100,6 +100,7 @@ class ColdTier:
         key_hex = key.hex()
         path = self.dir / key_hex[:2] / f"{key_hex}{block_file.SUFFIX}"
         try:
+            gc.lease(path)  # before reading: GC in any process sharing the folder now spares it
             header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
             if header.token_ids != e.block.token_ids or header.parent != e.block.parent:
                 raise InvalidBlockFile("file names other tokens than when it was indexed")
