@@ -15,8 +15,8 @@ included, so they count against the cap too. How it thinks:
 
 Several processes may share one root, on one machine or on several (a network file system), each
 with its own rows: a process's rows know nothing of the others' reads. So a file's mtime is the
-shared record: a reader sets it to ``now + READ_LEASE_SECONDS`` before it reads the file (``lease``),
-and
+shared record: a reader sets it to ``now + READ_LEASE_SECONDS`` before it reads the file
+(``lease``) and back to now once done (``release``), and
 
 5. A file whose mtime is in the future is leased: it counts as used now (so do the blocks above
    it in its chain) and is never removed, whatever its age or the cap. GC checks the mtime again
@@ -56,12 +56,21 @@ _live_lock = threading.Lock()
 
 
 def lease(path) -> None:
-    """A block file is about to be read: no GC removes it for READ_LEASE_SECONDS (best effort)."""
+    """A block file is about to be read: no GC removes it until ``release``, or for
+    READ_LEASE_SECONDS if the reader dies first (best effort)."""
     until = time.time() + READ_LEASE_SECONDS
     try:
         os.utime(path, (until, until))
     except OSError:
         pass  # the read that follows finds out what is wrong
+
+
+def release(path) -> None:
+    """The read of ``path`` is over: its mtime is now (its last use)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
 
 
 def _leased(path: str) -> bool:

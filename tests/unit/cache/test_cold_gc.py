@@ -120,17 +120,23 @@ def test_huey_task_runs_gc_with_the_settings(tiers, tmp_path):
 
 def test_gc_never_removes_a_block_another_worker_is_reading(tiers, tmp_path):
     """Two tiers on one root stand for two workers: the reader's rows and memory are its own, so
-    only the lease on the file (its mtime, set before the read) tells the other's GC."""
+    only the lease on the file (its mtime, in the future while a read runs) tells the other's GC."""
     writer = tiers()
     read, other = make_block(FP, (1, 5, 5, 5)), make_block(FP, (2, 5, 5, 5))
     write_all(writer, [read, other])
     reader = tiers()
-    assert reader.load(read.key) is not None
+    assert reader.load(read.key) is not None  # a read ends its lease
+    path = path_of(reader, read.key)
+    assert path.stat().st_mtime <= time.time()
     writer.close()
     reader.close()
     _set_last_used([(read, 100.0), (other, 100.0)])  # old by the rows
-    result = gc.collect(tmp_path / "cold", max_bytes=0, ttl_seconds=60, now=time.time())
+    gc.lease(path)  # as ColdTier.load does before reading: a read in progress
+    result = gc.collect(tmp_path / "cold", max_bytes=0, ttl_seconds=60)
     assert _disk_keys(tmp_path / "cold") == {read.key.hex()} and result.leased == 1
+    gc.release(path)
+    gc.collect(tmp_path / "cold", max_bytes=0, ttl_seconds=60)
+    assert _disk_keys(tmp_path / "cold") == set()
 
 
 def test_reconcile_keeps_another_machines_write_in_progress(tiers):
@@ -149,3 +155,13 @@ def test_reconcile_keeps_another_machines_write_in_progress(tiers):
     os.utime(stale, (old, old))
     tiers()
     assert theirs.exists() and not stale.exists()
+
+
+def test_a_block_another_worker_wrote_after_start_is_found(tiers):
+    """Two tiers on one root, both open: what one writes, the other finds (and reads) on a miss."""
+    mine, theirs = tiers(), tiers()
+    block = make_block(FP, (4, 5, 5, 5))
+    write_all(theirs, [block])
+    assert mine.contains(block.key) and mine.entry(block.key).token_ids == block.token_ids
+    assert mine.load(block.key) is not None
+    assert not mine.contains(make_block(FP, (6, 5, 5, 5)).key)
