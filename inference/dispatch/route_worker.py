@@ -100,10 +100,11 @@ class RouteWorker:
 
     def summary(self):
         from inference.metrics.collector import totals
+        from inference.pool import get_pool
 
         from .worker_summary import WorkerSummary
 
-        figures = totals()
+        figures = totals(get_pool())  # this process runs models, whatever its Huey settings say
         with self._lock:
             keys = list(self._held)
             taken = self.jobs_taken

@@ -26,6 +26,7 @@ from .collector import (
     model_loaded,
     model_unloaded,
     totals,
+    worker_summaries,
 )
 from .definitions import CONTENT_TYPE, HTTP_REQUESTS, REGISTRY, UNLOAD_REASONS, render
 from .keys import ADMIN_LABELS, count_request, key_counts
@@ -53,4 +54,5 @@ __all__ = [
     "recent_ttfts",
     "render",
     "totals",
+    "worker_summaries",
 ]

@@ -141,6 +141,15 @@ class Totals:
     serves_models: bool = True
 
 
+def worker_summaries() -> dict:
+    """Redis mode: live worker id -> its WorkerSummary (inference/dispatch/worker_summary.py); {}
+    otherwise, or when Redis cannot be read."""
+    try:
+        return _sources.workers()
+    except Exception:
+        return {}
+
+
 def _sum(counter, name: str = "_total") -> float:
     return sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith(name))
 

@@ -117,6 +117,22 @@ def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server): 
     assert len(set(homes.values())) == 2, "the first turns spread over both workers (least loaded)"
 
 
+def test_the_status_page_lists_the_workers(client, server, workers):  # noqa: F811
+    """The console (no key: open on loopback) shows each worker, its model and its hit rates."""
+    for name in "xy":  # a new conversation each: one per worker, both load the model
+        ask(client, [{"role": "user", "content": f"Status {name}"}])
+    deadline = time.monotonic() + 30  # the workers publish what they loaded within a heartbeat / 3
+    while True:
+        page = httpx.get(server.url + "/admin/status/", timeout=30).text
+        if page.count("<td>tiny</td>") == len(workers) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert 'id="card-workers"' in page
+    for worker in workers:
+        assert f'<td class="worker-id">{worker_label(worker)}</td>' in page
+    assert page.count("<td>tiny</td>") == len(workers)
+
+
 def test_forged_summaries_are_refused(client, server, setup):  # noqa: F811
     """A worker that publishes no summary signed with the secret gets no request, whatever it
     claims: here presence keys and summaries that claim the request's prefix, unsigned, signed
