@@ -9,7 +9,7 @@ folder): with ``--shared-cold`` the three point --paged-ssd-cache-dir at one fol
 that a block one worker wrote is restored by another.
 
     .venv/bin/python benchmarks/bench_routing.py [--policies prefix,random,least-loaded]
-        [--workers 3] [--model-preset tiny] [--shared-cold]
+        [--workers 3] [--model-preset tiny] [--shared-cold] [--balance-threshold N]
         [--conversations N --turns T --system-tokens S --burst B ...] [--json out.json]
 """
 
@@ -92,6 +92,8 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
     )
     for name in ("OMLX_API_KEY", "OMLX_HUEY_WORKERS", "OMLX_API_HANDOFF"):
         env.pop(name, None)
+    if args.balance_threshold is not None:
+        env["OMLX_ROUTE_BALANCE_THRESHOLD"] = str(args.balance_threshold)
     try:
         wait_for(lambda: "Ready to accept" in (work / "redis.log").read_text(), "redis-server")
         for i in range(args.workers):
@@ -151,6 +153,7 @@ def main() -> int:
         "--model-preset", default="tiny", help="testkit preset of the model (tiny, small, ...)"
     )
     parser.add_argument("--shared-cold", action="store_true", help="the workers share one cold-tier folder")
+    parser.add_argument("--balance-threshold", type=int, help="OMLX_ROUTE_BALANCE_THRESHOLD (default 4)")
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
