@@ -3,7 +3,9 @@
 Layout under the cold-cache root::
 
     <fingerprint.hex>/<key_hex[:2]>/<key_hex>.safetensors        a block
-    <fingerprint.hex>/<key_hex[:2]>/<key_hex>.<pid>-<n>.tmp        a write in progress (or a crash's leftover)
+    <fingerprint.hex>/<key_hex[:2]>/<key_hex>.<host>.<pid>-<n>.tmp a write in progress (or a
+                                                               crash's leftover); <host>: a tag of
+                                                               the writer's host name
     <fingerprint.hex>/model.json                                   which model folder wrote the blocks
                                                                    (for people: `omlx cache`;
                                                                    never read by lookups)
@@ -25,10 +27,13 @@ Nothing here imports mlx: GC and reconciliation read headers only.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
+import socket
 import struct
+import time
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -44,7 +49,32 @@ MAX_HEADER_BYTES = 16 << 20
 FINGERPRINT_DIR = re.compile(r"^[0-9a-f]{32}$")
 SHARD_DIR = re.compile(r"^[0-9a-f]{2}$")
 BLOCK_NAME = re.compile(r"^([0-9a-f]{64})\.safetensors$")
-TMP_NAME = re.compile(r"^([0-9a-f]{64})\.(\d+)-\d+\.tmp$")
+# group 2: the writer's host tag (absent in names written before shared folders), group 3: its pid
+TMP_NAME = re.compile(r"^([0-9a-f]{64})\.(?:([0-9a-f]{8})\.)?(\d+)-\d+\.tmp$")
+# The host tag of this machine's temp files: writers on several machines may share one folder (a
+# network file system), and a pid says nothing about another machine's processes.
+HOST_TAG = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+# Another machine's temp file is a crash's leftover once this old (a write takes milliseconds).
+FOREIGN_TMP_SECONDS = 3600
+
+
+def tmp_name(key_hex: str, n: int) -> str:
+    return f"{key_hex}.{HOST_TAG}.{os.getpid()}-{n}{TMP_SUFFIX}"
+
+
+def tmp_writer_gone(match: "re.Match", path) -> bool:
+    """Whether the writer of the temp file ``path`` (``match``: of TMP_NAME) has gone: a process of
+    this machine that no longer runs, or a file of another machine older than FOREIGN_TMP_SECONDS."""
+    from . import durable
+
+    host = match.group(2)
+    if host is None or host == HOST_TAG:
+        return not durable.pid_alive(int(match.group(3)))
+    try:
+        return time.time() - os.stat(path).st_mtime > FOREIGN_TMP_SECONDS
+    except OSError:
+        return False
+
 
 # safetensors dtype code -> bytes per element, and the mlx dtype names the metadata uses.
 _ITEMSIZE = {

@@ -36,7 +36,7 @@ def write_model_info(tier, info: dict) -> None:
     """Record which model folder these blocks belong to (``model.json``, for `omlx cache`: a
     fingerprint alone does not say). Best effort: the cache works without it."""
     final = tier.dir / block_file.MODEL_INFO
-    tmp = tier.dir / f"{block_file.MODEL_INFO}.{os.getpid()}-{next(tier.tmp_names)}{block_file.TMP_SUFFIX}"
+    tmp = tier.dir / block_file.tmp_name(block_file.MODEL_INFO, next(tier.tmp_names))
     body = json.dumps(dict(info, fingerprint=tier.fingerprint_hex), sort_keys=True).encode() + b"\n"
     try:
         durable.write_atomically(final, tmp, lambda f: f.write(body))
@@ -65,7 +65,7 @@ def reconcile(tier) -> None:
             m = BLOCK_NAME.match(f.name)
             if m is None or f.name[:2] != shard.name:
                 t = TMP_NAME.match(f.name)
-                if t is None or not durable.pid_alive(int(t.group(2))):
+                if t is None or block_file.tmp_writer_gone(t, f.path):
                     bad += durable.remove(f.path, log=None if t else "foreign file")
                 continue
             key_hex = m.group(1)

@@ -28,9 +28,10 @@ class ColdTier:
     """Blocks of one model in ``root_dir/<fingerprint.hex>/``, one safetensors file each.
 
     The in-memory index (``entries``, cache/cold_entries.py) answers ``contains``, ``entry`` and
-    ``children`` without disk I/O. At start it is built from the block files present
-    (cache/cold_reconcile.py). Afterwards it gains the blocks this instance writes and loses those
-    it finds bad and those GC removes. ``put`` never blocks the caller: a writer thread
+    ``children``. At start it is built from the block files present (cache/cold_reconcile.py).
+    Afterwards it gains the blocks this instance writes, and those ``contains`` finds on disk
+    (written by another process sharing the folder; one failed open per miss), and loses those it
+    finds bad and those GC removes. ``put`` never blocks the caller: a writer thread
     (cache/cold_writer.py) drains a bounded queue, drops blocks when it is full, starts no write
     while the engine computes prompts (``defer_writes``), and writes crash-safely: temp file ->
     fsync -> rename -> fsync directory -> row. ``load`` checks the header and the tensors against
@@ -81,7 +82,23 @@ class ColdTier:
         return self._stats
 
     def contains(self, key: bytes) -> bool:
-        return key in self.entries
+        return key in self.entries or (self.enabled and self._discover(key))
+
+    def _discover(self, key: bytes) -> bool:
+        """Whether another process sharing the folder (a worker on another machine: docs/
+        operations.md) wrote this block since the index was built: one failed open when not. A
+        block found is indexed in memory (its row waits for the next start's reconciliation)."""
+        key_hex = key.hex()
+        path = self.dir / key_hex[:2] / f"{key_hex}{block_file.SUFFIX}"
+        try:
+            h = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
+        except (OSError, InvalidBlockFile):  # absent (the usual miss), or not usable: a miss
+            return False
+        with self.entries.lock:
+            self.entries.add(
+                KVBlock(h.key, h.parent, h.token_ids, None, h.tensor_bytes), h.file_bytes, h.mtime
+            )
+        return True
 
     def entry(self, key: bytes) -> Optional[KVBlock]:
         e = self.entries.get(key)
@@ -100,10 +117,14 @@ class ColdTier:
         key_hex = key.hex()
         path = self.dir / key_hex[:2] / f"{key_hex}{block_file.SUFFIX}"
         try:
-            header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
-            if header.token_ids != e.block.token_ids or header.parent != e.block.parent:
-                raise InvalidBlockFile("file names other tokens than when it was indexed")
-            layers = _load_layers(path, header)
+            gc.lease(path)  # while it is read, GC in any process sharing the folder spares it
+            try:
+                header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
+                if header.token_ids != e.block.token_ids or header.parent != e.block.parent:
+                    raise InvalidBlockFile("file names other tokens than when it was indexed")
+                layers = _load_layers(path, header)
+            finally:
+                gc.release(path)
         except FileNotFoundError:
             logger.info("cold block %s is gone (removed outside this process)", key_hex[:16])
             self._discard(key, remove_file=False)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from . import cold_index, durable, gc
+from . import block_file, cold_index, durable, gc
 from .block_file import BLOCK_NAME, FINGERPRINT_DIR, MODEL_INFO, SHARD_DIR, TMP_NAME
 
 
@@ -145,7 +145,7 @@ def _tidy(directory: Path) -> None:
         if SHARD_DIR.match(shard.name) and shard.is_dir(follow_symlinks=False):
             for f in durable.scandir(shard.path):
                 t = TMP_NAME.match(f.name)
-                if t is not None and not durable.pid_alive(int(t.group(2))):
+                if t is not None and block_file.tmp_writer_gone(t, f.path):
                     durable.remove(f.path)
             try:
                 os.rmdir(shard.path)

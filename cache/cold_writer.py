@@ -12,7 +12,6 @@ persists last-used times every ``_PERSIST_EVERY`` seconds and on flush and close
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 import time
@@ -215,7 +214,7 @@ class ColdWriter:
             len(block.layers),
             tier.kinds,
         )
-        tmp = shard / f"{key_hex}.{os.getpid()}-{next(tier.tmp_names)}{block_file.TMP_SUFFIX}"
+        tmp = shard / block_file.tmp_name(key_hex, next(tier.tmp_names))
         return durable.write_atomically(
             shard / f"{key_hex}{block_file.SUFFIX}",
             tmp,

@@ -13,6 +13,19 @@ included, so they count against the cap too. How it thinks:
 4. Remove blocks whose effective time is older than the TTL; then, while the total size is over
    the cap, the least recently used.
 
+Several processes may share one root, on one machine or on several (a network file system), each
+with its own rows: a process's rows know nothing of the others' reads. So a file's mtime is the
+shared record: a reader sets it to ``now + READ_LEASE_SECONDS`` before it reads the file
+(``lease``) and back to now once done (``release``), and
+
+5. A file whose mtime is in the future is leased: it counts as used now (so do the blocks above
+   it in its chain) and is never removed, whatever its age or the cap. GC checks the mtime again
+   right before removing a file, so a read that began after the listing is respected too. Clocks
+   of the machines must agree within the lease (NTP does).
+
+Writers' mtimes are their write times (never in the future), so only reads lease. A read that
+races a removal at the very instant finds the file gone: a miss, never wrong data.
+
 Removal order: the file, then the row. A crash between the two leaves a row without a file,
 which the next ``collect`` and the next ColdTier start both drop, so the removal completes; a
 file is never left behind without a row by GC. Live ColdTier objects of this process are
@@ -36,8 +49,35 @@ from .block_file import BLOCK_NAME, FINGERPRINT_DIR, SHARD_DIR
 
 logger = logging.getLogger("omlx.cache.gc")
 
+READ_LEASE_SECONDS = 120.0
+
 _live: "weakref.WeakSet" = weakref.WeakSet()
 _live_lock = threading.Lock()
+
+
+def lease(path) -> None:
+    """A block file is about to be read: no GC removes it until ``release``, or for
+    READ_LEASE_SECONDS if the reader dies first (best effort)."""
+    until = time.time() + READ_LEASE_SECONDS
+    try:
+        os.utime(path, (until, until))
+    except OSError:
+        pass  # the read that follows finds out what is wrong
+
+
+def release(path) -> None:
+    """The read of ``path`` is over: its mtime is now (its last use)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _leased(path: str) -> bool:
+    try:
+        return os.stat(path).st_mtime > time.time()
+    except OSError:
+        return False
 
 
 def register(tier) -> None:
@@ -65,6 +105,7 @@ class GCResult:
     evicted: int = 0  # removed by the size cap, least recently used first
     removed_bytes: int = 0
     stale_rows: int = 0  # rows without a file, dropped
+    leased: int = 0  # chosen for removal but spared: a process is reading them (``lease``)
     seconds: float = 0.0
 
 
@@ -84,7 +125,8 @@ def collect(
     """Remove expired blocks, then least recently used ones until the root holds at most
     ``max_bytes`` (None: no cap; None TTL: no expiry). See the module docstring."""
     started = time.perf_counter()
-    now = time.time() if now is None else now
+    wall = time.time()  # leases are by the clock (``now`` may be simulated)
+    now = wall if now is None else now
     root = Path(root_dir).expanduser()
     result = GCResult()
     index = cold_index.installed()
@@ -93,8 +135,11 @@ def collect(
     tiers = _tiers_under(root)
     for b in blocks.values():
         row = rows.get(b.key)
+        leased = b.last_used > wall  # the file's mtime: a reader's lease
         if row is not None:
             b.parent, b.last_used = row[0], row[2]
+        if leased:
+            b.last_used = now
         live = tiers.get(b.fingerprint)
         if live is not None:
             parent, t = live[1].get(b.key, (None, 0.0))
@@ -125,6 +170,9 @@ def collect(
 
     removed: Dict[str, List[str]] = {}
     for b in victims:
+        if _leased(b.path):
+            result.leased += 1
+            continue
         try:
             os.remove(b.path)
         except FileNotFoundError:

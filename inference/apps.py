@@ -18,6 +18,7 @@ class InferenceConfig(AppConfig):
             guard=_guard,
             serves_models=_serves_models,
             process_rss=_process_rss,
+            workers=_workers,
         )
 
 
@@ -51,3 +52,11 @@ def _process_rss():
     from inference.pool.memory import process_rss
 
     return process_rss()
+
+
+def _workers() -> dict:
+    """Redis mode: the live workers and their summaries (network I/O); else none."""
+    from inference.dispatch import get_backend
+
+    backend = get_backend()
+    return backend.workers() if hasattr(backend, "workers") else {}

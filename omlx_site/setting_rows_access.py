@@ -93,6 +93,27 @@ ACCESS: tuple[Setting, ...] = (
         commands=BOTH,
         console_editable=False,
     ),
+    Setting(
+        "route_policy",
+        "OMLX_ROUTE_POLICY",
+        TEXT,
+        "prefix",
+        "Redis mode: which worker runs a request: 'prefix' (the one holding the longest prefix of it, "
+        "weighed against load), 'least-loaded' or 'random' (docs/operations.md)",
+        flag="--route-policy",
+        check=checks.one_of("prefix", "least-loaded", "random"),
+        console_editable=False,
+    ),
+    Setting(
+        "route_balance_threshold",
+        "OMLX_ROUTE_BALANCE_THRESHOLD",
+        INTEGER,
+        4,
+        "Redis mode, prefix routing: a worker holding the longest prefix is passed over for the least "
+        "loaded one when it has more than this many requests more",
+        check=checks.at_least(0),
+        console_editable=False,
+    ),
 )
 
 IMAGES: tuple[Setting, ...] = (

@@ -68,7 +68,29 @@ def cards_context(history: History) -> dict:
         "lookup_tokens": f"{looked:,}",
         "interval": int(history.interval),
         "guard": guard_context(),
+        "workers": workers_context(),
     }
+
+
+def workers_context() -> List[dict]:
+    """Redis mode: one row per live worker, from the summary it publishes."""
+    rows = []
+    for worker, s in sorted(metrics.worker_summaries().items()):
+        looked = s.lookup_tokens
+        rows.append(
+            {
+                "id": worker,
+                "models": ", ".join(s.models) or "none loaded",
+                "running": s.running,
+                "waiting": s.waiting,
+                "memory": format_bytes(s.memory_bytes) if s.memory_bytes is not None else "–",
+                "hot_hit_rate": _percent(s.hot_hit_tokens / looked if looked else None),
+                "cold_hit_rate": _percent(s.cold_hit_tokens / looked if looked else None),
+                "held": len(s.keys),
+                "taken": s.jobs_taken,
+            }
+        )
+    return rows
 
 
 def guard_context() -> Optional[dict]:

@@ -1,14 +1,21 @@
-"""OMLX_REDIS_URL: Huey's queue and the channel layer live in Redis; `omlx worker` or `manage.py
-run_huey` processes (and OMLX_HUEY_WORKERS threads of the server) take the jobs. Each worker
-announces itself (``inference.dispatch.worker_presence``) and listens for aborts, which are broadcast to
-every worker over the channel layer (the worker running a request may be any of them)."""
+"""OMLX_REDIS_URL: the jobs, Huey's queue (periodic tasks) and the channel layer live in Redis;
+`omlx worker` or `manage.py run_huey` processes (and OMLX_HUEY_WORKERS threads of the server) take
+the jobs. Each worker announces itself (``inference.dispatch.worker_presence``), publishes a summary
+of what its cache holds and its load (``worker_summary``), takes the jobs routed to it
+(``routed_queue``, ``route_worker``) and listens for aborts, which are broadcast to every worker over
+the channel layer. The server picks the worker of each job (``router``, OMLX_ROUTE_POLICY)."""
 
 from __future__ import annotations
+
+import logging
+import threading
 
 from asgiref.sync import sync_to_async
 
 from .base import NoWorker
-from .huey import HueyBackend, generate
+from .huey import HueyBackend
+
+logger = logging.getLogger("omlx.workers")
 
 
 class RedisBackend(HueyBackend):
@@ -24,11 +31,49 @@ class RedisBackend(HueyBackend):
         if not alive:
             raise NoWorker("No worker is running: start one with `omlx worker`")
 
-    async def submit(self, job) -> None:
-        from . import huey_consumer
+    def __init__(self):
+        super().__init__()
+        from django.conf import settings
 
-        await sync_to_async(generate, thread_sensitive=False)(job.to_dict())  # network I/O
-        huey_consumer.notify()
+        from .router import Router, WorkerView
+
+        self.router = Router(settings.OMLX_ROUTE_POLICY, settings.OMLX_ROUTE_BALANCE_THRESHOLD)
+        self.view = WorkerView()
+        self._url = settings.OMLX_REDIS_URL
+        self._secret = settings.OMLX_REDIS_SECRET
+        self._local = threading.local()
+
+    def _client(self):
+        import redis
+
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = redis.Redis.from_url(self._url, socket_timeout=5)
+        return client
+
+    def workers(self) -> dict:
+        """The live workers and their summaries (id -> WorkerSummary or None); may block."""
+        return self.view.read(self._client(), self._secret)
+
+    async def submit(self, job) -> None:
+        await sync_to_async(self._submit, thread_sensitive=False)(job)  # network I/O
+
+    def _submit(self, job) -> None:
+        from inference.metrics.definitions import ROUTE_DECISIONS
+
+        from . import relay, route_keys, routed_queue
+
+        job_dict = job.to_dict()
+        keys = route_keys.route_keys(job_dict)
+        workers = self.workers()
+        worker = None
+        if workers:
+            decision = self.router.choose(keys, workers)
+            worker = decision.worker
+            ROUTE_DECISIONS.labels(worker, decision.reason).inc()
+            self.router.sent(worker, keys)
+            relay.when_unsubscribed(job.request_id, lambda: self.router.ended(worker))
+        routed_queue.push(self._client(), self._secret, worker, job_dict)
 
     def abort(self, job) -> None:
         from . import relay
@@ -43,19 +88,22 @@ class RedisBackend(HueyBackend):
         )
 
     def worker_started(self) -> None:
-        from . import relay, worker_presence
+        from . import relay, route_worker, worker_presence
 
         relay.listen_control(_on_control)
         worker_presence.start_heartbeat()
+        route_worker.start()
 
     def worker_stopped(self) -> None:
-        from . import worker_presence
+        from . import route_worker, worker_presence
 
+        route_worker.stop()
         worker_presence.stop_heartbeat()
 
     def close(self) -> None:
-        from . import worker_presence
+        from . import route_worker, worker_presence
 
+        route_worker.stop()
         worker_presence.stop_heartbeat()
         super().close()
 

@@ -82,6 +82,15 @@ def stop_heartbeat() -> None:
         pass
 
 
+def live_workers(client) -> list:
+    """The ids of the workers whose key exists now (raises when Redis cannot be asked)."""
+    out = []
+    for name in client.scan_iter(match=KEY_PREFIX + "*", count=1000):
+        text = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+        out.append(text[len(KEY_PREFIX) :])
+    return out
+
+
 def any_worker_alive(max_age: float = 1.0) -> Optional[bool]:
     """True if some worker process's key exists (the answer is reused for ``max_age`` seconds);
     None when Redis cannot be asked."""

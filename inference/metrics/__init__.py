@@ -9,7 +9,8 @@ Two kinds of series, in one registry of omlx's own (``definitions``):
   runs the model), model loads and unloads (the pool publishes them: ``model_loaded``, ...).
 - Per API key (``keys``): requests and tokens, labelled by the key's id and name.
 - Read when scraped, from the loaded engines of this process (``collector``): queue depth,
-  memory, and the block cache's counters, through each engine's ``stats()``.
+  memory, and the block cache's counters, through each engine's ``stats()``; in Redis mode, from
+  the summaries the workers publish (``workers``): per-worker load, memory and hit rates.
 
 Nothing here imports the pool, the API or the memory guard: they publish into metrics, and what
 the collector reads of them is handed to it at start (``connect``).
@@ -25,10 +26,12 @@ from .collector import (
     model_loaded,
     model_unloaded,
     totals,
+    worker_summaries,
 )
 from .definitions import CONTENT_TYPE, HTTP_REQUESTS, REGISTRY, UNLOAD_REASONS, render
 from .keys import ADMIN_LABELS, count_request, key_counts
 from .observer import GenerationObserver, recent_ttfts
+from .workers import WorkerCollector
 
 __all__ = [
     "ADMIN_LABELS",
@@ -40,6 +43,7 @@ __all__ = [
     "Sources",
     "Totals",
     "UNLOAD_REASONS",
+    "WorkerCollector",
     "connect",
     "count_request",
     "encoder_batch",
@@ -50,4 +54,5 @@ __all__ = [
     "recent_ttfts",
     "render",
     "totals",
+    "worker_summaries",
 ]

@@ -45,6 +45,7 @@ class Sources:
     guard: Callable[[], object] = lambda: None  # the memory guard while it runs, else None
     serves_models: Callable[[], bool] = lambda: False  # whether this process runs inference
     process_rss: Callable[[], Optional[int]] = lambda: None  # resident memory of this process
+    workers: Callable[[], dict] = dict  # Redis mode: live worker id -> its WorkerSummary or None
 
 
 _sources = Sources()
@@ -138,6 +139,15 @@ class Totals:
     process_memory: Optional[int] = None
     process_memory_limit: Optional[int] = None
     serves_models: bool = True
+
+
+def worker_summaries() -> dict:
+    """Redis mode: live worker id -> its WorkerSummary (inference/dispatch/worker_summary.py); {}
+    otherwise, or when Redis cannot be read."""
+    try:
+        return _sources.workers()
+    except Exception:
+        return {}
 
 
 def _sum(counter, name: str = "_total") -> float:

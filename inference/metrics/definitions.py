@@ -95,6 +95,20 @@ KEY_TOKENS = Counter(
     ["key_id", "key_name", "kind"],
     registry=REGISTRY,
 )
+ROUTE_DECISIONS = Counter(
+    "omlx_route_decisions",
+    "Redis mode: requests this server sent to each worker, by reason: prefix (it held the longest "
+    "prefix), balance (the prefix holder was too loaded), least_loaded (nobody held one, or that "
+    "policy), random",
+    ["worker", "reason"],
+    registry=REGISTRY,
+)
+ROUTE_SUMMARIES_REFUSED = Counter(
+    "omlx_route_summaries_refused",
+    "Redis mode: worker summaries refused, at each read of them (not signed with the secret, too "
+    "large, malformed, or naming another worker)",
+    registry=REGISTRY,
+)
 MODEL_LOADS = Counter("omlx_model_loads", "Models loaded by the pool", ["model"], registry=REGISTRY)
 MODEL_LOAD_FAILURES = Counter(
     "omlx_model_load_failures", "Model loads that failed", ["model"], registry=REGISTRY

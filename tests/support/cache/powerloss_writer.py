@@ -4,7 +4,10 @@
 process per round, as a restart would start one). Each line ``SEED`` on stdin starts a round: the
 child opens a ColdTier on ROOT (reconciliation: the restart after the previous cut), loads every
 block it indexed and compares it with ``kv_for``, reports, then writes random chains of blocks
-until it is killed. ``verify`` instead of a seed starts a round that only checks. Replies on
+until it is killed. ``verify`` instead of a seed starts a round that only checks; ``two:SEED``
+one where, after the check, a second process (a second worker on the same folder) opens its own
+ColdTier there and writes the same chains at the same time, so that both write the same blocks.
+Replies on
 stdout, one JSON object per line: ``ready``, ``pid``, the child's report, ``reaped``.
 """
 
@@ -30,7 +33,7 @@ def say(**msg):
     print(json.dumps(msg), flush=True)
 
 
-def round_(root, seed):
+def round_(root, seed, two=False):
     import mlx.core as mx
 
     from cache.block_key import ModelFingerprint, block_key
@@ -61,6 +64,11 @@ def round_(root, seed):
     if seed is None:
         tier.close()
         return
+    if two and os.fork() == 0:  # the second writer: dies with the first (the machine)
+        from tests.support.cache.powerloss import die_with_parent
+
+        die_with_parent()
+        tier = ColdTier(root, fp, max_queue=8)
     rng = random.Random(seed)
     while True:
         parent = fp.root_key()
@@ -93,7 +101,9 @@ def main(root):
         if pid == 0:
             try:
                 die_with_parent()
-                round_(root, None if arg == "verify" else int(arg))
+                two = arg.startswith("two:")
+                seed = None if arg == "verify" else int(arg.split(":")[-1])
+                round_(root, seed, two)
             except BaseException:
                 traceback.print_exc()
             finally:

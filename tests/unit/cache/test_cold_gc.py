@@ -113,3 +113,55 @@ def test_huey_task_runs_gc_with_the_settings(tiers, tmp_path):
     ):
         assert collect_cold_cache.call_local() is None
     assert len(_disk_keys(root)) == 2 == len(row_keys()) and tier.stats.files == 2
+
+
+# -- a folder shared by several workers (docs/operations.md) ---------------------------------------
+
+
+def test_gc_never_removes_a_block_another_worker_is_reading(tiers, tmp_path):
+    """Two tiers on one root stand for two workers: the reader's rows and memory are its own, so
+    only the lease on the file (its mtime, in the future while a read runs) tells the other's GC."""
+    writer = tiers()
+    read, other = make_block(FP, (1, 5, 5, 5)), make_block(FP, (2, 5, 5, 5))
+    write_all(writer, [read, other])
+    reader = tiers()
+    assert reader.load(read.key) is not None  # a read ends its lease
+    path = path_of(reader, read.key)
+    assert path.stat().st_mtime <= time.time()
+    writer.close()
+    reader.close()
+    _set_last_used([(read, 100.0), (other, 100.0)])  # old by the rows
+    gc.lease(path)  # as ColdTier.load does before reading: a read in progress
+    result = gc.collect(tmp_path / "cold", max_bytes=0, ttl_seconds=60)
+    assert _disk_keys(tmp_path / "cold") == {read.key.hex()} and result.leased == 1
+    gc.release(path)
+    gc.collect(tmp_path / "cold", max_bytes=0, ttl_seconds=60)
+    assert _disk_keys(tmp_path / "cold") == set()
+
+
+def test_reconcile_keeps_another_machines_write_in_progress(tiers):
+    """A temp file of another host: its pid means nothing here, so only its age says it is a
+    crash's leftover."""
+    tier = tiers()
+    block = make_block(FP, (3, 5, 5, 5))
+    write_all(tier, [block])
+    tier.close()
+    shard = path_of(tier, block.key).parent
+    theirs = shard / f"{block.key.hex()}.0badcafe.{2**22 + 17}-0.tmp"
+    stale = shard / f"{block.key.hex()}.0badcafe.{2**22 + 18}-0.tmp"
+    theirs.write_bytes(b"being written elsewhere")
+    stale.write_bytes(b"left by a crash elsewhere")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    tiers()
+    assert theirs.exists() and not stale.exists()
+
+
+def test_a_block_another_worker_wrote_after_start_is_found(tiers):
+    """Two tiers on one root, both open: what one writes, the other finds (and reads) on a miss."""
+    mine, theirs = tiers(), tiers()
+    block = make_block(FP, (4, 5, 5, 5))
+    write_all(theirs, [block])
+    assert mine.contains(block.key) and mine.entry(block.key).token_ids == block.token_ids
+    assert mine.load(block.key) is not None
+    assert not mine.contains(make_block(FP, (6, 5, 5, 5)).key)
