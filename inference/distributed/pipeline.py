@@ -9,8 +9,10 @@ changing their class to a subclass (``_Stage``) that keeps every parameter name 
   outputs of all ranks and keeps the last rank's: the model's final hidden state, the same on
   every rank, from which each rank computes the logits itself.
 
-The gather also ties every rank's step to every send, so a rank that evaluates only its caches
-(a prefill chunk) still runs its part of the pipeline.
+The pass is evaluated up to the gather inside the call: every rank then runs its sends,
+receives and gathers in call order (lazily, one graph holding several passes could be evaluated
+in a different order on each rank, and the ranks would wait for each other forever). This costs
+the overlap of a decode step with the host's work on the last one.
 
 Families: those whose layers all use plain full-attention caches (mlx-lm ``KVCache``) and whose
 forward pass iterates ``model.model.layers`` with one cache per layer (llama, mistral, qwen2,
@@ -44,6 +46,9 @@ class _Stage:
         rows = out.shape[0]
         gathered = mx.distributed.all_gather(out, group=self._stage_group)
         final = gathered[(stage.size - 1) * rows : stage.size * rows]
+        # Now, not when the caller evaluates: collectives must run in the same order on every
+        # rank, and one lazy graph holding several passes may be evaluated in another order.
+        mx.eval(final)
         cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
         if cache is not None and getattr(cache, "keys", None) is not None:
             cache.keys = mx.depends(cache.keys, final)
