@@ -1,22 +1,26 @@
-"""A rank other than 0: it loads its slice of the model and runs rank 0's step plans
-(inference.distributed.leader_runner) on its own ``ModelRunner`` until rank 0 closes.
+"""A rank other than 0: it waits for rank 0 to load a model, loads its slice of it and runs
+rank 0's step plans (inference.distributed.leader_runner) on its own ``ModelRunner`` until rank 0
+closes it, then waits for the next load.
 
-    python -m inference.distributed.follower MODEL [--dtype float32]
+    python -m inference.distributed.follower --model-dir DIR [--model-dir DIR ...]
 
 started once per rank with ``MLX_HOSTFILE`` and ``MLX_RANK`` set, as ``mlx.launch`` starts
-processes (``omlx serve --distributed`` does it for the ranks on this machine). Every plan is
-checked before it runs (ids, token ids in the vocabulary, counts within the request); a plan
-that does not check, or a token that differs from rank 0's, ends the rank with a message: it
-cannot stay in step, and rank 0 then sees the group fail.
+processes (``omlx serve --distributed`` starts them: inference.distributed.group). A load names
+a folder directly inside one of the ``--model-dir`` folders (the same layout on every machine),
+never a path. Every plan is checked before it runs (ids, token ids in the vocabulary, counts
+within the request); a plan that does not check, or a token that differs from rank 0's, ends
+the rank with a message: it cannot stay in step, and rank 0 then sees the group fail.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from dataclasses import fields
-from typing import Dict, Optional
+from pathlib import Path
+from typing import Dict, List, Optional
 
 import mlx.core as mx
 
@@ -26,7 +30,7 @@ from inference.engine.request import Request
 from inference.engine.sampling_params import SamplingParams
 
 from .pipeline import split_model
-from .plan_channel import PlanChannel, PlanError
+from .plan_channel import GroupLost, PlanChannel, PlanError
 
 logger = logging.getLogger("omlx.distributed")
 
@@ -37,8 +41,8 @@ MAX_ID = 256
 class Follower:
     """Runs step plans. ``requests``: the requests rank 0 sent and has not dropped, by id."""
 
-    def __init__(self, model_path, dtype: Optional[str], group):
-        self.channel = PlanChannel(group)
+    def __init__(self, model_path, dtype: Optional[str], group, channel: PlanChannel):
+        self.channel = channel
         self.loaded = load_model(model_path, dtype, shard=lambda model: split_model(model, group))
         self.runner = ModelRunner(self.loaded)
         self.requests: Dict[str, Request] = {}
@@ -98,7 +102,9 @@ class Follower:
                 request = self._known(message.get("id"))
                 token = request.output_token_ids[-1] if request.request_id in states else None
                 if token != message.get("token"):
-                    raise PlanError(f"{request.request_id}: rank 0 sampled {message.get('token')}, here {token}")
+                    raise PlanError(
+                        f"{request.request_id}: rank 0 sampled {message.get('token')}, here {token}"
+                    )
                 self.runner.join(request, states.pop(request.request_id))
             elif op == "drop":
                 self._drop(message)
@@ -169,20 +175,46 @@ def _tokens(value, vocab: int, allow_empty: bool = False) -> list:
     return value
 
 
+def serve(model_dirs: List[Path], group) -> None:
+    """Load and run what rank 0 says, one model at a time, until rank 0 is gone."""
+    channel = PlanChannel(group)
+    while True:
+        message = channel.receive()
+        if message["op"] != "load":
+            raise PlanError(f"{message['op']!r}: no model is loaded here")
+        dtype = message.get("dtype")
+        if dtype not in (None, "float32", "bfloat16", "float16"):
+            raise PlanError(f"dtype {dtype!r}")
+        path = find_model(model_dirs, message.get("model"))
+        logger.info("loading %s", path)
+        Follower(path, dtype, group, channel).run()
+        logger.info("closed %s", path)
+
+
+def find_model(model_dirs: List[Path], name) -> Path:
+    """The folder ``name`` directly inside one of ``model_dirs``; PlanError when there is none."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise PlanError(f"{str(name)[:MAX_ID]!r} is not a model folder name")
+    for folder in model_dirs:
+        if (folder / name).is_dir():
+            return folder / name
+    raise PlanError(f"no model folder {name!r} in {', '.join(map(str, model_dirs))}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inference.distributed.follower", description=__doc__)
-    parser.add_argument("model", help="the model folder (the same model as rank 0's)")
-    parser.add_argument("--dtype", default=None, help="as rank 0's engine (float32, bfloat16, float16)")
+    parser.add_argument("--model-dir", action="append", required=True, help="where the model folders are")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s rank %(process)d %(message)s")
-    group = mx.distributed.init()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    group = mx.distributed.init(strict=True, backend="ring")
     if group.size() < 2 or group.rank() == 0:
         print("a follower runs as rank 1 or above of a distributed group (MLX_RANK, MLX_HOSTFILE)")
         return 2
+    logger.info("rank %d of %d (pid %d) waiting for rank 0", group.rank(), group.size(), os.getpid())
     try:
-        Follower(args.model, args.dtype, group).run()
-    except (ModelLoadError, PlanError) as exc:
-        print(f"rank {group.rank()}: {exc}", file=sys.stderr)
+        serve([Path(d) for d in args.model_dir], group)
+    except (ModelLoadError, PlanError, GroupLost) as exc:
+        print(f"rank {group.rank()}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
 

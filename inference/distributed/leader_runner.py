@@ -21,7 +21,7 @@ Messages, in the order rank 0 sends them (ids are request ids):
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Sequence, Set
+from typing import Optional, Sequence, Set
 
 from inference.engine.model_runner import ModelRunner
 from inference.engine.request import Request
@@ -36,8 +36,12 @@ class LeaderRunner(ModelRunner):
 
     def __init__(self, loaded, channel: PlanChannel, clock=None):
         super().__init__(loaded, None, clock)
-        self.channel = channel
+        self.channel: Optional[PlanChannel] = channel  # None once the group is lost: nothing is sent
         self.known: Set[str] = set()
+
+    def _send(self, message: dict) -> None:
+        if self.channel is not None:
+            self.channel.send(message)
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
         raise RuntimeError("the block cache is off for a model split across ranks")
@@ -51,33 +55,33 @@ class LeaderRunner(ModelRunner):
                 new[request.request_id] = describe(request)
                 self.known.add(request.request_id)
         rows = [[request.request_id, n] for request, n in chunks]
-        self.channel.send({"op": "prefill", "rows": rows, "new": new, "pass_tokens": pass_tokens})
+        self._send({"op": "prefill", "rows": rows, "new": new, "pass_tokens": pass_tokens})
 
         def done(snapshots, finished):
             on_done(snapshots, finished)
-            self.channel.send({"op": "done"})
+            self._send({"op": "done"})
 
         return super().prefill(chunks, done, None, None, pass_tokens)
 
     def join(self, request: Request, state) -> None:
-        self.channel.send({"op": "join", "id": request.request_id, "token": request.output_token_ids[-1]})
+        self._send({"op": "join", "id": request.request_id, "token": request.output_token_ids[-1]})
         super().join(request, state)
 
     def drop(self, requests: Sequence[Request]) -> None:
         ids = [r.request_id for r in requests if r.request_id in self.known]
         if ids:
-            self.channel.send({"op": "drop", "ids": ids})
+            self._send({"op": "drop", "ids": ids})
             self.known.difference_update(ids)
         super().drop(requests)
 
     def decode_step(self, ahead: bool = True):
         if not len(self.batch):
             return []
-        self.channel.send({"op": "decode", "ahead": ahead})
+        self._send({"op": "decode", "ahead": ahead})
         return super().decode_step(ahead)
 
     def reset(self) -> None:
-        self.channel.send({"op": "reset"})
+        self._send({"op": "reset"})
         self.known.clear()
         super().reset()
 

@@ -29,6 +29,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from .layer_split import LayerSplit, even_split
+from .plan_channel import collective
 
 
 class _Stage:
@@ -48,7 +49,7 @@ class _Stage:
         final = gathered[(stage.size - 1) * rows : stage.size * rows]
         # Now, not when the caller evaluates: collectives must run in the same order on every
         # rank, and one lazy graph holding several passes may be evaluated in another order.
-        mx.eval(final)
+        collective(final)
         cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
         if cache is not None and getattr(cache, "keys", None) is not None:
             cache.keys = mx.depends(cache.keys, final)

@@ -18,6 +18,19 @@ class PlanError(ValueError):
     """A message that is not a valid step plan: the rank cannot stay in step with rank 0."""
 
 
+class GroupLost(RuntimeError):
+    """A collective of the group failed: a rank died or its connection broke. The group cannot
+    be used again (the backend fails every pending exchange)."""
+
+
+def collective(arrays) -> None:
+    """Evaluate ``arrays`` (results of collectives); GroupLost when the group broke."""
+    try:
+        mx.eval(arrays)
+    except RuntimeError as exc:  # the ring backend: "[ring] connection to a peer was lost"
+        raise GroupLost(str(exc)) from exc
+
+
 class PlanChannel:
     """The group's broadcast of step plans from rank 0 (see the module docstring)."""
 
@@ -53,5 +66,5 @@ class PlanChannel:
 
     def _broadcast(self, data: np.ndarray) -> mx.array:
         out = mx.distributed.all_sum(mx.array(data), group=self.group, stream=mx.cpu)
-        mx.eval(out)
+        collective(out)
         return out
