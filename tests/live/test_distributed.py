@@ -90,6 +90,7 @@ def test_served_mixed_batch_equals_one_process(server, model):
 
 
 def test_killed_rank_fails_its_request_and_the_model_goes_down(server):
+    _complete(server.url, [5, 6], 2, [None], 0)  # the model (and so the group) is loaded
     log = (server.home / "logs" / "rank1.log").read_text()
     pid = int(re.search(r"\(pid (\d+)\) waiting", log).group(1))
     body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 100000, "ignore_eos": True, "stream": True}
