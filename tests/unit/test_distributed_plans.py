@@ -64,3 +64,25 @@ def test_a_load_names_a_folder_in_the_model_dirs_never_a_path(tmp_path):
     for name in ["../secret", "..", str(tmp_path / "secret"), "", None, "missing"]:
         with pytest.raises(PlanError):
             find_model(dirs, name)
+
+
+def test_a_model_with_sliding_window_layers_is_not_split():
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    from inference.distributed.pipeline import split_model
+
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        num_attention_heads=2,
+        rms_norm_eps=1e-5,
+        vocab_size=64,
+        num_key_value_heads=2,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=8,
+    )
+    with pytest.raises(ValueError, match="full attention in every layer; it has KVCache, RotatingKVCache"):
+        split_model(llama.Model(args), mx.distributed.init())
