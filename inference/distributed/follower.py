@@ -73,7 +73,7 @@ class Follower:
         if not isinstance(new, dict):
             raise PlanError("prefill: new must be an object")
         for request_id, described in new.items():
-            self.requests[_id(request_id)] = self._request(request_id, described)
+            self.requests[_id(request_id)] = parse_request(request_id, described, self.loaded.vocab_size)
         rows = message.get("rows")
         if not isinstance(rows, list) or not rows:
             raise PlanError("prefill: rows must be a list")
@@ -125,23 +125,25 @@ class Follower:
             raise PlanError(f"no request {str(request_id)[:MAX_ID]!r} here")
         return request
 
-    def _request(self, request_id: str, described) -> Request:
-        if not isinstance(described, dict):
-            raise PlanError("a request must be an object")
-        vocab = self.loaded.vocab_size
-        prompt = _tokens(described.get("prompt"), vocab)
-        output = _tokens(described.get("output"), vocab, allow_empty=True)
-        params = described.get("params")
-        if not isinstance(params, dict) or not set(params) <= _PARAMS or params.get("structured"):
-            raise PlanError("a request's params must be sampling parameters without structured output")
-        try:
-            sampling = SamplingParams(**params)
-        except (TypeError, ValueError) as exc:
-            raise PlanError(f"a request's params: {exc}") from None
-        seed = _int(described.get("seed"), 0, (1 << 63) - 1)
-        request = Request(request_id, prompt, sampling, None, frozenset(), _ignore, seed)
-        request.output_token_ids = output
-        return request
+
+def parse_request(request_id: str, described, vocab: int) -> Request:
+    """A request as rank 0 describes it (``leader_runner.describe``); PlanError unless every
+    field checks: token ids in [0, vocab), known sampling parameters, no structured output."""
+    if not isinstance(described, dict):
+        raise PlanError("a request must be an object")
+    prompt = _tokens(described.get("prompt"), vocab)
+    output = _tokens(described.get("output"), vocab, allow_empty=True)
+    params = described.get("params")
+    if not isinstance(params, dict) or not set(params) <= _PARAMS or params.get("structured"):
+        raise PlanError("a request's params must be sampling parameters without structured output")
+    try:
+        sampling = SamplingParams(**params)
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"a request's params: {exc}") from None
+    seed = _int(described.get("seed"), 0, (1 << 63) - 1)
+    request = Request(_id(request_id), prompt, sampling, None, frozenset(), _ignore, seed)
+    request.output_token_ids = output
+    return request
 
 
 def _ignore(event) -> None:

@@ -86,3 +86,28 @@ def test_a_model_with_sliding_window_layers_is_not_split():
     )
     with pytest.raises(ValueError, match="full attention in every layer; it has KVCache, RotatingKVCache"):
         split_model(llama.Model(args), mx.distributed.init())
+
+
+GOOD = {"prompt": [1, 2], "output": [], "params": {"max_tokens": 4, "temperature": 0.0}, "seed": 3}
+
+
+def test_a_request_in_a_step_plan_is_checked():
+    from inference.distributed.follower import parse_request
+
+    request = parse_request("r1", GOOD, vocab=64)
+    assert (request.prompt_token_ids, request.params.max_tokens, request.seed) == ([1, 2], 4, 3)
+    bad = [
+        {**GOOD, "prompt": [1, 64]},  # outside the vocabulary
+        {**GOOD, "prompt": []},
+        {**GOOD, "output": [True]},
+        {**GOOD, "params": {"max_tokens": 4, "exec": "x"}},  # not a sampling parameter
+        {**GOOD, "params": {"structured": {"type": "json_object"}}},
+        {**GOOD, "params": {"temperature": -1}},
+        {**GOOD, "seed": -1},
+        [1, 2],
+    ]
+    for described in bad:
+        with pytest.raises(PlanError):
+            parse_request("r1", described, vocab=64)
+    with pytest.raises(PlanError):
+        parse_request("x" * 300, GOOD, vocab=64)
