@@ -117,6 +117,7 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
     out, and its context limit bounds the prompt."""
     from inference.engine import ModelLoadError
     from inference.pool import InsufficientMemory, ModelUnavailable, get_pool
+    from inference.pool.errors import ModelDown
 
     def refuse(status: int, message: str) -> None:
         publish(job.request_id, {"kind": "error", "status": status, "message": message})
@@ -137,6 +138,8 @@ def run_job(job: GenerationJob, publish: Publish = relay.publish) -> None:
         engine = lease.__enter__()
     except ModelUnavailable as exc:
         return refuse(400, str(exc))
+    except ModelDown as exc:
+        return refuse(503, str(exc))
     except KeyError:
         return refuse(404, f"The model '{job.model}' does not exist")
     except InsufficientMemory as exc:

@@ -68,6 +68,12 @@ def mcp_config(path):
     mcp_config.load(path)
 
 
+def distributed_hosts(path):
+    from inference.distributed import hosts  # the inference package: when checked
+
+    hosts.read_hosts(path)
+
+
 def one_of(*choices):
     def check(value):
         if value not in choices:

@@ -322,6 +322,19 @@ SETTINGS: tuple[Setting, ...] = (
         console_editable=False,
     ),
     Setting(
+        "distributed",
+        "OMLX_DISTRIBUTED",
+        FILE,
+        None,
+        "serve each text model split across the machines of this hosts file (mlx.launch's JSON: "
+        'rank 0, this machine, first; [{"ssh": HOST, "ips": [IP]}, ...]); the other ranks are '
+        "started over ssh (or here, for loopback). See docs/operations.md",
+        flag="--distributed",
+        check=checks.distributed_hosts,
+        console_editable=False,
+        metavar="HOSTS.json",
+    ),
+    Setting(
         "mcp_tool_timeout",
         "OMLX_MCP_TOOL_TIMEOUT",
         NUMBER,

@@ -223,10 +223,10 @@ class Engine(EngineCache, EngineControls, EngineThread):
 
     def _main(self, model_path) -> None:
         try:
-            self.loaded = load_model(model_path, self.config.dtype)
+            self.loaded = self._load_model(model_path)
             self.prefix_cache = self._make_prefix_cache()
             block_size = self.config.cache_block_size if self.prefix_cache.wants_kv else None
-            self.runner = ModelRunner(self.loaded, block_size, self.clock)
+            self.runner = self._make_runner(block_size)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
         except BaseException as exc:  # reported to the constructor's caller
             self._loaded(exc)
@@ -257,6 +257,12 @@ class Engine(EngineCache, EngineControls, EngineThread):
         self.runner = None
         self.prefix_cache.close()
         mx.synchronize()  # nothing may still run on this thread's stream once it is gone
+
+    def _load_model(self, model_path) -> LoadedModel:
+        return load_model(model_path, self.config.dtype)
+
+    def _make_runner(self, block_size: Optional[int]) -> ModelRunner:
+        return ModelRunner(self.loaded, block_size, self.clock)
 
     def _drain_inbox(self, block: bool, timeout: Optional[float] = None) -> bool:
         with self._active_lock:

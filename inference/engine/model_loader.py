@@ -9,7 +9,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -53,9 +53,13 @@ class LoadedModel:
 _DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
-def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
+def load_model(
+    path, dtype: Optional[str] = None, shard: Optional[Callable[[nn.Module], None]] = None
+) -> LoadedModel:
     """Load the model and tokenizer in ``path``; cast floating weights to ``dtype``
-    (None: the platform default, see inference.platform.default_dtype)."""
+    (None: the platform default, see inference.platform.default_dtype). ``shard``: called on
+    the model before any weight is read (inference.distributed: this rank's layers only); it
+    raises ValueError for a model it cannot split."""
     path = Path(path).expanduser()
     config = _read_config(path)
     model_type = config["model_type"]
@@ -75,10 +79,16 @@ def load_model(path, dtype: Optional[str] = None) -> LoadedModel:
         raise ModelLoadError(f"{path}: no tokenizer (tokenizer.json or tokenizer.model) in the folder")
     try:
         model, config = mlx_load_model(
-            path, model_config=config, get_model_classes=weight_compat.model_classes
+            path, lazy=shard is not None, model_config=config, get_model_classes=weight_compat.model_classes
         )
     except Exception as exc:  # mlx-lm raises ValueError, KeyError, OSError... for broken folders
         raise ModelLoadError(f"{path}: cannot load the weights: {exc}") from exc
+    if shard is not None:
+        try:
+            shard(model)
+        except ValueError as exc:
+            raise ModelLoadError(f"{path}: {exc}") from None
+        mx.eval(model.parameters())
     try:
         tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     except Exception as exc:

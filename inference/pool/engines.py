@@ -13,6 +13,12 @@ logger = logging.getLogger("omlx.models")
 def make_engine(folder: ModelFolder, engine_settings: dict):
     """A text engine for an LLM; the batching encoder engine for embedding and reranker models."""
     if folder.kind == "llm":
+        from django.conf import settings
+
+        if getattr(settings, "OMLX_DISTRIBUTED", None):  # split across machines: inference.distributed
+            from inference.distributed.serving import distributed_engine
+
+            return distributed_engine(folder.path, engine_settings)
         from inference.engine import Engine
 
         return Engine(folder.path, **engine_settings)

@@ -18,3 +18,15 @@ class ModelUnavailable(KeyError):
 
     def __str__(self) -> str:
         return f"The model '{self.args[0]}' cannot be served: {self.reason}"
+
+
+class ModelDown(Exception):
+    """A loaded model whose engine can no longer run it (a machine of its distributed group was
+    lost, inference.distributed.engine): it stays down until the server restarts."""
+
+
+def check_up(model_id: str, engine) -> None:
+    """ModelDown when ``engine`` reports itself lost (its ``lost`` says why)."""
+    lost = getattr(engine, "lost", None)
+    if lost:
+        raise ModelDown(f"The model '{model_id}' is down: {lost}; restart omlx serve to serve it again")

@@ -35,7 +35,7 @@ from .adapters import adapter_bytes
 from .discovery import ModelFolder, discover, inspect, signature
 from .engines import AdapterEngine, make_engine, stop_engine, weights_bytes
 from .other_apps import OtherApps
-from .errors import InsufficientMemory, ModelBusy, ModelUnavailable  # noqa: F401  (pool.X)
+from .errors import InsufficientMemory, ModelBusy, ModelUnavailable, check_up  # noqa: F401  (pool.X)
 from .pool_report import PoolReport
 from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, process_rss
 
@@ -313,6 +313,7 @@ class ModelPool(PoolReport):
                 raise RuntimeError("the server is shutting down")
             slot = self._slots.get(model_id)
             if slot is not None:
+                check_up(model_id, slot.engine)
                 slot.leases += 1
                 slot.last_used = time.monotonic()
                 return slot
@@ -321,6 +322,7 @@ class ModelPool(PoolReport):
             with self._lock:
                 slot = self._slots.get(model_id)
                 if slot is not None:
+                    check_up(model_id, slot.engine)
                     slot.leases += 1
                     slot.last_used = time.monotonic()
                     return slot

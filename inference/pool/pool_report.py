@@ -32,7 +32,8 @@ class PoolReport:
             }
 
     def states(self) -> Dict[str, str]:
-        """Every servable model id -> "loaded", "loading" or "unloaded" (in this process)."""
+        """Every servable model id -> "loaded", "loading", "unloaded" or "down" (its engine lost
+        a machine of its distributed group: inference.distributed.engine) in this process."""
         folders = self.folders()
         with self._lock:
             return {i: self._state(i, f) for i, f in folders.items() if f.servable}
@@ -43,9 +44,10 @@ class PoolReport:
         if folder.base is not None:
             slot = self._slots.get(folder.base)
             return "loaded" if slot is not None and model_id in slot.adapters else "unloaded"
-        return (
-            "loaded" if model_id in self._slots else "loading" if model_id in self._reserved else "unloaded"
-        )
+        slot = self._slots.get(model_id)
+        if slot is not None:
+            return "down" if getattr(slot.engine, "lost", None) else "loaded"
+        return "loading" if model_id in self._reserved else "unloaded"
 
     def status(self) -> dict:
         """Every folder with its kind, size, estimate and pool state; the memory limits."""

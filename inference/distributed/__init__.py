@@ -1,0 +1,14 @@
+"""One model across several processes (or machines) with MLX's distributed backend.
+
+Pipeline parallel: the model's decoder layers are cut into contiguous slices, one per rank
+(``layer_split``); rank 0 holds the first slice. In a forward pass every rank embeds the input
+(for its shape), rank r > 0 receives the hidden state from rank r - 1, runs its own layers on its
+own KV caches and sends the result on to rank r + 1; the last rank's hidden state is then gathered
+by every rank, so all of them compute the same logits and sample the same tokens (``pipeline``).
+So every rank runs the same steps in the same order (SPMD, as mlx-lm's own pipelined models do)
+and keeps only the KV of its own layers.
+
+``generate`` runs a model split this way on the prompts it is given (greedy), one process per
+rank as ``mlx.launch`` starts them: the check that a split model writes what one process writes.
+Serving a split model (``omlx serve --distributed``) is not built yet: see docs/operations.md.
+"""

@@ -1,0 +1,87 @@
+"""Rank 0's engine for a model split across the ranks of a distributed group.
+
+It is the usual ``Engine`` (API, scheduler, continuous batching, chunked and batched prefill,
+priorities), with this rank's slice of the layers (``pipeline.split_model``) and a runner that
+sends every step plan to the other ranks first (``leader_runner``), which run them
+(``follower``). Not served on a split model yet, each refused with a ValueError (a 400):
+structured output, images, LoRA adapters; and the block cache is off (each rank would keep its
+own layers' blocks under the same keys: not built yet).
+
+A rank that dies (or whose connection breaks) fails the collective rank 0 is in
+(``GroupLost``): every request in flight ends with an error that says so, the engine closes
+(the model is down: a new request answers 503 until the server restarts), and the server stays
+up for everything else.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from cache.prefix_cache import PrefixCache
+from inference.engine.engine import Engine
+from inference.engine.model_loader import LoadedModel, load_model
+
+from .group import DistributedGroup
+from .leader_runner import LeaderRunner
+from .pipeline import split_model
+from .plan_channel import GroupLost, PlanChannel
+
+logger = logging.getLogger("omlx.distributed")
+
+
+class DistributedEngine(Engine):
+    """``Engine`` on rank 0 of ``group`` (see the module docstring). ``lost``: why the group
+    failed, or None."""
+
+    def __init__(self, model_path, group: DistributedGroup, config=None, **settings):
+        group.claim(self)
+        self.distributed = group
+        self.channel = PlanChannel(group.group)
+        self.lost: Optional[str] = None
+        try:
+            super().__init__(model_path, config, **settings)
+        except BaseException:
+            group.release(self)
+            raise
+
+    def submit(self, prompt, params=None, *args, vision=None, adapter=None, **kwargs):
+        if vision is not None:
+            raise ValueError("images are not served by a model split across machines")
+        if adapter is not None:
+            raise ValueError("LoRA adapters are not served by a model split across machines")
+        if params is not None and getattr(params, "structured", None) is not None:
+            raise ValueError("structured output is not served by a model split across machines")
+        return super().submit(prompt, params, *args, **kwargs)
+
+    def _load_model(self, model_path) -> LoadedModel:
+        self.channel.send({"op": "load", "model": model_path.name, "dtype": self.config.dtype})
+        group = self.distributed.group
+        return load_model(model_path, self.config.dtype, shard=lambda model: split_model(model, group))
+
+    def _make_prefix_cache(self) -> PrefixCache:
+        return PrefixCache()  # off: see the module docstring
+
+    def _make_runner(self, block_size) -> LeaderRunner:
+        return LeaderRunner(self.loaded, self.channel, self.clock)
+
+    def _step(self) -> None:
+        try:
+            super()._step()
+        except GroupLost as exc:
+            self.lost = f"a machine of the distributed group stopped answering ({exc}); the model is down"
+            logger.error("%s: %s", self.loaded.path.name, self.lost)
+            self.runner.channel = None  # nothing more is sent: reset and drop stay local
+            self._fail_all(self.lost)
+            self._inbox.put(("close", None))
+
+    def _main(self, model_path) -> None:
+        try:
+            super()._main(model_path)
+        finally:
+            if self.lost is None and self.loaded is not None:
+                try:
+                    self.channel.send({"op": "close"})
+                except GroupLost:
+                    pass
+            self.distributed.release(self)

@@ -1,0 +1,225 @@
+"""A rank other than 0: it waits for rank 0 to load a model, loads its slice of it and runs
+rank 0's step plans (inference.distributed.leader_runner) on its own ``ModelRunner`` until rank 0
+closes it, then waits for the next load.
+
+    python -m inference.distributed.follower --model-dir DIR [--model-dir DIR ...]
+
+started once per rank with ``MLX_HOSTFILE`` and ``MLX_RANK`` set, as ``mlx.launch`` starts
+processes (``omlx serve --distributed`` starts them: inference.distributed.group). A load names
+a folder directly inside one of the ``--model-dir`` folders (the same layout on every machine),
+never a path. Every plan is checked before it runs (ids, token ids in the vocabulary, counts
+within the request); a plan that does not check, or a token that differs from rank 0's, ends
+the rank with a message: it cannot stay in step, and rank 0 then sees the group fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import mlx.core as mx
+
+from inference.engine.model_loader import ModelLoadError, load_model
+from inference.engine.model_runner import ModelRunner
+from inference.engine.request import Request
+from inference.engine.sampling_params import SamplingParams
+
+from .pipeline import split_model
+from .plan_channel import GroupLost, PlanChannel, PlanError
+
+logger = logging.getLogger("omlx.distributed")
+
+_PARAMS = {f.name for f in fields(SamplingParams)}
+MAX_ID = 256
+
+
+class Follower:
+    """Runs step plans. ``requests``: the requests rank 0 sent and has not dropped, by id."""
+
+    def __init__(self, model_path, dtype: Optional[str], group, channel: PlanChannel):
+        self.channel = channel
+        self.loaded = load_model(model_path, dtype, shard=lambda model: split_model(model, group))
+        self.runner = ModelRunner(self.loaded)
+        self.requests: Dict[str, Request] = {}
+
+    def run(self) -> None:
+        """Until rank 0 sends close."""
+        while True:
+            message = self.channel.receive()
+            op = message["op"]
+            if op == "close":
+                return
+            if op == "prefill":
+                self._prefill(message)
+            elif op == "decode":
+                for request, token, _ in self.runner.decode_step(_bool(message, "ahead")):
+                    request.output_token_ids.append(token)
+                self.runner.launch()
+            elif op == "drop":
+                self._drop(message)
+            elif op == "reset":
+                self.requests.clear()
+                self.runner.reset()
+            else:
+                raise PlanError(f"{op!r} is not a step plan here")
+
+    def _prefill(self, message: dict) -> None:
+        new = message.get("new")
+        if not isinstance(new, dict):
+            raise PlanError("prefill: new must be an object")
+        for request_id, described in new.items():
+            self.requests[_id(request_id)] = parse_request(request_id, described, self.loaded.vocab_size)
+        rows = message.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise PlanError("prefill: rows must be a list")
+        chunks = []
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 2):
+                raise PlanError("prefill: a row is [id, n]")
+            request = self._known(row[0])
+            n = _int(row[1], 1, request.num_tokens - request.num_computed)
+            chunks.append((request, n))
+        pass_tokens = _int(message.get("pass_tokens"), 1, 1 << 30)
+        self.runner.prefill(chunks, self._prompts_done, None, None, pass_tokens)
+
+    def _prompts_done(self, snapshots, done) -> None:
+        """As rank 0's: sample the first tokens, then join or drop as rank 0 says, until done."""
+        states = {}
+        for request, token, _, state in self.runner.first_tokens(done):
+            request.output_token_ids.append(token)
+            states[request.request_id] = state
+        while True:
+            message = self.channel.receive()
+            op = message["op"]
+            if op == "done":
+                return
+            if op == "join":
+                request = self._known(message.get("id"))
+                token = request.output_token_ids[-1] if request.request_id in states else None
+                if token != message.get("token"):
+                    raise PlanError(
+                        f"{request.request_id}: rank 0 sampled {message.get('token')}, here {token}"
+                    )
+                self.runner.join(request, states.pop(request.request_id))
+            elif op == "drop":
+                self._drop(message)
+            else:
+                raise PlanError(f"{op!r} is not a step plan inside a prefill")
+
+    def _drop(self, message: dict) -> None:
+        ids = message.get("ids")
+        if not isinstance(ids, list):
+            raise PlanError("drop: ids must be a list")
+        self.runner.drop([self._known(i) for i in ids])
+        for i in ids:
+            self.requests.pop(i, None)
+
+    def _known(self, request_id) -> Request:
+        request = self.requests.get(request_id) if isinstance(request_id, str) else None
+        if request is None:
+            raise PlanError(f"no request {str(request_id)[:MAX_ID]!r} here")
+        return request
+
+
+def parse_request(request_id: str, described, vocab: int) -> Request:
+    """A request as rank 0 describes it (``leader_runner.describe``); PlanError unless every
+    field checks: token ids in [0, vocab), known sampling parameters, no structured output."""
+    if not isinstance(described, dict):
+        raise PlanError("a request must be an object")
+    prompt = _tokens(described.get("prompt"), vocab)
+    output = _tokens(described.get("output"), vocab, allow_empty=True)
+    params = described.get("params")
+    if not isinstance(params, dict) or not set(params) <= _PARAMS or params.get("structured"):
+        raise PlanError("a request's params must be sampling parameters without structured output")
+    try:
+        sampling = SamplingParams(**params)
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"a request's params: {exc}") from None
+    seed = _int(described.get("seed"), 0, (1 << 63) - 1)
+    request = Request(_id(request_id), prompt, sampling, None, frozenset(), _ignore, seed)
+    request.output_token_ids = output
+    return request
+
+
+def _ignore(event) -> None:
+    """A follower's requests report nothing: rank 0 serves them."""
+
+
+def _id(value) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID:
+        raise PlanError("a request id must be a string of 1 to 256 characters")
+    return value
+
+
+def _int(value, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise PlanError(f"{value!r} is not an integer in [{low}, {high}]")
+    return value
+
+
+def _bool(message: dict, key: str) -> bool:
+    value = message.get(key)
+    if not isinstance(value, bool):
+        raise PlanError(f"{key} must be true or false")
+    return value
+
+
+def _tokens(value, vocab: int, allow_empty: bool = False) -> list:
+    if not isinstance(value, list) or not (value or allow_empty):
+        raise PlanError("token ids must be a list")
+    for t in value:
+        _int(t, 0, vocab - 1)
+    return value
+
+
+def serve(model_dirs: List[Path], group) -> None:
+    """Load and run what rank 0 says, one model at a time, until rank 0 is gone."""
+    channel = PlanChannel(group)
+    while True:
+        message = channel.receive()
+        if message["op"] != "load":
+            raise PlanError(f"{message['op']!r}: no model is loaded here")
+        dtype = message.get("dtype")
+        if dtype not in (None, "float32", "bfloat16", "float16"):
+            raise PlanError(f"dtype {dtype!r}")
+        path = find_model(model_dirs, message.get("model"))
+        logger.info("loading %s", path)
+        Follower(path, dtype, group, channel).run()
+        logger.info("closed %s", path)
+
+
+def find_model(model_dirs: List[Path], name) -> Path:
+    """The folder ``name`` directly inside one of ``model_dirs``; PlanError when there is none."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise PlanError(f"{str(name)[:MAX_ID]!r} is not a model folder name")
+    for folder in model_dirs:
+        if (folder / name).is_dir():
+            return folder / name
+    raise PlanError(f"no model folder {name!r} in {', '.join(map(str, model_dirs))}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m inference.distributed.follower", description=__doc__)
+    parser.add_argument("--model-dir", action="append", required=True, help="where the model folders are")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    group = mx.distributed.init(strict=True, backend="ring")
+    if group.size() < 2 or group.rank() == 0:
+        print("a follower runs as rank 1 or above of a distributed group (MLX_RANK, MLX_HOSTFILE)")
+        return 2
+    logger.info("rank %d of %d (pid %d) waiting for rank 0", group.rank(), group.size(), os.getpid())
+    try:
+        serve([Path(d) for d in args.model_dir], group)
+    except (ModelLoadError, PlanError, GroupLost) as exc:
+        print(f"rank {group.rank()}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

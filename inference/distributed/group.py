@@ -1,0 +1,85 @@
+"""The distributed group of `omlx serve --distributed HOSTS.json`: starting the other ranks
+(the hosts: ``hosts``), joining the group as rank 0.
+
+Ranks on this machine (ssh "localhost" or a loopback IP) are started as local processes, the
+others with ``ssh HOST`` (key-based login, omlx and Python at the same paths as here: as
+mlx.launch assumes). Each runs ``python -m inference.distributed.follower`` with
+``MLX_HOSTFILE`` and ``MLX_RANK`` set; its output goes to ``<log dir>/rank<r>.log`` here (a
+remote rank's through its ssh session).
+
+The group serves one model at a time (``claim``/``release``): the followers run the plans of
+one engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+import mlx.core as mx
+
+from .hosts import Host, read_hosts
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+class DistributedGroup:
+    """The started group: ``group`` (rank 0's), ``processes`` (the local followers' and the ssh
+    sessions of remote ones, rank order from 1)."""
+
+    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path):
+        ring = json.dumps([[f"{h.ip}:{h.port}"] for h in hosts])
+        logs.mkdir(parents=True, exist_ok=True)
+        ring_file = logs / "ring-hosts.json"
+        ring_file.write_text(ring)
+        dirs = [arg for d in model_dirs for arg in ("--model-dir", str(d))]
+        self.processes = []
+        for rank, host in enumerate(hosts[1:], start=1):
+            argv = [sys.executable, "-m", "inference.distributed.follower", *dirs]
+            log = open(logs / f"rank{rank}.log", "ab")
+            if host.local:
+                env = dict(os.environ, MLX_HOSTFILE=str(ring_file), MLX_RANK=str(rank), PYTHONPATH=str(_ROOT))
+                proc = subprocess.Popen(argv, env=env, cwd=_ROOT, stdout=log, stderr=subprocess.STDOUT)
+            else:
+                script = (
+                    f"cd {shlex.quote(str(_ROOT))} && f=$(mktemp) && echo {shlex.quote(ring)} > $f && "
+                    f"MLX_HOSTFILE=$f MLX_RANK={rank} PYTHONPATH=. exec {shlex.join(argv)}"
+                )
+                proc = subprocess.Popen(["ssh", host.ssh, script], stdout=log, stderr=subprocess.STDOUT)
+            log.close()  # the child has its own descriptor
+            self.processes.append(proc)
+        os.environ["MLX_HOSTFILE"], os.environ["MLX_RANK"] = str(ring_file), "0"
+        self.group = mx.distributed.init(strict=True, backend="ring")
+        self._lock = threading.Lock()
+        self._holder: Optional[object] = None
+
+    def claim(self, holder) -> None:
+        """Make ``holder`` (an engine) the group's one user; ValueError while another holds it."""
+        with self._lock:
+            if self._holder is not None:
+                raise ValueError("the distributed group serves one model at a time: unload the other first")
+            self._holder = holder
+
+    def release(self, holder) -> None:
+        with self._lock:
+            if self._holder is holder:
+                self._holder = None
+
+
+_started: Optional[DistributedGroup] = None
+_start_lock = threading.Lock()
+
+
+def shared_group(hosts_file, model_dirs, logs: Path) -> DistributedGroup:
+    """The process's group, started at the first call (a process joins one group, once)."""
+    global _started
+    with _start_lock:
+        if _started is None:
+            _started = DistributedGroup(read_hosts(hosts_file), [Path(d) for d in model_dirs], logs)
+        return _started

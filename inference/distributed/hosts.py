@@ -1,0 +1,60 @@
+"""The hosts file of `omlx serve --distributed HOSTS.json`.
+
+It is ``mlx.launch``'s: a JSON list, one object per machine, rank order, the first being this
+one: ``{"ssh": "hostname", "ips": ["10.0.0.2"]}``; omlx also reads an optional ``"port"`` (the
+ring backend's port on that machine; default 32323 + rank). Only the first IP of each host is
+used (one ring connection per pair of neighbours).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List
+
+MAX_RANKS = 16
+DEFAULT_PORT = 32323
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,252}$")
+_LOCAL = {"localhost", "127.0.0.1", "::1"}
+
+
+@dataclass(frozen=True)
+class Host:
+    ssh: str
+    ip: str
+    port: int
+
+    @property
+    def local(self) -> bool:
+        return self.ssh in _LOCAL or ipaddress.ip_address(self.ip).is_loopback
+
+
+def read_hosts(path) -> List[Host]:
+    """The hosts of ``path``; ValueError saying what is wrong with the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON hosts file: {exc}") from None
+    if not isinstance(data, list) or not 2 <= len(data) <= MAX_RANKS:
+        raise ValueError(f"{path}: a list of 2 to {MAX_RANKS} hosts, rank 0 (this machine) first")
+    hosts = []
+    for rank, entry in enumerate(data):
+        where = f"{path}: host {rank}"
+        if not isinstance(entry, dict) or not set(entry) <= {"ssh", "ips", "port"}:
+            raise ValueError(f'{where}: an object with "ssh", "ips" and optionally "port"')
+        ssh, ips, port = entry.get("ssh"), entry.get("ips"), entry.get("port", DEFAULT_PORT + rank)
+        if not isinstance(ssh, str) or not _HOSTNAME.match(ssh):
+            raise ValueError(f'{where}: "ssh" must be a host name')
+        if not isinstance(ips, list) or not ips or not all(isinstance(ip, str) for ip in ips):
+            raise ValueError(f'{where}: "ips" must list its IP addresses (the ring backend needs them)')
+        try:
+            ip = str(ipaddress.ip_address(ips[0]))
+        except ValueError:
+            raise ValueError(f"{where}: {ips[0]!r} is not an IP address") from None
+        if not isinstance(port, int) or isinstance(port, bool) or not 1024 <= port <= 65535:
+            raise ValueError(f'{where}: "port" must be a TCP port from 1024 to 65535')
+        hosts.append(Host(ssh, ip, port))
+    return hosts

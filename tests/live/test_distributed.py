@@ -1,0 +1,109 @@
+"""One model split across two ranks of MLX's ring backend on loopback (inference.distributed):
+what the ranks compute equals what one process computes; a rank that dies fails its requests
+and takes the model down, not the server."""
+
+import json
+import os
+import re
+import signal
+import threading
+
+import httpx
+import pytest
+
+from inference.distributed.generate import greedy, greedy_batch
+from inference.engine import Engine
+from inference.engine.model_loader import load_model
+from inference.engine.sampling_params import SamplingParams
+from inference.testkit.registry import build_model
+from tests.support.ring import free_ports, ring_hostfile, start_ranks, wait_ranks
+from tests.support.server import ServerProcess
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40, 41, 42], [300, 2, 17, 90, 91]]
+TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    # Three layers: an uneven split (rank 0 two, rank 1 one).
+    root = tmp_path_factory.mktemp("dist-models")
+    return build_model(root / "tiny", "llama", "tiny", num_hidden_layers=3)
+
+
+@pytest.fixture(scope="module")
+def server(model, tmp_path_factory):
+    home = tmp_path_factory.mktemp("dist-home")
+    hosts = home / "hosts.json"
+    hosts.write_text(
+        json.dumps([{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)])
+    )
+    server = ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts)], home)
+    server.home = home
+    yield server
+    server.stop()
+
+
+@pytest.mark.slow  # ~35 s here; the served test below checks the same equality through the engine
+def test_two_ranks_generate_what_one_process_does(model, tmp_path):
+    prompts = [arg for p in PROMPTS for arg in ("--prompt", ",".join(map(str, p)))]
+    argv = ["-m", "inference.distributed.generate", str(model), *prompts, "--max-tokens", str(TOKENS)]
+    argv += ["--out", str(tmp_path)]
+    results = wait_ranks(start_ranks(argv, ring_hostfile(tmp_path / "hosts.json", 2), 2))
+    assert [code for code, _ in results] == [0, 0], results
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    one = load_model(model, "float32").model  # the reference: this process, the whole model
+    assert [r["layers"] for r in ranks] == [[0, 2], [2, 3]]  # each rank ran its own layers only
+    for r in ranks:
+        assert r["sequential"] == [greedy(one, p, TOKENS) for p in PROMPTS]  # chunked prefill, decode
+        assert r["batched"] == greedy_batch(one, PROMPTS, TOKENS)  # one left-padded batch
+
+
+def _complete(url, prompt, max_tokens, out, i, **extra):
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, **extra}
+    out[i] = httpx.post(url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+
+
+def test_served_mixed_batch_equals_one_process(server, model):
+    """Two requests at once (one prefilling in chunks while the other decodes, one sampled with a
+    seed): the split model's texts are one process's."""
+    requests = [(PROMPTS[0] * 3, 12, {"temperature": 0}), (PROMPTS[1], 8, {"temperature": 0.8, "seed": 7})]
+    texts = [None, None]
+    threads = [
+        threading.Thread(target=_complete, args=(server.url, p, n, texts, i), kwargs=extra)
+        for i, (p, n, extra) in enumerate(requests)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine = Engine(model, dtype="float32")
+    try:
+        streams = [
+            engine.submit(p, SamplingParams(max_tokens=n, ignore_eos=True, **extra))
+            for p, n, extra in requests
+        ]
+        assert texts == ["".join(event.text for event in stream) for stream in streams]
+    finally:
+        engine.close()
+    log = (server.home / "logs" / "rank1.log").read_text()
+    assert "256 KV bytes/token" in log  # rank 1 loaded one layer of three (rank 0 two: 512)
+
+
+def test_killed_rank_fails_its_request_and_the_model_goes_down(server):
+    _complete(server.url, [5, 6], 2, [None], 0)  # the model (and so the group) is loaded
+    log = (server.home / "logs" / "rank1.log").read_text()
+    pid = int(re.search(r"\(pid (\d+)\) waiting", log).group(1))
+    body = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 100000, "ignore_eos": True, "stream": True}
+    events = []
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                events.append(json.loads(line[6:]))
+                if len(events) == 2:
+                    os.kill(pid, signal.SIGKILL)
+    assert "error" in events[-1]
+    assert "distributed group stopped answering" in events[-1]["error"]["message"]
+    assert httpx.get(server.url + "/health", timeout=30).json()["models"] == {"tiny": "down"}
+    again = httpx.post(server.url + "/v1/completions", json={**body, "stream": False}, timeout=60)
+    assert again.status_code == 503
+    assert "is down" in again.json()["error"]["message"]

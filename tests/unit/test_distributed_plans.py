@@ -1,0 +1,113 @@
+"""What a rank of a split model accepts from files and from the other ranks
+(inference.distributed): the hosts file, the layer split, the model a load names."""
+
+import json
+
+import pytest
+
+from inference.distributed.follower import find_model
+from inference.distributed.hosts import read_hosts
+from inference.distributed.layer_split import even_split
+from inference.distributed.plan_channel import PlanError
+
+
+def test_even_split_covers_every_layer_once():
+    for layers, size in [(3, 2), (7, 3), (4, 4), (28, 2)]:
+        splits = [even_split(layers, size, rank) for rank in range(size)]
+        assert splits[0].start == 0 and splits[-1].end == layers
+        assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
+        assert all(s.end > s.start for s in splits)
+    with pytest.raises(ValueError, match="cannot be split"):
+        even_split(1, 2, 0)
+
+
+def _hosts(tmp_path, data):
+    path = tmp_path / "hosts.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_hosts_file_of_mlx_launch_is_read(tmp_path):
+    hosts = read_hosts(
+        _hosts(
+            tmp_path, [{"ssh": "localhost", "ips": ["127.0.0.1"]}, {"ssh": "mac2.local", "ips": ["10.0.0.2"]}]
+        )
+    )
+    assert [(h.ssh, h.ip, h.port, h.local) for h in hosts] == [
+        ("localhost", "127.0.0.1", 32323, True),
+        ("mac2.local", "10.0.0.2", 32324, False),
+    ]
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ("{not json", "not a readable JSON"),
+        ([{"ssh": "a", "ips": ["10.0.0.1"]}], "a list of 2 to 16 hosts"),
+        ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b; rm -rf ~", "ips": ["10.0.0.2"]}], "host name"),
+        ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": []}], "IP addresses"),
+        ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["$(reboot)"]}], "not an IP address"),
+        ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"], "port": 22}], "TCP port"),
+        ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"], "cmd": "x"}], "an object"),
+    ],
+)
+def test_bad_hosts_files_are_refused(tmp_path, data, message):
+    with pytest.raises(ValueError, match=message):
+        read_hosts(_hosts(tmp_path, data))
+
+
+def test_a_load_names_a_folder_in_the_model_dirs_never_a_path(tmp_path):
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    dirs = [tmp_path / "models"]
+    assert find_model(dirs, "tiny") == tmp_path / "models" / "tiny"
+    for name in ["../secret", "..", str(tmp_path / "secret"), "", None, "missing"]:
+        with pytest.raises(PlanError):
+            find_model(dirs, name)
+
+
+def test_a_model_with_sliding_window_layers_is_not_split():
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    from inference.distributed.pipeline import split_model
+
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        num_attention_heads=2,
+        rms_norm_eps=1e-5,
+        vocab_size=64,
+        num_key_value_heads=2,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=8,
+    )
+    with pytest.raises(ValueError, match="full attention in every layer; it has KVCache, RotatingKVCache"):
+        split_model(llama.Model(args), mx.distributed.init())
+
+
+GOOD = {"prompt": [1, 2], "output": [], "params": {"max_tokens": 4, "temperature": 0.0}, "seed": 3}
+
+
+def test_a_request_in_a_step_plan_is_checked():
+    from inference.distributed.follower import parse_request
+
+    request = parse_request("r1", GOOD, vocab=64)
+    assert (request.prompt_token_ids, request.params.max_tokens, request.seed) == ([1, 2], 4, 3)
+    bad = [
+        {**GOOD, "prompt": [1, 64]},  # outside the vocabulary
+        {**GOOD, "prompt": []},
+        {**GOOD, "output": [True]},
+        {**GOOD, "params": {"max_tokens": 4, "exec": "x"}},  # not a sampling parameter
+        {**GOOD, "params": {"structured": {"type": "json_object"}}},
+        {**GOOD, "params": {"temperature": -1}},
+        {**GOOD, "seed": -1},
+        [1, 2],
+    ]
+    for described in bad:
+        with pytest.raises(PlanError):
+            parse_request("r1", described, vocab=64)
+    with pytest.raises(PlanError):
+        parse_request("x" * 300, GOOD, vocab=64)
