@@ -223,7 +223,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
 
     def _main(self, model_path) -> None:
         try:
-            self.loaded = load_model(model_path, self.config.dtype)
+            self.loaded = load_model(model_path, self.config.dtype, self.config.kv_quant)
             self.prefix_cache = self._make_prefix_cache()
             block_size = self.config.cache_block_size if self.prefix_cache.wants_kv else None
             self.runner = ModelRunner(self.loaded, block_size, self.clock)
