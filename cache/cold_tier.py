@@ -51,6 +51,7 @@ class ColdTier:
         self.root_dir = Path(root_dir).expanduser()
         self.fingerprint = fingerprint
         self.kinds = layout.tags if layout is not None else ""  # block files' "kinds" metadata
+        self.kv = layout.kv if layout is not None else ""  # and their "kv" (KV format)
         self.fingerprint_hex = fingerprint.hex
         self.dir = self.root_dir / self.fingerprint_hex
         self.enabled = False
@@ -100,7 +101,7 @@ class ColdTier:
         key_hex = key.hex()
         path = self.dir / key_hex[:2] / f"{key_hex}{block_file.SUFFIX}"
         try:
-            header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
+            header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds, self.kv)
             if header.token_ids != e.block.token_ids or header.parent != e.block.parent:
                 raise InvalidBlockFile("file names other tokens than when it was indexed")
             layers = _load_layers(path, header)
@@ -213,7 +214,8 @@ def _load_layers(path: Path, header: BlockHeader) -> list:
     if (meta.get("key"), meta.get("tokens")) != expected:
         raise InvalidBlockFile("file changed while it was read")
     layers = []
-    for i, ((kind, count), names) in enumerate(zip(header.kinds, block_file.tensor_names(header.kinds))):
+    names_of = block_file.tensor_names(header.kinds, header.kv)
+    for i, ((kind, count), names) in enumerate(zip(header.kinds, names_of)):
         layer = tuple(arrays[name] for name in names)
         if kind != STATE:
             stored = n if kind == FULL else min(n, count)

@@ -199,11 +199,19 @@ class ColdWriter:
             durable.make_dirs(shard, stop=tier.root_dir)
         kinds = parse_tags(tier.kinds) if tier.kinds else ((FULL, 0),) * len(block.layers)
         arrays = {}
-        for names, layer in zip(block_file.tensor_names(kinds), block.layers):
+        for names, layer in zip(block_file.tensor_names(kinds, tier.kv), block.layers):
             arrays.update(zip(names, layer))
-        # The attention tensors' dtype (state arrays carry their own), else the first array's.
+        # The attention tensors' dtype (state arrays carry their own; quantized KV: its scales'),
+        # else the first array's.
         first = next(
-            (layer[0] for (kind, _), layer in zip(kinds, block.layers) if kind != STATE), block.layers[0][0]
+            (
+                a
+                for (kind, _), layer in zip(kinds, block.layers)
+                if kind != STATE
+                for a in layer
+                if a.dtype != mx.uint32
+            ),
+            block.layers[0][0],
         )
         dtype = str(first.dtype).rsplit(".", 1)[-1]
         meta = block_file.metadata(
@@ -214,6 +222,7 @@ class ColdWriter:
             dtype,
             len(block.layers),
             tier.kinds,
+            tier.kv,
         )
         tmp = shard / f"{key_hex}.{os.getpid()}-{next(tier.tmp_names)}{block_file.TMP_SUFFIX}"
         return durable.write_atomically(
