@@ -174,11 +174,19 @@ class ModelPool(PoolReport):
                 if folder.adapter is not None:  # what attaching it adds to its base's engine
                     value = MemoryEstimate(adapter_bytes(folder), 0, 0)
                 elif folder.kind == "llm":
-                    value = estimate(folder.weight_files, folder.config, self.engine_settings)
+                    overrides = model_settings.load_overrides(self.settings(model_id))
+                    value = estimate(
+                        folder.weight_files, folder.config, {**self.engine_settings, **overrides}
+                    )
                 else:
                     value = estimate_encoder(folder.weight_files, folder.config, self.engine_settings)
                 self._estimates[model_id] = value
             return self._estimates[model_id]
+
+    def forget_estimates(self) -> None:
+        """The engine settings changed: every estimate is made again when next asked for."""
+        with self._lock:
+            self._estimates.clear()
 
     def kind(self, name: str) -> Optional[str]:
         """ "llm", "embedding" or "reranker" for a servable model ``name`` names, else None."""
@@ -336,7 +344,11 @@ class ModelPool(PoolReport):
                 )
                 started = time.monotonic()
                 try:
-                    overrides = model_settings.engine_overrides(self.settings(model_id))
+                    values = self.settings(model_id)
+                    overrides = {
+                        **model_settings.engine_overrides(values),
+                        **model_settings.load_overrides(values),
+                    }
                     engine = make_engine(folder, {**self.engine_settings, **overrides})
                 except BaseException:
                     metrics.model_load_failed(model_id)

@@ -125,3 +125,29 @@ def test_quantized_block_headers_are_checked(tmp_path):
     file, fp, key = _quantized_file(tmp_path, key_cols=8, scale_cols=4)
     with pytest.raises(InvalidBlockFile, match="disagree"):
         block_file.read_header(file, fp, key, "", "q4g32")
+
+
+def test_memory_figures_are_the_bytes_of_the_arrays(path):
+    """The KV bytes per token (the scheduler's budget), the pool's estimate from config.json and
+    the RAM tier's bytes all count the packed data, scales and biases the engine holds."""
+    from cache.ram import total_ram
+    from inference.engine.quantized_kv import KVQuant
+    from inference.pool import memory
+
+    prompt = _ids(40, 9)
+    with LLM(path, cache_block_size=BLOCK, **QUANT) as llm:
+        llm.generate([prompt], SamplingParams(max_tokens=3, **GREEDY))
+        loaded = llm.engine.loaded
+        held = _mlx_lm_kv(loaded.model, prompt)
+        per_token = sum(a.nbytes for layer in held for a in layer) // len(prompt)
+        assert loaded.kv_bytes_per_token == per_token == 192  # float32 KV: 1024
+        quant = KVQuant(QUANT["kv_bits"], QUANT["kv_group_size"])
+        assert memory.kv_bytes_per_token(loaded.config, loaded.dtype, quant) == per_token
+        estimate = memory.estimate(path.glob("*.safetensors"), loaded.config, QUANT)
+        capacity = llm.engine.call(lambda e: e._kv_capacity())
+        assert capacity == int(total_ram() * 0.25) // per_token
+        assert estimate.kv_bytes == min(capacity, 16 * (4096 + 256)) * per_token
+        hot = llm.engine.prefix_cache.hot
+        blocks = list(hot.blocks())
+        assert blocks and hot.used_bytes == sum(a.nbytes for b in blocks for layer in b.layers for a in layer)
+        assert all(b.nbytes == len(b.token_ids) * per_token for b in blocks)
