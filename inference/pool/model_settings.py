@@ -181,10 +181,11 @@ def _check(model_id: str, values: dict, known_ids) -> None:
         value = values[name]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{name}: must be an integer, or null for the server's")
-    if values["kv_bits"] is not None or values["kv_group_size"] is not None:
-        # Either alone is checked with the other's default (the server's may differ: checked at load).
-        if values["kv_bits"] != 0:  # 0: float KV for this model
-            EngineConfig(kv_bits=values["kv_bits"] or 8, kv_group_size=values["kv_group_size"] or 64)
+    # Each is checked alone (with the other's default); kv_bits 0 is float KV for this model.
+    if values["kv_bits"] not in (None, 0):
+        EngineConfig(kv_bits=values["kv_bits"])
+    if values["kv_group_size"] is not None:
+        EngineConfig(kv_bits=8, kv_group_size=values["kv_group_size"])
     kwargs = values["chat_template_kwargs"]
     values["chat_template_kwargs"] = check_template_kwargs(kwargs if kwargs is not None else {}) or {}
     values["tool_parser"] = check_tool_parser(values["tool_parser"])

@@ -164,6 +164,9 @@ class ModelPool(PoolReport):
         if model_id not in folders:
             raise KeyError(model_id)
         saved = model_settings.save(model_id, changes, set(folders))
+        if set(changes) & set(model_settings.LOAD_FIELDS):
+            with self._lock:
+                self._estimates.pop(model_id, None)  # its KV format changed: so do its KV bytes
         self._refresh_settings(force=True)
         return saved
 
