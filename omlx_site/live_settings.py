@@ -81,6 +81,7 @@ APPLIERS: Dict[str, Callable[[Any, Any, Any], None]] = {
     "hot_cache_max_size": _engine("hot_cache_max_size"),
     "kv_bits": _engine("kv_bits"),
     "kv_group_size": _engine("kv_group_size"),
+    "paged_ssd_cache_bits": _engine("paged_ssd_cache_bits"),
     "paged_ssd_cache_max_size": _plain("paged_ssd_cache_max_size"),
     "paged_ssd_cache_ttl": _plain("paged_ssd_cache_ttl"),
     "api_key": _api_key,

@@ -265,6 +265,21 @@ SETTINGS: tuple[Setting, ...] = (
         shown_default="$OMLX_HOME/cache",
     ),
     Setting(
+        "paged_ssd_cache_bits",
+        "OMLX_PAGED_SSD_CACHE_BITS",
+        INTEGER_OR_OFF,
+        None,
+        "keep a float model's SSD tier quantized to 8 or 4 bits (groups of --kv-group-size), "
+        "dequantized when read back: 3.5x or 6x fewer bytes per float32 token on disk, restored KV "
+        "close to the computed one, not equal; models with --kv-bits store their quantized KV as it "
+        "is; 'off': the SSD tier holds the KV as computed",
+        flag="--paged-ssd-cache-bits",
+        commands=BOTH,
+        check=checks.engine("paged_ssd_cache_bits"),
+        shown_default="off",
+        applies="next load",
+    ),
+    Setting(
         "paged_ssd_cache_max_size",
         "OMLX_COLD_CACHE_MAX_BYTES",
         BYTES,

@@ -78,7 +78,7 @@ def _dims(c) -> tuple:
 
 def full_attention_dims(caches) -> set:
     """The key and value dims of the full-attention layers (after a forward pass)."""
-    return {d for c in leaves(caches) if type(c) is KVCache for d in _dims(c)[1:]}
+    return {d for c in leaves(caches) if type(c) in (KVCache, QuantizedKV) for d in _dims(c)[1:]}
 
 
 def _heads(c) -> str:

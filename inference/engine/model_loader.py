@@ -20,7 +20,7 @@ from inference import platform
 from inference.vision import model as vision_model
 
 from . import cache_io, config_compat, quantized_kv, weight_compat
-from .quantized_kv import KVQuant
+from .kv_quant import KVQuant
 
 logger = logging.getLogger("omlx.engine")
 
@@ -44,6 +44,7 @@ class LoadedModel:
     state_bytes: int = 0  # recurrent state of one sequence, whatever its length
     vision: Any = None  # inference.vision.model.VisionModel of a vision-language model, else None
     kv_quant: Optional[KVQuant] = None  # full-attention KV quantized (inference.engine.quantized_kv)
+    head_dims: frozenset = frozenset()  # the key and value dims of the full-attention layers
 
     def new_cache(self) -> list:
         """A fresh cache list for one sequence (quantized full-attention layers with kv_quant)."""
@@ -99,7 +100,7 @@ def load_model(path, dtype: Optional[str] = None, kv_quant: Optional[KVQuant] = 
         mx.eval(model.parameters())
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
 
-    vocab_size, kv_bytes, layout, state = _probe(model, path, kv_quant)
+    vocab_size, kv_bytes, layout, state, dims = _probe(model, path, kv_quant)
     text_config = config.get("text_config", {})
     context = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
     logger.info(
@@ -118,6 +119,7 @@ def load_model(path, dtype: Optional[str] = None, kv_quant: Optional[KVQuant] = 
         layout,
         state,
         kv_quant=kv_quant,
+        head_dims=dims,
     )
 
 
@@ -139,7 +141,7 @@ def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
-    vocab_size, kv_bytes, layout, state = _probe(model, path)
+    vocab_size, kv_bytes, layout, state, dims = _probe(model, path)
     context = config.get("text_config", {}).get("max_position_embeddings")
     logger.info("loaded vision model %s (%s, %s)", path, config["model_type"], dtype_name)
     return LoadedModel(
@@ -155,6 +157,7 @@ def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
         layout,
         state,
         vision=vision,
+        head_dims=dims,
     )
 
 
@@ -188,9 +191,10 @@ def _first_float_dtype(model: nn.Module):
 
 
 def _probe(model: nn.Module, path: Path, kv_quant: Optional[KVQuant] = None):
-    """Vocab size, attention KV bytes per token, cache layout and recurrent state bytes per
-    sequence, from one forward pass of one token (with ``kv_quant``, over quantized caches,
-    after a float pass that checks the group size divides every head dimension)."""
+    """Vocab size, attention KV bytes per token, cache layout, recurrent state bytes per
+    sequence and the full-attention head dims, from one forward pass of one token (with
+    ``kv_quant``, over quantized caches, after a float pass that checks the group size divides
+    every head dimension)."""
     if kv_quant is not None:
         float_cache = quantized_kv.make_cache(model, None)
         model(mx.array([[0]]), cache=float_cache)
@@ -209,4 +213,5 @@ def _probe(model: nn.Module, path: Path, kv_quant: Optional[KVQuant] = None):
     except Exception as exc:
         raise ModelLoadError(f"{path}: a test forward pass failed: {exc}") from exc
     kv_bytes = cache_io.attention_bytes_per_token(cache)
-    return logits.shape[-1], max(1, kv_bytes), cache_io.layout_of(cache), cache_io.state_bytes(cache)
+    layout, dims = cache_io.layout_of(cache), frozenset(cache_io.full_attention_dims(cache))
+    return logits.shape[-1], max(1, kv_bytes), layout, cache_io.state_bytes(cache), dims

@@ -23,44 +23,12 @@ extract act on all three arrays alike (tokens are axis 2 of each).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, dynamic_roll, make_prompt_cache
 
-BITS = (4, 8)
-GROUP_SIZES = (32, 64, 128)
-
-
-@dataclass(frozen=True)
-class KVQuant:
-    """How full-attention KV is quantized: ``bits`` per value, scales and biases per
-    ``group_size`` channels."""
-
-    bits: int
-    group_size: int = 64
-
-    def __post_init__(self):
-        if self.bits not in BITS:
-            raise ValueError(f"kv_bits={self.bits!r}: must be one of {', '.join(map(str, BITS))} or null")
-        if self.group_size not in GROUP_SIZES:
-            raise ValueError(
-                f"kv_group_size={self.group_size!r}: must be one of {', '.join(map(str, GROUP_SIZES))}"
-            )
-
-    @property
-    def tag(self) -> str:
-        """``q<bits>g<group>``: in the cache layout's descriptor and the block files."""
-        return f"q{self.bits}g{self.group_size}"
-
-    def bytes_per_value(self, dtype_size: int) -> float:
-        """Bytes per stored channel: the packed bits plus the group's scale and bias."""
-        return self.bits / 8 + 2 * dtype_size / self.group_size
-
-
-def of(bits: Optional[int], group_size: int = 64) -> Optional[KVQuant]:
-    return KVQuant(bits, group_size) if bits is not None else None
+from .kv_quant import KVQuant
 
 
 def make_cache(model, quant: Optional[KVQuant]) -> list:
@@ -237,8 +205,3 @@ class BatchQuantizedKVCache(BatchKVCache):
     @property
     def nbytes(self):
         return 0 if self.keys is None else sum(a.nbytes for a in self.arrays6)
-
-
-def arrays_of(cache) -> Optional[Tuple[mx.array, ...]]:
-    """A single-sequence quantized cache's six arrays of its tokens (None when empty)."""
-    return cache.arrays() if cache.keys is not None else None

@@ -50,6 +50,7 @@ def get_pool() -> ModelPool:
                     "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
                     "kv_bits": settings.OMLX_KV_BITS,
                     "kv_group_size": settings.OMLX_KV_GROUP_SIZE,
+                    "paged_ssd_cache_bits": settings.OMLX_PAGED_SSD_CACHE_BITS,
                     "paged_ssd_cache_dir": str(cold) if cold is not None else None,
                 },
                 max_model_memory=parse_limit(settings.OMLX_MAX_MODEL_MEMORY, "max_model_memory"),

@@ -70,8 +70,15 @@ def test_greedy_matches_mlx_lm_quantized_kv(path, reference, bits, group, mode):
 
 
 def test_bad_kv_settings_are_refused(path, model_dir):
-    for bad in (dict(kv_bits=3), dict(kv_bits=8, kv_group_size=48), dict(kv_bits="8"), dict(kv_bits=True)):
-        with pytest.raises(ValueError, match="kv_"):
+    for bad in (
+        dict(kv_bits=3),
+        dict(kv_group_size=48, kv_bits=8),
+        dict(kv_bits="8"),
+        dict(kv_bits=True),
+        dict(paged_ssd_cache_bits=2),
+        dict(paged_ssd_cache_bits="8"),
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
             EngineConfig(**bad)
     # The tiny preset's head dim (16) is below every group size: refused with the reason.
     with pytest.raises(ModelLoadError, match="kv_group_size=32 does not divide its head dimension"):

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from inference.engine.quantized_kv import KVQuant
+from inference.engine.kv_quant import KVQuant
 from inference.pool import ModelPool
 
 pytestmark = pytest.mark.django_db(transaction=True)

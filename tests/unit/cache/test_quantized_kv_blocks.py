@@ -80,12 +80,12 @@ def test_blocks_restore_bit_identical_from_both_tiers(path, tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 def test_float_and_quantized_blocks_never_meet(path, tmp_path):
-    """One SSD folder, one model, three KV formats: each finds only its own blocks (and
-    leaves the others' files alone)."""
+    """One SSD folder, one model, four KV formats (float, 4 and 8 bits, float with an 8-bit SSD
+    tier): each finds only its own blocks (and leaves the others' files alone)."""
     prompt = _ids(40, 8)
     root = tmp_path / "ssd"
     params = SamplingParams(max_tokens=4, **GREEDY)
-    formats = [{}, QUANT, dict(kv_bits=8, kv_group_size=32)]
+    formats = [{}, QUANT, dict(kv_bits=8, kv_group_size=32), dict(paged_ssd_cache_bits=8)]
     prints = set()
     for rounds in range(2):
         for kv in formats:
@@ -93,7 +93,7 @@ def test_float_and_quantized_blocks_never_meet(path, tmp_path):
                 prints.add(llm.engine.prefix_cache.fingerprint.hex)
                 cached = llm.generate([prompt], params)[0].usage.cached_tokens
             assert cached == (39 if rounds else 0), (kv, rounds)
-    assert len(prints) == 3
+    assert len(prints) == 4
 
 
 def _quantized_file(tmp_path, kv="q4g32", key_cols=8, scale_cols=2):
@@ -131,7 +131,7 @@ def test_memory_figures_are_the_bytes_of_the_arrays(path):
     """The KV bytes per token (the scheduler's budget), the pool's estimate from config.json and
     the RAM tier's bytes all count the packed data, scales and biases the engine holds."""
     from cache.ram import total_ram
-    from inference.engine.quantized_kv import KVQuant
+    from inference.engine.kv_quant import KVQuant
     from inference.pool import memory
 
     prompt = _ids(40, 9)
@@ -151,3 +151,33 @@ def test_memory_figures_are_the_bytes_of_the_arrays(path):
         blocks = list(hot.blocks())
         assert blocks and hot.used_bytes == sum(a.nbytes for b in blocks for layer in b.layers for a in layer)
         assert all(b.nbytes == len(b.token_ids) * per_token for b in blocks)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_float_model_with_a_quantized_ssd_tier_restores_close_logits(path, tmp_path):
+    """``paged_ssd_cache_bits``: a float model's blocks are 8-bit on disk (288 bytes a token
+    instead of float32's 1,024) and dequantized on restore: the logits after a cold hit are
+    close to the uncached run's, not equal."""
+    prompt = _ids(44, 11)
+    params = SamplingParams(max_tokens=8, logprobs=0, **GREEDY)
+    with LLM(path, prefix_cache=False) as off:
+        expected = off.generate([prompt], params)[0]
+    root = tmp_path / "ssd"
+    settings = dict(cache_block_size=BLOCK, paged_ssd_cache_dir=str(root), paged_ssd_cache_bits=8)
+    with LLM(path, **settings) as llm:
+        first = llm.generate([prompt], params)[0]
+        llm.engine.call(lambda e: e.prefix_cache.cold.flush())
+        tier = llm.engine.prefix_cache.cold
+        headers = [
+            block_file.read_header(path_of(tier, bytes.fromhex(k)), tier.fingerprint_hex, k)
+            for k in tier.snapshot()
+        ]
+    assert headers and all(h.kv == "q8g64" and h.tensor_bytes == 288 * len(h.token_ids) for h in headers)
+    with LLM(path, **settings) as llm:
+        restored = llm.generate([prompt], params)[0]
+        hot_block = next(iter(llm.engine.prefix_cache.hot.blocks()))
+    assert hot_block.layers[0][0].dtype == mx.float32  # the RAM tier holds float KV again
+    assert first.token_ids == expected.token_ids  # computed, not restored: exact
+    assert restored.usage.cold_cached_tokens == 43 and restored.token_ids == expected.token_ids
+    diffs = [abs(a.logprob - b.logprob) for a, b in zip(restored.logprobs, expected.logprobs)]
+    assert 0 < max(diffs) < 0.1, diffs
