@@ -27,9 +27,10 @@ def text() -> str:
     return TEXT_PATH.read_text(encoding="utf-8")
 
 
-def token_logprobs(model, ids: List[int], window: int = WINDOW) -> List[float]:
+def token_logprobs(model, ids: List[int], window: int = WINDOW, cache: Optional[list] = None) -> List[float]:
     """log p(ids[i] | ids[:i]) for i >= 1, in float32, from ``model`` (an mlx-lm model) fed
-    ``window`` tokens at a time through one prompt cache. MLX work: call on the model's thread."""
+    ``window`` tokens at a time through one prompt cache (``cache``: a fresh one to use, e.g.
+    quantized KV; default mlx-lm's). MLX work: call on the model's thread."""
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -37,7 +38,7 @@ def token_logprobs(model, ids: List[int], window: int = WINDOW) -> List[float]:
         raise ValueError("perplexity needs at least two tokens")
     if window < 1:
         raise ValueError("window must be at least 1")
-    cache = make_prompt_cache(model)
+    cache = make_prompt_cache(model) if cache is None else cache
     out: List[float] = []
     for start in range(0, len(ids) - 1, window):
         chunk = ids[start : start + window]
@@ -55,11 +56,12 @@ def perplexity_of(logprobs: List[float]) -> float:
 
 def score_engine(engine, body: Optional[str] = None, window: int = WINDOW) -> dict:
     """{"tokens", "nll", "perplexity"} of ``body`` (default: the shipped text) scored by the
-    model of ``engine`` (an ``inference.engine.Engine``) on its own thread, between two steps."""
+    model of ``engine`` (an ``inference.engine.Engine``) on its own thread, between two steps,
+    through the caches the engine serves with (quantized KV with ``kv_bits``)."""
     ids = engine.encode(text() if body is None else body)
 
     def score(eng) -> List[float]:
-        return token_logprobs(eng.loaded.model, ids, window)
+        return token_logprobs(eng.loaded.model, ids, window, eng.loaded.new_cache())
 
     logprobs = engine.call(score)
     nll = -sum(logprobs) / len(logprobs)
