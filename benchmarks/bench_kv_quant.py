@@ -1,0 +1,326 @@
+"""Quantized KV (``--kv-bits``): what it saves and what it costs, side by side in one run.
+
+  bytes    tokens per GB of the RAM tier and of the SSD tier for float KV and 8- and 4-bit KV
+           (group 64), measured on the blocks an engine holds after one prompt (RAM: the
+           arrays' bytes; SSD: the block files' sizes, headers included), with the model in
+           float16 and in float32 (the CPU default): ratio to float16 KV and to the same
+           dtype's float KV. Also a float model with ``--paged-ssd-cache-bits``.
+  restore  restoring an N-token prefix (default 4,096) from the SSD tier: the hot tier is
+           cleared and the block files dropped from the OS page cache before each read
+           (``posix_fadvise(DONTNEED)`` per file: dropping the whole page cache needs root);
+           the time of the lookup that reads and assembles them, quantized vs float KV, the
+           median of per-round ratios (rounds alternate the order).
+  quality  SmolLM2-135M-Instruct (float32 weights, dequantized from the tests' import): the
+           perplexity over inference/bench/data/perplexity.txt with float, 8-bit and 4-bit KV;
+           greedy agreement with float KV over 512 tokens (teacher-forced: the share of
+           positions of float KV's greedy continuation where the quantized KV's top token is
+           the same; free-running: the first position where greedy output differs); a
+           retrieval probe (a sentence with a number at 10%, 50% and 90% of ~7K tokens of
+           filler, then the question); factory models (random weights, head dim 64):
+           teacher-forced agreement only.
+
+    .venv/bin/python benchmarks/bench_kv_quant.py [--quick] [--smollm2 DIR] [--rounds 3]
+                                                  [--sections bytes restore quality]
+
+``--smollm2`` is the MLX folder the tests import (default: the newest
+``$OMLX_HOME/test-models/smollm2-gguf-*/models/smollm2``); it is dequantized to float32 once into
+benchmarks/out/models/. ``--quick``: a 1,024-token restore, 128-token agreement, a ~2K probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import inference  # noqa: E402,F401  (fast BLAS before mlx)
+
+from benchmarks.rounds import Comparison, order, ratio_table  # noqa: E402
+
+FORMATS = {
+    "float": {},
+    "8-bit": dict(kv_bits=8, kv_group_size=64),
+    "4-bit": dict(kv_bits=4, kv_group_size=64),
+}
+SSD_BITS = {
+    "float, SSD 8-bit": dict(paged_ssd_cache_bits=8),
+    "float, SSD 4-bit": dict(paged_ssd_cache_bits=4),
+}
+GB = 10**9
+
+
+def smollm2_float(source: str = None) -> Path:
+    """A float32 copy of the tests' SmolLM2 import (mlx-lm's converter, ``dequantize``)."""
+    from mlx_lm.convert import convert
+
+    out = REPO / "benchmarks" / "out" / "models" / "smollm2-f32"
+    if (out / "config.json").exists():
+        return out
+    if source is None:
+        home = Path(os.environ.get("OMLX_HOME", "/tmp/omlx-shared-smollm2"))
+        found = sorted((home / "test-models").glob("smollm2-gguf-*/models/smollm2"), key=os.path.getmtime)
+        if not found:
+            sys.exit(
+                "no SmolLM2 import found: run tests/reference/test_smollm2.py once, or pass --smollm2 DIR"
+            )
+        source = found[-1]
+    print(f"dequantizing {source} to float32 in {out} ...", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    convert(str(source), str(out), dequantize=True, dtype="float32")
+    return out
+
+
+def ids(n, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randrange(100, 40000) for _ in range(n)]
+
+
+def engine(path, root, **settings):
+    from inference.engine import LLM
+
+    return LLM(path, cache_block_size=256, paged_ssd_cache_dir=str(root), **settings)
+
+
+def fill(llm, prompt):
+    from inference.engine import SamplingParams
+
+    llm.generate([prompt], SamplingParams(max_tokens=1, temperature=0, ignore_eos=True))
+    llm.engine.call(lambda e: e.prefix_cache.cold.flush())
+
+
+# -- bytes ------------------------------------------------------------------------------------------
+
+
+def section_bytes(path, tokens):
+    from inference.engine.kv_quant import KVQuant  # noqa: F401  (settings checked by the engine)
+
+    prompt = ids(tokens, 1)
+    rows = {}
+    for dtype in ("float16", "float32"):
+        for name, kv in {**FORMATS, **SSD_BITS}.items():
+            with tempfile.TemporaryDirectory() as root:
+                with engine(path, root, dtype=dtype, **kv) as llm:
+                    fill(llm, prompt)
+                    blocks = list(llm.engine.prefix_cache.hot.blocks())
+                    hot = sum(b.nbytes for b in blocks) / sum(len(b.token_ids) for b in blocks)
+                    files = list(Path(root).rglob("*.safetensors"))
+                    ssd = sum(f.stat().st_size for f in files) / tokens
+            rows[dtype, name] = (hot, ssd)
+    base = rows["float16", "float"]
+    print("\n### Tokens per GB (bytes measured on the blocks held)\n")
+    print(
+        "| KV dtype | format | RAM bytes/token | SSD bytes/token | RAM tokens/GB | SSD tokens/GB "
+        "| RAM vs float16 KV | SSD vs float16 KV | RAM vs same dtype | SSD vs same dtype |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (dtype, name), (hot, ssd) in rows.items():
+        same = rows[dtype, "float"]
+        print(
+            f"| {dtype} | {name} | {hot:,.0f} | {ssd:,.0f} | {GB / hot:,.0f} | {GB / ssd:,.0f} "
+            f"| {base[0] / hot:.2f}x | {base[1] / ssd:.2f}x | {same[0] / hot:.2f}x | {same[1] / ssd:.2f}x |"
+        )
+    return rows
+
+
+# -- restore ----------------------------------------------------------------------------------------
+
+
+def section_restore(path, tokens, rounds):
+    from cache.probe import drop_cached
+
+    prompt = ids(tokens + 1, 2)
+    names = ["float", "8-bit", "4-bit", "float, SSD 4-bit"]
+    settings = {**FORMATS, **SSD_BITS}
+    roots = {name: Path(tempfile.mkdtemp(prefix="kvq-")) for name in names}
+    engines = {}
+    try:
+        for name in names:
+            engines[name] = engine(path, roots[name], **settings[name])
+            fill(engines[name], prompt)
+        dropped = True
+
+        def read(name):
+            nonlocal dropped
+            llm = engines[name]
+            llm.engine.call(lambda e: e.prefix_cache.clear_hot())
+            for f in roots[name].rglob("*.safetensors"):
+                dropped = drop_cached(f) and dropped
+
+            def look(e):
+                began = time.perf_counter()
+                hit = e.prefix_cache.lookup(prompt, tokens)
+                seconds = time.perf_counter() - began
+                got = (hit.num_tokens, hit.cold_tokens) if hit else (0, 0)
+                if hit:
+                    e.prefix_cache.release(hit)
+                return seconds, got
+
+            seconds, got = llm.engine.call(look)
+            if got != (tokens, tokens):
+                raise RuntimeError(f"{name}: expected {tokens} tokens from the SSD tier, got {got}")
+            return seconds
+
+        times = {name: [] for name in names}
+        for r in range(rounds):
+            for name in order(names, r):
+                times[name].append(read(name))
+        comparisons = []
+        for name in names[1:]:
+            c = Comparison(f"{name} / float", invert=False)
+            for ours, theirs in zip(times[name], times["float"]):
+                c.add(ours, theirs)
+            comparisons.append(c)
+        print(f"\n### SSD restore of a {tokens:,}-token prefix (page cache dropped: {dropped})\n")
+        print(
+            ratio_table(comparisons, "this format, s", "float KV, s", "time ratio", lambda c, v: f"{v:.3f}")
+        )
+        return comparisons
+    finally:
+        for llm in engines.values():
+            llm.close()
+        for root in roots.values():
+            shutil.rmtree(root, ignore_errors=True)
+
+
+# -- quality ----------------------------------------------------------------------------------------
+
+
+def caches(model, kv):
+    from inference.engine import quantized_kv
+    from inference.engine.kv_quant import KVQuant
+
+    return quantized_kv.make_cache(model, KVQuant(kv["kv_bits"], kv["kv_group_size"]) if kv else None)
+
+
+def greedy(model, prompt, n, kv):
+    import mlx.core as mx
+    from mlx_lm.generate import generate_step
+
+    steps = generate_step(mx.array(prompt), model, max_tokens=n, prompt_cache=caches(model, kv))
+    return [int(t) for t, _ in steps]
+
+
+def teacher_forced(model, prompt, continuation, kv):
+    """Share of positions of ``continuation`` where the model's top token over ``kv`` caches,
+    given the prompt and the continuation before it, is the continuation's token."""
+    import mlx.core as mx
+
+    cache = caches(model, kv)
+    model(mx.array([prompt[:-1]]), cache=cache)
+    logits = model(mx.array([[prompt[-1]] + continuation[:-1]]), cache=cache)[0]
+    top = mx.argmax(logits, axis=-1).tolist()
+    return sum(a == b for a, b in zip(top, continuation)) / len(continuation)
+
+
+def first_difference(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def probe(model, tokenizer, context, depth, kv):
+    """Whether greedy output after a ~``context``-token filler with a fact at ``depth`` names it."""
+    from inference.bench import perplexity
+
+    filler = tokenizer.encode(perplexity.text())
+    fact = tokenizer.encode(" The access code for the blue door is 4817. ")
+    body = (filler * (context // len(filler) + 1))[: context - len(fact)]
+    at = int(len(body) * depth)
+    text = tokenizer.decode(body[:at] + fact + body[at:])
+    messages = [{"role": "user", "content": text + "\n\nWhat is the access code for the blue door?"}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    answer = tokenizer.decode(greedy(model, prompt, 12, kv))
+    return "4817" in answer, answer.strip().replace("\n", " ")[:40]
+
+
+def section_quality(path, agree_tokens, context, factory):
+    from mlx_lm.utils import load
+
+    from inference.bench import perplexity
+
+    model, tokenizer = load(str(path))
+    text_ids = tokenizer.encode(perplexity.text())
+    messages = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    reference = greedy(model, prompt, agree_tokens, {})
+    print(f"\n### SmolLM2-135M-Instruct (float32 weights), {len(text_ids) - 1} scored tokens\n")
+    print(
+        "| KV | perplexity | vs float KV | teacher-forced agreement | greedy output first differs at "
+        f"| probe ~{context // 1000}K: 10% | 50% | 90% |"
+    )
+    print("|---|---:|---:|---:|---:|---|---|---|")
+    base = None
+    out = {}
+    for name, kv in FORMATS.items():
+        ppl = perplexity.perplexity_of(perplexity.token_logprobs(model, text_ids, cache=caches(model, kv)))
+        base = base or ppl
+        agree = teacher_forced(model, prompt, reference, kv)
+        run = reference if not kv else greedy(model, prompt, agree_tokens, kv)
+        diff = first_difference(run, reference)
+        found = [probe(model, tokenizer, context, depth, kv) for depth in (0.1, 0.5, 0.9)]
+        cells = " | ".join(("found" if ok else "missed") + f" ({said!r})" for ok, said in found)
+        where = "never" if diff is None else str(diff)
+        print(
+            f"| {name} | {ppl:.3f} | {100 * (ppl / base - 1):+.2f}% | {100 * agree:.1f}% "
+            f"| {where} of {agree_tokens} | {cells} |"
+        )
+        out[name] = dict(perplexity=ppl, agreement=agree, first_difference=diff, probe=found)
+    if factory:
+        section_factory(agree_tokens)
+    return out
+
+
+def section_factory(n):
+    from mlx_lm.utils import load
+
+    from inference.testkit.registry import build_model
+
+    print(f"\n### Factory models (random weights, head dim 64): teacher-forced agreement over {n} tokens\n")
+    print("| family | 8-bit | 4-bit |")
+    print("|---|---:|---:|")
+    for arch in ("qwen2", "llama", "qwen3"):
+        folder = REPO / "benchmarks" / "out" / "models" / f"{arch}-tiny-hd64"
+        if not (folder / "config.json").exists():
+            build_model(
+                folder,
+                arch=arch,
+                preset="tiny",
+                hidden_size=128,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+            )
+        model, _ = load(str(folder))
+        prompt = ids(64, 3)
+        reference = greedy(model, prompt, n, {})
+        cells = [
+            f"{100 * teacher_forced(model, prompt, reference, FORMATS[k]):.1f}%" for k in ("8-bit", "4-bit")
+        ]
+        print(f"| {arch} | {' | '.join(cells)} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smollm2", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sections", nargs="+", default=["bytes", "restore", "quality"])
+    args = parser.parse_args()
+    path = smollm2_float(args.smollm2)
+    print(f"mlx {__import__('mlx.core').core.__version__}; model {path.name}; quick={args.quick}", flush=True)
+    if "bytes" in args.sections:
+        section_bytes(path, 256)
+    if "restore" in args.sections:
+        section_restore(path, 1024 if args.quick else 4096, args.rounds)
+    if "quality" in args.sections:
+        section_quality(path, 128 if args.quick else 512, 2000 if args.quick else 7000, factory=True)
+
+
+if __name__ == "__main__":
+    main()
