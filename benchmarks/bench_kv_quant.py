@@ -4,8 +4,11 @@
            (group 64), measured on the blocks an engine holds after one prompt (RAM: the
            arrays' bytes; SSD: the block files' sizes, headers included), with the model in
            float16 and in float32 (the CPU default): ratio to float16 KV and to the same
-           dtype's float KV. Also a float model with ``--paged-ssd-cache-bits``.
-  restore  restoring an N-token prefix (default 4,096) from the SSD tier: the hot tier is
+           dtype's float KV. Also a float model with ``--paged-ssd-cache-bits``. The model is
+           a factory llama with SmolLM2-135M's KV geometry (30 layers, 3 KV heads of 64) and
+           small other layers: the bytes depend on that geometry only, and its prefill is fast
+           in any dtype (float16 matmul is slow on a CPU).
+  restore  restoring an N-token prefix (default 4,096) from the SSD tier (the same model): the hot tier is
            cleared and the block files dropped from the OS page cache before each read
            (``posix_fadvise(DONTNEED)`` per file: dropping the whole page cache needs root);
            the time of the lookup that reads and assembles them, quantized vs float KV, the
@@ -21,6 +24,7 @@
 
     .venv/bin/python benchmarks/bench_kv_quant.py [--quick] [--smollm2 DIR] [--rounds 3]
                                                   [--sections bytes restore quality]
+                                                  [--context 7000] [--agree-tokens 512]
 
 ``--smollm2`` is the MLX folder the tests import (default: the newest
 ``$OMLX_HOME/test-models/smollm2-gguf-*/models/smollm2``); it is dequantized to float32 once into
@@ -82,6 +86,25 @@ def ids(n, seed=0):
 
     rng = random.Random(seed)
     return [rng.randrange(100, 40000) for _ in range(n)]
+
+
+def kv_shape_model() -> Path:
+    """A factory llama with SmolLM2-135M-Instruct's KV geometry and little else."""
+    from inference.testkit.registry import build_model
+
+    path = REPO / "benchmarks" / "out" / "models" / "llama-smollm2-kv-shape"
+    if not (path / "config.json").exists():
+        build_model(
+            path,
+            arch="llama",
+            preset="tiny",
+            hidden_size=192,
+            num_attention_heads=3,
+            num_key_value_heads=3,
+            num_hidden_layers=30,
+            intermediate_size=128,
+        )
+    return path
 
 
 def engine(path, root, **settings):
@@ -269,7 +292,8 @@ def section_quality(path, agree_tokens, context, factory):
         where = "never" if diff is None else str(diff)
         print(
             f"| {name} | {ppl:.3f} | {100 * (ppl / base - 1):+.2f}% | {100 * agree:.1f}% "
-            f"| {where} of {agree_tokens} | {cells} |"
+            f"| {where} of {agree_tokens} | {cells} |",
+            flush=True,
         )
         out[name] = dict(perplexity=ppl, agreement=agree, first_difference=diff, probe=found)
     if factory:
@@ -302,7 +326,7 @@ def section_factory(n):
         cells = [
             f"{100 * teacher_forced(model, prompt, reference, FORMATS[k]):.1f}%" for k in ("8-bit", "4-bit")
         ]
-        print(f"| {arch} | {' | '.join(cells)} |")
+        print(f"| {arch} | {' | '.join(cells)} |", flush=True)
 
 
 def main():
@@ -311,15 +335,20 @@ def main():
     parser.add_argument("--smollm2", default=None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sections", nargs="+", default=["bytes", "restore", "quality"])
+    parser.add_argument("--context", type=int, default=None, help="tokens of the retrieval probe")
+    parser.add_argument("--agree-tokens", type=int, default=None, help="tokens of greedy agreement")
     args = parser.parse_args()
-    path = smollm2_float(args.smollm2)
-    print(f"mlx {__import__('mlx.core').core.__version__}; model {path.name}; quick={args.quick}", flush=True)
+    import mlx.core as mx
+
+    print(f"mlx {mx.__version__}; quick={args.quick}", flush=True)
     if "bytes" in args.sections:
-        section_bytes(path, 256)
+        section_bytes(kv_shape_model(), 512)
     if "restore" in args.sections:
-        section_restore(path, 1024 if args.quick else 4096, args.rounds)
+        section_restore(kv_shape_model(), 1024 if args.quick else 4096, args.rounds)
     if "quality" in args.sections:
-        section_quality(path, 128 if args.quick else 512, 2000 if args.quick else 7000, factory=True)
+        agree = args.agree_tokens or (128 if args.quick else 512)
+        context = args.context or (2000 if args.quick else 7000)
+        section_quality(smollm2_float(args.smollm2), agree, context, factory=True)
 
 
 if __name__ == "__main__":
