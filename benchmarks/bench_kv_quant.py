@@ -85,7 +85,7 @@ def ids(n, seed=0):
     import random
 
     rng = random.Random(seed)
-    return [rng.randrange(100, 40000) for _ in range(n)]
+    return [rng.randrange(10, 1000) for _ in range(n)]
 
 
 def kv_shape_model() -> Path:
@@ -103,6 +103,7 @@ def kv_shape_model() -> Path:
             num_key_value_heads=3,
             num_hidden_layers=30,
             intermediate_size=128,
+            max_position_embeddings=8192,
         )
     return path
 
@@ -124,33 +125,55 @@ def fill(llm, prompt):
 
 
 def section_bytes(path, tokens):
-    from inference.engine.kv_quant import KVQuant  # noqa: F401  (settings checked by the engine)
+    """Bytes per token of the blocks held. float32: every format run by an engine. float16:
+    MLX's quantized attention in float16 is about 150x slower than in float32 on a CPU, so the
+    8- and 4-bit rows take the float16 engine's blocks quantized as a quantized model stores
+    them (``ColdQuantizer``: the same ``mx.quantize``, scales and biases in float16) for RAM,
+    and the files of the float16 engine with ``--paged-ssd-cache-bits`` (the same file format)
+    for SSD."""
+    from cache.cold_quant import ColdQuantizer
 
     prompt = ids(tokens, 1)
-    rows = {}
-    for dtype in ("float16", "float32"):
-        for name, kv in {**FORMATS, **SSD_BITS}.items():
-            with tempfile.TemporaryDirectory() as root:
-                with engine(path, root, dtype=dtype, **kv) as llm:
-                    fill(llm, prompt)
-                    blocks = list(llm.engine.prefix_cache.hot.blocks())
-                    hot = sum(b.nbytes for b in blocks) / sum(len(b.token_ids) for b in blocks)
-                    files = list(Path(root).rglob("*.safetensors"))
-                    ssd = sum(f.stat().st_size for f in files) / tokens
-            rows[dtype, name] = (hot, ssd)
+    rows, notes = {}, {}
+
+    def measure(dtype, kv):
+        with tempfile.TemporaryDirectory() as root:
+            with engine(path, root, dtype=dtype, **kv) as llm:
+                fill(llm, prompt)
+                blocks = list(llm.engine.prefix_cache.hot.blocks())
+                count = sum(len(b.token_ids) for b in blocks)
+                hot = sum(b.nbytes for b in blocks) / count
+                files = list(Path(root).rglob("*.safetensors"))
+                ssd = sum(f.stat().st_size for f in files) / tokens
+                return hot, ssd, blocks, count
+
+    for name, kv in {**FORMATS, **SSD_BITS}.items():
+        rows["float32", name] = measure("float32", kv)[:2]
+    hot, ssd, blocks, count = measure("float16", {})
+    rows["float16", "float"] = (hot, ssd)
+    for name, bits in (("8-bit", 8), ("4-bit", 4)):
+        coder = ColdQuantizer(f"q{bits}g64")
+        quantized = [coder.encode(b.layers, [("full", 0)] * len(b.layers)) for b in blocks]
+        ram = sum(a.nbytes for layers in quantized for layer in layers for a in layer) / count
+        files = measure("float16", dict(paged_ssd_cache_bits=bits))[1]
+        rows["float16", name] = (ram, files)
+        notes["float16", name] = " (a)"
     base = rows["float16", "float"]
-    print("\n### Tokens per GB (bytes measured on the blocks held)\n")
+    print(f"\n### Tokens per GB (bytes measured on the blocks of a {tokens}-token prompt)\n")
     print(
         "| KV dtype | format | RAM bytes/token | SSD bytes/token | RAM tokens/GB | SSD tokens/GB "
         "| RAM vs float16 KV | SSD vs float16 KV | RAM vs same dtype | SSD vs same dtype |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (dtype, name), (hot, ssd) in rows.items():
+    for (dtype, name), (hot, ssd) in sorted(rows.items()):
         same = rows[dtype, "float"]
         print(
-            f"| {dtype} | {name} | {hot:,.0f} | {ssd:,.0f} | {GB / hot:,.0f} | {GB / ssd:,.0f} "
-            f"| {base[0] / hot:.2f}x | {base[1] / ssd:.2f}x | {same[0] / hot:.2f}x | {same[1] / ssd:.2f}x |"
+            f"| {dtype} | {name}{notes.get((dtype, name), '')} | {hot:,.0f} | {ssd:,.0f} | {GB / hot:,.0f} "
+            f"| {GB / ssd:,.0f} | {base[0] / hot:.2f}x | {base[1] / ssd:.2f}x | {same[0] / hot:.2f}x "
+            f"| {same[1] / ssd:.2f}x |",
+            flush=True,
         )
+    print("\n(a) float16 KV quantized as a quantized model stores it (see section_bytes)")
     return rows
 
 
