@@ -83,3 +83,30 @@ def test_bad_kv_settings_are_refused(path, model_dir):
     # The tiny preset's head dim (16) is below every group size: refused with the reason.
     with pytest.raises(ModelLoadError, match="kv_group_size=32 does not divide its head dimension"):
         LLM(model_dir(arch="qwen2", preset="tiny"), kv_bits=4, kv_group_size=32)
+
+
+def test_sliding_window_model_quantizes_its_full_layers(model_dir):
+    """gemma3_text (sliding-window and full layers, head dim 32): the full layers quantized, the
+    sliding ones in float (mlx-lm has no quantized rotating cache); chunked and batched prefill
+    and hits on the blocks it stored give mlx-lm's tokens."""
+    from inference.engine import quantized_kv
+    from inference.engine.kv_quant import KVQuant
+
+    path = model_dir(arch="gemma3_text", preset="tiny", head_dim=32)
+    quant = KVQuant(8, 32)
+    loaded = load_model(path, None, quant)
+    assert loaded.cache_layout.descriptor.endswith("|q8g32") and not loaded.cache_layout.plain
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(10, 1000, size=n).tolist() for n in PROMPT_LENGTHS]
+    expected = []
+    for prompt in prompts:
+        cache = quantized_kv.make_cache(loaded.model, quant)
+        steps = generate_step(mx.array(prompt), loaded.model, max_tokens=NEW_TOKENS, prompt_cache=cache)
+        expected.append([int(token) for token, _ in steps])
+    params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    with LLM(path, kv_bits=8, kv_group_size=32, cache_block_size=8, **MODES["chunked"]) as llm:
+        assert llm.engine.runner.prefiller.together  # batched prefill passed its check
+        assert [r.token_ids for r in llm.generate(prompts, params)] == expected
+        again = llm.generate(prompts, params)
+    assert [r.token_ids for r in again] == expected
+    assert [r.usage.cached_tokens for r in again] == [n - 1 for n in PROMPT_LENGTHS]
