@@ -34,6 +34,7 @@ benchmarks/out/models/. ``--quick``: a 1,024-token restore, 128-token agreement,
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -180,11 +181,11 @@ def section_bytes(path, tokens):
 # -- restore ----------------------------------------------------------------------------------------
 
 
-def section_restore(path, tokens, rounds):
+def section_restore(path, tokens, rounds, names=("float", "8-bit", "4-bit", "float, SSD 4-bit")):
     from cache.probe import drop_cached
 
     prompt = ids(tokens + 1, 2)
-    names = ["float", "8-bit", "4-bit", "float, SSD 4-bit"]
+    names = ["float"] + [n for n in names if n != "float"]
     settings = {**FORMATS, **SSD_BITS}
     roots = {name: Path(tempfile.mkdtemp(prefix="kvq-")) for name in names}
     engines = {}
@@ -256,19 +257,19 @@ def greedy(model, prompt, n, kv):
 
 
 def teacher_forced(model, prompt, continuation, kv):
-    """Share of positions of ``continuation`` where the model's top token over ``kv`` caches,
-    given the prompt and the continuation before it, is the continuation's token."""
+    """(share of positions of ``continuation`` where the model's top token over ``kv`` caches,
+    given the prompt and the continuation before it, is the continuation's token; the first
+    position where it is not, None if none). The first is where free-running greedy output over
+    ``kv`` would leave ``continuation``: up to there both compute the same thing."""
     import mlx.core as mx
 
     cache = caches(model, kv)
     model(mx.array([prompt[:-1]]), cache=cache)
     logits = model(mx.array([[prompt[-1]] + continuation[:-1]]), cache=cache)[0]
     top = mx.argmax(logits, axis=-1).tolist()
-    return sum(a == b for a, b in zip(top, continuation)) / len(continuation)
-
-
-def first_difference(a, b):
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    same = [a == b for a, b in zip(top, continuation)]
+    first = next((i for i, ok in enumerate(same) if not ok), None)
+    return sum(same) / len(continuation), first
 
 
 def probe(model, tokenizer, context, depth, kv):
@@ -282,8 +283,8 @@ def probe(model, tokenizer, context, depth, kv):
     text = tokenizer.decode(body[:at] + fact + body[at:])
     messages = [{"role": "user", "content": text + "\n\nWhat is the access code for the blue door?"}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    answer = tokenizer.decode(greedy(model, prompt, 12, kv))
-    return "4817" in answer, answer.strip().replace("\n", " ")[:40]
+    answer = tokenizer.decode(greedy(model, prompt, 24, kv))
+    return "4817" in answer, answer.strip().replace("\n", " ")[-12:]
 
 
 def section_quality(path, agree_tokens, context, factory):
@@ -295,11 +296,16 @@ def section_quality(path, agree_tokens, context, factory):
     text_ids = tokenizer.encode(perplexity.text())
     messages = [{"role": "user", "content": "Write a short story about a lighthouse keeper and a storm."}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    reference = greedy(model, prompt, agree_tokens, {})
+    saved = REPO / "benchmarks" / "out" / f"kvq-reference-{agree_tokens}.json"  # float KV's greedy output
+    if saved.exists():
+        reference = json.loads(saved.read_text())
+    else:
+        reference = greedy(model, prompt, agree_tokens, {})
+        saved.write_text(json.dumps(reference))
     print(f"\n### SmolLM2-135M-Instruct (float32 weights), {len(text_ids) - 1} scored tokens\n")
     print(
         "| KV | perplexity | vs float KV | teacher-forced agreement | greedy output first differs at "
-        f"| probe ~{context // 1000}K: 10% | 50% | 90% |"
+        f"| probe at {context:,} tokens: 10% | 50% | 90% |"
     )
     print("|---|---:|---:|---:|---:|---|---|---|")
     base = None
@@ -307,9 +313,7 @@ def section_quality(path, agree_tokens, context, factory):
     for name, kv in FORMATS.items():
         ppl = perplexity.perplexity_of(perplexity.token_logprobs(model, text_ids, cache=caches(model, kv)))
         base = base or ppl
-        agree = teacher_forced(model, prompt, reference, kv)
-        run = reference if not kv else greedy(model, prompt, agree_tokens, kv)
-        diff = first_difference(run, reference)
+        agree, diff = teacher_forced(model, prompt, reference, kv)
         found = [probe(model, tokenizer, context, depth, kv) for depth in (0.1, 0.5, 0.9)]
         cells = " | ".join(("found" if ok else "missed") + f" ({said!r})" for ok, said in found)
         where = "never" if diff is None else str(diff)
@@ -347,7 +351,8 @@ def section_factory(n):
         prompt = ids(64, 3)
         reference = greedy(model, prompt, n, {})
         cells = [
-            f"{100 * teacher_forced(model, prompt, reference, FORMATS[k]):.1f}%" for k in ("8-bit", "4-bit")
+            f"{100 * teacher_forced(model, prompt, reference, FORMATS[k])[0]:.1f}%"
+            for k in ("8-bit", "4-bit")
         ]
         print(f"| {arch} | {' | '.join(cells)} |", flush=True)
 
@@ -360,6 +365,7 @@ def main():
     parser.add_argument("--sections", nargs="+", default=["bytes", "restore", "quality"])
     parser.add_argument("--context", type=int, default=None, help="tokens of the retrieval probe")
     parser.add_argument("--agree-tokens", type=int, default=None, help="tokens of greedy agreement")
+    parser.add_argument("--restore-formats", nargs="+", default=["8-bit", "4-bit", "float, SSD 4-bit"])
     args = parser.parse_args()
     import mlx.core as mx
 
@@ -367,7 +373,7 @@ def main():
     if "bytes" in args.sections:
         section_bytes(kv_shape_model(), 512)
     if "restore" in args.sections:
-        section_restore(kv_shape_model(), 1024 if args.quick else 4096, args.rounds)
+        section_restore(kv_shape_model(), 1024 if args.quick else 4096, args.rounds, args.restore_formats)
     if "quality" in args.sections:
         agree = args.agree_tokens or (128 if args.quick else 512)
         context = args.context or (2000 if args.quick else 7000)
