@@ -62,6 +62,11 @@ def load_overrides(values: dict) -> dict:
     return out
 
 
+def all_overrides(values: dict) -> dict:
+    """Every engine setting a model's settings set (for its next load)."""
+    return {**engine_overrides(values), **load_overrides(values)}
+
+
 def kind_overrides(snapshot: Dict[str, dict]) -> Dict[str, str]:
     """model id -> the kind its settings force (``model_type``), for the models that set one."""
     return {i: v["model_type"] for i, v in snapshot.items() if v.get("model_type")}

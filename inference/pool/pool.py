@@ -164,9 +164,7 @@ class ModelPool(PoolReport):
         if model_id not in folders:
             raise KeyError(model_id)
         saved = model_settings.save(model_id, changes, set(folders))
-        if set(changes) & set(model_settings.LOAD_FIELDS):
-            with self._lock:
-                self._estimates.pop(model_id, None)  # its KV format changed: so do its KV bytes
+        self.forget_estimates()  # the KV format (kv_bits) is a setting: the KV bytes may change
         self._refresh_settings(force=True)
         return saved
 
@@ -177,10 +175,8 @@ class ModelPool(PoolReport):
                 if folder.adapter is not None:  # what attaching it adds to its base's engine
                     value = MemoryEstimate(adapter_bytes(folder), 0, 0)
                 elif folder.kind == "llm":
-                    overrides = model_settings.load_overrides(self.settings(model_id))
-                    value = estimate(
-                        folder.weight_files, folder.config, {**self.engine_settings, **overrides}
-                    )
+                    kv = model_settings.load_overrides(self.settings(model_id))
+                    value = estimate(folder.weight_files, folder.config, {**self.engine_settings, **kv})
                 else:
                     value = estimate_encoder(folder.weight_files, folder.config, self.engine_settings)
                 self._estimates[model_id] = value
@@ -347,11 +343,7 @@ class ModelPool(PoolReport):
                 )
                 started = time.monotonic()
                 try:
-                    values = self.settings(model_id)
-                    overrides = {
-                        **model_settings.engine_overrides(values),
-                        **model_settings.load_overrides(values),
-                    }
+                    overrides = model_settings.all_overrides(self.settings(model_id))
                     engine = make_engine(folder, {**self.engine_settings, **overrides})
                 except BaseException:
                     metrics.model_load_failed(model_id)
