@@ -31,8 +31,8 @@ Message = Tuple[str, str]  # ("ok" | "error", text)
 # (docs/benchmarks.md, "Quantized KV"; the label's title repeats the figures).
 KV_CHOICES = [
     (0, "float (the model's dtype)"),
-    (8, "8-bit: 1.9x tokens/GB, perplexity +0.05%"),
-    (4, "4-bit: 3.6x tokens/GB, perplexity +1.3%"),
+    (8, "8-bit: 1.9x tokens/GB, perplexity +0.24%"),
+    (4, "4-bit: 3.6x tokens/GB, perplexity +10.9%"),
 ]
 INT_FIELDS = {"top_k", "max_tokens", "context_length", *LOAD_FIELDS}
 ACTIONS = ("load", "unload", "import", "pin", "ttl", "alias", "settings", "rescan")
