@@ -284,7 +284,7 @@ def probe(model, tokenizer, context, depth, kv):
     messages = [{"role": "user", "content": text + "\n\nWhat is the access code for the blue door?"}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     answer = tokenizer.decode(greedy(model, prompt, 24, kv))
-    return "4817" in answer, answer.strip().replace("\n", " ")[-12:]
+    return "4817" in answer, answer.strip().replace("\n", " ").replace("|", "\\|")[-24:]
 
 
 def section_quality(path, agree_tokens, context, factory):
