@@ -328,23 +328,14 @@ class BlockCache(PrefixCache):
                 stored_from = pos + block.num_tokens - spec.stored_tokens(block.num_tokens)
                 lo, hi = max(pos, first), pos + used
                 if hi > lo:
-                    k, v = block.layers[i]
                     pieces.append(
-                        (
-                            k[..., lo - stored_from : hi - stored_from, :],
-                            v[..., lo - stored_from : hi - stored_from, :],
-                        )
+                        tuple(a[..., lo - stored_from : hi - stored_from, :] for a in block.layers[i])
                     )
                 pos += used
             if len(pieces) == 1:
                 layers.append(pieces[0])
             else:
-                layers.append(
-                    (
-                        mx.concatenate([k for k, _ in pieces], axis=2),
-                        mx.concatenate([v for _, v in pieces], axis=2),
-                    )
-                )
+                layers.append(tuple(mx.concatenate(parts, axis=2) for parts in zip(*pieces)))
         return layers
 
     def _specs(self, num_layers: int) -> Tuple[LayerSpec, ...]:
@@ -394,15 +385,10 @@ def _payload(specs, snapshots: List[KVSnapshot], start: int, end: int) -> Option
             continue
         need = end - spec.stored_tokens(end - start)
         for snap in snapshots:
-            if snap.end >= end and snap.layers[i] is not None and snap.layers[i][2] <= need:
-                k, v, first = snap.layers[i]
+            if snap.end >= end and snap.layers[i] is not None and snap.layers[i][-1] <= need:
+                *arrays, first = snap.layers[i]
                 # contiguous() copies, so a block never keeps a request's whole KV buffer alive.
-                layers.append(
-                    (
-                        mx.contiguous(k[..., need - first : end - first, :]),
-                        mx.contiguous(v[..., need - first : end - first, :]),
-                    )
-                )
+                layers.append(tuple(mx.contiguous(a[..., need - first : end - first, :]) for a in arrays))
                 break
         else:
             return None

@@ -17,6 +17,10 @@ layer count. A model whose layers are not all full attention (cache/layout.py) a
 one tag per layer: ``f`` (keys and values of every token), ``s<W>`` (keys and values of the last
 min(tokens, W) tokens) or ``r<N>`` (N state arrays ``l{i}.s0`` ... ``l{i}.s<N-1>``, each
 [1, ...], in their own dtype). Without ``kinds`` every layer is ``f``: the first format, unchanged.
+A block of a model run with quantized KV adds ``kv`` (``q<bits>g<group>``, cache/layout.py): its
+full-attention layers hold six tensors, ``l{i}.k`` and ``l{i}.v`` the packed uint32 data and
+``l{i}.ks``, ``l{i}.kb``, ``l{i}.vs``, ``l{i}.vb`` their scales and biases in ``dtype``, each
+[1, kv_heads, tokens, columns], the columns agreeing with the bits and the group size.
 A header is valid only if all of that agrees with the file's name and place, the key is
 ``block_key(parent, tokens)``, and the tensors tile the data exactly to the end of the file, so
 a truncated, foreign, misplaced or corrupt file is caught without reading its tensors.
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from .block_key import FORMAT_VERSION, KEY_BYTES, block_key
-from .layout import FULL, STATE, parse_tags
+from .layout import FULL, STATE, parse_kv, parse_tags
 
 SUFFIX = ".safetensors"
 TMP_SUFFIX = ".tmp"
@@ -124,6 +128,7 @@ class BlockHeader:
     tensor_bytes: int  # sum of the tensors' bytes (what the block takes in RAM)
     file_bytes: int
     mtime: float
+    kv: str = ""  # the full-attention layers' KV format: "" or q<bits>g<group>
 
 
 def relative_path(fingerprint_hex: str, key_hex: str) -> str:
@@ -142,19 +147,38 @@ def decode_tokens(text: str) -> Tuple[int, ...]:
     return struct.unpack(f"<{len(raw) // 4}I", raw)
 
 
-def tensor_names(kinds) -> list:
-    """The tensor names of a block file, per layer in order, for (kind, count) pairs."""
+QUANTIZED_SUFFIXES = ("k", "ks", "kb", "v", "vs", "vb")  # data, scales, biases of keys, then values
+
+
+def tensor_names(kinds, kv: str = "") -> list:
+    """The tensor names of a block file, per layer in order, for (kind, count) pairs and the
+    KV format ``kv`` (quantized: six tensors per full-attention layer)."""
     names = []
     for i, (kind, count) in enumerate(kinds):
-        names.append([f"l{i}.s{j}" for j in range(count)] if kind == STATE else [f"l{i}.k", f"l{i}.v"])
+        if kind == STATE:
+            names.append([f"l{i}.s{j}" for j in range(count)])
+        elif kind == FULL and kv:
+            names.append([f"l{i}.{suffix}" for suffix in QUANTIZED_SUFFIXES])
+        else:
+            names.append([f"l{i}.k", f"l{i}.v"])
     return names
 
 
 def metadata(
-    fingerprint_hex: str, key: bytes, parent: bytes, token_ids, dtype: str, num_layers: int, kinds: str = ""
+    fingerprint_hex: str,
+    key: bytes,
+    parent: bytes,
+    token_ids,
+    dtype: str,
+    num_layers: int,
+    kinds: str = "",
+    kv: str = "",
 ) -> Dict[str, str]:
-    """The header metadata; ``kinds`` is ``CacheLayout.tags`` (empty for full attention only)."""
+    """The header metadata; ``kinds`` is ``CacheLayout.tags`` (empty for full attention only),
+    ``kv`` is ``CacheLayout.kv`` (empty for KV in the model's dtype)."""
     extra = {"kinds": kinds} if kinds else {}
+    if kv:
+        extra["kv"] = kv
     return {
         **extra,
         "omlx": MAGIC,
@@ -196,13 +220,15 @@ def read_raw_header(path) -> Tuple[dict, int, os.stat_result]:
     return header, st.st_size - 8 - n, st
 
 
-def read_header(path, fingerprint_hex: str, key_hex: str, kinds: Optional[str] = None) -> BlockHeader:
+def read_header(
+    path, fingerprint_hex: str, key_hex: str, kinds: Optional[str] = None, kv: Optional[str] = None
+) -> BlockHeader:
     """Read and check the header of the block file at ``path``, which is expected to hold the
-    block ``key_hex`` of model ``fingerprint_hex`` (and, when given, layer kinds ``kinds``).
-    Raises OSError or InvalidBlockFile."""
+    block ``key_hex`` of model ``fingerprint_hex`` (and, when given, layer kinds ``kinds`` and KV
+    format ``kv``). Raises OSError or InvalidBlockFile."""
     header, data_bytes, st = read_raw_header(path)
     try:
-        return check_header(header, data_bytes, st, fingerprint_hex, key_hex, kinds)
+        return check_header(header, data_bytes, st, fingerprint_hex, key_hex, kinds, kv)
     except InvalidBlockFile:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as e:  # values of unexpected types
@@ -216,6 +242,7 @@ def check_header(
     fingerprint_hex: str,
     key_hex: str,
     expected_kinds: Optional[str] = None,
+    expected_kv: Optional[str] = None,
 ) -> BlockHeader:
     meta = header.get("__metadata__")
     if not isinstance(meta, dict):
@@ -248,7 +275,13 @@ def check_header(
     kinds = parse_tags(tags) if tags else ((FULL, 0),) * num_layers
     if kinds is None or len(kinds) != num_layers:
         raise InvalidBlockFile(f"bad layer kinds {tags!r} for {num_layers} layers")
-    per_layer = tensor_names(kinds)
+    kv = meta.get("kv", "")
+    if expected_kv is not None and kv != expected_kv:
+        raise InvalidBlockFile(f"KV format {kv!r}, expected {expected_kv!r}")
+    quant = parse_kv(kv) if kv else None
+    if kv and quant is None:
+        raise InvalidBlockFile(f"bad KV format {kv!r}")
+    per_layer = tensor_names(kinds, kv)
     if set(header) - {"__metadata__"} != {name for names in per_layer for name in names}:
         raise InvalidBlockFile("tensor names do not match the layer kinds")
     spans = []
@@ -271,7 +304,8 @@ def check_header(
                 if item is None:
                     raise InvalidBlockFile(f"{name} has unknown dtype {info.get('dtype')}")
             else:
-                if info.get("dtype") != code:
+                packed = quant is not None and kind == FULL and name.endswith((".k", ".v"))
+                if info.get("dtype") != ("U32" if packed else code):
                     raise InvalidBlockFile(f"{name} has dtype {info.get('dtype')}, metadata says {dtype}")
                 stored = len(tokens) if kind == FULL else min(len(tokens), count)
                 if len(shape) != 4 or shape[2] != stored:
@@ -282,6 +316,8 @@ def check_header(
             if end - start != elements * item:
                 raise InvalidBlockFile(f"{name} size does not match its shape")
             spans.append((start, end))
+    if quant is not None:
+        _check_quantized_columns(header, kinds, quant)
     spans.sort()
     pos = 0
     for start, end in spans:
@@ -290,4 +326,22 @@ def check_header(
         pos = end
     if pos != data_bytes:
         raise InvalidBlockFile(f"tensor data is {pos} bytes, the file holds {data_bytes} (truncated?)")
-    return BlockHeader(key, parent, tuple(tokens), dtype, num_layers, kinds, pos, st.st_size, st.st_mtime)
+    return BlockHeader(key, parent, tuple(tokens), dtype, num_layers, kinds, pos, st.st_size, st.st_mtime, kv)
+
+
+def _check_quantized_columns(header: dict, kinds, quant: Tuple[int, int]) -> None:
+    """Each quantized layer's packed data and its scales and biases describe one head dim, and
+    keys and values one token count and head count."""
+    bits, group = quant
+    for i, (kind, _) in enumerate(kinds):
+        if kind != FULL:
+            continue
+        shape = {s: header[f"l{i}.{s}"]["shape"] for s in QUANTIZED_SUFFIXES}
+        for part in ("k", "v"):
+            data, scales, biases = shape[part], shape[part + "s"], shape[part + "b"]
+            if scales != biases or data[:3] != scales[:3] or data[3] * 32 // bits != scales[3] * group:
+                raise InvalidBlockFile(
+                    f"layer {i}: quantized {part} shapes {data}, {scales}, {biases} disagree"
+                )
+        if shape["k"][:3] != shape["v"][:3]:
+            raise InvalidBlockFile(f"layer {i}: keys and values have other heads or tokens")

@@ -77,7 +77,7 @@ def reconcile(tier) -> None:
                     continue
                 bad_rows.append(key_hex)  # unusable (e.g. older than migration 0002): re-read
             try:
-                h = block_file.read_header(f.path, tier.fingerprint_hex, key_hex, tier.kinds)
+                h = block_file.read_header(f.path, tier.fingerprint_hex, key_hex, tier.kinds, tier.kv)
             except (OSError, InvalidBlockFile) as err:
                 logger.warning("cold tier: removing bad block file %s: %s", f.path, err)
                 bad += durable.remove(f.path)

@@ -17,9 +17,10 @@ from .block_key import ModelFingerprint
 from .block_pool import KVBlock
 from .cold_entries import ColdEntries, ColdStats
 from .cold_index import ColdIndex
+from .cold_quant import ColdQuantizer
 from .cold_reconcile import prepare_dir, reconcile, write_model_info
 from .cold_writer import ColdWriter
-from .layout import FULL, STATE, CacheLayout
+from .layout import FULL, STATE, CacheLayout, parse_tags
 
 logger = logging.getLogger("omlx.cache.cold")
 
@@ -48,10 +49,16 @@ class ColdTier:
         max_queue: int = 64,
         model_info: Optional[dict] = None,
         layout: Optional[CacheLayout] = None,
+        store_kv: str = "",
     ):
+        """``store_kv`` (``q<bits>g<group>``): a float model's blocks are quantized on disk
+        (cache/cold_quant.py); a model whose KV is quantized already stores it as it is."""
         self.root_dir = Path(root_dir).expanduser()
         self.fingerprint = fingerprint
         self.kinds = layout.tags if layout is not None else ""  # block files' "kinds" metadata
+        own_kv = layout.kv if layout is not None else ""
+        self.kv = own_kv or store_kv  # the block files' "kv" (KV format)
+        self.quantizer = ColdQuantizer(store_kv) if store_kv and not own_kv else None
         self.fingerprint_hex = fingerprint.hex
         self.dir = self.root_dir / self.fingerprint_hex
         self.enabled = False
@@ -119,12 +126,15 @@ class ColdTier:
         try:
             gc.lease(path)  # while it is read, GC in any process sharing the folder spares it
             try:
-                header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
+                header = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds, self.kv)
                 if header.token_ids != e.block.token_ids or header.parent != e.block.parent:
                     raise InvalidBlockFile("file names other tokens than when it was indexed")
                 layers = _load_layers(path, header)
             finally:
                 gc.release(path)
+            if self.quantizer is not None:
+                layers = self.quantizer.decode(layers, header.kinds, header.dtype)
+                mx.eval([a for layer in layers for a in layer])
         except FileNotFoundError:
             logger.info("cold block %s is gone (removed outside this process)", key_hex[:16])
             self._discard(key, remove_file=False)
@@ -140,6 +150,10 @@ class ColdTier:
         self.entries.used(e, time.time())
         self._stats.reads += 1
         return layers
+
+    def layer_kinds(self, num_layers: int) -> tuple:
+        """(kind, count) per layer of this tier's blocks."""
+        return parse_tags(self.kinds) if self.kinds else ((FULL, 0),) * num_layers
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -234,7 +248,8 @@ def _load_layers(path: Path, header: BlockHeader) -> list:
     if (meta.get("key"), meta.get("tokens")) != expected:
         raise InvalidBlockFile("file changed while it was read")
     layers = []
-    for i, ((kind, count), names) in enumerate(zip(header.kinds, block_file.tensor_names(header.kinds))):
+    names_of = block_file.tensor_names(header.kinds, header.kv)
+    for i, ((kind, count), names) in enumerate(zip(header.kinds, names_of)):
         layer = tuple(arrays[name] for name in names)
         if kind != STATE:
             stored = n if kind == FULL else min(n, count)

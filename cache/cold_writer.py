@@ -23,7 +23,7 @@ from . import block_file, durable
 from .block_key import block_key
 from .block_pool import KVBlock
 from .cold_index import Row
-from .layout import FULL, STATE, parse_tags
+from .layout import STATE
 
 _PERSIST_EVERY = 30.0  # seconds between batched last-used updates of the rows
 _STOP, _SYNC = object(), object()
@@ -65,6 +65,8 @@ class ColdWriter:
                 return
             self._pending.add(block.key)
         layers = [tuple(mx.contiguous(a) for a in layer) for layer in block.layers]
+        if self.tier.quantizer is not None:  # a float model's blocks, quantized on disk
+            layers = self.tier.quantizer.encode(layers, self.tier.layer_kinds(len(layers)))
         mx.eval(layers)
         try:
             item = (
@@ -196,13 +198,21 @@ class ColdWriter:
         shard = tier.dir / key_hex[:2]
         if not shard.is_dir():
             durable.make_dirs(shard, stop=tier.root_dir)
-        kinds = parse_tags(tier.kinds) if tier.kinds else ((FULL, 0),) * len(block.layers)
+        kinds = tier.layer_kinds(len(block.layers))
         arrays = {}
-        for names, layer in zip(block_file.tensor_names(kinds), block.layers):
+        for names, layer in zip(block_file.tensor_names(kinds, tier.kv), block.layers):
             arrays.update(zip(names, layer))
-        # The attention tensors' dtype (state arrays carry their own), else the first array's.
+        # The attention tensors' dtype (state arrays carry their own; quantized KV: its scales'),
+        # else the first array's.
         first = next(
-            (layer[0] for (kind, _), layer in zip(kinds, block.layers) if kind != STATE), block.layers[0][0]
+            (
+                a
+                for (kind, _), layer in zip(kinds, block.layers)
+                if kind != STATE
+                for a in layer
+                if a.dtype != mx.uint32
+            ),
+            block.layers[0][0],
         )
         dtype = str(first.dtype).rsplit(".", 1)[-1]
         meta = block_file.metadata(
@@ -213,6 +223,7 @@ class ColdWriter:
             dtype,
             len(block.layers),
             tier.kinds,
+            tier.kv,
         )
         tmp = shard / block_file.tmp_name(key_hex, next(tier.tmp_names))
         return durable.write_atomically(

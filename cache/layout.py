@@ -12,7 +12,11 @@ mlx-lm models mix layer caches. omlx splits three kinds into blocks:
              depends on the whole prefix, so it exists only where a computation stopped.
 
 A block's payload is one tuple of arrays per layer: (keys, values) for attention layers, the state
-arrays for recurrent ones. Nothing here imports mlx: the block files' checks use it too.
+arrays for recurrent ones. A model run with quantized KV (``CacheLayout.kv``, e.g. ``q8g64``: 8
+bits, groups of 64 channels) keeps its full-attention layers as six arrays, (keys, key scales, key
+biases, values, value scales, value biases): the packed uint32 data and the float scales and
+biases of ``mx.quantize``, each with the tokens on axis 2; its sliding and state layers stay in
+the model's dtype. Nothing here imports mlx: the block files' checks use it too.
 
 Where a prefix hit may end (the rule every kind must agree on, stated once in ``hit_can_end``):
 at the end of any cached block; inside a block only when no layer is recurrent (a state exists
@@ -66,6 +70,7 @@ class CacheLayout:
 
     layers: Tuple[LayerSpec, ...]
     descriptor: str
+    kv: str = ""  # the full-attention layers' KV format: "" (the model's dtype) or q<bits>g<group>
 
     @property
     def plain(self) -> bool:
@@ -99,6 +104,24 @@ def mixed_layout(specs: Sequence[Tuple[LayerSpec, str]]) -> CacheLayout:
     layers, dtypes and shapes of states) goes into the descriptor with the spec's tag."""
     parts = [f"{spec.tag}:{shape}" for spec, shape in specs]
     return CacheLayout(tuple(spec for spec, _ in specs), "mixed:" + ";".join(parts))
+
+
+def quantized(layout: CacheLayout, kv: str) -> CacheLayout:
+    """``layout`` with its full-attention layers' KV in format ``kv`` (``q<bits>g<group>``): the
+    format goes into the descriptor, so float and quantized blocks never share a key."""
+    if parse_kv(kv) is None:
+        raise ValueError(f"bad KV format {kv!r}")
+    return CacheLayout(layout.layers, f"{layout.descriptor}|{kv}", kv)
+
+
+def parse_kv(text: str) -> Optional[Tuple[int, int]]:
+    """(bits, group size) of a KV format ``q<bits>g<group>``; None if malformed."""
+    bits, sep, group = text[1:].partition("g")
+    if text[:1] != "q" or not sep or not bits.isdigit() or not group.isdigit():
+        return None
+    if int(bits) not in (2, 3, 4, 5, 6, 8) or int(group) not in (32, 64, 128):
+        return None
+    return int(bits), int(group)
 
 
 def parse_tags(text: str) -> Optional[Tuple[Tuple[str, int], ...]]:

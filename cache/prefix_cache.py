@@ -20,7 +20,8 @@ class KVSnapshot:
     """What the engine holds of one sequence's caches after computing ``token_ids[:end]``.
 
     ``layers[i]`` is, for an attention layer, ``(keys, values, start)``: the KV of tokens
-    ``[start, end)`` (start 0 for full attention; a sliding window keeps only its last tokens);
+    ``[start, end)`` (start 0 for full attention; a sliding window keeps only its last tokens;
+    quantized KV has its six arrays before ``start``, cache/layout.py);
     for a recurrent layer, the tuple of its state arrays at ``end``; None where the engine did
     not take that layer (a snapshot taken for the recurrent and sliding layers only).
     """

@@ -56,6 +56,10 @@ class ModelSettings(models.Model):
     # Scheduling of this model's engine (EngineConfig.LIVE), over the server-wide settings.
     max_batch_wait_ms = models.FloatField(null=True, blank=True)
     max_step_ms = models.FloatField(null=True, blank=True)
+    # The KV format of this model's engine (EngineConfig.kv_bits, kv_group_size; kv_bits 0: float
+    # KV whatever the server's), from its next load.
+    kv_bits = models.PositiveSmallIntegerField(null=True, blank=True)
+    kv_group_size = models.PositiveSmallIntegerField(null=True, blank=True)
     chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
     # The tool-call format to parse (a name of inference.chat.tool_parsers.FORMATS, or "none");
     # None: detected from the chat template, config and vocabulary.

@@ -49,6 +49,7 @@ def _engine(field: str) -> Callable:
         setattr(settings, BY_KEY[field].env, value)
         if pool is not None:
             pool.engine_settings[field] = value
+            pool.forget_estimates()  # the next load's estimate follows the new value
 
     return apply
 
@@ -78,6 +79,9 @@ APPLIERS: Dict[str, Callable[[Any, Any, Any], None]] = {
     "max_batch_wait_ms": _engine("max_batch_wait_ms"),
     "max_step_ms": _engine("max_step_ms"),
     "hot_cache_max_size": _engine("hot_cache_max_size"),
+    "kv_bits": _engine("kv_bits"),
+    "kv_group_size": _engine("kv_group_size"),
+    "paged_ssd_cache_bits": _engine("paged_ssd_cache_bits"),
     "paged_ssd_cache_max_size": _plain("paged_ssd_cache_max_size"),
     "paged_ssd_cache_ttl": _plain("paged_ssd_cache_ttl"),
     "api_key": _api_key,

@@ -46,6 +46,12 @@ def _number(raw):
     raise ValueError(f"{raw!r} is not a number")
 
 
+def _integer_or_off(raw):
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("off", "none", "")):
+        return None
+    return _integer(raw)
+
+
 def _text(raw):
     if not isinstance(raw, str):
         raise ValueError(f"{raw!r} is not a string")
@@ -102,6 +108,13 @@ def _file(raw):
 
 INTEGER = Kind("integer", _integer, "N")
 NUMBER = Kind("number", _number, "N")
+INTEGER_OR_OFF = Kind(
+    "integer or off",
+    _integer_or_off,
+    "N|off",
+    text=lambda v: "off" if v is None else str(v),
+    json=lambda v: "off" if v is None else v,
+)
 TEXT = Kind("text", _text, "TEXT")
 BOOLEAN = Kind("boolean (true/false)", _boolean, "BOOL", text=lambda v: "true" if v else "false")
 BYTES = Kind("size (bytes, 512MB, 4GiB)", _bytes, "SIZE")

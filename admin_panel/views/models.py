@@ -23,11 +23,18 @@ from inference.chat.capabilities import TOOL_PARSER_CHOICES, folder_tool_format
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 from inference.pool.app_import import import_model
 from inference.pool.discovery import KINDS
-from inference.pool.model_settings import ENGINE_FIELDS, SAMPLING_FIELDS
+from inference.pool.model_settings import ENGINE_FIELDS, LOAD_FIELDS, SAMPLING_FIELDS
 
 Message = Tuple[str, str]  # ("ok" | "error", text)
 
-INT_FIELDS = {"top_k", "max_tokens", "context_length"}
+# The per-model KV format (kv_bits), with what it was measured to cost and save
+# (docs/benchmarks.md, "Quantized KV"; the label's title repeats the figures).
+KV_CHOICES = [
+    (0, "float (the model's dtype)"),
+    (8, "8-bit: 1.9x tokens/GB, perplexity +0.24%"),
+    (4, "4-bit: 3.6x tokens/GB, perplexity +10.9%"),
+]
+INT_FIELDS = {"top_k", "max_tokens", "context_length", *LOAD_FIELDS}
 ACTIONS = ("load", "unload", "import", "pin", "ttl", "alias", "settings", "rescan")
 
 
@@ -182,7 +189,7 @@ def _number(text: str, name: str, integer: bool):
 
 def _settings_from_form(form) -> dict:
     changes = {}
-    for name in (*SAMPLING_FIELDS, *ENGINE_FIELDS, "context_length"):
+    for name in (*SAMPLING_FIELDS, *ENGINE_FIELDS, *LOAD_FIELDS, "context_length"):
         if name in form:
             changes[name] = _number(form.get(name, ""), name, integer=name in INT_FIELDS)
     if "model_type" in form:
@@ -238,5 +245,6 @@ def _context(messages: List[Message]) -> dict:
         "states": _states(status["data"]),
         "tool_parsers": TOOL_PARSER_CHOICES,
         "kinds": KINDS,
+        "kv_choices": KV_CHOICES,
         "loaded_count": sum(1 for r in rows if r["loaded"]),
     }

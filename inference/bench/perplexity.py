@@ -31,16 +31,17 @@ def text() -> str:
     return TEXT_PATH.read_text(encoding="utf-8")
 
 
-def token_logprobs(model, ids: List[int], window: int = WINDOW) -> List[float]:
+def token_logprobs(model, ids: List[int], window: int = WINDOW, cache: Optional[list] = None) -> List[float]:
     """log p(ids[i] | ids[:i]) for i >= 1, in float32, from ``model`` (an mlx-lm model) fed
-    ``window`` tokens at a time through one prompt cache. MLX work: call on the model's thread."""
+    ``window`` tokens at a time through one prompt cache (``cache``: a fresh one to use, e.g.
+    quantized KV; default mlx-lm's). MLX work: call on the model's thread."""
     from mlx_lm.models.cache import make_prompt_cache
 
     if len(ids) < 2:
         raise ValueError("perplexity needs at least two tokens")
     if window < 1:
         raise ValueError("window must be at least 1")
-    cache = make_prompt_cache(model)
+    cache = make_prompt_cache(model) if cache is None else cache
     out: List[float] = []
     for start in range(0, len(ids) - 1, window):
         chunk = ids[start : start + window]

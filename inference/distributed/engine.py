@@ -55,6 +55,8 @@ class DistributedEngine(Engine):
         return super().submit(prompt, params, *args, **kwargs)
 
     def _load_model(self, model_path) -> LoadedModel:
+        if self.config.kv_quant is not None:
+            raise ValueError("quantized KV (kv_bits) is not served by a model split across machines")
         self.channel.send({"op": "load", "model": model_path.name, "dtype": self.config.dtype})
         group = self.distributed.group
         return load_model(model_path, self.config.dtype, shard=lambda model: split_model(model, group))

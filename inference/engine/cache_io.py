@@ -1,10 +1,15 @@
 """Between mlx-lm's layer caches and the block cache's plain arrays (cache/layout.py).
 
 mlx-lm gives every model a list of layer caches, some of them ``CacheList``s of several; omlx
-works on the flattened list of leaves. Three kinds of leaf split into blocks: ``KVCache`` (full
-attention), ``RotatingKVCache`` without kept sink tokens (sliding window) and ``ArraysCache``
-(recurrent state). A model with any other leaf (chunked attention, quantized KV, sinks) runs
-without the prefix cache.
+works on the flattened list of leaves. Three kinds of leaf split into blocks: ``KVCache`` or
+``QuantizedKV`` (full attention, float or quantized: inference/engine/quantized_kv.py),
+``RotatingKVCache`` without kept sink tokens (sliding window) and ``ArraysCache`` (recurrent
+state). A model with any other leaf (chunked attention, sinks) runs without the prefix cache.
+
+An attention layer crosses into cache/ as a tuple of arrays with the tokens on axis 2: (keys,
+values) for float KV, (keys, key scales, key biases, values, value scales, value biases) for
+quantized KV (the packed uint32 data and its groups' scales and biases, as ``mx.quantize``
+makes them).
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from mlx_lm.models.cache import (
     RotatingKVCache,
 )
 
-from cache.layout import FULL, SLIDING, STATE, CacheLayout, LayerSpec, mixed_layout, plain_layout
+from cache.layout import FULL, SLIDING, STATE, CacheLayout, LayerSpec, mixed_layout, plain_layout, quantized
 from cache.prefix_cache import KVSnapshot
+
+from .quantized_kv import BatchQuantizedKVCache, QuantizedKV
 
 
 def leaves(caches) -> list:
@@ -38,10 +45,13 @@ def leaves(caches) -> list:
 def layout_of(caches) -> Optional[CacheLayout]:
     """The layout of a model's caches after a forward pass (so that every leaf holds arrays),
     or None when some leaf cannot be split into blocks."""
-    specs = []
+    specs, quant = [], None
     for c in leaves(caches):
         if type(c) is KVCache:
             specs.append((LayerSpec(FULL), _heads(c)))
+        elif type(c) is QuantizedKV:
+            specs.append((LayerSpec(FULL), _heads(c)))
+            quant = f"q{c.bits}g{c.group_size}"
         elif type(c) is RotatingKVCache and c.keep == 0:
             specs.append((LayerSpec(SLIDING, window=c.max_size), _heads(c)))
         elif type(c) is ArraysCache and all(a is not None for a in c.cache):
@@ -53,13 +63,26 @@ def layout_of(caches) -> Optional[CacheLayout]:
         else:
             return None
     if all(spec.kind == FULL for spec, _ in specs):
-        first = leaves(caches)[0]
-        return plain_layout(len(specs), first.keys.shape[1], first.keys.shape[3], first.values.shape[3])
-    return mixed_layout(specs)
+        layout = plain_layout(len(specs), *_dims(leaves(caches)[0]))
+    else:
+        layout = mixed_layout(specs)
+    return quantized(layout, quant) if quant else layout
+
+
+def _dims(c) -> tuple:
+    """(kv heads, key dim, value dim) of an attention cache, float or quantized."""
+    if isinstance(c, QuantizedKV):
+        return c.keys[1].shape[1], c.keys[1].shape[3] * c.group_size, c.values[1].shape[3] * c.group_size
+    return c.keys.shape[1], c.keys.shape[3], c.values.shape[3]
+
+
+def full_attention_dims(caches) -> set:
+    """The key and value dims of the full-attention layers (after a forward pass)."""
+    return {d for c in leaves(caches) if type(c) in (KVCache, QuantizedKV) for d in _dims(c)[1:]}
 
 
 def _heads(c) -> str:
-    return f"{c.keys.shape[1]}x{c.keys.shape[3]}x{c.values.shape[3]}"
+    return "x".join(map(str, _dims(c)))
 
 
 def snapshot(caches, end: int) -> KVSnapshot:
@@ -68,6 +91,8 @@ def snapshot(caches, end: int) -> KVSnapshot:
     for c in leaves(caches):
         if type(c) is KVCache:
             layers.append((c.keys[..., : c.offset, :], c.values[..., : c.offset, :], 0))
+        elif type(c) is QuantizedKV:
+            layers.append((*c.arrays(), 0))
         elif type(c) is RotatingKVCache:
             keys, values = c._temporal_order(c.keys), c._temporal_order(c.values)
             layers.append((keys, values, c.offset - keys.shape[2]))
@@ -86,6 +111,8 @@ def batch_snapshot(batch_caches, row: int, end: int, full: bool = True) -> KVSna
             layers.append(None)
         elif isinstance(bc, ArraysCache):
             layers.append(tuple(a[row : row + 1] for a in bc.cache))
+        elif isinstance(bc, BatchQuantizedKVCache):
+            layers.append((*bc.extract(row).arrays(), 0))
         else:  # BatchKVCache, BatchRotatingKVCache: one row, in temporal order, unpadded
             c = bc.extract(row)
             first = 0 if isinstance(bc, BatchKVCache) else end - c.keys.shape[2]
@@ -99,6 +126,8 @@ def seed(caches, layers: List[tuple], end: int) -> None:
         if type(c) is KVCache:
             c.keys, c.values = layer
             c.offset = end
+        elif type(c) is QuantizedKV:
+            c.set_arrays(layer, end)
         elif type(c) is RotatingKVCache:
             # The hit holds the last min(end, window) tokens in order: the state a prefill of
             # ``end`` tokens leaves after its next step trims to the window.
@@ -121,12 +150,15 @@ def state_bytes(caches) -> int:
 
 
 def attention_bytes_per_token(caches) -> int:
-    """Bytes of keys and values per token over the attention layers (of caches that hold some)."""
-    return sum(
-        c.keys.nbytes // c.keys.shape[2] + c.values.nbytes // c.values.shape[2]
-        for c in leaves(caches)
-        if not isinstance(c, ArraysCache) and c.keys is not None
-    )
+    """Bytes of keys and values per token over the attention layers (of caches that hold some;
+    quantized ones: packed data, scales and biases)."""
+    total = 0
+    for c in leaves(caches):
+        if isinstance(c, ArraysCache) or c.keys is None:
+            continue
+        arrays = (*c.keys, *c.values) if isinstance(c, QuantizedKV) else (c.keys, c.values)
+        total += sum(a.nbytes // a.shape[2] for a in arrays)
+    return total
 
 
 def snapshot_arrays(snapshots: List[KVSnapshot]) -> List[mx.array]:

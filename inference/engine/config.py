@@ -7,6 +7,8 @@ from typing import Optional, Union
 
 from cache.sizes import parse_size
 
+from .kv_quant import BITS, KVQuant
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -41,6 +43,16 @@ class EngineConfig:
         Lower: steadier streams, slower first tokens. 0 (the default): a default-priority
         prompt gets the chunk of least total time to the requests' last tokens
         (``StepCosts.least_latency_chunk``), a background one targets 4 decode steps.
+    kv_bits: quantize the KV of full-attention layers to 8 or 4 bits (inference.engine.
+        quantized_kv): about 1.9x or 3.6x the tokens per byte of float16 KV, in RAM and on SSD,
+        for a small loss of quality (docs/benchmarks.md); None (the default): the model's dtype.
+        Part of the KV format, so blocks of either never serve the other.
+    kv_group_size: channels per scale and bias of quantized KV: 32, 64 or 128 (must divide the
+        head dimension); also the group size of ``paged_ssd_cache_bits``.
+    paged_ssd_cache_bits: a float model's SSD tier keeps its blocks quantized to 8 or 4 bits
+        (cache/cold_quant.py), dequantized when read back: close to the float KV, not equal;
+        None (the default): the SSD tier holds the KV as computed. Without effect when
+        ``kv_bits`` is set (the blocks are quantized already) or the SSD tier is off.
     step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
         rows, prompt tokens, passes and where the step's time went; ``Engine.step_trace()``);
         0 (the default) keeps none.
@@ -62,6 +74,9 @@ class EngineConfig:
     max_batch_wait_ms: float = 0.0
     max_step_ms: float = 0.0
     step_trace: int = 0
+    kv_bits: Optional[int] = None
+    kv_group_size: int = 64
+    paged_ssd_cache_bits: Optional[int] = None
 
     LIVE = ("max_batch_wait_ms", "max_step_ms")
     DTYPES = ("float32", "bfloat16", "float16")
@@ -102,5 +117,24 @@ class EngineConfig:
         trace = self.step_trace
         if not isinstance(trace, int) or isinstance(trace, bool) or not 0 <= trace <= self.MAX_STEP_TRACE:
             raise ValueError(f"step_trace={trace!r}: must be a number of steps in [0, {self.MAX_STEP_TRACE}]")
+        self.kv_quant  # ValueError for bad kv_bits / kv_group_size
+        if self.paged_ssd_cache_bits is not None:
+            bits = self.paged_ssd_cache_bits
+            if isinstance(bits, bool) or not isinstance(bits, int):
+                raise ValueError(f"paged_ssd_cache_bits={bits!r}: must be an integer")
+            if bits not in BITS:
+                raise ValueError(
+                    f"paged_ssd_cache_bits={bits!r}: must be one of {', '.join(map(str, BITS))} or null"
+                )
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")
+
+    @property
+    def kv_quant(self):
+        """The full-attention KV format (``quantized_kv.KVQuant``), None for the model's dtype."""
+
+        for name in ("kv_bits", "kv_group_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{name}={value!r}: must be an integer")
+        return KVQuant(self.kv_bits, self.kv_group_size) if self.kv_bits is not None else None

@@ -259,7 +259,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
         mx.synchronize()  # nothing may still run on this thread's stream once it is gone
 
     def _load_model(self, model_path) -> LoadedModel:
-        return load_model(model_path, self.config.dtype)
+        return load_model(model_path, self.config.dtype, self.config.kv_quant)
 
     def _make_runner(self, block_size: Optional[int]) -> ModelRunner:
         return ModelRunner(self.loaded, block_size, self.clock)

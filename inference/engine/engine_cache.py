@@ -30,14 +30,15 @@ class EngineCache:
         if layout is None:
             logger.warning(
                 "%s: its cache has a kind of layer that cannot be split into blocks "
-                "(chunked attention, attention sinks or quantized KV); prefix caching is "
+                "(chunked attention, attention sinks); prefix caching is "
                 "off for this model",
                 loaded.path,
             )
             return PrefixCache()
-        fingerprint = fingerprint_model_folder(
-            loaded.path, loaded.dtype, layout.descriptor, config.cache_block_size
-        )
+        store_kv = self._cold_kv_format()
+        # A quantized SSD tier is part of what a block is: its blocks never meet float ones.
+        descriptor = layout.descriptor + (f"|ssd-{store_kv}" if store_kv else "")
+        fingerprint = fingerprint_model_folder(loaded.path, loaded.dtype, descriptor, config.cache_block_size)
         cold = None
         if config.paged_ssd_cache_dir:
             from cache import cold_index
@@ -58,9 +59,28 @@ class EngineCache:
                     "opened": int(time.time()),
                 },
                 layout=layout,
+                store_kv=store_kv,
             )
         hot_bytes = parse_size(config.hot_cache_max_size, "hot_cache_max_size")
         return BlockCache(fingerprint, hot_bytes, cold, layout=layout)
+
+    def _cold_kv_format(self) -> str:
+        """``q<bits>g<group>`` when a float model keeps its SSD tier quantized
+        (``paged_ssd_cache_bits``), else ""."""
+        config, loaded = self.config, self.loaded
+        bits, group = config.paged_ssd_cache_bits, config.kv_group_size
+        if bits is None or not config.paged_ssd_cache_dir or loaded.cache_layout.kv:
+            return ""
+        if any(d % group for d in loaded.head_dims):
+            logger.warning(
+                "%s: paged_ssd_cache_bits ignored: kv_group_size=%d does not divide its head "
+                "dimension (%s); its SSD tier keeps float KV",
+                loaded.path,
+                group,
+                ", ".join(map(str, sorted(loaded.head_dims))),
+            )
+            return ""
+        return f"q{bits}g{group}"
 
     def _kv_capacity(self) -> int:
         if self.config.max_kv_tokens is not None:

@@ -13,14 +13,14 @@ from typing import Any, Callable, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import _get_classes, load_model as mlx_load_model, load_tokenizer
 
 from cache.layout import CacheLayout
 from inference import platform
 from inference.vision import model as vision_model
 
-from . import cache_io, config_compat, vlm_config_compat, weight_compat
+from . import cache_io, config_compat, quantized_kv, vlm_config_compat, weight_compat
+from .kv_quant import KVQuant
 
 logger = logging.getLogger("omlx.engine")
 
@@ -43,6 +43,12 @@ class LoadedModel:
     cache_layout: Optional[CacheLayout]  # per-layer cache kinds; None: cannot be split into blocks
     state_bytes: int = 0  # recurrent state of one sequence, whatever its length
     vision: Any = None  # inference.vision.model.VisionModel of a vision-language model, else None
+    kv_quant: Optional[KVQuant] = None  # full-attention KV quantized (inference.engine.quantized_kv)
+    head_dims: frozenset = frozenset()  # the key and value dims of the full-attention layers
+
+    def new_cache(self) -> list:
+        """A fresh cache list for one sequence (quantized full-attention layers with kv_quant)."""
+        return quantized_kv.make_cache(self.model, self.kv_quant)
 
     @property
     def kv_layout(self) -> Optional[str]:
@@ -54,16 +60,22 @@ _DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16
 
 
 def load_model(
-    path, dtype: Optional[str] = None, shard: Optional[Callable[[nn.Module], None]] = None
+    path,
+    dtype: Optional[str] = None,
+    kv_quant: Optional[KVQuant] = None,
+    shard: Optional[Callable[[nn.Module], None]] = None,
 ) -> LoadedModel:
     """Load the model and tokenizer in ``path``; cast floating weights to ``dtype``
-    (None: the platform default, see inference.platform.default_dtype). ``shard``: called on
-    the model before any weight is read (inference.distributed: this rank's layers only); it
-    raises ValueError for a model it cannot split."""
+    (None: the platform default, see inference.platform.default_dtype); with ``kv_quant`` its
+    full-attention layers keep quantized KV (not for vision models: they keep float KV).
+    ``shard``: called on the model before any weight is read (inference.distributed: this
+    rank's layers only); it raises ValueError for a model it cannot split."""
     path = Path(path).expanduser()
     config = _read_config(path)
     model_type = config["model_type"]
     if vision_model.reads_images(config, path):
+        if kv_quant is not None:
+            logger.warning("%s: a vision model keeps float KV (kv_bits applies to text models)", path)
         return _load_vision(path, config, dtype)
     try:
         _get_classes(config)
@@ -101,14 +113,26 @@ def load_model(
         mx.eval(model.parameters())
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
 
-    vocab_size, kv_bytes, layout, state = _probe(model, path)
+    vocab_size, kv_bytes, layout, state, dims = _probe(model, path, kv_quant)
     text_config = config.get("text_config", {})
     context = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")
     logger.info(
         "loaded %s (%s, %s, vocab %d, %d KV bytes/token)", path, model_type, dtype_name, vocab_size, kv_bytes
     )
     return LoadedModel(
-        path, model, tokenizer, config, model_type, dtype_name, vocab_size, context, kv_bytes, layout, state
+        path,
+        model,
+        tokenizer,
+        config,
+        model_type,
+        dtype_name,
+        vocab_size,
+        context,
+        kv_bytes,
+        layout,
+        state,
+        kv_quant=kv_quant,
+        head_dims=dims,
     )
 
 
@@ -130,7 +154,7 @@ def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {exc}") from exc
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
-    vocab_size, kv_bytes, layout, state = _probe(model, path)
+    vocab_size, kv_bytes, layout, state, dims = _probe(model, path)
     context = config.get("text_config", {}).get("max_position_embeddings")
     logger.info("loaded vision model %s (%s, %s)", path, config["model_type"], dtype_name)
     return LoadedModel(
@@ -146,6 +170,7 @@ def _load_vision(path: Path, config: dict, dtype: Optional[str]) -> LoadedModel:
         layout,
         state,
         vision=vision,
+        head_dims=dims,
     )
 
 
@@ -178,10 +203,21 @@ def _first_float_dtype(model: nn.Module):
     return mx.float32
 
 
-def _probe(model: nn.Module, path: Path):
-    """Vocab size, attention KV bytes per token, cache layout and recurrent state bytes per
-    sequence, from one forward pass of one token."""
-    cache = make_prompt_cache(model)
+def _probe(model: nn.Module, path: Path, kv_quant: Optional[KVQuant] = None):
+    """Vocab size, attention KV bytes per token, cache layout, recurrent state bytes per
+    sequence and the full-attention head dims, from one forward pass of one token (with
+    ``kv_quant``, over quantized caches, after a float pass that checks the group size divides
+    every head dimension)."""
+    if kv_quant is not None:
+        float_cache = quantized_kv.make_cache(model, None)
+        model(mx.array([[0]]), cache=float_cache)
+        dims = cache_io.full_attention_dims(float_cache)
+        if any(d % kv_quant.group_size for d in dims):
+            raise ModelLoadError(
+                f"{path}: kv_group_size={kv_quant.group_size} does not divide its head dimension "
+                f"({', '.join(map(str, sorted(dims)))}); use a group size that does, or float KV"
+            )
+    cache = quantized_kv.make_cache(model, kv_quant)
     if not cache_io.is_batchable(cache):
         raise ModelLoadError(f"{path}: its KV cache ({type(cache[0]).__name__}) cannot be batched")
     try:
@@ -190,4 +226,5 @@ def _probe(model: nn.Module, path: Path):
     except Exception as exc:
         raise ModelLoadError(f"{path}: a test forward pass failed: {exc}") from exc
     kv_bytes = cache_io.attention_bytes_per_token(cache)
-    return logits.shape[-1], max(1, kv_bytes), cache_io.layout_of(cache), cache_io.state_bytes(cache)
+    layout, dims = cache_io.layout_of(cache), frozenset(cache_io.full_attention_dims(cache))
+    return logits.shape[-1], max(1, kv_bytes), layout, cache_io.state_bytes(cache), dims

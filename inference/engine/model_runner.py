@@ -9,7 +9,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache
 
 from cache.prefix_cache import KVSnapshot
 
@@ -330,7 +329,7 @@ class ModelRunner:
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
         """Start a request's caches from a cached prefix of ``num_tokens`` tokens (per layer
         arrays as ``PrefixHit.layers`` gives them)."""
-        cache = make_prompt_cache(self.model)
+        cache = self.loaded.new_cache()
         cache_io.seed(cache, layers, num_tokens)
         request.cache = cache
 

@@ -42,7 +42,6 @@ from time import perf_counter
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mlx.core as mx
-from mlx_lm.models.cache import make_prompt_cache
 
 from cache.prefix_cache import KVSnapshot
 
@@ -127,7 +126,7 @@ class Prefill:
         ``pass_tokens``: what one more forward pass costs, in prompt tokens (``passes``)."""
         for request, _ in chunks:
             if request.cache is None:
-                request.cache = make_prompt_cache(self.model)
+                request.cache = self.loaded.new_cache()
         plans = []
         for request, n in chunks:
             cuts = self.cuts(request, n)
@@ -236,7 +235,7 @@ class Prefill:
         history, chunks, more = [[1, 2, 3], []], [[4, 5, 6, 7, 8], [9, 10]], [[11, 12], [13, 14]]
 
         def fresh(i):
-            cache = make_prompt_cache(self.model)
+            cache = self.loaded.new_cache()
             if history[i]:
                 self.model(mx.array([history[i]]), cache=cache)
             return cache

@@ -54,8 +54,6 @@ def prompt_logprobs(
     """``ids[1:]``'s log-probabilities under ``engine``'s model (an ``inference.engine.Engine``),
     with its attached LoRA adapter ``adapter`` (None: the base), one window per ``engine.call``
     (module docstring). ValueError for fewer than two tokens or an adapter not attached."""
-    from mlx_lm.models.cache import make_prompt_cache
-
     if len(ids) < 2:
         raise ValueError("scoring a prompt needs at least two tokens")
     if window < 1:
@@ -65,7 +63,7 @@ def prompt_logprobs(
     def score(start: int):
         def on_engine(eng) -> List[TokenLogprob]:
             if not caches:
-                caches.append(make_prompt_cache(eng.loaded.model))
+                caches.append(eng.loaded.new_cache())  # the KV format it serves with
             chunk = ids[start : start + window]
             targets = ids[start + 1 : start + 1 + len(chunk)]
             slot = eng.adapter(adapter).slot if adapter is not None else 0

@@ -10,8 +10,10 @@ under ``--max-model-memory`` whatever requests arrive:
     kv       the KV cache of running requests: min(the scheduler's KV capacity in tokens,
              max_concurrent_requests x (context length + 256)) x KV bytes per token
              (2 x attention layers x KV heads x head dim x dtype size, from config.json:
-             ``attention_layers``, the layers the engine keeps KV for); the 256 covers the
-             cache's allocation step;
+             ``attention_layers``, the layers the engine keeps KV for; with ``kv_bits`` the
+             full-attention layers count kv_bits / 8 bytes a channel plus a scale and a bias
+             of the dtype per ``kv_group_size`` channels, as ``mx.quantize`` stores them); the
+             256 covers the cache's allocation step;
     hot      the hot tier of the prefix cache (hot_cache_max_size; 0 with caching off).
 
 The cold tier lives on disk and costs no RAM.
@@ -80,7 +82,7 @@ def estimate(weight_files: Iterable[Path], config: dict, engine_settings: dict) 
     engine = EngineConfig(**engine_settings)
     dtype = engine.dtype or default_dtype()
     weights = sum(_tensor_bytes(path, dtype) for path in weight_files)
-    per_token = kv_bytes_per_token(config, dtype)
+    per_token = kv_bytes_per_token(config, dtype, engine.kv_quant)
     if engine.max_kv_tokens is not None:
         capacity = engine.max_kv_tokens
     else:
@@ -129,14 +131,21 @@ def estimate_encoder(weight_files: Iterable[Path], config: dict, engine_settings
     return MemoryEstimate(weights, work, 0)
 
 
-def kv_bytes_per_token(config: dict, dtype: Optional[str]) -> int:
+def kv_bytes_per_token(config: dict, dtype: Optional[str], quant=None) -> int:
+    """KV bytes per token of a model's attention layers; ``quant`` (a ``KVQuant``, or None):
+    full-attention layers quantized, sliding-window ones (named in ``layer_types``) in dtype."""
     text = _text_config(config)
     heads = text.get("num_attention_heads") or 1
     layers = attention_layers(text)
     kv_heads = text.get("num_key_value_heads") or heads
     head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads or 128
     size = _TARGET_SIZE.get(dtype) or _TORCH_SIZE.get(str(config.get("torch_dtype")), 2)
-    return max(1, 2 * layers * kv_heads * head_dim * size)
+    if quant is None:
+        return max(1, 2 * layers * kv_heads * head_dim * size)
+    kinds = text.get("layer_types")
+    sliding = sum(1 for k in kinds if isinstance(k, str) and "sliding" in k) if isinstance(kinds, list) else 0
+    full = 2 * kv_heads * head_dim * quant.bytes_per_value(size)
+    return max(1, int((layers - sliding) * full) + 2 * sliding * kv_heads * head_dim * size)
 
 
 def parse_limit(value, name: str, auto: Optional[int] = None) -> Optional[int]:

@@ -32,6 +32,9 @@ SAMPLING_FIELDS = (
 # The model's engine settings over the server-wide ones; a loaded engine takes a change at once
 # (``Engine.tune``).
 ENGINE_FIELDS = ("max_batch_wait_ms", "max_step_ms")
+# The model's KV format over the server's: taken when the model is next loaded (an engine's
+# caches and its blocks' fingerprint are made at load). kv_bits 0: float KV for this model.
+LOAD_FIELDS = ("kv_bits", "kv_group_size")
 FIELDS = (
     "alias",
     "pinned",
@@ -40,6 +43,7 @@ FIELDS = (
     "model_type",
     *SAMPLING_FIELDS,
     *ENGINE_FIELDS,
+    *LOAD_FIELDS,
     "chat_template_kwargs",
     "tool_parser",
 )
@@ -48,6 +52,19 @@ FIELDS = (
 def engine_overrides(values: dict) -> dict:
     """The engine settings a model's settings set (the others follow the server's)."""
     return {name: values[name] for name in ENGINE_FIELDS if values.get(name) is not None}
+
+
+def load_overrides(values: dict) -> dict:
+    """The load-time engine settings (KV format) a model's settings set (kv_bits 0: None)."""
+    out = {name: values[name] for name in LOAD_FIELDS if values.get(name) is not None}
+    if out.get("kv_bits") == 0:
+        out["kv_bits"] = None
+    return out
+
+
+def all_overrides(values: dict) -> dict:
+    """Every engine setting a model's settings set (for its next load)."""
+    return {**engine_overrides(values), **load_overrides(values)}
 
 
 def kind_overrides(snapshot: Dict[str, dict]) -> Dict[str, str]:
@@ -165,6 +182,15 @@ def _check(model_id: str, values: dict, known_ids) -> None:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{name}: must be a number of milliseconds, or null for the server's")
             EngineConfig(**{name: value})  # ValueError "name=value: why"
+    for name in LOAD_FIELDS:
+        value = values[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{name}: must be an integer, or null for the server's")
+    # Each is checked alone (with the other's default); kv_bits 0 is float KV for this model.
+    if values["kv_bits"] not in (None, 0):
+        EngineConfig(kv_bits=values["kv_bits"])
+    if values["kv_group_size"] is not None:
+        EngineConfig(kv_bits=8, kv_group_size=values["kv_group_size"])
     kwargs = values["chat_template_kwargs"]
     values["chat_template_kwargs"] = check_template_kwargs(kwargs if kwargs is not None else {}) or {}
     values["tool_parser"] = check_tool_parser(values["tool_parser"])

@@ -164,6 +164,7 @@ class ModelPool(PoolReport):
         if model_id not in folders:
             raise KeyError(model_id)
         saved = model_settings.save(model_id, changes, set(folders))
+        self.forget_estimates()  # the KV format (kv_bits) is a setting: the KV bytes may change
         self._refresh_settings(force=True)
         return saved
 
@@ -174,11 +175,17 @@ class ModelPool(PoolReport):
                 if folder.adapter is not None:  # what attaching it adds to its base's engine
                     value = MemoryEstimate(adapter_bytes(folder), 0, 0)
                 elif folder.kind == "llm":
-                    value = estimate(folder.weight_files, folder.config, self.engine_settings)
+                    kv = model_settings.load_overrides(self.settings(model_id))
+                    value = estimate(folder.weight_files, folder.config, {**self.engine_settings, **kv})
                 else:
                     value = estimate_encoder(folder.weight_files, folder.config, self.engine_settings)
                 self._estimates[model_id] = value
             return self._estimates[model_id]
+
+    def forget_estimates(self) -> None:
+        """The engine settings changed: every estimate is made again when next asked for."""
+        with self._lock:
+            self._estimates.clear()
 
     def kind(self, name: str) -> Optional[str]:
         """ "llm", "embedding" or "reranker" for a servable model ``name`` names, else None."""
@@ -338,7 +345,7 @@ class ModelPool(PoolReport):
                 )
                 started = time.monotonic()
                 try:
-                    overrides = model_settings.engine_overrides(self.settings(model_id))
+                    overrides = model_settings.all_overrides(self.settings(model_id))
                     engine = make_engine(folder, {**self.engine_settings, **overrides})
                 except BaseException:
                     metrics.model_load_failed(model_id)

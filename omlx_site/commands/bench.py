@@ -242,6 +242,9 @@ def _engine_settings() -> dict:
     return {
         "max_concurrent_requests": values["max_concurrent_requests"],
         "hot_cache_max_size": values["hot_cache_max_size"],
+        "kv_bits": values["kv_bits"],
+        "kv_group_size": values["kv_group_size"],
+        "paged_ssd_cache_bits": values["paged_ssd_cache_bits"],
         "paged_ssd_cache_dir": str(cold) if cold is not None else None,
     }
 

@@ -112,6 +112,20 @@ def test_the_tool_parser_is_shown_and_can_be_set(console):
     assert get_pool().settings("tiny")["tool_parser"] is None
 
 
+def test_the_kv_format_is_set_with_what_it_costs(console):
+    html = console.get("/admin/models/").content.decode()
+    row = html[html.index('data-model="tiny"') :]
+    assert "8-bit: 1.9x tokens/GB" in row[:6000] and 'name="kv_group_size"' in row[:6000]
+    response = post(
+        console, ACTION, {"action": "settings", "model": "tiny", "kv_bits": "4", "kv_group_size": "32"}
+    )
+    assert response.status_code == 200
+    assert (get_pool().settings("tiny")["kv_bits"], get_pool().settings("tiny")["kv_group_size"]) == (4, 32)
+    assert '<option value="4" selected>' in response.content.decode()
+    post(console, ACTION, {"action": "settings", "model": "tiny", "kv_bits": "", "kv_group_size": ""})
+    assert get_pool().settings("tiny")["kv_bits"] is None
+
+
 @pytest.mark.parametrize(
     "form, message",
     [
@@ -122,6 +136,8 @@ def test_the_tool_parser_is_shown_and_can_be_set(console):
         ({"action": "settings", "chat_template_kwargs": "{nope"}, "chat_template_kwargs: not valid JSON"),
         ({"action": "settings", "model_type": "vision"}, "model_type: must be one of"),
         ({"action": "settings", "tool_parser": "glm5"}, "tool_parser: must be one of"),
+        ({"action": "settings", "kv_bits": "3"}, "kv_bits=3: must be one of 4, 8"),
+        ({"action": "settings", "kv_group_size": "48"}, "kv_group_size=48: must be one of 32, 64, 128"),
         ({"action": "alias", "alias": "tiny2"}, "is the id of another model"),
         ({"action": "fly"}, "unknown action"),
     ],
