@@ -41,6 +41,11 @@ class EngineConfig:
         Lower: steadier streams, slower first tokens. 0 (the default): a default-priority
         prompt gets the chunk of least total time to the requests' last tokens
         (``StepCosts.least_latency_chunk``), a background one targets 4 decode steps.
+    speculative: speculative decoding for this model's requests: "off" (the default) or
+        "lookup" (prompt lookup: drafts copied from the request's own prompt and output;
+        inference.engine.speculative). A request may override it.
+    num_draft_tokens: the most tokens a row drafts per step when speculating (1 to 16); the
+        adaptive rule drafts fewer while drafts are rejected.
     step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
         rows, prompt tokens, passes and where the step's time went; ``Engine.step_trace()``);
         0 (the default) keeps none.
@@ -62,8 +67,12 @@ class EngineConfig:
     max_batch_wait_ms: float = 0.0
     max_step_ms: float = 0.0
     step_trace: int = 0
+    speculative: str = "off"
+    num_draft_tokens: int = 4
 
-    LIVE = ("max_batch_wait_ms", "max_step_ms")
+    LIVE = ("max_batch_wait_ms", "max_step_ms", "speculative", "num_draft_tokens")
+    SPECULATIVE = ("off", "lookup")
+    MAX_DRAFT_TOKENS = 16
     DTYPES = ("float32", "bfloat16", "float16")
     MAX_STEP_TRACE = 100_000  # records of about 300 bytes each
 
@@ -102,5 +111,12 @@ class EngineConfig:
         trace = self.step_trace
         if not isinstance(trace, int) or isinstance(trace, bool) or not 0 <= trace <= self.MAX_STEP_TRACE:
             raise ValueError(f"step_trace={trace!r}: must be a number of steps in [0, {self.MAX_STEP_TRACE}]")
+        if self.speculative not in self.SPECULATIVE:
+            raise ValueError(
+                f"speculative={self.speculative!r}: must be one of {', '.join(self.SPECULATIVE)}"
+            )
+        k = self.num_draft_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.MAX_DRAFT_TOKENS:
+            raise ValueError(f"num_draft_tokens={k!r}: must be an integer in [1, {self.MAX_DRAFT_TOKENS}]")
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")

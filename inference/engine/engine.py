@@ -27,6 +27,7 @@ from .request import Request, RequestOutput, RequestStatus
 from .request_stream import RequestStream
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
+from .speculative import SpeculationPolicy
 from .stats import EngineStats
 from .step_trace import StepClock, StepRecord, StepTrace
 from .text_stream import TextStream, streaming_detokenizer
@@ -195,7 +196,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
             out.prefilling, out.decoding = len(scheduler.prefilling), len(scheduler.decoding)
             out.kv_tokens, out.shedding = scheduler.kv_demand(running), scheduler.shedding
         if runner is not None:
-            out.decode_rows = len(runner.batch)
+            out.decode_rows, out.speculative = len(runner.batch), runner.batch.counters.snapshot()
         hot = getattr(cache, "hot", None)
         if hot is not None:  # a block cache (prefix caching on)
             out.fingerprint, out.hot_capacity_bytes = cache.fingerprint.hex, hot.capacity_bytes
@@ -226,8 +227,9 @@ class Engine(EngineCache, EngineControls, EngineThread):
             self.loaded = load_model(model_path, self.config.dtype)
             self.prefix_cache = self._make_prefix_cache()
             block_size = self.config.cache_block_size if self.prefix_cache.wants_kv else None
-            self.runner = ModelRunner(self.loaded, block_size, self.clock)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
+            speculation = SpeculationPolicy.of(self.config, self.scheduler.costs)
+            self.runner = ModelRunner(self.loaded, block_size, self.clock, speculation)
         except BaseException as exc:  # reported to the constructor's caller
             self._loaded(exc)
             return
@@ -303,9 +305,11 @@ class Engine(EngineCache, EngineControls, EngineThread):
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
         seconds = time.perf_counter() - start
         prompt_tokens = sum(n for _, n in out.prefill)
-        self.scheduler.costs.observe(
-            out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, prefiller.tokens - computed
-        )
+        if not self.runner.batch.verified:  # a verify pass is not what a plain decode step costs
+            padded = prefiller.tokens - computed
+            self.scheduler.costs.observe(
+                out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, padded
+            )
         if trace is not None:
             trace.append(
                 StepRecord(
@@ -393,11 +397,11 @@ class Engine(EngineCache, EngineControls, EngineThread):
         batch = self.runner.batch
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
-        ended = [
-            end
-            for request, token, logprob in self.runner.decode_step(ahead)
-            if (end := self._on_token(request, token, logprob)) is not None
-        ]
+        ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
+        for request, token, logprob in self.runner.decode_step(ahead):
+            if request not in done and (end := self._on_token(request, token, logprob)) is not None:
+                ended.append(end)
+                done.add(request)
         # The rows of this step's decode pass (with those whose prompts it finished); none when
         # the step only reported tokens: what the step costs (StepCosts.observe) is then prefill.
         out.num_decoding = rows if batch.passes > passes else 0
