@@ -88,11 +88,8 @@ def batch_snapshot(batch_caches, row: int, end: int, full: bool = True) -> KVSna
             layers.append(tuple(a[row : row + 1] for a in bc.cache))
         else:  # BatchKVCache, BatchRotatingKVCache: one row, in temporal order, unpadded
             c = bc.extract(row)
-            keys, values = c.keys, c.values
-            if isinstance(bc, BatchKVCache) and keys.shape[2] > end:  # a speculated row ended early
-                keys, values = keys[..., :end, :], values[..., :end, :]
-            first = 0 if isinstance(bc, BatchKVCache) else end - keys.shape[2]
-            layers.append((keys, values, first))
+            first = 0 if isinstance(bc, BatchKVCache) else end - c.keys.shape[2]
+            layers.append((c.keys, c.values, first))
     return KVSnapshot(end, layers)
 
 

@@ -64,8 +64,8 @@ class DecodeBatch:
     speculative (inference.engine.speculative): synchronous, each row's input and draft
     checked in one pass, and every emitted token returned at once, several per row. The first
     such step after pipelined ones only reports the pending tokens (drafts are made from the
-    tokens on the host). A row that ended on one of its tokens may have KV past its end:
-    ``extract`` stops at its tokens.
+    tokens on the host). A row that ended on one of its tokens may have KV past its end (the
+    block cache stores only the positions of its tokens).
     """
 
     def __init__(
@@ -149,7 +149,7 @@ class DecodeBatch:
     def extract(self, request: Request) -> KVSnapshot:
         """A snapshot of one row's caches (all its tokens but its next input)."""
         i = self.rows.index(request)
-        return cache_io.batch_snapshot(self._cache, i, min(self.kv_len[i], request.num_tokens - 1))
+        return cache_io.batch_snapshot(self._cache, i, self.kv_len[i])
 
     def _take_snapshots(self) -> List[KVSnapshot]:
         """Count this step's input into every row's KV; the snapshots taken at block boundaries

@@ -13,7 +13,7 @@ class PromptLookupDrafter(Drafter):
     """An index over the tokens seen: for each n-gram (n = 1..``max_ngram``) the position
     right after its most recent occurrence that has a follower. ``propose`` looks up the
     longest suffix of the tokens that occurred before, most recent occurrence first, and
-    returns what followed it.
+    returns what followed it (continued as a loop when that runs into the end).
 
     Invariants: ``_next[n - 1][gram]`` is a position p < len(tokens) with
     ``tokens[p - n:p] == gram``, the largest such p. The last token's own n-grams are indexed
@@ -45,5 +45,10 @@ class PromptLookupDrafter(Drafter):
         for n in range(min(self.max_ngram, len(seq)), 0, -1):
             start = self._next[n - 1].get(tuple(seq[len(seq) - n :]))
             if start is not None:
-                return seq[start : start + k]
+                # Past the end, the copy continues from itself: a loop of period
+                # len(seq) - start drafts k tokens, not only what is left of its last turn.
+                out = seq[start : start + k]
+                while len(out) < k:
+                    out.append(out[start + len(out) - len(seq)])
+                return out
         return []
