@@ -56,6 +56,8 @@ class ModelSettings(models.Model):
     # Scheduling of this model's engine (EngineConfig.LIVE), over the server-wide settings.
     max_batch_wait_ms = models.FloatField(null=True, blank=True)
     max_step_ms = models.FloatField(null=True, blank=True)
+    speculative = models.CharField(max_length=16, null=True, blank=True)  # "off" or "lookup"
+    num_draft_tokens = models.PositiveIntegerField(null=True, blank=True)
     chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
     # The tool-call format to parse (a name of inference.chat.tool_parsers.FORMATS, or "none");
     # None: detected from the chat template, config and vocabulary.

@@ -77,6 +77,8 @@ APPLIERS: Dict[str, Callable[[Any, Any, Any], None]] = {
     "max_concurrent_requests": _engine("max_concurrent_requests"),
     "max_batch_wait_ms": _engine("max_batch_wait_ms"),
     "max_step_ms": _engine("max_step_ms"),
+    "speculative": _engine("speculative"),
+    "num_draft_tokens": _engine("num_draft_tokens"),
     "hot_cache_max_size": _engine("hot_cache_max_size"),
     "paged_ssd_cache_max_size": _plain("paged_ssd_cache_max_size"),
     "paged_ssd_cache_ttl": _plain("paged_ssd_cache_ttl"),
