@@ -9,7 +9,10 @@ import pytest
 from scipy.stats import chisquare
 
 from inference.engine import LLM, EngineConfig, SamplingParams
+from inference.engine.request import Request
 from inference.engine.sampler import RowState
+from inference.engine.speculative import SpeculationPolicy
+from inference.engine.step_costs import StepCosts
 from inference.engine.speculative.acceptance import sampled_tokens, sampling_arrays
 from inference.engine.speculative.prompt_lookup import PromptLookupDrafter
 
@@ -48,6 +51,32 @@ def test_prompt_lookup_copies_what_followed_the_latest_longest_match():
     looping = PromptLookupDrafter()
     looping.extend([8, 4, 5, 4, 5])
     assert looping.propose(5) == [4, 5, 4, 5, 4]  # a loop continues past the end of its last turn
+
+
+def test_a_row_that_does_not_pay_decodes_plainly_until_its_shadow_drafts_would():
+    """The adaptive rule: a verify pass that costs more than the tokens it gave turns the row's
+    drafting off (shadow); proposals checked on the host against the tokens that came turn it
+    back on once the expected tokens per pass pay for a verify pass."""
+    costs = StepCosts()
+    costs.decode_seconds = 1.0
+    policy = SpeculationPolicy("lookup", 4, costs)
+    policy.verify_seconds = 2.0
+    loop = [1, 2, 3, 4, 5, 6]
+    looping, wandering = (
+        Request(f"r{i}", loop * 2, SamplingParams(max_tokens=100, **GREEDY), None, frozenset(), None, 0)
+        for i in range(2)
+    )
+    rows = [looping, wandering]
+    assert policy.wanted(rows, None)
+    assert policy.drafts(rows, None) == [[1, 2, 3, 4]] * 2
+    policy.observe(rows, [[1, 2, 3, 4]] * 2, [0, 0], 2.0)  # nothing kept: 1.4 tokens a pass < 2
+    assert not policy.wanted(rows, None) and policy.drafts(rows, None) == [[], []]
+    looping.output_token_ids += [1, 2]  # the shadow proposal [1, 2, 3, 4] is not decided yet
+    wandering.output_token_ids += [9, 8]  # ... it is wrong
+    assert not policy.wanted(rows, None)
+    looping.output_token_ids += [3, 4, 5]  # it came true: the row pays again
+    wandering.output_token_ids += [7, 1, 2]
+    assert policy.wanted(rows, None) and policy.drafts(rows, None) == [[6, 1, 2, 3], []]
 
 
 def test_greedy_lookup_equals_plain_in_a_mixed_batch(llm):
