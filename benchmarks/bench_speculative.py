@@ -9,7 +9,8 @@ decoding, not the prompt):
   changes; the answer copies long runs of the prompt (what an agent editing a file does);
 - ``free``: a short question answered in free text: little to copy, so the adaptive rule
   should keep speculation from costing anything;
-- ``edit x16``: 16 edit streams at once (different files), the batch speculating together.
+- ``edit x16``: 16 edit streams at once (the same file, each asking for its own change), the
+  batch speculating together.
 
 Printed per workload: decode tokens per second (output tokens after the first, over the time
 from the first token to the last, summed over the streams) with and without, their ratio, and
@@ -62,11 +63,13 @@ def source_file(lines: int, seed: int) -> str:
     return "\n".join(out[:lines])
 
 
-def edit_prompt(tokenizer, lines: int, seed: int) -> list:
-    text = source_file(lines, seed)
+def edit_prompt(tokenizer, lines: int, stream: int = 0) -> list:
+    """The file, then the change asked for (stream ``stream`` asks for its own: the streams
+    share the file's KV through the block cache, as an agent's parallel edits would)."""
+    text = source_file(lines, 0)
     ask = (
         "Here is a Python file:\n\n```python\n" + text + "\n```\n\n"
-        "Copy the whole file exactly as it is, but rename `import math` to `import cmath`. "
+        f"Copy the whole file exactly as it is, but rename `import math` to `import cmath{stream or ''}`. "
         "Output only the code."
     )
     return tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True)
@@ -127,7 +130,7 @@ def main() -> None:
         tok = llm.tokenizer
         print(f"SmolLM2 {folder}; {args.tokens} tokens a stream, {args.rounds} rounds, median", flush=True)
         if "edit" in only:
-            compare(llm, "edit", [edit_prompt(tok, args.lines, 0)], args.tokens, args.rounds)
+            compare(llm, "edit", [edit_prompt(tok, args.lines)], args.tokens, args.rounds)
         if "free" in only:
             compare(llm, "free", [free_prompt(tok)], args.tokens, args.rounds)
         if "streams" in only:
