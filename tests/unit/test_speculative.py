@@ -96,6 +96,22 @@ def test_greedy_lookup_equals_plain_in_a_mixed_batch(llm):
     after = counters(llm)
     assert after["accepted_tokens"] > before["accepted_tokens"]
     assert after["verify_passes"] - before["verify_passes"] < 40  # fewer passes than tokens
+    # A seeded sampling row that speculates (rejection sampling) gives the same tokens in any batch.
+    sampled = SamplingParams(max_tokens=30, temperature=0.8, seed=5, ignore_eos=True, **LOOKUP)
+    alone = llm.generate([PROMPTS[0]], sampled)[0].token_ids
+    assert llm.generate([PROMPTS[0]] + prompts, [sampled] + mixed)[0].token_ids == alone
+
+
+def test_preempted_speculating_rows_decode_as_plain(llm, model_dir):
+    """Rows preempted for KV room (their caches dropped, recomputed later) and speculating
+    after it: the tokens of plain decoding without preemption."""
+    prompts = PROMPTS + [[40, 41, 40, 41]]
+    want = llm.generate(prompts, SamplingParams(max_tokens=40, **GREEDY))
+    with LLM(model_dir(arch="llama", preset="tiny"), max_kv_tokens=100, max_concurrent_requests=4) as tight:
+        always_speculate(tight)
+        got = tight.generate(prompts, SamplingParams(max_tokens=40, **GREEDY, **LOOKUP))
+        assert tight.engine.scheduler.num_preemptions > 0 and counters(tight)["accepted_tokens"] > 0
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
 
 
 def test_a_stop_inside_accepted_tokens_ends_the_row_there(llm):
