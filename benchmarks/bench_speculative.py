@@ -3,7 +3,7 @@ real SmolLM2-135M-Instruct (issue 27).
 
 Workloads, greedy, each run with speculation off and with ``lookup`` in alternating rounds on
 one engine (the prompt's KV comes from the block cache after the first round, so rounds time
-decoding, not the prompt):
+decoding, not the prompt), on a float32 copy of the weights (``--quantized``: the Q4 import):
 
 - ``edit``: the prompt holds a Python file of ``--lines`` lines and asks for it back with a few
   changes; the answer copies long runs of the prompt (what an agent editing a file does);
@@ -17,7 +17,7 @@ from the first token to the last, summed over the streams) with and without, the
 whether the outputs are identical token for token (they must be: greedy). The ratios are the
 figures of docs/benchmarks.md.
 
-    .venv/bin/python benchmarks/bench_speculative.py [--tokens 200] [--rounds 2] [--lines 300]
+    .venv/bin/python benchmarks/bench_speculative.py [--tokens 200] [--rounds 2] [--lines 300] [--quantized]
 """
 
 from __future__ import annotations
@@ -45,6 +45,19 @@ def smollm2_folder() -> Path:
     if not found:
         sys.exit(f"no SmolLM2 under {home}/test-models: run tests/reference/test_smollm2.py first")
     return found[-1].parent
+
+
+def float32_copy(folder: Path) -> Path:
+    """A dequantized float32 copy of ``folder`` (made once, next to it under $OMLX_HOME): on the
+    CPU, MLX's quantized matmul costs a multi-token pass about its tokens times a one-token
+    pass, so a verify pass of k + 1 tokens cannot pay there; float32 goes through the BLAS, where
+    it costs little more than one token (docs/engine.md#speculative-decoding)."""
+    out = folder.parent.parent / "smollm2-float32"
+    if not (out / "config.json").exists():
+        from mlx_lm.convert import convert
+
+        convert(str(folder), str(out), dequantize=True)
+    return out
 
 
 def source_file(lines: int, seed: int) -> str:
@@ -123,9 +136,10 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=300, help="lines of the file in the edit prompt")
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--only", choices=("edit", "free", "streams"), action="append")
+    parser.add_argument("--quantized", action="store_true", help="the imported Q4 weights, not float32")
     args = parser.parse_args()
     only = args.only or ["edit", "free", "streams"]
-    folder = smollm2_folder()
+    folder = smollm2_folder() if args.quantized else float32_copy(smollm2_folder())
     with LLM(folder, max_concurrent_requests=max(16, args.streams), step_token_budget=4096) as llm:
         tok = llm.tokenizer
         print(f"SmolLM2 {folder}; {args.tokens} tokens a stream, {args.rounds} rounds, median", flush=True)
