@@ -102,6 +102,31 @@ def test_greedy_lookup_equals_plain_in_a_mixed_batch(llm):
     assert llm.generate([PROMPTS[0]] + prompts, [sampled] + mixed)[0].token_ids == alone
 
 
+@pytest.mark.parametrize(
+    "other",
+    [
+        dict(structured={"type": "json_object"}),
+        dict(logprobs=2),
+        dict(repetition_penalty=3.0),
+    ],
+    ids=["structured", "logprobs", "penalty"],
+)
+def test_a_row_a_verify_pass_cannot_serve_keeps_the_batch_plain(llm, other):
+    """A row with a grammar, logprobs or penalties next to a speculating row: both get plain
+    decoding's tokens (and logprobs), the batch decoding plainly while that row is in it."""
+    prompts = [PROMPTS[2], PROMPTS[0]]  # the second loops: a penalty changes its tokens
+    plain = [SamplingParams(max_tokens=30, **GREEDY), SamplingParams(max_tokens=30, **GREEDY, **other)]
+    want = llm.generate(prompts, plain)
+    plain[0].speculative = "lookup"
+    got = llm.generate(prompts, plain)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
+    assert (got[1].logprobs is None) == (want[1].logprobs is None)
+    # (a second run reads the prompt's KV from the block cache: logprobs agree to float rounding)
+    assert [x.logprob for x in got[1].logprobs or []] == pytest.approx(
+        [x.logprob for x in want[1].logprobs or []], abs=1e-3
+    )
+
+
 def test_preempted_speculating_rows_decode_as_plain(llm, model_dir):
     """Rows preempted for KV room (their caches dropped, recomputed later) and speculating
     after it: the tokens of plain decoding without preemption."""

@@ -77,10 +77,7 @@ class SpeculationPolicy:
         state = request.speculation
         if state is None:
             method, k = self.settings_of(request)
-            p = request.params
-            if method == "off" or k < 1 or p.uses_penalties or p.logprobs is not None:
-                return None
-            if request.grammar is not None or request.vision is not None:
+            if method == "off" or k < 1 or not verifiable(request):
                 return None
             state = request.speculation = RowSpeculation(make_drafter(method), k)
         return state
@@ -93,8 +90,11 @@ class SpeculationPolicy:
         return state.expected_tokens(k) * plain >= self.verify_seconds
 
     def wanted(self, rows, context_length: Optional[int]) -> bool:
-        """Whether some row drafts this step (no drafting on the device). Called once per decode
-        step: the shadow rows check their last proposal against the tokens that came."""
+        """Whether some row drafts this step (no drafting on the device), and every row can take
+        part in a verify pass (``verifiable``). Called once per decode step: the shadow rows
+        check their last proposal against the tokens that came."""
+        if not all(verifiable(request) for request in rows):
+            return False
         wanted = False
         for request in rows:
             state = self.row_state(request)
@@ -161,6 +161,15 @@ class SpeculationPolicy:
             state.k = min(maximum, self.MAX_DRAFT, 2 * state.k) if n == len(draft) else max(1, n + 1)
             if not self._pays(state, state.k):
                 state.active, state.shadow_draft = False, None
+
+
+def verifiable(request) -> bool:
+    """Whether a row's next tokens can come from a verify pass, drafting or not: it samples
+    from the model's plain distribution (no grammar mask, no penalties: they change with every
+    accepted token), wants no logprobs and has no M-RoPE positions. A batch with another row
+    decodes plainly."""
+    p = request.params
+    return not p.uses_penalties and p.logprobs is None and request.grammar is None and request.vision is None
 
 
 def _sync(drafter: Drafter, request) -> None:
