@@ -270,7 +270,7 @@ def test_speculative_lookup_answers_as_plain_decoding(llm):
         [{"role": "user", "content": QUESTIONS[0]}], add_generation_prompt=True
     )
     plain = [SamplingParams(max_tokens=48, temperature=0), SamplingParams(max_tokens=24, temperature=0)]
-    plain.append(SamplingParams(max_tokens=48, temperature=0, stop=["price_3"]))
+    plain.append(SamplingParams(max_tokens=48, temperature=0, stop=["factor=2"]))
     want = llm.generate([prompt, free, prompt], plain)
     before = llm.engine.stats().speculative
     for p in (plain[0], plain[2]):
@@ -278,7 +278,7 @@ def test_speculative_lookup_answers_as_plain_decoding(llm):
     llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # whatever a pass costs here
     got = llm.generate([prompt, free, prompt], plain)
     assert [(r.token_ids, r.finish_reason) for r in got] == [(r.token_ids, r.finish_reason) for r in want]
-    assert "price_3" not in got[2].text and got[2].finish_reason == "stop"
+    assert "factor=2" not in got[2].text and got[2].finish_reason == "stop"
     after = llm.engine.stats().speculative
     accepted = after["accepted_tokens"] - before["accepted_tokens"]
     assert accepted > (after["drafted_tokens"] - before["drafted_tokens"]) / 2  # it copies: most drafts kept
