@@ -9,10 +9,11 @@ an average of how often its drafted tokens are accepted.
 Adaptive rule, per row:
 - after each verify pass, all drafted tokens kept -> the draft length doubles (up to the
   setting), else it becomes one more than what was kept;
-- a row is *active* (it drafts) while it pays: its expected tokens per pass, times what a plain
+- a row starts *shadow* and turns *active* (it drafts) once its drafter has a proposal; it
+  stays active while it pays: its expected tokens per pass, times what a plain
   decode step costs (``StepCosts.decode_seconds``), at least what a verify pass costs (measured
   here). A row that stops paying, or whose drafter found nothing for ``IDLE_DRAFTS`` steps in a
-  row, goes *shadow*: it decodes plainly (the batch keeps its pipeline when no row is active)
+  row, goes back to *shadow*: it decodes plainly (the batch keeps its pipeline when no row is active)
   while its drafter still proposes on the host, and the proposals are checked against the
   tokens that come (no device work). Its average follows those checks, and it becomes
   active again once it would pay. So speculation that does not pay costs only host lookups.
@@ -33,7 +34,7 @@ class RowSpeculation:
     drafter: Drafter
     k: int  # tokens it drafts next time (<= its maximum)
     acceptance: float = 0.6  # average chance that a drafted token is accepted (optimistic start)
-    active: bool = True  # drafting; False: shadow (proposals only checked on the host)
+    active: bool = False  # drafting; False: shadow (proposals only checked on the host)
     idle: int = 0  # steps in a row its drafter proposed nothing
     shadow_at: int = 0  # shadow: how many tokens the drafter had seen at ``shadow_draft``
     shadow_draft: Optional[List[int]] = None
@@ -46,7 +47,7 @@ class RowSpeculation:
 
 class SpeculationPolicy:
     ALPHA = 0.3  # weight of the newest pass in the acceptance average
-    IDLE_DRAFTS = 4
+    IDLE_DRAFTS = 2
     MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
