@@ -1,7 +1,7 @@
 """Speculative decoding: drafters propose a few tokens per decoding row, the target model checks
 them all in one forward pass of the decode batch, and every accepted token saves a step.
 
-- ``drafter``: the ``Drafter`` interface every proposer implements, and ``make_drafter``;
+- ``drafter``: the ``Drafter`` interface every proposer implements; ``drafters``: them by name;
 - ``prompt_lookup``: the n-gram drafter over the request's own prompt and output;
 - ``acceptance``: which drafted tokens a row keeps (greedy match, rejection sampling);
 - ``rollback``: removing the rejected positions from the batch's caches, a different number per row;
@@ -9,7 +9,8 @@ them all in one forward pass of the decode batch, and every accepted token saves
 - ``verify``: the speculative step of a decode batch, and its counters.
 """
 
-from .drafter import METHODS, Drafter, make_drafter
+from .drafter import METHODS, Drafter
+from .drafters import make_drafter
 from .policy import SpeculationPolicy
 from .verify import SpeculativeCounters, verify_step
 

@@ -1,5 +1,6 @@
 """The interface of a drafter: something that, given a request's tokens so far, proposes the
-next few. Drafters are plug-ins: the decode batch only calls ``extend`` and ``propose``."""
+next few. Drafters are plug-ins: the decode batch only calls ``extend`` and ``propose``; each is
+named in ``METHODS`` and made by ``drafters.make_drafter``."""
 
 from __future__ import annotations
 
@@ -27,12 +28,3 @@ class Drafter:
         """Up to ``k`` tokens that may follow the tokens seen; fewer (or none) when it has no
         good guess."""
         raise NotImplementedError
-
-
-def make_drafter(method: str) -> Drafter:
-    """A fresh drafter for ``method`` (one of METHODS but "off")."""
-    if method == "lookup":
-        from .prompt_lookup import PromptLookupDrafter
-
-        return PromptLookupDrafter()
-    raise ValueError(f"speculative={method!r}: must be one of {', '.join(METHODS)}")

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from .drafter import Drafter, make_drafter
+from .drafter import Drafter
+from .drafters import make_drafter
 
 
 @dataclass
