@@ -78,6 +78,8 @@ APPLIERS: Dict[str, Callable[[Any, Any, Any], None]] = {
     "max_concurrent_requests": _engine("max_concurrent_requests"),
     "max_batch_wait_ms": _engine("max_batch_wait_ms"),
     "max_step_ms": _engine("max_step_ms"),
+    "speculative": _engine("speculative"),
+    "num_draft_tokens": _engine("num_draft_tokens"),
     "hot_cache_max_size": _engine("hot_cache_max_size"),
     "kv_bits": _engine("kv_bits"),
     "kv_group_size": _engine("kv_group_size"),

@@ -204,6 +204,32 @@ SETTINGS: tuple[Setting, ...] = (
         applies="next load",
     ),
     Setting(
+        "speculative",
+        "OMLX_SPECULATIVE",
+        TEXT,
+        "off",
+        "speculative decoding, per model: off, or lookup (drafts copied from the request's own "
+        "prompt and output, checked in one pass of the decode batch; output unchanged); a request "
+        "may override it (docs/engine.md)",
+        flag="--speculative",
+        commands=BOTH,
+        check=checks.engine("speculative"),
+        applies="next load",
+        metavar="off|lookup",
+    ),
+    Setting(
+        "num_draft_tokens",
+        "OMLX_NUM_DRAFT_TOKENS",
+        INTEGER,
+        4,
+        "the most tokens a decoding request drafts per step when speculating, per model (1 to 16; "
+        "fewer while its drafts are rejected)",
+        flag="--num-draft-tokens",
+        commands=BOTH,
+        check=checks.engine("num_draft_tokens"),
+        applies="next load",
+    ),
+    Setting(
         "step_trace",
         "OMLX_STEP_TRACE",
         INTEGER,

@@ -34,7 +34,8 @@ KV_CHOICES = [
     (8, "8-bit: 1.9x tokens/GB, perplexity +0.24%"),
     (4, "4-bit: 3.6x tokens/GB, perplexity +10.9%"),
 ]
-INT_FIELDS = {"top_k", "max_tokens", "context_length", *LOAD_FIELDS}
+INT_FIELDS = {"top_k", "max_tokens", "context_length", "num_draft_tokens", *LOAD_FIELDS}
+MS_FIELDS = ("max_batch_wait_ms", "max_step_ms")  # the ENGINE_FIELDS in milliseconds
 ACTIONS = ("load", "unload", "import", "pin", "ttl", "alias", "settings", "rescan")
 
 
@@ -190,12 +191,14 @@ def _number(text: str, name: str, integer: bool):
 def _settings_from_form(form) -> dict:
     changes = {}
     for name in (*SAMPLING_FIELDS, *ENGINE_FIELDS, *LOAD_FIELDS, "context_length"):
-        if name in form:
+        if name in form and name != "speculative":
             changes[name] = _number(form.get(name, ""), name, integer=name in INT_FIELDS)
     if "model_type" in form:
         changes["model_type"] = form.get("model_type") or None
     if "tool_parser" in form:
         changes["tool_parser"] = form.get("tool_parser") or None
+    if "speculative" in form:
+        changes["speculative"] = form.get("speculative") or None
     if "chat_template_kwargs" in form:
         text = form.get("chat_template_kwargs", "").strip()
         try:
@@ -233,7 +236,7 @@ def _context(messages: List[Message]) -> dict:
                 settings=values,
                 kwargs_json=json.dumps(values.get("chat_template_kwargs") or {}),
                 sampling=[(name, values.get(name)) for name in SAMPLING_FIELDS],
-                scheduling=[(name, values.get(name)) for name in ENGINE_FIELDS],
+                scheduling=[(name, values.get(name)) for name in MS_FIELDS],
             )
         )
     polling = jobs.any_running() or any(r["loading"] for r in rows)

@@ -46,6 +46,7 @@ def cards_context(history: History) -> dict:
                 "memory": format_bytes(m["memory_bytes"]),
                 "running": m["running"],
                 "waiting": m["waiting"],
+                "speculation": _speculation(m.get("speculative") or {}),
             }
             for i, m in sorted(now.models.items())
         ],
@@ -196,6 +197,16 @@ def _last(points: List[Point], field: str) -> Optional[tuple]:
         if value is not None:
             return value, point
     return None
+
+
+def _speculation(counts: dict) -> Optional[str]:
+    """Speculative decoding's acceptance and tokens per verify pass; None before any pass."""
+    passes, drafted = counts.get("verify_passes", 0), counts.get("drafted_tokens", 0)
+    if not passes:
+        return None
+    accepted = counts.get("accepted_tokens", 0) / drafted if drafted else 0.0
+    per_pass = counts.get("emitted_tokens", 0) / passes
+    return f"speculative: {_percent(accepted)} accepted, {per_pass:.2f} tokens/pass"
 
 
 def _mib(n: Optional[int]) -> Optional[float]:

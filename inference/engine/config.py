@@ -53,6 +53,11 @@ class EngineConfig:
         (cache/cold_quant.py), dequantized when read back: close to the float KV, not equal;
         None (the default): the SSD tier holds the KV as computed. Without effect when
         ``kv_bits`` is set (the blocks are quantized already) or the SSD tier is off.
+    speculative: speculative decoding for this model's requests: "off" (the default) or
+        "lookup" (prompt lookup: drafts copied from the request's own prompt and output;
+        inference.engine.speculative). A request may override it.
+    num_draft_tokens: the most tokens a row drafts per step when speculating (1 to 16); the
+        adaptive rule drafts fewer while drafts are rejected.
     step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
         rows, prompt tokens, passes and where the step's time went; ``Engine.step_trace()``);
         0 (the default) keeps none.
@@ -77,8 +82,12 @@ class EngineConfig:
     kv_bits: Optional[int] = None
     kv_group_size: int = 64
     paged_ssd_cache_bits: Optional[int] = None
+    speculative: str = "off"
+    num_draft_tokens: int = 4
 
-    LIVE = ("max_batch_wait_ms", "max_step_ms")
+    LIVE = ("max_batch_wait_ms", "max_step_ms", "speculative", "num_draft_tokens")
+    SPECULATIVE = ("off", "lookup")
+    MAX_DRAFT_TOKENS = 16
     DTYPES = ("float32", "bfloat16", "float16")
     MAX_STEP_TRACE = 100_000  # records of about 300 bytes each
 
@@ -126,6 +135,13 @@ class EngineConfig:
                 raise ValueError(
                     f"paged_ssd_cache_bits={bits!r}: must be one of {', '.join(map(str, BITS))} or null"
                 )
+        if self.speculative not in self.SPECULATIVE:
+            raise ValueError(
+                f"speculative={self.speculative!r}: must be one of {', '.join(self.SPECULATIVE)}"
+            )
+        k = self.num_draft_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.MAX_DRAFT_TOKENS:
+            raise ValueError(f"num_draft_tokens={k!r}: must be an integer in [1, {self.MAX_DRAFT_TOKENS}]")
         if self.dtype is not None and self.dtype not in self.DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: must be one of {', '.join(self.DTYPES)} or None")
 

@@ -70,6 +70,7 @@ class EngineControls:
 
         def apply(engine):
             engine.config = engine.scheduler.config = config
+            engine.runner.speculation.configure(config.speculative, config.num_draft_tokens)
             return config
 
         if wait:

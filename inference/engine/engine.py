@@ -27,7 +27,8 @@ from .request import Request, RequestOutput, RequestStatus
 from .request_stream import RequestStream
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
-from .stats import EngineStats
+from .speculative import SpeculationPolicy
+from .stats import EngineStats, read_stats
 from .step_trace import StepClock, StepRecord, StepTrace
 from .text_stream import TextStream, streaming_detokenizer
 
@@ -182,30 +183,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
     def stats(self, held_blocks: bool = False) -> EngineStats:
         """The engine's figures now (any thread; see ``EngineStats``). ``held_blocks`` also
         counts the hot blocks that requests reference (a walk over the hot tier)."""
-        scheduler = getattr(self, "scheduler", None)  # None until loaded
-        runner = getattr(self, "runner", None)  # None once closed
-        cache = self.prefix_cache
-        try:
-            snapshot = cache.snapshot()
-        except Exception:  # read while the engine thread changes it: skip these figures
-            snapshot = {}
-        out = EngineStats(active=self.num_active(), cache=snapshot)
-        if scheduler is not None:
-            running = scheduler.running
-            out.prefilling, out.decoding = len(scheduler.prefilling), len(scheduler.decoding)
-            out.kv_tokens, out.shedding = scheduler.kv_demand(running), scheduler.shedding
-        if runner is not None:
-            out.decode_rows = len(runner.batch)
-        hot = getattr(cache, "hot", None)
-        if hot is not None:  # a block cache (prefix caching on)
-            out.fingerprint, out.hot_capacity_bytes = cache.fingerprint.hex, hot.capacity_bytes
-            out.block_size = cache.block_size
-            cold = cache.cold
-            if cold is not None and cold.enabled:
-                out.cold_dir = str(cold.dir)
-            if held_blocks:
-                out.held_blocks = sum(1 for block in hot.blocks() if block.ref_count > 0)
-        return out
+        return read_stats(self, held_blocks)
 
     def step_trace(self, last: Optional[int] = None) -> List[StepRecord]:
         """The records of the last ``config.step_trace`` steps (any thread; oldest first; with
@@ -226,8 +204,8 @@ class Engine(EngineCache, EngineControls, EngineThread):
             self.loaded = self._load_model(model_path)
             self.prefix_cache = self._make_prefix_cache()
             block_size = self.config.cache_block_size if self.prefix_cache.wants_kv else None
-            self.runner = self._make_runner(block_size)
             self.scheduler = Scheduler(self.config, self._kv_capacity(), self.prefix_cache)
+            self.runner = self._make_runner(block_size)
         except BaseException as exc:  # reported to the constructor's caller
             self._loaded(exc)
             return
@@ -262,7 +240,8 @@ class Engine(EngineCache, EngineControls, EngineThread):
         return load_model(model_path, self.config.dtype, self.config.kv_quant)
 
     def _make_runner(self, block_size: Optional[int]) -> ModelRunner:
-        return ModelRunner(self.loaded, block_size, self.clock)
+        speculation = SpeculationPolicy.of(self.config, self.scheduler.costs)
+        return ModelRunner(self.loaded, block_size, self.clock, speculation)
 
     def _drain_inbox(self, block: bool, timeout: Optional[float] = None) -> bool:
         with self._active_lock:
@@ -309,9 +288,11 @@ class Engine(EngineCache, EngineControls, EngineThread):
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
         seconds = time.perf_counter() - start
         prompt_tokens = sum(n for _, n in out.prefill)
-        self.scheduler.costs.observe(
-            out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, prefiller.tokens - computed
-        )
+        if not self.runner.batch.verified:  # a verify pass is not what a plain decode step costs
+            padded = prefiller.tokens - computed
+            self.scheduler.costs.observe(
+                out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, padded
+            )
         if trace is not None:
             trace.append(
                 StepRecord(
@@ -399,11 +380,11 @@ class Engine(EngineCache, EngineControls, EngineThread):
         batch = self.runner.batch
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
-        ended = [
-            end
-            for request, token, logprob in self.runner.decode_step(ahead)
-            if (end := self._on_token(request, token, logprob)) is not None
-        ]
+        ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
+        for request, token, logprob in self.runner.decode_step(ahead):
+            if request not in done and (end := self._on_token(request, token, logprob)) is not None:
+                ended.append(end)
+                done.add(request)
         # The rows of this step's decode pass (with those whose prompts it finished); none when
         # the step only reported tokens: what the step costs (StepCosts.observe) is then prefill.
         out.num_decoding = rows if batch.passes > passes else 0

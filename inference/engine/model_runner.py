@@ -19,6 +19,8 @@ from .model_loader import LoadedModel
 from .prefill import Prefill
 from .request import Request, RequestStatus, TokenLogprob
 from .sampler import RowState, Sampler
+from .speculative import SpeculationPolicy, SpeculativeCounters, verify_step
+from .speculative.rollback import can_roll_back
 from .step_trace import StepClock
 
 
@@ -56,6 +58,13 @@ class DecodeBatch:
 
     ``clock`` (a ``StepClock``) counts the seconds spent queueing passes (``launch``), waiting
     for tokens (``device_wait``) and building the sampling (``sampling``).
+
+    ``speculation`` (a ``SpeculationPolicy``): while some row drafts tokens, steps are
+    speculative (inference.engine.speculative): synchronous, each row's input and draft
+    checked in one pass, and every emitted token returned at once, several per row. The first
+    such step after pipelined ones only reports the pending tokens (drafts are made from the
+    tokens on the host). A row that ended on one of its tokens may have KV past its end (the
+    block cache stores only the positions of its tokens).
     """
 
     def __init__(
@@ -67,8 +76,12 @@ class DecodeBatch:
         context_length: Optional[int] = None,
         clock: Optional[StepClock] = None,
         adapters: Optional[AdapterSet] = None,
+        speculation: Optional[SpeculationPolicy] = None,
     ):
         self.model = model
+        self.speculation = speculation
+        self.counters = SpeculativeCounters()
+        self.verified = False  # whether the last step's pass was a verify pass
         self.adapters = adapters if adapters is not None else AdapterSet(model)
         self.clock = clock if clock is not None else StepClock()
         self.sampler = sampler
@@ -165,8 +178,16 @@ class DecodeBatch:
         running when the step returns (the engine asks for it while background rows decode: a
         more urgent request arriving meanwhile then waits for one decode step, not two).
         """
+        self.verified = False
         if self.report_first and self._last_by_length():
             return self._report()
+        if self.speculation is not None and self._speculates():
+            if NEW in self._kinds:
+                return self._report()  # drafts are made from tokens on the host
+            drafts = self.speculation.drafts(self.rows, self.context_length)
+            if any(drafts):
+                return self._verify(drafts)
+            ahead = False  # the next step may draft: its tokens must be on the host
         extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
         with self.adapters.rows([r.adapter_slot for r in self.rows]):  # each row's LoRA adapter
             logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
@@ -225,6 +246,36 @@ class DecodeBatch:
                 out.append((self.rows[i], token, _to_host(logprobs[i], token)))
             self._kinds = [REPORTED] * len(self.rows)
         return out
+
+    def _speculates(self) -> bool:
+        """Whether some row drafts this step (full-attention caches, no M-RoPE rows)."""
+        return (
+            not any(self.deltas)
+            and can_roll_back(self._cache)
+            and self.speculation.wanted(self.rows, self.context_length)
+        )
+
+    def _verify(self, drafts: List[List[int]]) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+        """A speculative step (``verify_step``): every token each row emits, in order."""
+        began = perf_counter()
+        inputs = self._inputs.tolist()
+
+        def forward(tokens: mx.array) -> mx.array:
+            with self.adapters.rows([r.adapter_slot for r in self.rows]):
+                return self.model(tokens, cache=self._cache)
+
+        emitted = verify_step(forward, inputs, drafts, self._states, self._cache, self.counters)
+        self.passes += 1
+        self.verified = True
+        for i, tokens in enumerate(emitted):
+            self.kv_len[i] += len(tokens)
+        self._inputs = mx.array([tokens[-1] for tokens in emitted], dtype=mx.uint32)
+        self._kinds = [REPORTED] * len(self.rows)
+        self._logprobs = [None] * len(self.rows)
+        seconds = perf_counter() - began
+        self.clock.device_wait += seconds
+        self.speculation.observe(self.rows, drafts, [len(t) - 1 for t in emitted], seconds)
+        return [(request, token, None) for request, tokens in zip(self.rows, emitted) for token in tokens]
 
     def _last_by_length(self) -> bool:
         """Whether a row's unreported token is its last (max_tokens, the context)."""
@@ -292,13 +343,19 @@ class ModelRunner:
     """Owns the model's forward passes and every request's KV while it is running."""
 
     def __init__(
-        self, loaded: LoadedModel, block_size: Optional[int] = None, clock: Optional[StepClock] = None
+        self,
+        loaded: LoadedModel,
+        block_size: Optional[int] = None,
+        clock: Optional[StepClock] = None,
+        speculation: Optional[SpeculationPolicy] = None,
     ):
         """``block_size``: the block cache's, when it is on; models with sliding-window or
         recurrent layers then take snapshots at block boundaries (prefill and decode).
         ``clock``: where the decode batch, the prefill and the first tokens count their seconds
-        (``StepClock``; the engine's step trace reads it)."""
+        (``StepClock``; the engine's step trace reads it). ``speculation``: which rows draft
+        tokens (inference.engine.speculative); None: none."""
         self.loaded = loaded
+        self.speculation = speculation
         self.clock = clock if clock is not None else StepClock()
         self.model = loaded.model
         # LoRA adapters attached to the model (inference.engine.lora), chosen per row.
@@ -324,6 +381,7 @@ class ModelRunner:
             self.loaded.context_length,
             self.clock,
             self.adapters,
+            self.speculation,
         )
 
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
@@ -408,5 +466,7 @@ class ModelRunner:
         self.batch.launch()
 
     def reset(self) -> None:
+        counters = self.batch.counters
         self.batch = self._new_batch()
+        self.batch.counters = counters
         mx.clear_cache()

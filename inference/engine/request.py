@@ -130,6 +130,9 @@ class Request:
         self.snapshots: list = []
         self.grammar = grammar
         self.matcher: Optional["GrammarMatcher"] = None
+        # Its drafter and draft statistics while speculative decoding is on for it
+        # (inference.engine.speculative.policy.RowSpeculation); None until it drafts.
+        self.speculation = None
         # A prompt with images (inference.vision.prompt.VisionPrompt): prompt_token_ids are then
         # its key ids, which the model never sees; None for text.
         self.vision = None

@@ -132,6 +132,15 @@ class Sampler:
             x = x - p.frequency_penalty * row.counts - p.presence_penalty * (row.counts > 0)
         if p.greedy:
             return mx.argmax(x, axis=-1)
+        x = self.filtered(x, p)
+        noise = mx.random.gumbel(shape=x.shape, key=step_key(row.seed, row.step))
+        return mx.argmax(x + noise, axis=-1)
+
+    @staticmethod
+    def filtered(x: mx.array, p: SamplingParams) -> mx.array:
+        """Logits [N, V] (after penalties) as the row samples from them: divided by the
+        temperature, with the tokens that top-k, top-p and min-p exclude at -inf. Speculative
+        decoding (inference.engine.speculative.acceptance) accepts drafts against these."""
         x = x / p.temperature
         if p.top_k and p.top_k < x.shape[-1]:
             kth = mx.min(mx.topk(x, p.top_k, axis=-1), axis=-1, keepdims=True)
@@ -147,8 +156,7 @@ class Sampler:
         if p.min_p > 0.0:
             cutoff = mx.max(x, axis=-1, keepdims=True) + math.log(p.min_p)
             x = mx.where(x < cutoff, _MASK, x)
-        noise = mx.random.gumbel(shape=x.shape, key=step_key(row.seed, row.step))
-        return mx.argmax(x + noise, axis=-1)
+        return x
 
     @staticmethod
     def _logprobs(x: mx.array, token: mx.array, n: int) -> tuple:

@@ -22,6 +22,8 @@ class SamplingParams:
     ``structured`` constrains the output to JSON while it is sampled: ``{"type": "json_object"}``
     (any JSON object) or ``{"type": "json_schema", "schema": {...}}`` (a JSON Schema); the
     output then ends ("stop") when the JSON is complete. See docs/engine.md.
+    ``speculative`` ("off" or "lookup") and ``num_draft_tokens`` (0 to 16) override the model's
+    speculative decoding settings for this request (None: the model's); see docs/engine.md.
     ``priority`` says how urgently the request is scheduled, not how it samples: lower is more
     urgent (as in vLLM); 0 is the default, interactive work; background work uses larger values.
     """
@@ -42,8 +44,12 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     structured: Optional[dict] = None
     priority: int = 0
+    speculative: Optional[str] = None
+    num_draft_tokens: Optional[int] = None
 
     MAX_LOGPROBS = 20
+    SPECULATIVE = ("off", "lookup")  # inference.engine.speculative.METHODS
+    MAX_DRAFT_TOKENS = 16
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -96,6 +102,12 @@ class SamplingParams:
             bad("ignore_eos", "must be true or false")
         if not _is_int(self.priority) or not -1000 <= self.priority <= 1000:
             bad("priority", "must be an integer in [-1000, 1000] (lower is more urgent)")
+        if self.speculative is not None and self.speculative not in self.SPECULATIVE:
+            bad("speculative", f"must be one of {', '.join(self.SPECULATIVE)}")
+        if self.num_draft_tokens is not None and (
+            not _is_int(self.num_draft_tokens) or not 0 <= self.num_draft_tokens <= self.MAX_DRAFT_TOKENS
+        ):
+            bad("num_draft_tokens", f"must be an integer in [0, {self.MAX_DRAFT_TOKENS}]")
         check_structured(self.structured)
 
 

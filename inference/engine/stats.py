@@ -34,6 +34,9 @@ class EngineStats:
     hot_capacity_bytes: Optional[int] = None  # the hot tier's budget; None: caching off
     cold_dir: Optional[str] = None  # the cold tier's directory; None: no cold tier or it is off
     held_blocks: Optional[int] = None  # hot blocks referenced by a request (asked for: a walk)
+    # Speculative decoding totals (SpeculativeCounters.snapshot): drafted_tokens,
+    # accepted_tokens, verify_passes, emitted_tokens; empty before the model is loaded.
+    speculative: dict = field(default_factory=dict)
 
     @property
     def running(self) -> int:
@@ -47,3 +50,31 @@ class EngineStats:
     @property
     def hot_bytes(self) -> int:
         return (self.cache.get("hot") or {}).get("bytes", 0)
+
+
+def read_stats(engine, held_blocks: bool = False) -> EngineStats:
+    """``Engine.stats``: the figures of ``engine`` now, read from any thread."""
+    scheduler = getattr(engine, "scheduler", None)  # None until loaded
+    runner = getattr(engine, "runner", None)  # None once closed
+    cache = engine.prefix_cache
+    try:
+        snapshot = cache.snapshot()
+    except Exception:  # read while the engine thread changes it: skip these figures
+        snapshot = {}
+    out = EngineStats(active=engine.num_active(), cache=snapshot)
+    if scheduler is not None:
+        running = scheduler.running
+        out.prefilling, out.decoding = len(scheduler.prefilling), len(scheduler.decoding)
+        out.kv_tokens, out.shedding = scheduler.kv_demand(running), scheduler.shedding
+    if runner is not None:
+        out.decode_rows, out.speculative = len(runner.batch), runner.batch.counters.snapshot()
+    hot = getattr(cache, "hot", None)
+    if hot is not None:  # a block cache (prefix caching on)
+        out.fingerprint, out.hot_capacity_bytes = cache.fingerprint.hex, hot.capacity_bytes
+        out.block_size = cache.block_size
+        cold = cache.cold
+        if cold is not None and cold.enabled:
+            out.cold_dir = str(cold.dir)
+        if held_blocks:
+            out.held_blocks = sum(1 for block in hot.blocks() if block.ref_count > 0)
+    return out

@@ -183,6 +183,7 @@ def totals(pool=None) -> Totals:
                 "running": running,
                 "waiting": waiting,
                 "loaded_at": info["loaded_at"],
+                "speculative": stats.speculative,
             }
         out.model_memory_used = pool.used_bytes()
         out.model_memory_limit = pool.max_model_memory
@@ -209,6 +210,15 @@ def _cache_counts_by_model() -> Dict[str, Dict[str, int]]:
             for name, value in _cache_counts(engine).items():
                 kept[name] = kept.get(name, 0) + value
     return out
+
+
+# Speculative decoding's totals per loaded model (EngineStats.speculative), reset on reload.
+SPECULATIVE_SERIES = {
+    "drafted_tokens": "Tokens drafted for speculative decoding and checked by the model",
+    "accepted_tokens": "Drafted tokens the model accepted",
+    "verify_passes": "Forward passes that checked drafts",
+    "emitted_tokens": "Tokens those passes produced (accepted drafts and one more per row)",
+}
 
 
 class EngineCollector:
@@ -251,13 +261,19 @@ class EngineCollector:
         waiting = GaugeMetricFamily(
             "omlx_requests_waiting", "Requests queued in a model's engine, not running yet", labels=["model"]
         )
+        speculative = {
+            key: CounterMetricFamily(f"omlx_speculative_{key}", text, labels=["model"])
+            for key, text in SPECULATIVE_SERIES.items()
+        }
         for model_id, info in sorted(loaded.items()):
             memory.add_metric([model_id], info["memory_bytes"])
             stats = info["engine"].stats()
             r, w = stats.running, stats.waiting
             running.add_metric([model_id], r)
             waiting.add_metric([model_id], w)
-        yield from (memory, running, waiting)
+            for key, value in stats.speculative.items():
+                speculative[key].add_metric([model_id], value)
+        yield from (memory, running, waiting, *speculative.values())
         yield GaugeMetricFamily(
             "omlx_model_memory_used_bytes",
             "Memory counted for loaded models and loads in progress",

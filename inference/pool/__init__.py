@@ -47,6 +47,8 @@ def get_pool() -> ModelPool:
                     "max_batch_wait_ms": settings.OMLX_MAX_BATCH_WAIT_MS,
                     "max_step_ms": settings.OMLX_MAX_STEP_MS,
                     "step_trace": settings.OMLX_STEP_TRACE,
+                    "speculative": settings.OMLX_SPECULATIVE,
+                    "num_draft_tokens": settings.OMLX_NUM_DRAFT_TOKENS,
                     "hot_cache_max_size": settings.OMLX_HOT_CACHE_MAX_SIZE,
                     "kv_bits": settings.OMLX_KV_BITS,
                     "kv_group_size": settings.OMLX_KV_GROUP_SIZE,

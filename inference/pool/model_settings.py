@@ -31,7 +31,7 @@ SAMPLING_FIELDS = (
 )
 # The model's engine settings over the server-wide ones; a loaded engine takes a change at once
 # (``Engine.tune``).
-ENGINE_FIELDS = ("max_batch_wait_ms", "max_step_ms")
+ENGINE_FIELDS = ("max_batch_wait_ms", "max_step_ms", "speculative", "num_draft_tokens")
 # The model's KV format over the server's: taken when the model is next loaded (an engine's
 # caches and its blocks' fingerprint are made at load). kv_bits 0: float KV for this model.
 LOAD_FIELDS = ("kv_bits", "kv_group_size")
@@ -179,8 +179,14 @@ def _check(model_id: str, values: dict, known_ids) -> None:
     for name in ENGINE_FIELDS:
         value = values[name]
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name}: must be a number of milliseconds, or null for the server's")
+            if name == "speculative":
+                if value not in EngineConfig.SPECULATIVE:
+                    raise ValueError(
+                        f"speculative: must be one of {', '.join(EngineConfig.SPECULATIVE)}, or null"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                what = "an integer" if name == "num_draft_tokens" else "a number of milliseconds"
+                raise ValueError(f"{name}: must be {what}, or null for the server's")
             EngineConfig(**{name: value})  # ValueError "name=value: why"
     for name in LOAD_FIELDS:
         value = values[name]

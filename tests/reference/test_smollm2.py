@@ -254,3 +254,31 @@ def test_transformers5_folder_is_served_as_the_gguf_loader_answers(cache_root, r
         assert [lp.logprob for lp in result.logprobs] == pytest.approx(
             expected["logprobs"], abs=LOGPROB_TOLERANCE
         )
+
+
+@pytest.mark.slow
+def test_speculative_lookup_answers_as_plain_decoding(llm):
+    """Prompt lookup on a real model: an answer that copies a file from its prompt accepts long
+    drafts, and greedy output is plain decoding's token for token, next to a row that does not
+    speculate and with a stop string met inside accepted tokens."""
+    code = "\n".join(
+        f"def price_{i}(item, factor={i % 5 + 1}):\n    return item['price'] * factor\n" for i in range(5)
+    )
+    ask = f"Here is a Python file:\n\n```python\n{code}```\n\nCopy the whole file exactly. Only the code."
+    prompt = llm.tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True)
+    free = llm.tokenizer.apply_chat_template(
+        [{"role": "user", "content": QUESTIONS[0]}], add_generation_prompt=True
+    )
+    plain = [SamplingParams(max_tokens=48, temperature=0), SamplingParams(max_tokens=24, temperature=0)]
+    plain.append(SamplingParams(max_tokens=48, temperature=0, stop=["factor=2"]))
+    want = llm.generate([prompt, free, prompt], plain)
+    before = llm.engine.stats().speculative
+    for p in (plain[0], plain[2]):
+        p.speculative = "lookup"
+    llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # whatever a pass costs here
+    got = llm.generate([prompt, free, prompt], plain)
+    assert [(r.token_ids, r.finish_reason) for r in got] == [(r.token_ids, r.finish_reason) for r in want]
+    assert "factor=2" not in got[2].text and got[2].finish_reason == "stop"
+    after = llm.engine.stats().speculative
+    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+    assert accepted > (after["drafted_tokens"] - before["drafted_tokens"]) / 2  # it copies: most drafts kept

@@ -148,6 +148,13 @@ def test_sse_framing(api):
         ({"model": "tiny", "messages": CHAT, "seed": "x"}, "seed"),
         ({"model": "tiny", "messages": CHAT, "priority": 5000}, "priority"),
         ({"model": "tiny", "messages": CHAT, "priority": "high"}, "priority"),
+        ({"model": "tiny", "messages": CHAT, "speculative": "yes"}, "speculative"),
+        ({"model": "tiny", "messages": CHAT, "speculative": {"method": "ngram"}}, "speculative"),
+        ({"model": "tiny", "messages": CHAT, "speculative": {"k": 2}}, "speculative"),
+        (
+            {"model": "tiny", "messages": CHAT, "speculative": {"num_draft_tokens": 99}},
+            "speculative.num_draft_tokens",
+        ),
     ],
 )
 def test_bad_chat_parameters_are_400(api, body, param):
@@ -155,6 +162,14 @@ def test_bad_chat_parameters_are_400(api, body, param):
     assert status == 400, response
     assert response["error"]["param"] == param
     assert response["error"]["type"] == "invalid_request_error"
+
+
+def test_speculative_is_accepted(api):
+    for value in (False, True, {"num_draft_tokens": 2}, {"method": "off"}):
+        body = {"model": "tiny", "messages": CHAT, "max_tokens": 3, "speculative": value}
+        status, response = request("POST", "/v1/chat/completions", body)
+        assert status == 200, response
+        assert response["usage"]["completion_tokens"] == 3
 
 
 def test_priority_is_accepted_on_every_route(api):

@@ -227,7 +227,14 @@ def test_scheduling_settings_per_model_apply_at_load_and_live(pool_dirs):
         pool.update_settings("a", {"max_batch_wait_ms": None, "max_step_ms": None})
         engine.call(lambda e: None)
         assert (engine.config.max_batch_wait_ms, engine.config.max_step_ms) == (0, 0)
+        pool.update_settings("a", {"speculative": "lookup", "num_draft_tokens": 6})  # speculative decoding
+        engine.call(lambda e: None)
+        assert (engine.config.speculative, engine.runner.speculation.num_draft_tokens) == ("lookup", 6)
         for bad in (
+            {"speculative": "ngram"},
+            {"speculative": 1},
+            {"num_draft_tokens": 0},
+            {"num_draft_tokens": 2.5},
             {"max_step_ms": -5},
             {"max_batch_wait_ms": 10**9},
             {"max_step_ms": "fast"},

@@ -42,6 +42,23 @@ def test_the_page_shows_cards_and_charts(served):
     assert Client().get("/admin/")["Location"] == "/admin/status/"
 
 
+def test_speculative_decoding_shows_on_the_page_and_in_metrics(served):
+    """A model's acceptance rate and tokens per verify pass: on its line of the Loaded models
+    card, and as counters in /metrics."""
+    from inference.engine import SamplingParams
+
+    engine = served.engine("tiny")
+    engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # it speculates, whatever it costs
+    params = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True, speculative="lookup")
+    list(engine.submit([20, 21, 22, 23, 20, 21, 22, 23, 20], params))
+    counts = engine.stats().speculative
+    assert counts["verify_passes"] > 0
+    html = Client().get("/admin/status/").content.decode()
+    assert re.search(r'class="muted speculation">speculative: [0-9.]+% accepted, [0-9.]+ tokens/pass<', html)
+    text = Client().get("/metrics").content.decode()
+    assert f'omlx_speculative_verify_passes_total{{model="tiny"}} {float(counts["verify_passes"])}' in text
+
+
 def test_the_page_needs_a_login(served):
     with override_settings(OMLX_API_KEY="k"):
         response = Client().get("/admin/status/")

@@ -34,3 +34,27 @@ def checked_params(
     if "stop" in values:
         values["stop"] = list(params.stop)  # a JSON-able list for the job
     return values
+
+
+def speculative_fields(value) -> dict:
+    """SamplingParams fields of the request's ``speculative`` extension: ``false`` (off),
+    ``true`` (prompt lookup with the model's draft length) or ``{"method": "off" | "lookup",
+    "num_draft_tokens": k}`` (either key may be left out); None: the model's settings. A 400
+    for anything else (the values themselves are checked with the other fields)."""
+    if value is None:
+        return {}
+    if isinstance(value, bool):
+        return {"speculative": "lookup" if value else "off"}
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"method", "num_draft_tokens"})
+        if not unknown:
+            return {
+                "speculative": value.get("method", "lookup"),
+                "num_draft_tokens": value.get("num_draft_tokens"),
+            }
+        raise ApiError(
+            400,
+            f"speculative: unknown key {unknown[0]!r} (known: method, num_draft_tokens)",
+            param="speculative",
+        )
+    raise ApiError(400, "speculative: must be true, false or an object", param="speculative")

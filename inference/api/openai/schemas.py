@@ -114,6 +114,7 @@ class _Sampling(Schema):
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     cache_salt: Optional[str] = cache_salt_field()  # vLLM's: the prefix-cache namespace
+    speculative: Any = None  # omlx's: speculative decoding for this request (docs/api.md)
 
 
 class ChatCompletionRequest(_Sampling):

@@ -1,0 +1,156 @@
+"""Speculative decoding (prompt lookup) against plain decoding, side by side in one run, on the
+real SmolLM2-135M-Instruct (issue 27).
+
+Workloads, greedy, each run with speculation off and with ``lookup`` in alternating rounds on
+one engine (the prompt's KV comes from the block cache after the first round, so rounds time
+decoding, not the prompt), on a float32 copy of the weights (``--quantized``: the Q4 import):
+
+- ``edit``: the prompt holds a Python file of ``--lines`` lines and asks for it back with a few
+  changes; the answer copies long runs of the prompt (what an agent editing a file does);
+- ``free``: a short question answered in free text: little to copy, so the adaptive rule
+  should keep speculation from costing anything;
+- ``edit x16``: 16 edit streams at once (the same file, each asking for its own change), the
+  batch speculating together.
+
+Printed per workload: decode tokens per second (output tokens after the first, over the time
+from the first token to the last, summed over the streams) with and without, their ratio, and
+whether the outputs are identical token for token (they must be: greedy). The ratios are the
+figures of docs/benchmarks.md.
+
+    .venv/bin/python benchmarks/bench_speculative.py [--tokens 200] [--rounds 2] [--lines 300] [--quantized]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import inference  # noqa: E402,F401  (fast BLAS before mlx)
+
+from inference.engine import LLM, SamplingParams  # noqa: E402
+
+
+def smollm2_folder() -> Path:
+    """The imported SmolLM2 folder (tests/reference/test_smollm2.py imports it under $OMLX_HOME)."""
+    import os
+
+    home = Path(os.environ.get("OMLX_HOME", "/tmp/omlx-shared-smollm2"))
+    found = sorted((home / "test-models").glob("smollm2-gguf-*/models/smollm2/config.json"))
+    if not found:
+        sys.exit(f"no SmolLM2 under {home}/test-models: run tests/reference/test_smollm2.py first")
+    return found[-1].parent
+
+
+def float32_copy(folder: Path) -> Path:
+    """A dequantized float32 copy of ``folder`` (made once, next to it under $OMLX_HOME): on the
+    CPU, MLX's quantized matmul costs a multi-token pass about its tokens times a one-token
+    pass, so a verify pass of k + 1 tokens cannot pay there; float32 goes through the BLAS, where
+    it costs little more than one token (docs/engine.md#speculative-decoding)."""
+    out = folder.parent.parent / "smollm2-float32"
+    if not (out / "config.json").exists():
+        from mlx_lm.convert import convert
+
+        convert(str(folder), str(out), dequantize=True)
+    return out
+
+
+def source_file(lines: int, seed: int) -> str:
+    """A Python file of about ``lines`` lines: small functions and a table."""
+    out, i = [f'"""Module {seed}: helpers for the inventory service."""', "", "import math", ""], 0
+    while len(out) < lines:
+        name = ["price", "weight", "volume", "discount", "stock", "margin"][(i + seed) % 6]
+        out += [
+            f"def {name}_{i}(item, factor={i % 7 + 1}):",
+            f'    """Return the {name} of ``item`` scaled by ``factor``."""',
+            f"    value = item.get('{name}', 0) * factor",
+            f"    return round(value + {i * 3 % 11}, 2)",
+            "",
+        ]
+        i += 1
+    return "\n".join(out[:lines])
+
+
+def edit_prompt(tokenizer, lines: int, stream: int = 0) -> list:
+    """The file, then the change asked for (stream ``stream`` asks for its own: the streams
+    share the file's KV through the block cache, as an agent's parallel edits would)."""
+    text = source_file(lines, 0)
+    ask = (
+        "Here is a Python file:\n\n```python\n" + text + "\n```\n\n"
+        f"Copy the whole file exactly as it is, but rename `import math` to `import cmath{stream or ''}`. "
+        "Output only the code."
+    )
+    return tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True)
+
+
+def free_prompt(tokenizer) -> list:
+    ask = "Tell me a short story about a lighthouse keeper who finds a message in a bottle."
+    return tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True)
+
+
+def run(llm, prompts, tokens: int, method: str):
+    """(decode tokens per second over the streams, their token ids)."""
+    params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True, speculative=method)
+    start = time.perf_counter()
+    results = llm.generate(prompts, [params] * len(prompts))
+    wall = time.perf_counter() - start
+    first = min(r.time_to_first_token for r in results)
+    decoded = sum(len(r.token_ids) - 1 for r in results)
+    return decoded / (wall - first), [r.token_ids for r in results]
+
+
+def compare(llm, name, prompts, tokens, rounds):
+    run(llm, prompts, 8, "off")  # the prompts into the block cache
+    speeds = {"off": [], "lookup": []}
+    outputs = {}
+    before = llm.engine.stats().speculative
+    for i in range(rounds):
+        for method in ("off", "lookup") if i % 2 == 0 else ("lookup", "off"):
+            speed, ids = run(llm, prompts, tokens, method)
+            speeds[method].append(speed)
+            outputs[method] = ids
+    after = llm.engine.stats().speculative
+    off, on = statistics.median(speeds["off"]), statistics.median(speeds["lookup"])
+    drafted = after["drafted_tokens"] - before["drafted_tokens"]
+    accepted = after["accepted_tokens"] - before["accepted_tokens"]
+    passes = after["verify_passes"] - before["verify_passes"]
+    emitted = after["emitted_tokens"] - before["emitted_tokens"]
+    print(
+        f"{name:10s} off {off:7.1f} tok/s   lookup {on:7.1f} tok/s   ratio {on / off:5.2f}x   "
+        f"identical {outputs['off'] == outputs['lookup']}   "
+        f"accepted {accepted}/{drafted}   tokens/pass {emitted / passes if passes else 0:.2f}",
+        flush=True,
+    )
+    return on / off
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=200, help="output tokens per stream")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lines", type=int, default=300, help="lines of the file in the edit prompt")
+    parser.add_argument("--streams", type=int, default=16)
+    parser.add_argument("--only", choices=("edit", "free", "streams"), action="append")
+    parser.add_argument("--quantized", action="store_true", help="the imported Q4 weights, not float32")
+    args = parser.parse_args()
+    only = args.only or ["edit", "free", "streams"]
+    folder = smollm2_folder() if args.quantized else float32_copy(smollm2_folder())
+    with LLM(folder, max_concurrent_requests=max(16, args.streams), step_token_budget=4096) as llm:
+        tok = llm.tokenizer
+        print(f"SmolLM2 {folder}; {args.tokens} tokens a stream, {args.rounds} rounds, median", flush=True)
+        if "edit" in only:
+            compare(llm, "edit", [edit_prompt(tok, args.lines)], args.tokens, args.rounds)
+        if "free" in only:
+            compare(llm, "free", [free_prompt(tok)], args.tokens, args.rounds)
+        if "streams" in only:
+            prompts = [edit_prompt(tok, args.lines, s) for s in range(args.streams)]
+            compare(llm, f"edit x{args.streams}", prompts, args.tokens // 4, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

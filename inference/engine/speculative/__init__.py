@@ -1,0 +1,17 @@
+"""Speculative decoding: drafters propose a few tokens per decoding row, the target model checks
+them all in one forward pass of the decode batch, and every accepted token saves a step.
+
+- ``drafter``: the ``Drafter`` interface every proposer implements; ``drafters``: them by name;
+- ``prompt_lookup``: the n-gram drafter over the request's own prompt and output;
+- ``acceptance``: which drafted tokens a row keeps (greedy match, rejection sampling);
+- ``rollback``: removing the rejected positions from the batch's caches, a different number per row;
+- ``policy``: which rows speculate this step and how many tokens each drafts (adaptive);
+- ``verify``: the speculative step of a decode batch, and its counters.
+"""
+
+from .drafter import METHODS, Drafter
+from .drafters import make_drafter
+from .policy import SpeculationPolicy
+from .verify import SpeculativeCounters, verify_step
+
+__all__ = ["METHODS", "Drafter", "make_drafter", "SpeculationPolicy", "SpeculativeCounters", "verify_step"]

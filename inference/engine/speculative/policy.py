@@ -1,0 +1,191 @@
+"""Which rows of a decode batch speculate this step, and how many tokens each drafts.
+
+A row speculates when its request asks for it (its ``speculative`` / ``num_draft_tokens``,
+else the model's settings), samples from the plain distribution (no penalties: they change
+with every accepted token), wants no logprobs and no grammar, and has at least two tokens
+left to generate. Every such row has a ``RowSpeculation``: its drafter, its draft length and
+an average of how often its drafted tokens are accepted.
+
+Adaptive rule, per row:
+- after each verify pass, all drafted tokens kept -> the draft length doubles (up to the
+  setting), else it becomes one more than what was kept;
+- a row starts *shadow* and turns *active* (it drafts) once its drafter has a proposal; it
+  stays active while it pays: its expected tokens per pass, times what a plain
+  decode step costs (``StepCosts.decode_seconds``), at least what a verify pass costs (measured
+  here). A row that stops paying, or whose drafter found nothing for ``IDLE_DRAFTS`` steps in a
+  row, goes back to *shadow*: it decodes plainly (the batch keeps its pipeline when no row is active)
+  while its drafter still proposes on the host, and the proposals are checked against the
+  tokens that come (no device work). Its average follows those checks, and it becomes
+  active again once it would pay. So speculation that does not pay costs only host lookups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .drafter import Drafter
+from .drafters import make_drafter
+
+
+@dataclass
+class RowSpeculation:
+    """Speculation state of one decoding request (it lives on the request while it decodes)."""
+
+    drafter: Drafter
+    k: int  # tokens it drafts next time (<= its maximum)
+    acceptance: float = 0.6  # average chance that a drafted token is accepted (optimistic start)
+    active: bool = False  # drafting; False: shadow (proposals only checked on the host)
+    idle: int = 0  # steps in a row its drafter proposed nothing
+    shadow_at: int = 0  # shadow: how many tokens the drafter had seen at ``shadow_draft``
+    shadow_draft: Optional[List[int]] = None
+
+    def expected_tokens(self, k: int) -> float:
+        """Tokens a verify pass emits for this row on average: 1 + a + ... + a^k."""
+        a = min(self.acceptance, 0.999)
+        return (1 - a ** (k + 1)) / (1 - a)
+
+
+class SpeculationPolicy:
+    ALPHA = 0.3  # weight of the newest pass in the acceptance average
+    IDLE_DRAFTS = 2
+    MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
+
+    def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
+        """``costs``: the scheduler's ``StepCosts`` (what a plain decode step costs); None:
+        no cost rule (rows speculate while their drafters find drafts)."""
+        self.method = method
+        self.num_draft_tokens = num_draft_tokens
+        self.costs = costs
+        self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+
+    @classmethod
+    def of(cls, config, costs=None) -> "SpeculationPolicy":
+        """The policy of an ``EngineConfig``."""
+        return cls(config.speculative, config.num_draft_tokens, costs)
+
+    def configure(self, method: str, num_draft_tokens: int) -> None:
+        self.method, self.num_draft_tokens = method, num_draft_tokens
+
+    def settings_of(self, request) -> tuple:
+        """(method, k) for ``request``: its own override over the model's settings."""
+        p = request.params
+        method = p.speculative if p.speculative is not None else self.method
+        k = p.num_draft_tokens if p.num_draft_tokens is not None else self.num_draft_tokens
+        return method, k
+
+    def row_state(self, request) -> Optional[RowSpeculation]:
+        """The request's speculation state (made on first use); None when it does not speculate."""
+        state = request.speculation
+        if state is None:
+            method, k = self.settings_of(request)
+            if method == "off" or k < 1 or not verifiable(request):
+                return None
+            state = request.speculation = RowSpeculation(make_drafter(method), k)
+        return state
+
+    def _pays(self, state: RowSpeculation, k: int) -> bool:
+        """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
+        plain = self.costs.decode_seconds if self.costs is not None else None
+        if plain is None or self.verify_seconds is None:
+            return True
+        return state.expected_tokens(k) * plain >= self.verify_seconds
+
+    def wanted(self, rows, context_length: Optional[int]) -> bool:
+        """Whether some row drafts this step (no drafting on the device), and every row can take
+        part in a verify pass (``verifiable``). Called once per decode step: the shadow rows
+        check their last proposal against the tokens that came."""
+        if not all(verifiable(request) for request in rows):
+            return False
+        wanted = False
+        for request in rows:
+            state = self.row_state(request)
+            if state is None:
+                continue
+            if not state.active:
+                self._shadow(request, state)
+            if state.active and request.length_left(context_length) > 1:
+                wanted = True
+        return wanted
+
+    def _shadow(self, request, state: RowSpeculation) -> None:
+        """Check a shadow row's pending proposal against the tokens that followed (once they
+        all came, or one differed), update its average, make the next proposal."""
+        drafter = state.drafter
+        _sync(drafter, request)
+        draft = state.shadow_draft
+        if draft:
+            came = _tokens(request, state.shadow_at, len(draft))
+            n = 0
+            while n < len(came) and came[n] == draft[n]:
+                n += 1
+            if n < len(came) or len(came) == len(draft):  # decided
+                observed = n / (n + (n < len(draft)))
+                state.acceptance = (1 - self.ALPHA) * state.acceptance + self.ALPHA * observed
+                draft = None
+        if not draft:
+            state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(self.settings_of(request)[1])
+            draft = state.shadow_draft
+            if draft and self._pays(state, len(draft)):
+                state.active, state.idle, state.k, state.shadow_draft = True, 0, len(draft), None
+
+    def drafts(self, rows, context_length: Optional[int]) -> List[List[int]]:
+        """Each row's draft this step ([] for the rows that do not draft)."""
+        out = []
+        for request in rows:
+            state = self.row_state(request)
+            if state is None or not state.active:
+                out.append([])
+                continue
+            _sync(state.drafter, request)
+            k = min(state.k, request.length_left(context_length) - 1)
+            draft = state.drafter.propose(k) if k > 0 else []
+            state.idle = 0 if draft else state.idle + 1
+            if state.idle >= self.IDLE_DRAFTS:
+                state.active = False  # nothing to draft lately: decode plainly, watch in shadow
+            out.append(draft)
+        return out
+
+    def observe(self, rows, drafts: List[List[int]], kept: List[int], seconds: float) -> None:
+        """A verify pass: row i drafted ``drafts[i]`` and kept ``kept[i]`` of them; the step
+        took ``seconds``."""
+        a = self.ALPHA
+        self.verify_seconds = (
+            seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
+        )
+        for request, draft, n in zip(rows, drafts, kept):
+            if not draft:
+                continue
+            state = request.speculation
+            observed = n / (n + (n < len(draft)))  # n successes, then one failure unless all kept
+            state.acceptance = (1 - a) * state.acceptance + a * observed
+            maximum = self.settings_of(request)[1]
+            state.k = min(maximum, self.MAX_DRAFT, 2 * state.k) if n == len(draft) else max(1, n + 1)
+            if not self._pays(state, state.k):
+                state.active, state.shadow_draft = False, None
+
+
+def verifiable(request) -> bool:
+    """Whether a row's next tokens can come from a verify pass, drafting or not: it samples
+    from the model's plain distribution (no grammar mask, no penalties: they change with every
+    accepted token), wants no logprobs and has no M-RoPE positions. A batch with another row
+    decodes plainly."""
+    p = request.params
+    return not p.uses_penalties and p.logprobs is None and request.grammar is None and request.vision is None
+
+
+def _sync(drafter: Drafter, request) -> None:
+    """Give the drafter the request's tokens it has not seen (prompt, then output)."""
+    seen, prompt = drafter.seen, len(request.prompt_token_ids)
+    if seen < prompt:
+        drafter.extend(request.prompt_token_ids[seen:])
+        seen = prompt
+    drafter.extend(request.output_token_ids[seen - prompt :])
+
+
+def _tokens(request, start: int, n: int) -> List[int]:
+    """Up to ``n`` of the request's tokens from position ``start`` (without copying them all)."""
+    prompt = request.prompt_token_ids
+    if start >= len(prompt):
+        return request.output_token_ids[start - len(prompt) : start - len(prompt) + n]
+    return (prompt[start : start + n] + request.output_token_ids[:n])[:n]
