@@ -4,6 +4,7 @@ models, cache, bench and launch live in omlx_site/commands/."""
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -24,6 +25,10 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `omlx models | head`: the reader has gone; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        # The interpreter's last collection would walk every object imported or made (mlx,
+        # transformers, Django): a second or more at each exit, to free memory the exit frees anyway.
+        gc.freeze()
 
 
 def _main(argv=None) -> int:

@@ -11,7 +11,9 @@ against transformers' GGUF loader on the same file:
 Built once under ``$OMLX_HOME/test-models`` (``make test`` keeps it between runs): the imported
 folder, keyed by the GGUF's size and the importer's FORMAT_VERSION, and transformers' reference
 answers, keyed by transformers' and torch's versions, the file and the prompts. A fresh machine
-computes both (about 10 s to import, a minute or two for transformers' answers).
+computes both (about 10 s to import, a minute or two for transformers' answers). The default run
+needs only transformers' tokenizer (``rendered``: the first question's prompt and its known answer's
+ids, tens of seconds fresh); the slow greedy test checks that reference against the model's answer.
 
 The default run keeps the cheap checks (the rendered prompt, the live server's answer, the
 import's summary). Marked slow (``-m slow``), each a minute or more on a busy 2-core machine: the
@@ -36,6 +38,7 @@ from tests.support.server import ServerProcess
 QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea."]
 CONVERSATION = ["What is the capital of France?", "And of Italy?", "Which of the two is larger?"]
 MAX_TOKENS = 48
+ANSWER = "The capital of France is Paris."  # QUESTIONS[0]'s greedy answer
 DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 LOGPROB_TOLERANCE = 5e-4
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, logprobs=0)
@@ -126,6 +129,31 @@ def reference(source, cache_root):
 
 
 @pytest.fixture(scope="module")
+def rendered(source, cache_root):
+    """transformers' tokenizer alone (no model: a fresh machine's cheap reference, tens of seconds
+    where loading the model takes minutes): QUESTIONS[0]'s prompt as its chat template renders it,
+    the prompt's ids and the ids of the answer every greedy run gives (ANSWER, then <|im_end|>)."""
+    import transformers
+
+    key = _stamp(source.name, source.stat().st_size, transformers.__version__, QUESTIONS[0], ANSWER)
+    path = cache_root / f"smollm2-rendered-{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    from transformers import AutoTokenizer
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    text = tokenizer.apply_chat_template(_user(QUESTIONS[0]), add_generation_prompt=True, tokenize=False)
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    answer = tokenizer(ANSWER, add_special_tokens=False)["input_ids"] + [end]
+    result = {"text": text, "prompt": prompt, "answer": answer}
+    path.write_text(json.dumps(result))
+    return result
+
+
+@pytest.fixture(scope="module")
 def llm(imported):
     with LLM(imported[0], prefix_cache=False) as engine:
         yield engine
@@ -139,7 +167,7 @@ def server(imported, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_greedy_answers_and_logprobs_equal_transformers_gguf_loader(llm, imported, reference):
+def test_greedy_answers_and_logprobs_equal_transformers_gguf_loader(llm, imported, reference, rendered):
     """The engine's logprobs are its model's log-softmax at the sampled token (to 1e-4: a step-by-step
     decode sums in another order than one forward pass), and that
     model (MLX's quantized matmuls) is transformers' (dense float32 over the same dequantized
@@ -148,6 +176,8 @@ def test_greedy_answers_and_logprobs_equal_transformers_gguf_loader(llm, importe
     prompts = [_prompt_ids(llm.tokenizer, _user(q)) for q in QUESTIONS]
     answers = reference["answers"]
     assert prompts == [a["prompt"] for a in answers]  # the tokenizer and template from the metadata
+    # the default run's cheap reference (no model) is what transformers' model answers
+    assert {k: answers[0][k] for k in rendered} == rendered
     results = llm.generate(prompts, GREEDY)
     for result, expected in zip(results, answers):
         assert result.error is None
@@ -158,7 +188,7 @@ def test_greedy_answers_and_logprobs_equal_transformers_gguf_loader(llm, importe
         got = [lp.logprob for lp in result.logprobs]
         assert got == pytest.approx(_model_logprobs(model, expected), abs=1e-4)
         assert got == pytest.approx(expected["logprobs"], abs=LOGPROB_TOLERANCE)
-    assert results[0].text.strip() == "The capital of France is Paris."
+    assert results[0].text.strip() == ANSWER
 
 
 def _model_logprobs(model, expected):
@@ -171,26 +201,25 @@ def _model_logprobs(model, expected):
     return [logprobs[i, t].item() for i, t in enumerate(expected["answer"])]
 
 
-def test_template_default_system_prompt_is_rendered(imported, reference):
+def test_template_default_system_prompt_is_rendered(imported, rendered):
     from mlx_lm.utils import load_tokenizer
 
     text = render_prompt(load_tokenizer(imported[0]), _user(QUESTIONS[0]))
     assert text.startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n<|im_start|>user\n")
-    assert text == reference["answers"][0]["text"]
+    assert text == rendered["text"]
 
 
-def test_live_chat_answers_with_the_system_prompt_and_stops(server, reference):
+def test_live_chat_answers_with_the_system_prompt_and_stops(server, rendered):
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{server.url}/v1", api_key="unused")
-    expected = reference["answers"][0]
     reply = client.chat.completions.create(
         model="smollm2", messages=_user(QUESTIONS[0]), temperature=0, max_tokens=MAX_TOKENS
     )
     assert reply.choices[0].finish_reason == "stop"
-    assert reply.choices[0].message.content.strip() == "The capital of France is Paris."
-    assert reply.usage.prompt_tokens == len(expected["prompt"])  # the system prompt counted in
-    assert reply.usage.completion_tokens == len(expected["answer"])
+    assert reply.choices[0].message.content.strip() == ANSWER
+    assert reply.usage.prompt_tokens == len(rendered["prompt"])  # the system prompt counted in
+    assert reply.usage.completion_tokens == len(rendered["answer"])  # <|im_end|> counted in
 
 
 @pytest.mark.slow
