@@ -17,8 +17,9 @@ one by one: chunking, batching and preemption do not change a stored value.
 
 ``QuantizedKV`` is one sequence's cache (mlx-lm's ``QuantizedKVCache`` that merges into a batch);
 ``BatchQuantizedKVCache`` is mlx-lm's left-padded ``BatchKVCache`` with each of keys and values a
-triple: update, prepare/finalize (right padding of a batched prefill), merge, extend, filter and
-extract act on all three arrays alike (tokens are axis 2 of each).
+triple: update, prepare/finalize (right padding of a batched prefill, and a speculative verify
+pass's per-row rollback: speculative/rollback.py), trim, merge, extend, filter and extract act on
+all three arrays alike (tokens are axis 2 of each).
 """
 
 from __future__ import annotations

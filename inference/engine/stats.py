@@ -34,6 +34,8 @@ class EngineStats:
     hot_capacity_bytes: Optional[int] = None  # the hot tier's budget; None: caching off
     cold_dir: Optional[str] = None  # the cold tier's directory; None: no cold tier or it is off
     held_blocks: Optional[int] = None  # hot blocks referenced by a request (asked for: a walk)
+    # The KV format of full-attention layers: "float" or "q<bits>g<group>" (kv_bits); None until loaded.
+    kv_format: Optional[str] = None
     # Speculative decoding totals (SpeculativeCounters.snapshot): drafted_tokens,
     # accepted_tokens, verify_passes, emitted_tokens; empty before the model is loaded.
     speculative: dict = field(default_factory=dict)
@@ -68,6 +70,9 @@ def read_stats(engine, held_blocks: bool = False) -> EngineStats:
         out.kv_tokens, out.shedding = scheduler.kv_demand(running), scheduler.shedding
     if runner is not None:
         out.decode_rows, out.speculative = len(runner.batch), runner.batch.counters.snapshot()
+    loaded = getattr(engine, "loaded", None)
+    if loaded is not None:
+        out.kv_format = loaded.kv_quant.tag if loaded.kv_quant is not None else "float"
     hot = getattr(cache, "hot", None)
     if hot is not None:  # a block cache (prefix caching on)
         out.fingerprint, out.hot_capacity_bytes = cache.fingerprint.hex, hot.capacity_bytes

@@ -236,3 +236,20 @@ def test_the_block_cache_gets_only_the_tokens_a_speculated_row_kept(llm):
     cold = llm.generate([follow], SamplingParams(max_tokens=12, **GREEDY), cache_salt="fresh")[0]
     assert warm.usage.cached_tokens > len(prompt) and cold.usage.cached_tokens == 0
     assert warm.token_ids == cold.token_ids
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_kv_speculates_as_it_decodes(model_dir, bits):
+    """With kv_bits, the batch's quantized caches roll back per row like float ones (trim by
+    the least, roll the rest right): a mixed batch gives plain decoding's tokens."""
+    prompts = PROMPTS + [[40, 41, 40, 41]]
+    plain = [SamplingParams(max_tokens=n, **GREEDY) for n in (40, 33, 27, 30)]
+    path = model_dir(arch="llama", preset="tiny", head_dim=32)  # the preset's 16 is below any group
+    with LLM(path, max_concurrent_requests=8, kv_bits=bits, kv_group_size=32) as q:
+        always_speculate(q)
+        want = q.generate(prompts, plain)
+        mixed = [SamplingParams(max_tokens=p.max_tokens, **GREEDY, **LOOKUP) for p in plain[:3]]
+        mixed.append(SamplingParams(max_tokens=30, speculative="off", **GREEDY))
+        got = q.generate(prompts, mixed, cache_salt="spec")
+        assert [r.token_ids for r in got] == [r.token_ids for r in want]
+        assert counters(q)["accepted_tokens"] > 0 and counters(q)["verify_passes"] < 40

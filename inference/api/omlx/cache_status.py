@@ -1,6 +1,7 @@
 """GET /v1/cache/status: the KV block cache of each loaded model (omlx's, not in OpenAI's API).
 
-One row per loaded model: its fingerprint (which names its cold-tier directory), the hot tier
+One row per loaded model: its fingerprint (which names its cold-tier directory), the format of
+its full-attention KV (``kv_format``: "float" or "q<bits>g<group>" with kv_bits), the hot tier
 (blocks and bytes in RAM against its budget), this process's view of the cold tier, the hit
 counters, and the KV held by requests now (``in_use``: all zero once every request has ended and
 its KV was freed; the soak test, tests/live/test_soak.py, checks it). Models that are not loaded have
@@ -29,7 +30,9 @@ def cache_status(request):
         engine = registry.loaded(model_id)
         if engine is not None:
             stats = engine.stats(held_blocks=True)
-            rows.append(dict(_cache_row(stats), in_use=_in_use(stats), id=model_id))
+            rows.append(
+                dict(_cache_row(stats), kv_format=stats.kv_format, in_use=_in_use(stats), id=model_id)
+            )
     return {"object": "list", "data": rows}
 
 
