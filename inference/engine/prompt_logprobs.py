@@ -33,8 +33,10 @@ def window_logprobs(model, cache, chunk: List[int], targets: List[int], top: int
     on the model's thread."""
     import mlx.core as mx
 
+    from .sampler import log_softmax
+
     logits = model(mx.array([chunk]), cache=cache)[0, : len(targets)].astype(mx.float32)
-    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    logp = log_softmax(logits)
     picked = mx.take_along_axis(logp, mx.array(targets)[:, None], axis=-1)[:, 0].tolist()
     if not top:
         return [TokenLogprob(t, p) for t, p in zip(targets, picked)]

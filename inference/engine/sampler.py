@@ -13,6 +13,23 @@ from .grammar import GrammarMatcher, unpack_mask
 from .sampling_params import SamplingParams
 
 _MASK = -float("inf")
+_BLOCK = 256  # terms per partial sum of log_softmax
+
+
+def log_softmax(x: mx.array) -> mx.array:
+    """log-softmax over the last axis, in ``x``'s dtype (float32 for logprobs), its sum of
+    exponentials taken in blocks of 256 terms and then over the blocks. MLX's CPU reductions
+    (``mx.logsumexp``, ``mx.sum``) add a row's terms one after another: over SmolLM2's 49,152
+    logits that put its float32 logprobs 2e-4 from a float64 evaluation of the same logits,
+    where transformers' float32 log_softmax is 2e-5 off; in blocks the error is 2e-5 too. The
+    same operations on every device (the GPU's tree reductions gain nothing and lose nothing)."""
+    top = mx.stop_gradient(mx.max(x, axis=-1, keepdims=True))
+    e = mx.exp(x - top)
+    pad = (-x.shape[-1]) % _BLOCK
+    if pad:
+        e = mx.concatenate([e, mx.zeros((*e.shape[:-1], pad), e.dtype)], axis=-1)
+    partial = mx.sum(e.reshape(*e.shape[:-1], -1, _BLOCK), axis=-1)
+    return x - (top + mx.log(mx.sum(partial, axis=-1, keepdims=True)))
 
 
 def step_key(seed: int, step: int) -> mx.array:
@@ -160,7 +177,7 @@ class Sampler:
 
     @staticmethod
     def _logprobs(x: mx.array, token: mx.array, n: int) -> tuple:
-        lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+        lp = log_softmax(x)
         chosen = lp[token]
         if n == 0:
             return chosen, None, None

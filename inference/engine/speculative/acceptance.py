@@ -19,7 +19,7 @@ from typing import List, Sequence, Tuple
 
 import mlx.core as mx
 
-from ..sampler import Sampler, RowState, step_key
+from ..sampler import RowState, Sampler, log_softmax, step_key
 
 _MASK = -float("inf")
 # Keys of the acceptance draws differ from the keys of the samples (inference.engine.sampler).
@@ -49,7 +49,7 @@ def sampling_arrays(logits: mx.array, draft: Sequence[int], row: RowState) -> Tu
         return mx.zeros((0,), dtype=mx.bool_), mx.zeros((0,), dtype=mx.uint32), sample
     d = mx.array(list(draft), dtype=mx.uint32)
     head = x[:m]
-    logp = head - mx.logsumexp(head, axis=-1, keepdims=True)
+    logp = log_softmax(head)
     p_draft = mx.exp(mx.take_along_axis(logp, d[:, None], axis=-1)[:, 0])
     u = mx.random.uniform(shape=(m,), key=step_key(row.seed ^ _ACCEPT_SALT, row.step))
     accept = u < p_draft
