@@ -261,6 +261,8 @@ class DecodeBatch:
         ``late`` rows' unreported input first (the drafts follow it)."""
         began = perf_counter()
         inputs = self._inputs.tolist()
+        waited = perf_counter()  # (the last pipelined pass: not this step's cost)
+        self.clock.device_wait += waited - began
         pending = [token if behind else None for token, behind in zip(inputs, late)]
         drafts = self.speculation.drafts(self.rows, self.context_length, pending)
 
@@ -276,7 +278,7 @@ class DecodeBatch:
         self._inputs = mx.array([tokens[-1] for tokens in emitted], dtype=mx.uint32)
         self._kinds = [REPORTED] * len(self.rows)
         self._logprobs = [None] * len(self.rows)
-        seconds = perf_counter() - began
+        seconds = perf_counter() - waited
         self.clock.device_wait += seconds
         self.speculation.observe(self.rows, drafts, [len(t) - 1 for t in emitted], seconds)
         return [
