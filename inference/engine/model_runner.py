@@ -59,12 +59,15 @@ class DecodeBatch:
     ``clock`` (a ``StepClock``) counts the seconds spent queueing passes (``launch``), waiting
     for tokens (``device_wait``) and building the sampling (``sampling``).
 
-    ``speculation`` (a ``SpeculationPolicy``): while some row drafts tokens, steps are
-    speculative (inference.engine.speculative): synchronous, each row's input and draft
-    checked in one pass, and every emitted token returned at once, several per row. The first
-    such step after pipelined ones only reports the pending tokens (drafts are made from the
-    tokens on the host). A row that ended on one of its tokens may have KV past its end (the
-    block cache stores only the positions of its tokens).
+    ``speculation`` (a ``SpeculationPolicy``): a step where some active row's drafter has a
+    proposal from the tokens on the host is speculative (inference.engine.speculative):
+    synchronous, each row's input and draft checked in one pass, and every emitted token
+    returned at once, several per row. After a pipelined step the host is one token behind:
+    the proposal must then guess the unreported input too (two tokens), the step waits for that
+    input, drafts after it and returns it first. Steps where no row has a proposal stay
+    pipelined, so free text that drafts nothing costs host lookups only. A row that ended on
+    one of its tokens may have KV past its end (the block cache stores only the positions of
+    its tokens).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class DecodeBatch:
         self.report_first = report_first
         self.context_length = context_length
         self.passes = 0  # forward passes run (a step that only reports runs none)
+        self.reports = 0  # steps that only reported tokens
         self._clear()
 
     def _clear(self) -> None:
@@ -182,12 +186,9 @@ class DecodeBatch:
         if self.report_first and self._last_by_length():
             return self._report()
         if self.speculation is not None and self._speculates():
-            if NEW in self._kinds:
-                return self._report()  # drafts are made from tokens on the host
-            drafts = self.speculation.drafts(self.rows, self.context_length)
-            if any(drafts):
-                return self._verify(drafts)
-            ahead = False  # the next step may draft: its tokens must be on the host
+            late = [kind is NEW for kind in self._kinds]
+            if self.speculation.ready(self.rows, self.context_length, late):
+                return self._verify(late)
         extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
         with self.adapters.rows([r.adapter_slot for r in self.rows]):  # each row's LoRA adapter
             logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
@@ -255,10 +256,15 @@ class DecodeBatch:
             and self.speculation.wanted(self.rows, self.context_length)
         )
 
-    def _verify(self, drafts: List[List[int]]) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
-        """A speculative step (``verify_step``): every token each row emits, in order."""
+    def _verify(self, late: List[bool]) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+        """A speculative step (``verify_step``): every token each row emits, in order, the
+        ``late`` rows' unreported input first (the drafts follow it)."""
         began = perf_counter()
         inputs = self._inputs.tolist()
+        waited = perf_counter()  # (the last pipelined pass: not this step's cost)
+        self.clock.device_wait += waited - began
+        pending = [token if behind else None for token, behind in zip(inputs, late)]
+        drafts = self.speculation.drafts(self.rows, self.context_length, pending)
 
         def forward(tokens: mx.array) -> mx.array:
             with self.adapters.rows([r.adapter_slot for r in self.rows]):
@@ -272,10 +278,14 @@ class DecodeBatch:
         self._inputs = mx.array([tokens[-1] for tokens in emitted], dtype=mx.uint32)
         self._kinds = [REPORTED] * len(self.rows)
         self._logprobs = [None] * len(self.rows)
-        seconds = perf_counter() - began
+        seconds = perf_counter() - waited
         self.clock.device_wait += seconds
         self.speculation.observe(self.rows, drafts, [len(t) - 1 for t in emitted], seconds)
-        return [(request, token, None) for request, tokens in zip(self.rows, emitted) for token in tokens]
+        return [
+            (request, token, None)
+            for request, first, tokens in zip(self.rows, pending, emitted)
+            for token in ([first] if first is not None else []) + tokens
+        ]
 
     def _last_by_length(self) -> bool:
         """Whether a row's unreported token is its last (max_tokens, the context)."""
@@ -288,6 +298,7 @@ class DecodeBatch:
         """Wait for the unreported tokens and return them, queueing no pass: the step after
         runs the batch without the rows they end. (For those rows the pass would compute only
         the KV of their last token, and on the CPU that last token would wait for it.)"""
+        self.reports += 1
         began = perf_counter()
         host = self._inputs.tolist()
         self.clock.device_wait += perf_counter() - began

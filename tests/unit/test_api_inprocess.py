@@ -172,6 +172,27 @@ def test_speculative_is_accepted(api):
         assert response["usage"]["completion_tokens"] == 3
 
 
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/messages", {"model": "tiny", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 3, "store": False}),
+    ],
+    ids=["messages", "responses"],
+)
+def test_speculative_on_the_anthropic_and_responses_routes(api, path, body):
+    """The same field as on the chat route: accepted, and a bad value is a 400 that names it
+    (Anthropic's envelope has no param: the message starts with the field)."""
+    status, response = request("POST", path, {**body, "speculative": {"num_draft_tokens": 2}})
+    assert status == 200, response
+    for value, name in (("yes", "speculative"), ({"num_draft_tokens": 99}, "speculative.num_draft_tokens")):
+        status, response = request("POST", path, {**body, "speculative": value})
+        assert status == 400, response
+        error = response["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error.get("param", name) == name and error["message"].startswith(name), error
+
+
 def test_priority_is_accepted_on_every_route(api):
     """The field reaches the engine (a background priority still completes) on each API."""
     for path, body in (

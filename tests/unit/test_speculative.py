@@ -102,6 +102,29 @@ def test_greedy_lookup_equals_plain_in_a_mixed_batch(llm):
     assert llm.generate([PROMPTS[0]] + prompts, [sampled] + mixed)[0].token_ids == alone
 
 
+def test_free_text_runs_the_passes_and_steps_of_plain_decoding(model_dir):
+    """Free text (a prompt without repetition, near-uniform sampling: drafts are proposed, from
+    1-gram matches, and rejected) with lookup on runs as many forward passes and report-only
+    steps as with lookup off: drafting one step late keeps the pipeline, a pass that keeps no
+    draft emits one token as a plain one does."""
+    prompt = list(range(4, 400))
+    with LLM(model_dir(arch="llama", preset="tiny-close"), max_concurrent_requests=2) as llm:
+        always_speculate(llm)
+        steps = {}
+        for method in ("off", "lookup"):
+            before = llm.engine.call(lambda e: (e.runner.batch.passes, e.runner.batch.reports))
+            params = [
+                SamplingParams(max_tokens=48, temperature=1.0, seed=s, ignore_eos=True, speculative=method)
+                for s in (1, 2)
+            ]
+            llm.generate([prompt, prompt[::-1]], params)
+            after = llm.engine.call(lambda e: (e.runner.batch.passes, e.runner.batch.reports))
+            steps[method] = (after[0] - before[0], after[1] - before[1])
+        spec = counters(llm)
+    assert spec["verify_passes"] > 0 and spec["accepted_tokens"] == 0
+    assert steps["lookup"] == steps["off"]
+
+
 @pytest.mark.parametrize(
     "other",
     [

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from inference.api.common import caps
 from inference.api.common.errors import ApiError
-from inference.api.common.sampling import checked_params
+from inference.api.common.sampling import SPECULATIVE_NAMES, checked_params, speculative_fields
 
 ROLES = ("user", "assistant", "system")
 
@@ -259,7 +259,7 @@ def template_kwargs(thinking: Optional[dict]) -> dict:
     raise _bad(f"thinking.type: must be enabled or disabled, got {kind!r}", "thinking")
 
 
-_FIELD_NAMES = {"stop": "stop_sequences", "structured": "output_config"}
+_FIELD_NAMES = {"stop": "stop_sequences", "structured": "output_config", **SPECULATIVE_NAMES}
 
 
 def output_format(body) -> Optional[dict]:
@@ -294,6 +294,7 @@ def sampling_values(body) -> dict:
             "ignore_eos": body.ignore_eos,
             "structured": output_format(body),
             "priority": body.priority,
+            **speculative_fields(body.speculative),
         },
         names=_FIELD_NAMES,
         max_stop=caps.MAX_STOP_SEQUENCES,

@@ -50,3 +50,4 @@ class MessagesRequest(_Prompt):
     output_config: Optional[Dict[str, Any]] = None  # {effort, format: {type: json_schema, schema}}
     output_format: Optional[Dict[str, Any]] = None  # the beta spelling of output_config.format
     cache_salt: Optional[str] = cache_salt_field()  # omlx's (vLLM's field): the prefix-cache namespace
+    speculative: Any = None  # omlx's: speculative decoding for this request (docs/api.md)

@@ -36,6 +36,10 @@ def checked_params(
     return values
 
 
+# The request's names of the fields ``speculative_fields`` sets, for ``checked_params``' messages.
+SPECULATIVE_NAMES = {"speculative": "speculative", "num_draft_tokens": "speculative.num_draft_tokens"}
+
+
 def speculative_fields(value) -> dict:
     """SamplingParams fields of the request's ``speculative`` extension: ``false`` (off),
     ``true`` (prompt lookup with the model's draft length) or ``{"method": "off" | "lookup",

@@ -15,7 +15,7 @@ from inference.keys import scopes
 from inference.api.common.chat_job import tool_options
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
-from inference.api.common.sampling import checked_params, speculative_fields
+from inference.api.common.sampling import SPECULATIVE_NAMES, checked_params, speculative_fields
 from inference.api.common.stream import respond
 from inference.chat.structured import response_format_structured
 from inference.chat.template import check_template_kwargs
@@ -194,5 +194,5 @@ def _params(body, max_tokens, logprobs, structured=None, choices: int = 1) -> di
             **speculative_fields(body.speculative),
         },
         choices=choices,
-        names={"speculative": "speculative", "num_draft_tokens": "speculative.num_draft_tokens"},
+        names=SPECULATIVE_NAMES,
     )

@@ -21,7 +21,7 @@ from inference.keys import scopes
 from inference.api.common.chat_job import chat_job
 from inference.api.common.errors import ApiError
 from inference.api.common.model_check import check_model
-from inference.api.common.sampling import checked_params
+from inference.api.common.sampling import SPECULATIVE_NAMES, checked_params, speculative_fields
 from inference.api.common.stream import respond
 
 from . import store
@@ -166,6 +166,7 @@ def _params(body: ResponsesRequest, structured) -> dict:
             "ignore_eos": body.ignore_eos,
             "structured": structured,
             "priority": body.priority,
+            **speculative_fields(body.speculative),
         },
-        names={"max_tokens": "max_output_tokens", "structured": "text.format"},
+        names={"max_tokens": "max_output_tokens", "structured": "text.format", **SPECULATIVE_NAMES},
     )

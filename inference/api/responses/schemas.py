@@ -48,3 +48,4 @@ class ResponsesRequest(Schema):
     stop: Union[str, List[str], None] = Field(None, **caps.schema_extra(caps.MAX_STOP, caps.MAX_STOP_CHARS))
     ignore_eos: bool = False
     cache_salt: Optional[str] = cache_salt_field()  # vLLM's: the prefix-cache namespace
+    speculative: Any = None  # omlx's: speculative decoding for this request (docs/api.md)

@@ -17,6 +17,10 @@ Adaptive rule, per row:
   while its drafter still proposes on the host, and the proposals are checked against the
   tokens that come (no device work). Its average follows those checks, and it becomes
   active again once it would pay. So speculation that does not pay costs only host lookups.
+
+The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
+behind, which the proposal then has to guess too), and only when some row has a proposal waits
+for its tokens and asks ``drafts``: a batch with nothing to draft keeps its pipeline.
 """
 
 from __future__ import annotations
@@ -129,26 +133,49 @@ class SpeculationPolicy:
             if draft and self._pays(state, len(draft)):
                 state.active, state.idle, state.k, state.shadow_draft = True, 0, len(draft), None
 
-    def drafts(self, rows, context_length: Optional[int]) -> List[List[int]]:
-        """Each row's draft this step ([] for the rows that do not draft)."""
+    def ready(self, rows, context_length: Optional[int], late: List[bool]) -> bool:
+        """Whether some active row's drafter proposes a draft from the tokens on the host. A
+        ``late[i]`` row's newest token is still on the device (the batch is pipelined): its
+        proposal must guess that token too, so it needs two tokens. Asked before waiting for
+        those tokens, so a batch whose rows have nothing to draft keeps its pipeline. A row
+        that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow."""
+        ready = False
+        for request, behind in zip(rows, late):
+            state = self.row_state(request)
+            if state is None or not state.active:
+                continue
+            _sync(state.drafter, request)
+            k = min(state.k, request.length_left(context_length) - 1 - behind)
+            proposal = state.drafter.propose(k + behind) if k > 0 else []
+            state.idle = 0 if proposal else state.idle + 1
+            if state.idle >= self.IDLE_DRAFTS:
+                state.active = False  # nothing to draft lately: decode plainly, watch in shadow
+            ready = ready or len(proposal) > behind
+        return ready
+
+    def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
+        """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
+        i's newest token, just come to the host, which its request does not hold yet (None: the
+        request holds all its tokens); the draft follows it."""
         out = []
-        for request in rows:
+        for i, request in enumerate(rows):
             state = self.row_state(request)
             if state is None or not state.active:
                 out.append([])
                 continue
             _sync(state.drafter, request)
-            k = min(state.k, request.length_left(context_length) - 1)
-            draft = state.drafter.propose(k) if k > 0 else []
-            state.idle = 0 if draft else state.idle + 1
-            if state.idle >= self.IDLE_DRAFTS:
-                state.active = False  # nothing to draft lately: decode plainly, watch in shadow
-            out.append(draft)
+            behind = pending is not None and pending[i] is not None
+            if behind:  # the request gets it when it is reported: _sync then skips it
+                state.drafter.extend([pending[i]])
+            k = min(state.k, request.length_left(context_length) - 1 - behind)
+            out.append(state.drafter.propose(k) if k > 0 else [])
         return out
 
     def observe(self, rows, drafts: List[List[int]], kept: List[int], seconds: float) -> None:
         """A verify pass: row i drafted ``drafts[i]`` and kept ``kept[i]`` of them; the step
         took ``seconds``."""
+        if not any(drafts):
+            return  # a plain pass
         a = self.ALPHA
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds

@@ -1,8 +1,8 @@
 """The speculative step of a decode batch: every row's input token and draft through the target
 model in one forward pass ([B, 1 + K]: rows with shorter drafts, or none, are padded and their
 padded positions rejected), acceptance per row (``acceptance``), then the rejected positions
-rolled back in the caches (``rollback``). Synchronous: the drafts were made from the tokens on
-the host, and the next drafts need this step's."""
+rolled back in the caches (``rollback``). Synchronous: the drafts follow the inputs, which must
+be on the host, and the next drafts need this step's tokens."""
 
 from __future__ import annotations
 
@@ -68,8 +68,9 @@ def verify_step(
         state.step += len(tokens)
         emitted.append(tokens)
     roll_back(caches, [width - len(tokens) for tokens in emitted])
-    counters.verify_passes += 1
-    counters.drafted += sum(len(d) for d in drafts)
-    counters.accepted += sum(len(t) - 1 for t in emitted)
-    counters.emitted += sum(len(t) for t in emitted)
+    if width > 1:  # (no row drafted: a plain pass)
+        counters.verify_passes += 1
+        counters.drafted += sum(len(d) for d in drafts)
+        counters.accepted += sum(len(t) - 1 for t in emitted)
+        counters.emitted += sum(len(t) for t in emitted)
     return emitted
