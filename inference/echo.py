@@ -51,8 +51,8 @@ def echo_delta(index: int, prompt: Union[str, List[int]], ids: List[int], tokeni
     }
 
 
-def end_delta(index: int, prompt_tokens: int) -> dict:
-    """The last event of an ``echo_only`` choice: nothing generated."""
+def final_delta(index: int, finish_reason: str, usage: dict, error: Optional[str] = None) -> dict:
+    """A choice's last event with no text in it (its end after nothing generated, or a failure)."""
     return {
         "kind": "delta",
         "index": index,
@@ -61,13 +61,19 @@ def end_delta(index: int, prompt_tokens: int) -> dict:
         "tool_calls": [],
         "token_ids": [],
         "logprobs": None,
-        "finish_reason": "length",
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": 0,
-            "cached_tokens": 0,
-            "hot_cached_tokens": 0,
-            "cold_cached_tokens": 0,
-        },
-        "error": None,
+        "finish_reason": finish_reason,
+        "usage": usage,
+        "error": error,
     }
+
+
+def end_delta(index: int, prompt_tokens: int) -> dict:
+    """The last event of an ``echo_only`` choice: nothing generated."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "cached_tokens": 0,
+        "hot_cached_tokens": 0,
+        "cold_cached_tokens": 0,
+    }
+    return final_delta(index, "length", usage)

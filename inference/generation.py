@@ -313,18 +313,7 @@ def vision_prompt(engine, messages: List[dict], prompt_text: str):
 
 
 def _failed_delta(index: int, error: str) -> dict:
-    return {
-        "kind": "delta",
-        "index": index,
-        "text": "",
-        "reasoning": "",
-        "tool_calls": [],
-        "token_ids": [],
-        "logprobs": None,
-        "finish_reason": "error",
-        "error": error,
-        "usage": usage_dict(None),
-    }
+    return echo.final_delta(index, "error", usage_dict(None), error)
 
 
 def usage_dict(usage) -> dict:
