@@ -34,17 +34,9 @@ sys.path.insert(0, str(REPO))
 
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
+from benchmarks.bench_agentic import SIZE_FLAGS  # noqa: E402
 from inference.bench import AGENTIC_PRESETS, OpenAITarget, run_agentic  # noqa: E402
 
-SIZE_FLAGS = (
-    "conversations",
-    "turns",
-    "system_tokens",
-    "context_tokens",
-    "new_tokens",
-    "gen_tokens",
-    "burst",
-)
 SECRET = "bench-routing-secret-0123456789"
 
 
