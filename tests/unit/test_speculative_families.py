@@ -112,3 +112,30 @@ def test_speculated_rows_leave_the_block_cache_exact(model_dir, arch):
     assert all(r.usage.cached_tokens == 0 for r in cold)
     assert [r.token_ids for r in warm] == [r.token_ids for r in cold]
     assert spec["accepted_tokens"] > 0
+
+
+@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3_5", "nemotron_h"], ids=["sliding", "gdn", "mamba"])
+def test_preempted_and_stopped_speculating_rows_decode_as_plain(model_dir, arch):
+    """Rows preempted for KV room (caches dropped, recomputed later) and speculating after it,
+    two of them ending on a stop token that comes late in their output: the tokens and finish
+    reasons of plain decoding without preemption."""
+    path = model_dir(arch=arch, preset="tiny")
+    prompts = PROMPTS[arch] + [PLAIN_ROW]
+    with LLM(path, max_concurrent_requests=4) as roomy:
+        want = roomy.generate(prompts, SamplingParams(max_tokens=40, **GREEDY))
+    params = []
+    for i, r in enumerate(want):
+        late = [t for t in r.token_ids[24:] if t not in r.token_ids[:24]]
+        stop = [late[0]] if i % 2 and late else []
+        params.append(SamplingParams(max_tokens=40, stop_token_ids=stop, **GREEDY, **LOOKUP))
+    with LLM(path, max_kv_tokens=100, max_concurrent_requests=4) as tight:
+        always_speculate(tight)
+        got = tight.generate(prompts, params)
+        assert tight.engine.scheduler.num_preemptions > 0
+        assert tight.engine.stats().speculative["verify_passes"] > 0
+    for p, w, g in zip(params, want, got):
+        if p.stop_token_ids:
+            end = w.token_ids.index(p.stop_token_ids[0]) + 1
+            assert (g.token_ids, g.finish_reason) == (w.token_ids[:end], "stop")
+        else:
+            assert (g.token_ids, g.finish_reason) == (w.token_ids, "length")
