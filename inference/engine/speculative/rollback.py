@@ -120,7 +120,14 @@ class Rollback:
         lengths = [width - r for r in remove]
         if self.padding_ok:
             _padded_pass(self.caches, [list(row[:n]) for row, n in zip(rows, lengths)], forward)
-            return
+        else:
+            self._segments(lengths, rows, forward)
+        # Computed now, not with the next step: the step's time (the policy's cost of a verify
+        # pass) includes the replay.
+        mx.eval([a for c in leaves(self.caches) for a in _arrays(c)])
+
+    def _segments(self, lengths, rows, forward) -> None:
+        """The kept tokens in one pass per distinct kept length (no padding: see ``_replay``)."""
         start = 0
         for end in sorted(set(lengths)):
             done = [n <= start for n in lengths]
@@ -149,6 +156,14 @@ def _padded_pass(caches, pieces: List[List[int]], forward) -> None:
     if any(padding):
         for c in leaves(caches):
             c.finalize()
+
+
+def _arrays(c) -> list:
+    """The arrays a layer's cache holds (to evaluate them)."""
+    if type(c) is ArraysCache:
+        return [a for a in c.cache if a is not None]
+    held = [c.keys, c.values]
+    return [a for x in held if x is not None for a in (x if isinstance(x, tuple) else (x,))]
 
 
 def _where_rows(rows: mx.array, old: mx.array, new: mx.array) -> mx.array:
