@@ -67,7 +67,7 @@ class DecodeBatch:
     input, drafts after it and returns it first. Steps where no row has a proposal stay
     pipelined, so free text that drafts nothing costs host lookups only. A row that ended on
     one of its tokens may have KV past its end (the block cache stores only the positions of
-    its tokens).
+    its tokens). With ``snapshot_every`` a row's draft ends on its next block boundary at most.
     """
 
     def __init__(
