@@ -1,11 +1,12 @@
 """Speculative decoding on every family of the test factory (inference.engine.speculative.rollback):
 sliding windows (gemma3_text; gpt_oss, with experts), Gated DeltaNet (qwen3_5, whose layers
 honour right padding: one padded replay), Mamba2 (nemotron_h, whose layers do not: a replay per
-kept length) and a mixture of experts (qwen3_moe), float and 4-bit. Greedy output with prompt
-lookup equals plain decoding token for token, alone and next to a row that does not speculate,
-and the counters show that drafts were both kept and rejected, so every verify pass with a
-rejection rolled the caches back. With small blocks, passes that end on a block boundary leave
-the snapshots the block cache needs: a next turn served from it decodes as one computed cold."""
+kept length) and a mixture of experts (qwen3_moe), float and 8-bit. Greedy output with prompt
+lookup equals plain decoding token for token, alone and next to rows that do not speculate
+(greedy, and seeded sampling), and the counters show that drafts were both kept and rejected,
+so verify passes with rejections rolled the caches back. With small blocks, passes that end
+on a block boundary leave the snapshots the block cache needs: a next turn served from it
+decodes as one computed cold. Preempted rows and stop tokens inside accepted drafts too."""
 
 import pytest
 
@@ -73,13 +74,17 @@ def always_speculate(llm):
     ids=["sliding", "sliding-moe", "gdn", "mamba", "moe", "gdn-q8"],
 )
 def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory, arch, bits):
-    prompts = PROMPTS[arch] + [PLAIN_ROW]
-    lengths = (40, 33, 27, 30)
+    prompts = PROMPTS[arch] + [PLAIN_ROW, PLAIN_ROW]
+    lengths = (40, 33, 27)
+    # Rows that do not speculate: greedy, and seeded sampling (verify passes carry them along).
+    plain_rows = [
+        SamplingParams(max_tokens=30, speculative="off", **GREEDY),
+        SamplingParams(max_tokens=30, temperature=0.8, seed=3, ignore_eos=True, speculative="off"),
+    ]
     with LLM(family(model_dir, tmp_path_factory, arch, bits), max_concurrent_requests=8) as llm:
         always_speculate(llm)
-        want = llm.generate(prompts, [SamplingParams(max_tokens=n, **GREEDY) for n in lengths])
-        mixed = [SamplingParams(max_tokens=n, **GREEDY, **LOOKUP) for n in lengths[:3]]
-        mixed.append(SamplingParams(max_tokens=lengths[3], speculative="off", **GREEDY))
+        want = llm.generate(prompts, [SamplingParams(max_tokens=n, **GREEDY) for n in lengths] + plain_rows)
+        mixed = [SamplingParams(max_tokens=n, **GREEDY, **LOOKUP) for n in lengths] + plain_rows
         got = llm.generate(prompts, mixed, cache_salt="mixed")
         alone = llm.generate([prompts[0]], mixed[0], cache_salt="alone")[0]
         spec = llm.engine.stats().speculative
