@@ -39,7 +39,7 @@ from inference.engine.cache_io import leaves  # noqa: E402
 from inference.engine.head_gate import HeadGate  # noqa: E402
 from inference.engine.model_loader import load_model  # noqa: E402
 from inference.engine.prefill import Prefill  # noqa: E402
-from inference.engine.speculative.rollback import Rollback, _arrays, rollback_kind  # noqa: E402
+from inference.engine.speculative.rollback import Rollback, cache_arrays, rollback_kind  # noqa: E402
 
 
 def main() -> None:
@@ -73,7 +73,7 @@ def run(loaded, args) -> None:
         model(mx.random.randint(0, vocab, (1, args.context), key=mx.random.key(i)), cache=cache)
         caches.append(cache)
     batch = [type(layer[0]).merge(list(layer)) for layer in zip(*caches)]
-    mx.eval([a for c in leaves(batch) for a in _arrays(c)])
+    mx.eval([a for c in leaves(batch) for a in cache_arrays(c)])
     print(f"{type(model).__module__}: rollback {rollback_kind(batch, padding_ok)}, padding_ok {padding_ok}")
 
     def tokens(width: int):
@@ -84,7 +84,7 @@ def run(loaded, args) -> None:
         rollback = Rollback(batch, padding_ok)
         inputs = tokens(width)
         logits = model(inputs, cache=batch)
-        mx.eval(logits, [a for c in leaves(batch) for a in _arrays(c)])
+        mx.eval(logits, [a for c in leaves(batch) for a in cache_arrays(c)])
         if remove is not None:
             rollback.apply(remove, inputs.tolist(), lambda t: model(t, cache=batch))
         return time.perf_counter() - began

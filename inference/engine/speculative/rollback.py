@@ -124,7 +124,7 @@ class Rollback:
             self._segments(lengths, rows, forward)
         # Computed now, not with the next step: the step's time (the policy's cost of a verify
         # pass) includes the replay.
-        mx.eval([a for c in leaves(self.caches) for a in _arrays(c)])
+        mx.eval([a for c in leaves(self.caches) for a in cache_arrays(c)])
 
     def _segments(self, lengths, rows, forward) -> None:
         """The kept tokens in one pass per distinct kept length (no padding: see ``_replay``)."""
@@ -158,7 +158,7 @@ def _padded_pass(caches, pieces: List[List[int]], forward) -> None:
             c.finalize()
 
 
-def _arrays(c) -> list:
+def cache_arrays(c) -> list:
     """The arrays a layer's cache holds (to evaluate them)."""
     if type(c) is ArraysCache:
         return [a for a in c.cache if a is not None]
