@@ -10,22 +10,24 @@ batch cache gives the rest back:
   the rollback is a ``trim`` of every row; a row that drops more is shifted right by the
   difference (``prepare(right_padding=...)`` + ``finalize()``: a roll, and that much more left
   padding), which moves its garbage past the end, where the next step overwrites it.
-- **Sliding window** (``BatchRotatingKVCache``, window W): a pass of several tokens takes the
-  cache's concatenating path, which puts the ring back in temporal order and keeps the last
-  W - 1 positions before the new ones, so the cache holds W - 1 + width positions, oldest first:
-  nothing of the window was overwritten. The rollback cuts the common part off the end of the
-  buffer (``_cut``: the buffer itself, not only its indices, or the next one-token step would
-  count the cut positions as the window's newest) and rolls a row that drops more right, like
-  full attention; its garbage then lies before its window (at most width - 1 - least positions,
-  fewer than the W - 1 + width - least - W the next step drops from the front), masked as
-  padding until then. No copy of the window is made.
+- **Sliding window** (``BatchRotatingKVCache``, window W): the ring is put in temporal order
+  before the pass (mlx-lm's mask for several tokens over a rotated ring keeps a position its
+  update drops). A pass of several tokens takes the cache's concatenating path, which keeps
+  the last W - 1 positions before the new ones, so the cache holds W - 1 + width positions,
+  oldest first: nothing of the window was overwritten. The rollback cuts the common part off
+  the end of the buffer (``_cut``: the buffer itself, not only its indices, or the next
+  one-token step would count the cut positions as the window's newest) and rolls a row that
+  drops more right, like full attention; its garbage then lies before its window (at most
+  width - 1 - least positions, fewer than the W - 1 + width - least - W the next step drops
+  from the front), masked as padding until then. No copy of the window is made.
 - **Recurrent state** (``ArraysCache``: Gated DeltaNet, Mamba): a state folds every position in
   and cannot give one back. ``Rollback`` keeps references to every row's state (and, in such a
   model, to the sliding windows' buffers) from before the verify pass (the layers replace their
   state arrays, they do not write into them, so a reference is a snapshot and costs nothing);
   when some row rejected a position, every layer is put back (attention trimmed by ``width``)
   and each row's kept tokens are run again in one right-padded pass (the padding kept out of
-  the state by mlx-lm's ``lengths``, as in a batched prefill). So a verify pass that rejects
+  the state by mlx-lm's ``lengths``, as in a batched prefill; a model whose layers do not
+  honour it runs one pass per distinct kept length instead). So a verify pass that rejects
   costs a second forward pass of the kept tokens (its logits are never computed: only the
   caches are evaluated); one where every row kept its whole draft costs nothing more. The
   policy times the whole step, so the replay counts in whether speculation pays.
