@@ -37,7 +37,7 @@ class RedisBackend(HueyBackend):
 
         from .router import Router, WorkerView
 
-        self.router = Router(settings.OMLX_ROUTE_POLICY, settings.OMLX_ROUTE_BALANCE_THRESHOLD)
+        self.router = Router(settings.OMLX_ROUTE_POLICY, settings.OMLX_ROUTE_DECODE_WEIGHT)
         self.view = WorkerView()
         self._url = settings.OMLX_REDIS_URL
         self._secret = settings.OMLX_REDIS_SECRET
@@ -64,16 +64,16 @@ class RedisBackend(HueyBackend):
         from . import relay, route_keys, routed_queue
 
         job_dict = job.to_dict()
-        keys = route_keys.route_keys(job_dict)
+        route = route_keys.route(job_dict)
         workers = self.workers()
-        worker = None
+        decision = None
         if workers:
-            decision = self.router.choose(keys, workers)
-            worker = decision.worker
-            ROUTE_DECISIONS.labels(worker, decision.reason).inc()
-            self.router.sent(worker, keys)
-            relay.when_unsubscribed(job.request_id, lambda: self.router.ended(worker))
-        routed_queue.push(self._client(), self._secret, worker, job_dict)
+            decision = self.router.choose(route, workers)
+        routed_queue.push(self._client(), self._secret, decision and decision.worker, job_dict)
+        if decision is not None:
+            ROUTE_DECISIONS.labels(decision.worker, decision.reason).inc()
+            self.router.sent(decision, route)
+            relay.when_unsubscribed(job.request_id, lambda: self.router.ended(decision))
 
     def abort(self, job) -> None:
         from . import relay
