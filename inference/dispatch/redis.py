@@ -71,6 +71,15 @@ class RedisBackend(HueyBackend):
             decision = self.router.choose(route, workers)
         routed_queue.push(self._client(), self._secret, decision and decision.worker, job_dict)
         if decision is not None:
+            logger.debug(
+                "routed %s to %s (%s): it holds %d of ~%d prompt tokens; queued work %s",
+                job.request_id,
+                decision.worker,
+                decision.reason,
+                decision.held,
+                route.prompt_tokens,
+                decision.queued,
+            )
             ROUTE_DECISIONS.labels(decision.worker, decision.reason).inc()
             self.router.sent(decision, route)
             relay.when_unsubscribed(job.request_id, lambda: self.router.ended(decision))

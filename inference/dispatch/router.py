@@ -11,8 +11,9 @@ load scorers, weighs what a worker saves against what waits there, both in promp
 (summaries are published every few seconds; the server's own decisions are known at once).
 ``queued``: the work of the requests this server sent it that have not ended, each counted when
 it was sent as its prompt tokens not held there plus OMLX_ROUTE_DECODE_WEIGHT per token it may
-generate; a worker that reports more requests in its engines than that (another server's) has
-each extra one counted as the request being routed would cost with nothing held. The cheapest
+generate; a worker that reports more requests in its engines than that, and has taken jobs this
+server did not send (another server's), has each extra one counted as the request being routed
+would cost with nothing held. The cheapest
 worker wins: the one holding the prefix unless its queue exceeds another's by more than the
 tokens it saves. Among equal costs the least queued, then the one this server sent fewest
 requests (new conversations spread out), then at random. Nobody holding anything: the least
@@ -48,6 +49,7 @@ class Decision:
     matched: int = 0
     held: int = 0
     work: int = 0
+    queued: Optional[Dict[str, int]] = None  # the work waiting at each worker, as weighed
 
 
 class Router:
@@ -94,7 +96,8 @@ class Router:
                 reason = "least_loaded"
             else:
                 reason = "prefix" if matched[pick] == longest else "balance"
-            return Decision(pick, reason, matched[pick], held[pick], self._work_of(route, held[pick]))
+            work = self._work_of(route, held[pick])
+            return Decision(pick, reason, matched[pick], held[pick], work, queued)
 
     def _work_of(self, route: Route, held: int) -> int:
         return route.prompt_tokens - held + round(self.decode_weight * route.decode_tokens)
@@ -106,10 +109,14 @@ class Router:
 
     def _queued(self, worker: str, summary: Optional[WorkerSummary], route: Route) -> int:
         """The work waiting at ``worker``: what this server sent it, plus the requests it reports
-        beyond those, each as this one with nothing held."""
-        ours = self._in_flight.get(worker, 0)
-        others = max(0, (summary.load if summary is not None else 0) - ours)
-        return self._work.get(worker, 0) + others * self._work_of(route, 0)
+        beyond those, each as this one with nothing held. Those count only up to the jobs it took
+        that this server did not send: a summary lags (published as a job is taken, then every
+        third of a heartbeat), and this server's own ended requests must not count again."""
+        if summary is None:
+            return self._work.get(worker, 0)
+        foreign = summary.jobs_taken - self._count.get(worker, 0)
+        others = min(foreign, summary.load - self._in_flight.get(worker, 0))
+        return self._work.get(worker, 0) + max(0, others) * self._work_of(route, 0)
 
     def _matched(self, keys: List[str], worker: str, summary: Optional[WorkerSummary]) -> int:
         held = set(summary.keys) if summary is not None else ()

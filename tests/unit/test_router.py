@@ -82,16 +82,25 @@ def test_tokens_to_generate_count_with_their_weight():
 
 
 def test_requests_another_server_sent_count_as_this_one_uncached():
-    """w1 reports 2 requests in its engines that this server did not send: each weighs as much as
-    the routed request with nothing held (500 + 4 x 50), 1,400 in all, more than the 400 saved."""
+    """w1 reports 2 requests in its engines, and took 2 jobs this server did not send: each weighs
+    as much as the routed request with nothing held (500 + 4 x 50), 1,400 in all, more than the 400
+    saved. A summary whose jobs all came from this server adds nothing: it lags behind the ends of
+    this server's requests."""
     r = fixed(KEYS[:1], [400], 500, decode=50)
-    holder = WorkerSummary("w1", keys=KEYS[:1], running=1, waiting=1)
-    d = Router("prefix").choose(r, {"w1": holder, "w2": WorkerSummary("w2")})
-    assert (d.worker, d.reason) == ("w2", "balance")
-    holder.waiting = 0  # one: 700 queued > 400 saved, still w2
-    assert Router("prefix").choose(r, {"w1": holder, "w2": WorkerSummary("w2")}).worker == "w2"
-    d = Router("prefix").choose(fixed(KEYS[:1], [600], 500 + 200), {"w1": holder, "w2": WorkerSummary("w2")})
-    assert d.worker == "w2" and d.reason == "balance"  # 700 + 100 vs 700: w2
+    holder = WorkerSummary("w1", keys=KEYS[:1], running=1, waiting=1, jobs_taken=2)
+    idle = WorkerSummary("w2")
+    d = Router("prefix").choose(r, {"w1": holder, "w2": idle})
+    assert (d.worker, d.reason, d.queued) == ("w2", "balance", {"w1": 1400, "w2": 0})
+    holder.jobs_taken = 1  # one of them another server's: 700 queued > 400 saved, still w2
+    assert Router("prefix").choose(r, {"w1": holder, "w2": idle}).queued["w1"] == 700
+    router = Router("prefix")
+    for name in "ab":  # this server sent both jobs w1 took; both ended since its last summary
+        small = fixed([name], [10], 10)
+        done = router.choose(small, {"w1": holder})
+        router.sent(done, small)
+        router.ended(done)
+    d = router.choose(r, {"w1": holder, "w2": idle})
+    assert (d.worker, d.reason, d.queued["w1"]) == ("w1", "prefix", 0)
 
 
 def test_equal_holders_and_empty_caches_go_to_the_least_queued():
@@ -106,6 +115,17 @@ def test_equal_holders_and_empty_caches_go_to_the_least_queued():
     assert (d.worker, d.reason) == ("w2", "least_loaded")
     d = Router("least-loaded").choose(r, dict(both, w1=WorkerSummary("w1", keys=KEYS, running=1)))
     assert (d.worker, d.reason) == ("w2", "least_loaded")
+
+
+def test_an_equal_cost_goes_to_the_least_queued():
+    """w1 holds 100 tokens more than w2 and has 100 tokens queued: the same cost; w2 is idle."""
+    r = fixed(KEYS[:2], [100, 200], 300)
+    router = Router("prefix", decode_weight=0)
+    w1, w2 = WorkerSummary("w1", keys=KEYS[:2]), WorkerSummary("w2", keys=KEYS[:1])
+    queued = fixed(["q"], [0], 100)
+    router.sent(router.choose(queued, {"w1": w1}), queued)
+    d = router.choose(r, {"w1": w1, "w2": w2})
+    assert (d.worker, d.reason, d.held, d.queued) == ("w2", "balance", 100, {"w1": 100, "w2": 0})
 
 
 def test_the_first_turns_of_a_shared_system_prompt_spread_out():
