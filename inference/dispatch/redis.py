@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 
 from .base import NoWorker
 from .huey import HueyBackend
+from .relay import QUEUE_UNAVAILABLE
 
 logger = logging.getLogger("omlx.workers")
 
@@ -27,7 +28,7 @@ class RedisBackend(HueyBackend):
 
         alive = any_worker_alive()
         if alive is None:
-            raise NoWorker("The queue (Redis) cannot be reached", code="queue_unavailable")
+            raise NoWorker(QUEUE_UNAVAILABLE, code="queue_unavailable")
         if not alive:
             raise NoWorker("No worker is running: start one with `omlx worker`")
 
@@ -56,7 +57,17 @@ class RedisBackend(HueyBackend):
         return self.view.read(self._client(), self._secret)
 
     async def submit(self, job) -> None:
-        await sync_to_async(self._submit, thread_sensitive=False)(job)  # network I/O
+        await sync_to_async(self._submit_or_503, thread_sensitive=False)(job)  # network I/O
+
+    def _submit_or_503(self, job) -> None:
+        import redis
+
+        from .relay import queue_unavailable
+
+        try:
+            self._submit(job)
+        except (redis.RedisError, OSError) as exc:
+            raise queue_unavailable(exc) from None
 
     def _submit(self, job) -> None:
         from inference.metrics.definitions import ROUTE_DECISIONS
