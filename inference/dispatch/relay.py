@@ -410,8 +410,12 @@ QUEUE_UNAVAILABLE = "The queue (Redis) cannot be reached"
 
 def queue_unavailable(exc: BaseException):
     """The ``NoWorker`` (503 "queue_unavailable") for an error talking to Redis."""
+    from redis import ResponseError
+
     from .base import NoWorker
 
+    if isinstance(exc, ResponseError):  # it answers, but no: out of memory, read-only replica...
+        return NoWorker(f"The queue (Redis) refused the request: {exc}", code="queue_unavailable")
     return NoWorker(f"{QUEUE_UNAVAILABLE}: {exc}", code="queue_unavailable")
 
 

@@ -2,7 +2,9 @@
 that the tests kill and start again on the same port, `omlx serve --redis-url` and one
 `omlx worker`. A request submitted while Redis is down, or waiting for its stream when it goes
 down, gets a 503 (OpenAI and Anthropic error shapes) or, once its stream has started, an error
-event that ends it: never a 500 and never a hang. The server serves again once Redis is back."""
+event that ends it: never a 500 and never a hang. The server serves again once Redis is back.
+
+    PYTHONPATH=$PWD .venv/bin/python -m pytest -m slow tests/live/test_redis_outage.py"""
 
 import json
 import os
@@ -18,7 +20,8 @@ import pytest
 from tests.live.test_redis_mode import REDIS, SECRET, Process, free_port
 from tests.support.server import ServerProcess
 
-pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
+# About a minute (a server and a worker start, Redis restarts four times): not the default run.
+pytestmark = [pytest.mark.skipif(REDIS is None, reason="redis-server is not installed"), pytest.mark.slow]
 
 HEARTBEAT = "2"  # seconds: a silent stream asks Redis after this long
 WAIT = 30  # seconds a request may take before the test calls it a hang
@@ -87,6 +90,13 @@ def server(tmp_path_factory, model_dir, redis):
     served.stop()
 
 
+@pytest.fixture(autouse=True)
+def redis_up(redis):
+    """Each test starts with Redis up, whatever the one before it left."""
+    if redis.process.process.poll() is not None:
+        redis.start()
+
+
 def post(server, path, body, **extra):
     return httpx.post(server.url + path, json=body, timeout=WAIT, **extra)
 
@@ -127,6 +137,24 @@ def test_a_request_submitted_while_redis_is_down_gets_a_503(server, redis):
         time.sleep(1.5)  # past the server's reuse of its last look at the workers
     redis.start()
     assert served_again(server).json()["choices"][0]["message"]["content"] is not None
+
+
+def test_a_redis_that_refuses_the_job_gives_a_503(server, redis):
+    """Redis out of memory (maxmemory 1, no eviction): it still answers, subscribes and publishes,
+    but refuses to queue the job. A 503 that says so; served again once it has room."""
+    import redis as redis_py
+
+    served_again(server)
+    admin = redis_py.Redis.from_url(redis.url)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", "1")
+    try:
+        response = post(server, "/v1/chat/completions", dict(CHAT, max_tokens=4))
+        assert_openai_503(response)
+        assert "refused" in response.json()["error"]["message"]
+    finally:
+        admin.config_set("maxmemory", "0")
+    served_again(server)
 
 
 def test_a_stream_whose_redis_goes_down_ends_with_an_error(server, redis):
