@@ -276,6 +276,7 @@ class Subscription:
         self._reader: Optional[asyncio.Task] = None
         self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
         self._seq = 0  # the number of the next event expected (Redis)
+        self._redis_run: Optional[str] = None  # Redis's run id when subscribed (a restart changes it)
         self._heard_at = 0.0  # loop time of the last event or liveness check
         self.observer: Optional[Callable[[dict], None]] = None  # sees every event (inference.metrics)
         self._mailbox: Optional[_Mailbox] = None
@@ -299,6 +300,9 @@ class Subscription:
         with _loops_lock:
             _loops[self.group] = loop
         self._reader = asyncio.ensure_future(self._read())
+        from . import worker_presence
+
+        self._redis_run = await asyncio.to_thread(worker_presence.redis_run_id)
         return self
 
     async def _read(self) -> None:
@@ -312,6 +316,9 @@ class Subscription:
         With a shared layer, a silence longer than a worker heartbeat makes it ask Redis whether
         the worker is still there: if the request's worker is gone, an "error" delta ends the
         request; if no worker at all is running before one took the request, None (as a timeout).
+        When Redis cannot be asked, or restarted since the subscription (its jobs and events are
+        gone), or an event's number shows that some were lost, the event that ends the request
+        with a 503 (``_queue_lost_event``).
         """
         event = await self._receive(timeout)
         if event is not None and self.observer is not None:
@@ -350,6 +357,10 @@ class Subscription:
                             return None
                     if alive is None:  # events sent meanwhile are lost: end the request
                         why = "cannot be reached while the request waited for its worker"
+                        return _queue_lost_event(self._worker is not None, why)
+                    run = await asyncio.to_thread(worker_presence.redis_run_id)
+                    if None not in (run, self._redis_run) and run != self._redis_run:
+                        why = "restarted while the request waited: its job or events were lost"
                         return _queue_lost_event(self._worker is not None, why)
                 if deadline is not None and loop.time() >= deadline:
                     return None

@@ -198,3 +198,20 @@ def test_a_request_waiting_for_its_answer_when_redis_goes_down_gets_a_503(server
     redis.start()
     served_again(server)
     assert server.process.poll() is None and server.worker.process.poll() is None
+
+
+def test_a_request_running_while_redis_restarts_gets_a_503(server, redis):
+    """Redis killed and started again at once under a long generation: the events sent while it
+    was down are lost, so the answer is a 503, not a reply with a hole in it."""
+    served_again(server)
+    out = {}
+    thread = threading.Thread(target=lambda: out.update(r=post(server, "/v1/chat/completions", LONG)))
+    thread.start()
+    time.sleep(1.0)
+    redis.kill()
+    redis.start()
+    thread.join(WAIT + 5)
+    assert not thread.is_alive(), "the request hangs"
+    assert_openai_503(out["r"])
+    assert "lost" in out["r"].json()["error"]["message"]
+    served_again(server)
