@@ -70,7 +70,7 @@ class RedisBackend(HueyBackend):
             raise queue_unavailable(exc) from None
 
     def _submit(self, job) -> None:
-        from inference.metrics.definitions import ROUTE_DECISIONS
+        from inference.metrics.definitions import ROUTE_DECISIONS, ROUTE_TOKENS
 
         from . import relay, route_keys, routed_queue
 
@@ -92,8 +92,21 @@ class RedisBackend(HueyBackend):
                 decision.queued,
             )
             ROUTE_DECISIONS.labels(decision.worker, decision.reason).inc()
+            ROUTE_TOKENS.labels(decision.worker, "prompt").inc(route.prompt_tokens)
+            ROUTE_TOKENS.labels(decision.worker, "held").inc(decision.held)
             self.router.sent(decision, route)
-            relay.when_unsubscribed(job.request_id, lambda: self.router.ended(decision))
+            self._show_queued(decision.worker)
+
+            def ended():
+                self.router.ended(decision)
+                self._show_queued(decision.worker)
+
+            relay.when_unsubscribed(job.request_id, ended)
+
+    def _show_queued(self, worker: str) -> None:
+        from inference.metrics.definitions import ROUTE_QUEUED_WORK
+
+        ROUTE_QUEUED_WORK.labels(worker).set(self.router.queued().get(worker, 0))
 
     def abort(self, job) -> None:
         from . import relay
