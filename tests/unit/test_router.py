@@ -113,7 +113,8 @@ def test_equal_holders_and_empty_caches_go_to_the_least_queued():
     empty = {"w1": WorkerSummary("w1"), "w2": WorkerSummary("w2")}
     d = router.choose(fixed(["new"], [900], 900), empty)
     assert (d.worker, d.reason) == ("w2", "least_loaded")
-    d = Router("least-loaded").choose(r, dict(both, w1=WorkerSummary("w1", keys=KEYS, running=1)))
+    busy = WorkerSummary("w1", keys=KEYS, running=1, jobs_taken=1)  # another server's request
+    d = Router("least-loaded").choose(r, dict(both, w1=busy))
     assert (d.worker, d.reason) == ("w2", "least_loaded")
 
 
