@@ -108,7 +108,7 @@ ACCESS: tuple[Setting, ...] = (
         "route_decode_weight",
         "OMLX_ROUTE_DECODE_WEIGHT",
         NUMBER,
-        4.0,
+        8.0,
         "Redis mode: the work of one token to generate, in prompt tokens to compute, when the router "
         "weighs a worker's queue against the prefix it holds (docs/operations.md)",
         check=checks.at_least(0),

@@ -56,7 +56,7 @@ class Router:
     """The routing state of one server process: where it sent route keys (LRU), and per worker the
     requests it sent that have not ended and their work (``sent`` adds, ``ended`` removes)."""
 
-    def __init__(self, policy: str = "prefix", decode_weight: float = 4.0, rng=None):
+    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None):
         if policy not in POLICIES:
             raise ValueError(f"route policy {policy!r}: must be one of {', '.join(POLICIES)}")
         if decode_weight < 0:

@@ -89,11 +89,11 @@ def test_requests_another_server_sent_count_as_this_one_uncached():
     r = fixed(KEYS[:1], [400], 500, decode=50)
     holder = WorkerSummary("w1", keys=KEYS[:1], running=1, waiting=1, jobs_taken=2)
     idle = WorkerSummary("w2")
-    d = Router("prefix").choose(r, {"w1": holder, "w2": idle})
+    d = Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle})
     assert (d.worker, d.reason, d.queued) == ("w2", "balance", {"w1": 1400, "w2": 0})
     holder.jobs_taken = 1  # one of them another server's: 700 queued > 400 saved, still w2
-    assert Router("prefix").choose(r, {"w1": holder, "w2": idle}).queued["w1"] == 700
-    router = Router("prefix")
+    assert Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle}).queued["w1"] == 700
+    router = Router("prefix", decode_weight=4)
     for name in "ab":  # this server sent both jobs w1 took; both ended since its last summary
         small = fixed([name], [10], 10)
         done = router.choose(small, {"w1": holder})
