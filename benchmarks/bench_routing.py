@@ -9,7 +9,7 @@ folder): with ``--shared-cold`` the three point --paged-ssd-cache-dir at one fol
 that a block one worker wrote is restored by another.
 
     .venv/bin/python benchmarks/bench_routing.py [--policies prefix,random,least-loaded]
-        [--workers 3] [--model-preset tiny] [--shared-cold] [--balance-threshold N]
+        [--workers 3] [--model-preset tiny] [--shared-cold] [--decode-weight W]
         [--conversations N --turns T --system-tokens S --burst B ...] [--json out.json]
 """
 
@@ -84,8 +84,8 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
     )
     for name in ("OMLX_API_KEY", "OMLX_HUEY_WORKERS", "OMLX_API_HANDOFF"):
         env.pop(name, None)
-    if args.balance_threshold is not None:
-        env["OMLX_ROUTE_BALANCE_THRESHOLD"] = str(args.balance_threshold)
+    if args.decode_weight is not None:
+        env["OMLX_ROUTE_DECODE_WEIGHT"] = str(args.decode_weight)
     try:
         wait_for(lambda: "Ready to accept" in (work / "redis.log").read_text(), "redis-server")
         for i in range(args.workers):
@@ -145,7 +145,7 @@ def main() -> int:
         "--model-preset", default="tiny", help="testkit preset of the model (tiny, small, ...)"
     )
     parser.add_argument("--shared-cold", action="store_true", help="the workers share one cold-tier folder")
-    parser.add_argument("--balance-threshold", type=int, help="OMLX_ROUTE_BALANCE_THRESHOLD (default 4)")
+    parser.add_argument("--decode-weight", type=float, help="OMLX_ROUTE_DECODE_WEIGHT (default 8)")
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
@@ -181,6 +181,14 @@ def main() -> int:
         print(
             "    routing decisions: "
             + ", ".join(f"{{{labels}}} {v}" for labels, v in results["routing"]["decisions"])
+        )
+        per_worker = {}
+        for labels, value in results["routing"]["decisions"]:
+            worker = re.search(r'worker="([^"]*)"', labels).group(1)
+            per_worker[worker] = per_worker.get(worker, 0) + int(float(value))
+        print(
+            "    requests per worker: "
+            + " / ".join(str(n) for n in sorted(per_worker.values(), reverse=True))
         )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1, default=str))

@@ -105,12 +105,12 @@ ACCESS: tuple[Setting, ...] = (
         console_editable=False,
     ),
     Setting(
-        "route_balance_threshold",
-        "OMLX_ROUTE_BALANCE_THRESHOLD",
-        INTEGER,
-        4,
-        "Redis mode, prefix routing: a worker holding the longest prefix is passed over for the least "
-        "loaded one when it has more than this many requests more",
+        "route_decode_weight",
+        "OMLX_ROUTE_DECODE_WEIGHT",
+        NUMBER,
+        8.0,
+        "Redis mode: the work of one token to generate, in prompt tokens to compute, when the router "
+        "weighs a worker's queue against the prefix it holds (docs/operations.md)",
         check=checks.at_least(0),
         console_editable=False,
     ),

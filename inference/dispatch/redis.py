@@ -14,6 +14,7 @@ from asgiref.sync import sync_to_async
 
 from .base import NoWorker
 from .huey import HueyBackend
+from .relay import QUEUE_UNAVAILABLE
 
 logger = logging.getLogger("omlx.workers")
 
@@ -27,7 +28,7 @@ class RedisBackend(HueyBackend):
 
         alive = any_worker_alive()
         if alive is None:
-            raise NoWorker("The queue (Redis) cannot be reached", code="queue_unavailable")
+            raise NoWorker(QUEUE_UNAVAILABLE, code="queue_unavailable")
         if not alive:
             raise NoWorker("No worker is running: start one with `omlx worker`")
 
@@ -37,7 +38,7 @@ class RedisBackend(HueyBackend):
 
         from .router import Router, WorkerView
 
-        self.router = Router(settings.OMLX_ROUTE_POLICY, settings.OMLX_ROUTE_BALANCE_THRESHOLD)
+        self.router = Router(settings.OMLX_ROUTE_POLICY, settings.OMLX_ROUTE_DECODE_WEIGHT)
         self.view = WorkerView()
         self._url = settings.OMLX_REDIS_URL
         self._secret = settings.OMLX_REDIS_SECRET
@@ -56,24 +57,56 @@ class RedisBackend(HueyBackend):
         return self.view.read(self._client(), self._secret)
 
     async def submit(self, job) -> None:
-        await sync_to_async(self._submit, thread_sensitive=False)(job)  # network I/O
+        await sync_to_async(self._submit_or_503, thread_sensitive=False)(job)  # network I/O
+
+    def _submit_or_503(self, job) -> None:
+        import redis
+
+        from .relay import queue_unavailable
+
+        try:
+            self._submit(job)
+        except (redis.RedisError, OSError) as exc:
+            raise queue_unavailable(exc) from None
 
     def _submit(self, job) -> None:
-        from inference.metrics.definitions import ROUTE_DECISIONS
+        from inference.metrics.definitions import ROUTE_DECISIONS, ROUTE_TOKENS
 
         from . import relay, route_keys, routed_queue
 
         job_dict = job.to_dict()
-        keys = route_keys.route_keys(job_dict)
+        route = route_keys.route(job_dict)
         workers = self.workers()
-        worker = None
+        decision = None
         if workers:
-            decision = self.router.choose(keys, workers)
-            worker = decision.worker
-            ROUTE_DECISIONS.labels(worker, decision.reason).inc()
-            self.router.sent(worker, keys)
-            relay.when_unsubscribed(job.request_id, lambda: self.router.ended(worker))
-        routed_queue.push(self._client(), self._secret, worker, job_dict)
+            decision = self.router.choose(route, workers)
+        routed_queue.push(self._client(), self._secret, decision and decision.worker, job_dict)
+        if decision is not None:
+            logger.debug(
+                "routed %s to %s (%s): it holds %d of ~%d prompt tokens; queued work %s",
+                job.request_id,
+                decision.worker,
+                decision.reason,
+                decision.held,
+                route.prompt_tokens,
+                decision.queued,
+            )
+            ROUTE_DECISIONS.labels(decision.worker, decision.reason).inc()
+            ROUTE_TOKENS.labels(decision.worker, "prompt").inc(route.prompt_tokens)
+            ROUTE_TOKENS.labels(decision.worker, "held").inc(decision.held)
+            self.router.sent(decision, route)
+            self._show_queued(decision.worker)
+
+            def ended():
+                self.router.ended(decision)
+                self._show_queued(decision.worker)
+
+            relay.when_unsubscribed(job.request_id, ended)
+
+    def _show_queued(self, worker: str) -> None:
+        from inference.metrics.definitions import ROUTE_QUEUED_WORK
+
+        ROUTE_QUEUED_WORK.labels(worker).set(self.router.queued().get(worker, 0))
 
     def abort(self, job) -> None:
         from . import relay

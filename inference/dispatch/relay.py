@@ -13,7 +13,9 @@ engine thread). The view side (``Subscription``) runs on the server's event loop
   events one after the other, in the order ``publish`` was called, so the tokens of a request keep
   their order and the engine thread never waits for the network. Each event carries the sending
   process's worker id (``"worker"``), so that a view can tell when the worker running its request
-  is gone (``inference.dispatch.worker_presence``) instead of waiting forever.
+  is gone (``inference.dispatch.worker_presence``) instead of waiting forever, and its number in
+  its group (``"seq"``, from 0), so that a view can tell when Redis lost some of them (it dropped
+  the connection, or restarted) instead of streaming a reply with a hole in it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import logging
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Callable, Dict, Optional
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -92,8 +95,22 @@ def _send(group: str, event: dict) -> None:
         return
     from inference.dispatch.worker_presence import worker_id
 
-    message["event"] = dict(event, worker=worker_id())
+    message["event"] = dict(event, worker=worker_id(), seq=_next_seq(group))
     _sender().send(layer, group, message)
+
+
+_seqs: "OrderedDict[str, int]" = OrderedDict()  # group -> the number of its next event (LRU)
+_seqs_lock = threading.Lock()
+MAX_SEQ_GROUPS = 100_000  # far more than the requests one process streams at once
+
+
+def _next_seq(group: str) -> int:
+    with _seqs_lock:
+        seq = _seqs.pop(group, 0)
+        _seqs[group] = seq + 1
+        while len(_seqs) > MAX_SEQ_GROUPS:
+            _seqs.popitem(last=False)
+        return seq
 
 
 class _Sender:
@@ -258,6 +275,8 @@ class Subscription:
         self._events: Optional[asyncio.Queue] = None
         self._reader: Optional[asyncio.Task] = None
         self._worker: Optional[str] = None  # the worker process that sent the last event (Redis)
+        self._seq = 0  # the number of the next event expected (Redis)
+        self._redis_run: Optional[str] = None  # Redis's run id when subscribed (a restart changes it)
         self._heard_at = 0.0  # loop time of the last event or liveness check
         self.observer: Optional[Callable[[dict], None]] = None  # sees every event (inference.metrics)
         self._mailbox: Optional[_Mailbox] = None
@@ -272,11 +291,18 @@ class Subscription:
                 _loops[self.group] = loop
                 _subscriptions[self.group] = self
             return self
-        self.channel = await self.layer.new_channel()
+        try:
+            self.channel = await self.layer.new_channel()
+            await self.layer.group_add(self.group, self.channel)
+        except Exception as exc:  # Redis down: the layer forgot the failed subscription
+            self.channel = None
+            raise queue_unavailable(exc) from None
         with _loops_lock:
             _loops[self.group] = loop
-        await self.layer.group_add(self.group, self.channel)
         self._reader = asyncio.ensure_future(self._read())
+        from . import worker_presence
+
+        self._redis_run = await asyncio.to_thread(worker_presence.redis_run_id)
         return self
 
     async def _read(self) -> None:
@@ -290,6 +316,9 @@ class Subscription:
         With a shared layer, a silence longer than a worker heartbeat makes it ask Redis whether
         the worker is still there: if the request's worker is gone, an "error" delta ends the
         request; if no worker at all is running before one took the request, None (as a timeout).
+        When Redis cannot be asked, or restarted since the subscription (its jobs and events are
+        gone), or an event's number shows that some were lost, the event that ends the request
+        with a 503 (``_queue_lost_event``).
         """
         event = await self._receive(timeout)
         if event is not None and self.observer is not None:
@@ -319,14 +348,28 @@ class Subscription:
                 if loop.time() - self._heard_at >= heartbeat:
                     self._heard_at = loop.time()
                     if self._worker is not None:
-                        if await asyncio.to_thread(worker_presence.is_alive, self._worker) is False:
+                        alive = await asyncio.to_thread(worker_presence.is_alive, self._worker)
+                        if alive is False:
                             return _worker_lost_event(self._worker)
-                    elif await asyncio.to_thread(worker_presence.any_worker_alive) is False:
-                        return None
+                    else:
+                        alive = await asyncio.to_thread(worker_presence.any_worker_alive)
+                        if alive is False:
+                            return None
+                    if alive is None:  # events sent meanwhile are lost: end the request
+                        why = "cannot be reached while the request waited for its worker"
+                        return _queue_lost_event(self._worker is not None, why)
+                    run = await asyncio.to_thread(worker_presence.redis_run_id)
+                    if None not in (run, self._redis_run) and run != self._redis_run:
+                        why = "restarted while the request waited: its job or events were lost"
+                        return _queue_lost_event(self._worker is not None, why)
                 if deadline is not None and loop.time() >= deadline:
                     return None
                 continue
             self._heard_at = loop.time()
+            if event.get("seq", self._seq) != self._seq:  # Redis lost the events in between
+                logger.warning("events of %s were lost in Redis", self.request_id)
+                return _queue_lost_event(self._worker is not None, "lost events of the request")
+            self._seq += 1
             self._worker = event.get("worker", self._worker)
             return event
 
@@ -345,7 +388,10 @@ class Subscription:
             except (asyncio.CancelledError, Exception):
                 pass
             self._reader = None
-        await self.layer.group_discard(self.group, self.channel)
+        try:
+            await self.layer.group_discard(self.group, self.channel)
+        except Exception as exc:  # Redis down: its subscription ends with the connection anyway
+            logger.warning("unsubscribing from %s failed: %s", self.group, exc)
         if isinstance(self.layer, InMemoryChannelLayer):
             self.layer.channels.pop(self.channel, None)  # its queue would linger otherwise
         _run_exit_callbacks(self.request_id)
@@ -368,6 +414,31 @@ async def next_within(queue: asyncio.Queue, timeout: Optional[float]):
         if not getter.done():
             getter.cancel()
     return getter.result() if getter.done() and not getter.cancelled() else None
+
+
+QUEUE_UNAVAILABLE = "The queue (Redis) cannot be reached"
+
+
+def queue_unavailable(exc: BaseException):
+    """The ``NoWorker`` (503 "queue_unavailable") for an error talking to Redis."""
+    from redis import ResponseError
+
+    from .base import NoWorker
+
+    if isinstance(exc, ResponseError):  # it answers, but no: out of memory, read-only replica...
+        return NoWorker(f"The queue (Redis) refused the request: {exc}", code="queue_unavailable")
+    return NoWorker(f"{QUEUE_UNAVAILABLE}: {exc}", code="queue_unavailable")
+
+
+def _queue_lost_event(accepted: bool, why: str) -> dict:
+    """The event that ends a request whose Redis stopped answering or lost some of its events:
+    a refusal before a worker took it, else a last delta that failed with a 503."""
+    message = f"The queue (Redis) {why}"
+    if not accepted:
+        return {"kind": "error", "status": 503, "message": message, "code": "queue_unavailable"}
+    event = _worker_lost_event("")
+    event.update(error=message, status=503, code="queue_unavailable")
+    return event
 
 
 def _worker_lost_event(worker: str) -> dict:

@@ -1,19 +1,23 @@
 """Which worker runs a request, in Redis mode (OMLX_ROUTE_POLICY; docs/operations.md).
 
-``prefix`` (the default), in the manner of SGLang's cache-aware router and llm-d's prefix scorer:
-each live worker's match is the longest prefix of the request's route keys
-(inference/dispatch/route_keys.py) that it holds, by its published summary
-(inference/dispatch/worker_summary.py) or because this server sent it those keys before (summaries
-are published every few seconds; the server's own decisions are known at once). The worker with the
-longest match wins, the least loaded among equals; but when its load exceeds the least loaded
-worker's by more than OMLX_ROUTE_BALANCE_THRESHOLD requests, the least loaded worker takes it
-instead (a hot prefix must not pile every request on one worker). Nobody holding anything: the
-least loaded worker. ``least-loaded``: always the least loaded. ``random``: any live worker.
-Among equal workers (match and load), the one this server sent fewest requests, so that new
-conversations spread out; ties beyond that at random.
+``prefix`` (the default), in the manner of SGLang's cache-aware router and llm-d's prefix and
+load scorers, weighs what a worker saves against what waits there, both in prompt tokens:
 
-A worker's load: requests running or waiting in its engines by its summary, or the requests this
-server sent it that have not ended, whichever is larger. Ties are broken at random.
+    cost(worker) = queued(worker) + prompt_tokens - held(worker)
+
+``held``: the estimated prompt tokens of the longest prefix of the request's route keys
+(inference/dispatch/route_keys.py) that the worker holds, by its published summary
+(inference/dispatch/worker_summary.py) or because this server sent it those keys before
+(summaries are published every few seconds; the server's own decisions are known at once).
+``queued``: the work of the requests this server sent it that have not ended, each counted when
+it was sent as its prompt tokens not held there plus OMLX_ROUTE_DECODE_WEIGHT per token it may
+generate; a worker that reports more requests in its engines than that, and has taken jobs this
+server did not send (another server's), has each extra one counted as the request being routed
+would cost with nothing held. The cheapest
+worker wins: the one holding the prefix unless its queue exceeds another's by more than the
+tokens it saves. Among equal costs the least queued, then the one this server sent fewest
+requests (new conversations spread out), then at random. Nobody holding anything: the least
+queued. ``least-loaded``: always the least queued. ``random``: any live worker.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Set
 
+from .route_keys import Route
 from .worker_summary import WorkerSummary
 
 POLICIES = ("prefix", "random", "least-loaded")
@@ -33,91 +38,125 @@ MEMORY_KEYS = 200_000  # route keys -> worker remembered by this server (LRU)
 
 @dataclass
 class Decision:
-    """Where a request goes and why: ``reason`` is "prefix" (the longest match won), "balance" (the
-    longest match's worker was too loaded), "least_loaded" (nobody held a prefix, or that policy),
-    "random". ``matched``: how many of its route keys the chosen worker holds."""
+    """Where a request goes and why: ``reason`` is "prefix" (the chosen worker holds the longest
+    prefix anyone holds), "balance" (a worker holding a longer prefix was passed over: its queue
+    outweighed the saving), "least_loaded" (nobody held a prefix, or that policy), "random".
+    ``matched``: how many route keys the chosen worker holds; ``held``: their estimated prompt
+    tokens; ``work``: the work this request adds to that worker's queue."""
 
     worker: str
     reason: str
     matched: int = 0
+    held: int = 0
+    work: int = 0
+    queued: Optional[Dict[str, int]] = None  # the work waiting at each worker, as weighed
 
 
 class Router:
-    """The routing state of one server process: its recent decisions and in-flight counts."""
+    """The routing state of one server process: where it sent route keys (LRU), and per worker the
+    requests it sent that have not ended and their work (``sent`` adds, ``ended`` removes)."""
 
-    def __init__(self, policy: str = "prefix", balance_threshold: int = 4, rng=None):
+    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None):
         if policy not in POLICIES:
             raise ValueError(f"route policy {policy!r}: must be one of {', '.join(POLICIES)}")
+        if decode_weight < 0:
+            raise ValueError("decode weight must be at least 0")
         self.policy = policy
-        self.balance_threshold = balance_threshold
+        self.decode_weight = decode_weight
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._sent: "OrderedDict[str, str]" = OrderedDict()  # route key -> worker it was sent to
-        self._in_flight: Dict[str, int] = {}
+        self._sent: "OrderedDict[str, Set[str]]" = OrderedDict()  # route key -> workers sent it
+        self._in_flight: Dict[str, int] = {}  # worker -> requests sent, not ended
+        self._work: Dict[str, int] = {}  # worker -> their work
         self._count: Dict[str, int] = {}  # requests sent to each worker
 
-    def choose(self, keys: Sequence[str], workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
-        """The worker for a request of route ``keys`` among the live ``workers`` (id -> its summary,
+    def choose(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
+        """The worker for a request of ``route`` among the live ``workers`` (id -> its summary,
         None when it published none); ValueError when there is none."""
         if not workers:
             raise ValueError("no live worker")
         names = sorted(workers)
         with self._lock:
-            loads = {w: self._load(w, workers[w]) for w in names}
             if self.policy == "random":
-                return Decision(self._rng.choice(names), "random")
-            lightest = min(loads.values())
-            least = self._fewest_sent([w for w in names if loads[w] == lightest])
+                pick = self._rng.choice(names)
+                return Decision(pick, "random", work=self._work_of(route, 0))
+            queued = {w: self._queued(w, workers[w], route) for w in names}
             if self.policy == "least-loaded":
-                return Decision(least, "least_loaded")
-            matched = {w: self._matched(keys, w, workers[w]) for w in names}
+                matched = dict.fromkeys(names, 0)
+            else:
+                matched = {w: self._matched(route.keys, w, workers[w]) for w in names}
+            held = {w: route.held_tokens(matched[w]) for w in names}
+            cost = {w: queued[w] + route.prompt_tokens - held[w] for w in names}
+            cheapest = min(cost.values())
+            best = [w for w in names if cost[w] == cheapest]
+            lightest = min(queued[w] for w in best)
+            pick = self._fewest_sent([w for w in best if queued[w] == lightest])
             longest = max(matched.values())
             if longest == 0:
-                return Decision(least, "least_loaded")
-            best = [w for w in names if matched[w] == longest]
-            low = min(loads[w] for w in best)
-            pick = self._fewest_sent([w for w in best if loads[w] == low])
-            if loads[pick] - lightest > self.balance_threshold:
-                return Decision(least, "balance", matched[least])
-            return Decision(pick, "prefix", longest)
+                reason = "least_loaded"
+            else:
+                reason = "prefix" if matched[pick] == longest else "balance"
+            work = self._work_of(route, held[pick])
+            return Decision(pick, reason, matched[pick], held[pick], work, queued)
+
+    def _work_of(self, route: Route, held: int) -> int:
+        return route.prompt_tokens - held + round(self.decode_weight * route.decode_tokens)
 
     def _fewest_sent(self, candidates: List[str]) -> str:
         """The candidate this server sent fewest requests (round robin among equals)."""
         fewest = min(self._count.get(w, 0) for w in candidates)
         return self._rng.choice([w for w in candidates if self._count.get(w, 0) == fewest])
 
-    def _load(self, worker: str, summary: Optional[WorkerSummary]) -> int:
-        published = summary.load if summary is not None else 0
-        return max(published, self._in_flight.get(worker, 0))
+    def _queued(self, worker: str, summary: Optional[WorkerSummary], route: Route) -> int:
+        """The work waiting at ``worker``: what this server sent it, plus the requests it reports
+        beyond those, each as this one with nothing held. Those count only up to the jobs it took
+        that this server did not send: a summary lags (published as a job is taken, then every
+        third of a heartbeat), and this server's own ended requests must not count again."""
+        if summary is None:
+            return self._work.get(worker, 0)
+        foreign = summary.jobs_taken - self._count.get(worker, 0)
+        others = min(foreign, summary.load - self._in_flight.get(worker, 0))
+        return self._work.get(worker, 0) + max(0, others) * self._work_of(route, 0)
 
-    def _matched(self, keys: Sequence[str], worker: str, summary: Optional[WorkerSummary]) -> int:
+    def _matched(self, keys: List[str], worker: str, summary: Optional[WorkerSummary]) -> int:
         held = set(summary.keys) if summary is not None else ()
         count = 0
         for key in keys:
-            if key not in held and self._sent.get(key) != worker:
+            if key not in held and worker not in self._sent.get(key, ()):
                 break
             count += 1
         return count
 
-    def sent(self, worker: str, keys: List[str]) -> None:
-        """A request of route ``keys`` went to ``worker``: it will hold them; one more in flight."""
+    def sent(self, decision: Decision, route: Route) -> None:
+        """The request of ``route`` went to ``decision.worker``: it will hold its keys; its work
+        is queued there until ``ended``."""
+        worker = decision.worker
         with self._lock:
-            for key in keys:
-                self._sent[key] = worker
+            for key in route.keys:
+                self._sent.setdefault(key, set()).add(worker)
                 self._sent.move_to_end(key)
             while len(self._sent) > MEMORY_KEYS:
                 self._sent.popitem(last=False)
             self._in_flight[worker] = self._in_flight.get(worker, 0) + 1
+            self._work[worker] = self._work.get(worker, 0) + decision.work
             self._count[worker] = self._count.get(worker, 0) + 1
 
-    def ended(self, worker: str) -> None:
-        """A request sent to ``worker`` ended (for its view, whatever the outcome)."""
+    def ended(self, decision: Decision) -> None:
+        """A request sent to ``decision.worker`` ended (for its view, whatever the outcome)."""
+        worker = decision.worker
         with self._lock:
             left = self._in_flight.get(worker, 0) - 1
             if left > 0:
                 self._in_flight[worker] = left
+                self._work[worker] = max(0, self._work.get(worker, 0) - decision.work)
             else:
                 self._in_flight.pop(worker, None)
+                self._work.pop(worker, None)
+
+    def queued(self) -> Dict[str, int]:
+        """Worker -> the work of the requests this server sent it that have not ended."""
+        with self._lock:
+            return dict(self._work)
 
 
 class WorkerView:

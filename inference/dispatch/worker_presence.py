@@ -43,6 +43,21 @@ def is_alive(worker: str) -> Optional[bool]:
         return None
 
 
+_run_client = None
+
+
+def redis_run_id() -> Optional[str]:
+    """The run id of the Redis (a new one each time it starts), None when it cannot be asked."""
+    global _run_client
+    try:
+        if _run_client is None:
+            _run_client = _client()  # one connection pool for every request of this process
+        return _run_client.info("server").get("run_id")
+    except Exception as exc:
+        logger.warning("cannot ask Redis for its run id: %s", exc)
+        return None
+
+
 def start_heartbeat() -> None:
     """Announce this process as a worker until it exits (idempotent; Redis mode only)."""
     global _started

@@ -4,7 +4,7 @@ scrape time are made by ``collector.EngineCollector``, registered in the same re
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # 5 ms to 60 s: a cached prompt's first token on a fast machine up to a cold load of a large model.
@@ -98,9 +98,23 @@ KEY_TOKENS = Counter(
 ROUTE_DECISIONS = Counter(
     "omlx_route_decisions",
     "Redis mode: requests this server sent to each worker, by reason: prefix (it held the longest "
-    "prefix), balance (the prefix holder was too loaded), least_loaded (nobody held one, or that "
-    "policy), random",
+    "prefix: a prefix hit), balance (an overload fallback: the worker holding a longer prefix had "
+    "more work queued than the prefix saves), least_loaded (nobody held one, or that policy), random",
     ["worker", "reason"],
+    registry=REGISTRY,
+)
+ROUTE_TOKENS = Counter(
+    "omlx_route_tokens",
+    "Redis mode: estimated prompt tokens of the requests this server sent each worker (kind "
+    "prompt), and of those, the prefix the worker held by the router's view (kind held)",
+    ["worker", "kind"],
+    registry=REGISTRY,
+)
+ROUTE_QUEUED_WORK = Gauge(
+    "omlx_route_queued_work",
+    "Redis mode: the work (estimated prompt tokens to compute, plus generated tokens times "
+    "OMLX_ROUTE_DECODE_WEIGHT) of the requests this server sent each worker that have not ended",
+    ["worker"],
     registry=REGISTRY,
 )
 ROUTE_SUMMARIES_REFUSED = Counter(

@@ -115,6 +115,14 @@ def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server): 
             assert (pid, reason) == (homes[conv], "prefix")
             assert cached > reply.usage.prompt_tokens // 2
     assert len(set(homes.values())) == 2, "the first turns spread over both workers (least loaded)"
+    seen = metrics(server)  # what the router expected: later turns held most of their prompt
+    tokens = {k: 0.0 for k in ("prompt", "held")}
+    for (name, labels), value in seen.items():
+        if name == "omlx_route_tokens_total":
+            tokens[re.search(r'kind="(\w+)"', labels).group(1)] += value
+    assert 0.4 * tokens["prompt"] < tokens["held"] < tokens["prompt"], tokens
+    queued = [v for (name, _), v in seen.items() if name == "omlx_route_queued_work"]
+    assert len(queued) == 2 and not any(queued), queued  # every request has ended
 
 
 def test_the_status_page_lists_the_workers(client, server, workers):  # noqa: F811

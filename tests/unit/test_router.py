@@ -1,16 +1,22 @@
-"""The routing policy of Redis mode (inference/dispatch/router.py) and the route keys it compares."""
+"""The routing policy of Redis mode (inference/dispatch/router.py) and the route keys it compares:
+what a worker saves (the prompt tokens of the prefix it holds) against what waits there."""
 
 import pytest
 
-from inference.dispatch.route_keys import route_keys
+from inference.dispatch.route_keys import CHARS_PER_TOKEN, Route, route, route_keys
 from inference.dispatch.router import Router
 from inference.dispatch.worker_summary import WorkerSummary
 
 
+def job(*contents, **extra):
+    out = {"model": "m", "cache_salt": None, "tools": None, "tool_choice": None, "chat_template_kwargs": {}}
+    out["params"] = {"max_tokens": 10}
+    out.update(extra)
+    return dict(out, messages=[{"role": "user", "content": c} for c in contents])
+
+
 def chat(*contents, **extra):
-    job = {"model": "m", "cache_salt": None, "tools": None, "tool_choice": None, "chat_template_kwargs": {}}
-    job.update(extra)
-    return route_keys(dict(job, messages=[{"role": "user", "content": c} for c in contents]))
+    return route_keys(job(*contents, **extra))
 
 
 def test_a_longer_conversation_extends_the_key_chain():
@@ -20,15 +26,130 @@ def test_a_longer_conversation_extends_the_key_chain():
     assert chat("x", "b")[1] != two[1]
 
 
-def test_prefix_wins_until_its_worker_is_too_loaded():
-    keys = chat("a", "b", "c")
-    router = Router("prefix", balance_threshold=2)
-    holder = WorkerSummary("w1", keys=keys[:2], running=2)
+def test_a_route_estimates_the_tokens_of_each_prefix():
+    r = route(job("x" * 400, "y" * 40, n=2))
+    assert r.keys == chat("x" * 400, "y" * 40)
+    first = r.tokens[0]
+    assert 400 // CHARS_PER_TOKEN <= first < 400 // CHARS_PER_TOKEN + 20  # the message's JSON
+    assert r.tokens[1] - first >= 40 // CHARS_PER_TOKEN and r.prompt_tokens == r.tokens[1]
+    assert r.decode_tokens == 20  # max_tokens x n
+    tools = [{"type": "function", "function": {"name": "f", "description": "z" * 800}}]
+    assert route(job("x" * 400, tools=tools)).tokens[0] >= first + 200  # tools render before it
+    ids = route({"model": "m", "params": {}, "prompts": [list(range(100)), [1, 2]]})
+    assert ids.tokens == [64, 100] and ids.prompt_tokens == 102 and ids.decode_tokens == 2 * 256
+
+
+def fixed(keys, tokens, prompt, decode=0):
+    return Route(keys, tokens, prompt, decode)
+
+
+KEYS = ["k0", "k1", "k2"]
+
+
+def test_the_holder_wins_until_its_queue_outweighs_the_saving():
+    """w1 holds 900 of a 1,000-token prompt; w2 holds nothing. w1 wins while the work queued
+    there exceeds w2's by less than 900 tokens, and loses once by more (an overload fallback)."""
+    r = fixed(KEYS, [500, 900, 1000], 1000)
+    router = Router("prefix", decode_weight=0)
+    holder, idle = WorkerSummary("w1", keys=KEYS[:2]), WorkerSummary("w2")
+    workers = {"w1": holder, "w2": idle}
+    d = router.choose(r, workers)
+    assert (d.worker, d.reason, d.matched, d.held, d.work) == ("w1", "prefix", 2, 900, 100)
+    busy = router.choose(fixed(["other"], [850], 850), {"w1": holder})
+    router.sent(busy, fixed(["other"], [850], 850))  # 850 tokens queued at w1: still cheaper
+    assert router.choose(r, workers).worker == "w1"
+    second = router.choose(fixed(["more"], [100], 100), {"w1": holder})
+    router.sent(second, fixed(["more"], [100], 100))  # 950 queued > 900 saved
+    d = router.choose(r, workers)
+    assert (d.worker, d.reason, d.held, d.work) == ("w2", "balance", 0, 1000)
+    router.ended(second)
+    assert router.choose(r, workers).worker == "w1"
+    assert router.queued() == {"w1": 850}
+
+
+def test_tokens_to_generate_count_with_their_weight():
+    """Two requests generating 100 tokens each wait at w1: at weight 4 that outweighs a 600-token
+    saving, at weight 2 it does not."""
+    r = fixed(KEYS[:1], [600], 700)
+    workers = {"w1": WorkerSummary("w1", keys=KEYS[:1]), "w2": WorkerSummary("w2")}
+    for weight, expected in ((4, "w2"), (2, "w1")):
+        router = Router("prefix", decode_weight=weight)
+        for name in "ab":
+            small = fixed([name], [10], 10, decode=100)
+            router.sent(router.choose(small, {"w1": workers["w1"]}), small)
+        assert router.queued() == {"w1": 2 * (10 + weight * 100)}
+        assert router.choose(r, workers).worker == expected
+
+
+def test_requests_another_server_sent_count_as_this_one_uncached():
+    """w1 reports 2 requests in its engines, and took 2 jobs this server did not send: each weighs
+    as much as the routed request with nothing held (500 + 4 x 50), 1,400 in all, more than the 400
+    saved. A summary whose jobs all came from this server adds nothing: it lags behind the ends of
+    this server's requests."""
+    r = fixed(KEYS[:1], [400], 500, decode=50)
+    holder = WorkerSummary("w1", keys=KEYS[:1], running=1, waiting=1, jobs_taken=2)
     idle = WorkerSummary("w2")
-    decision = router.choose(keys, {"w1": holder, "w2": idle})
-    assert (decision.worker, decision.reason, decision.matched) == ("w1", "prefix", 2)
-    holder.waiting = 1  # 3 more requests than w2: over the threshold
-    assert router.choose(keys, {"w1": holder, "w2": idle}).reason == "balance"
+    d = Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle})
+    assert (d.worker, d.reason, d.queued) == ("w2", "balance", {"w1": 1400, "w2": 0})
+    holder.jobs_taken = 1  # one of them another server's: 700 queued > 400 saved, still w2
+    assert Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle}).queued["w1"] == 700
+    router = Router("prefix", decode_weight=4)
+    for name in "ab":  # this server sent both jobs w1 took; both ended since its last summary
+        small = fixed([name], [10], 10)
+        done = router.choose(small, {"w1": holder})
+        router.sent(done, small)
+        router.ended(done)
+    d = router.choose(r, {"w1": holder, "w2": idle})
+    assert (d.worker, d.reason, d.queued["w1"]) == ("w1", "prefix", 0)
+
+
+def test_equal_holders_and_empty_caches_go_to_the_least_queued():
+    r = fixed(KEYS, [300, 600, 900], 900)
+    router = Router("prefix", decode_weight=0)
+    both = {"w1": WorkerSummary("w1", keys=KEYS), "w2": WorkerSummary("w2", keys=KEYS)}
+    router.sent(router.choose(fixed(["x"], [5], 5), {"w1": both["w1"]}), fixed(["x"], [5], 5))
+    d = router.choose(r, both)
+    assert (d.worker, d.reason, d.held) == ("w2", "prefix", 900)
+    empty = {"w1": WorkerSummary("w1"), "w2": WorkerSummary("w2")}
+    d = router.choose(fixed(["new"], [900], 900), empty)
+    assert (d.worker, d.reason) == ("w2", "least_loaded")
+    busy = WorkerSummary("w1", keys=KEYS, running=1, jobs_taken=1)  # another server's request
+    d = Router("least-loaded").choose(r, dict(both, w1=busy))
+    assert (d.worker, d.reason) == ("w2", "least_loaded")
+
+
+def test_an_equal_cost_goes_to_the_least_queued():
+    """w1 holds 100 tokens more than w2 and has 100 tokens queued: the same cost; w2 is idle."""
+    r = fixed(KEYS[:2], [100, 200], 300)
+    router = Router("prefix", decode_weight=0)
+    w1, w2 = WorkerSummary("w1", keys=KEYS[:2]), WorkerSummary("w2", keys=KEYS[:1])
+    queued = fixed(["q"], [0], 100)
+    router.sent(router.choose(queued, {"w1": w1}), queued)
+    d = router.choose(r, {"w1": w1, "w2": w2})
+    assert (d.worker, d.reason, d.held, d.queued) == ("w2", "balance", 100, {"w1": 100, "w2": 0})
+
+
+def test_the_first_turns_of_a_shared_system_prompt_spread_out():
+    """Four conversations that share a 1,000-token system prompt arrive at once on three idle
+    workers (the agentic load's start): the second and third go to the idle workers (the first
+    worker's queue, the first conversation, outweighs the system prompt), the fourth to the
+    worker whose queue is lightest; later turns stay on their conversation's worker."""
+    system = "s" * (1000 * CHARS_PER_TOKEN)
+    router = Router("prefix")
+    workers = {w: WorkerSummary(w) for w in ("w1", "w2", "w3")}
+    homes, firsts = {}, []
+    for conv in range(4):
+        r = route(job(system, f"conversation {conv} " * 20))
+        d = router.choose(r, workers)
+        router.sent(d, r)
+        homes[conv], firsts = d, firsts + [d.worker]
+    assert sorted(firsts[:3]) == ["w1", "w2", "w3"]
+    for conv in range(4):
+        router.ended(homes[conv])
+    for conv in range(4):
+        r = route(job(system, f"conversation {conv} " * 20, "next turn"))
+        d = router.choose(r, workers)
+        assert (d.worker, d.reason, d.matched) == (homes[conv].worker, "prefix", 2)
 
 
 def test_nobody_holding_anything_spreads_new_conversations():
@@ -36,11 +157,14 @@ def test_nobody_holding_anything_spreads_new_conversations():
     workers = {"w1": WorkerSummary("w1"), "w2": WorkerSummary("w2")}
     picked = []
     for name in "abcd":
-        decision = router.choose(chat(name), workers)
-        router.sent(decision.worker, chat(name))
-        router.ended(decision.worker)
+        r = route(job(name))
+        decision = router.choose(r, workers)
+        router.sent(decision, r)
+        router.ended(decision)
         picked.append(decision.worker)
     assert sorted(picked) == ["w1", "w1", "w2", "w2"]
-    assert router.choose(chat("a", "more"), workers).worker == picked[0]  # it remembers what it sent
+    assert router.choose(route(job("a", "more")), workers).worker == picked[0]  # it remembers what it sent
     with pytest.raises(ValueError):
         Router("sticky")
+    with pytest.raises(ValueError):
+        Router("prefix", decode_weight=-1)

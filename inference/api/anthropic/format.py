@@ -15,6 +15,8 @@ from inference.api.common import limits
 from inference.api.common.errors import ApiError
 from inference.api.common.stream import Formatter
 
+from .errors import error_type
+
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 
 
@@ -110,8 +112,8 @@ class MessageBuilder(Formatter):
         (an error event when it failed)."""
         finish = event.get("finish_reason")
         if finish in ("error", "abort"):
-            self.failure = ApiError(500, limits.failure_message(event))
-            return [error_event("api_error", self.failure.message)]
+            self.failure = ApiError(event.get("status") or 500, limits.failure_message(event))
+            return [error_event(error_type(self.failure.status), self.failure.message)]
         text, reasoning = event.get("text") or "", event.get("reasoning") or ""
         if finish == "stop" and self.stop_sequences:
             text, reasoning = self._strip_stop(text, reasoning)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 
 from inference.dispatch import relay
-from inference.dispatch import get_backend
+from inference.dispatch import NoWorker, get_backend
 from inference.generation import GenerationJob
 
 from . import limits
+from .errors import ApiError
 
 
 async def submit(job: GenerationJob) -> None:
@@ -27,7 +28,10 @@ async def submit(job: GenerationJob) -> None:
     limits.check_memory()
     limits.admit(job)
     relay.when_unsubscribed(job.request_id, lambda: limits.release(job))
-    await backend.submit(job)
+    try:
+        await backend.submit(job)
+    except NoWorker as exc:  # Redis went away since check_workers
+        raise ApiError(503, str(exc), code=exc.code) from None
 
 
 def abort(job: GenerationJob) -> None:

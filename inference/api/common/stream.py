@@ -18,6 +18,7 @@ from django.conf import settings
 from django.http import JsonResponse
 
 from inference.api.common import handoff
+from inference.dispatch import NoWorker
 from inference.generation import GenerationJob
 from inference.metrics import GenerationObserver
 from inference.dispatch.relay import Subscription
@@ -143,7 +144,10 @@ async def start_generation(job: GenerationJob, key=None) -> Subscription:
     ApiError when it is refused (its status: 404, 429, 503...)."""
     subscription = Subscription(job.request_id)
     subscription.observer = GenerationObserver(job.model, job.n, key).observe  # /metrics: TTFT, tokens
-    await subscription.__aenter__()
+    try:
+        await subscription.__aenter__()
+    except NoWorker as exc:  # the channel layer (Redis) cannot be reached
+        raise ApiError(503, str(exc), code=exc.code) from None
     try:
         await handoff.submit(job)
         first = await subscription.receive(ACCEPT_TIMEOUT_SECONDS)
@@ -155,9 +159,8 @@ async def start_generation(job: GenerationJob, key=None) -> Subscription:
         if first is None:
             handoff.abort(job)
             raise ApiError(503, "No worker took the request in time")
-        raise ApiError(
-            first["status"], first["message"], code="model_not_found" if first["status"] == 404 else None
-        )
+        code = first.get("code") or ("model_not_found" if first["status"] == 404 else None)
+        raise ApiError(first["status"], first["message"], code=code)
     subscription.accepted = first  # the worker's answer: prompt_tokens per prompt
     return subscription
 

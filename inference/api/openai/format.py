@@ -49,7 +49,8 @@ def failure(event: dict) -> Optional[ApiError]:
         return ApiError(
             503, "The server is shutting down; the request was aborted", code="server_shutting_down"
         )
-    return ApiError(500, f"Generation failed: {event['error'] or event['finish_reason']}")
+    message = f"Generation failed: {event['error'] or event['finish_reason']}"
+    return ApiError(event.get("status") or 500, message, code=event.get("code"))
 
 
 class ChatFormat(Formatter):

@@ -255,8 +255,11 @@ class ResponseBuilder(Formatter):
         reason = event["finish_reason"]
         if reason in ("error", "abort"):
             self.status = "failed"
-            self.error = {"code": "server_error", "message": limits.failure_message(event)}
-            self.failure = ApiError(500, self.error["message"])
+            self.error = {
+                "code": event.get("code") or "server_error",
+                "message": limits.failure_message(event),
+            }
+            self.failure = ApiError(event.get("status") or 500, self.error["message"], code=event.get("code"))
             return [self._event("response.failed", response=self.body())]
         out: List[dict] = []
         if not self.output:  # nothing was generated: still one (empty) message
