@@ -33,12 +33,14 @@ class DistributedGroup:
     """The started group: ``group`` (rank 0's), ``processes`` (the local followers' and the ssh
     sessions of remote ones, rank order from 1)."""
 
-    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path):
+    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path, cache_dir=None):
         ring = json.dumps([[f"{h.ip}:{h.port}"] for h in hosts])
         logs.mkdir(parents=True, exist_ok=True)
         ring_file = logs / "ring-hosts.json"
         ring_file.write_text(ring)
         dirs = [arg for d in model_dirs for arg in ("--model-dir", str(d))]
+        if cache_dir:  # the same path on every machine, each rank's blocks in their own folder
+            dirs += ["--cache-dir", str(cache_dir)]
         self.processes = []
         for rank, host in enumerate(hosts[1:], start=1):
             argv = [sys.executable, "-m", "inference.distributed.follower", *dirs]
@@ -76,10 +78,13 @@ _started: Optional[DistributedGroup] = None
 _start_lock = threading.Lock()
 
 
-def shared_group(hosts_file, model_dirs, logs: Path) -> DistributedGroup:
-    """The process's group, started at the first call (a process joins one group, once)."""
+def shared_group(hosts_file, model_dirs, logs: Path, cache_dir=None) -> DistributedGroup:
+    """The process's group, started at the first call (a process joins one group, once).
+    ``cache_dir``: the SSD tier's folder (rank 0's ``paged_ssd_cache_dir``), the other ranks'
+    too, on their own disks (inference.distributed.rank_cache)."""
     global _started
     with _start_lock:
         if _started is None:
-            _started = DistributedGroup(read_hosts(hosts_file), [Path(d) for d in model_dirs], logs)
+            hosts = read_hosts(hosts_file)
+            _started = DistributedGroup(hosts, [Path(d) for d in model_dirs], logs, cache_dir)
         return _started

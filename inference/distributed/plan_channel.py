@@ -1,5 +1,8 @@
 """Rank 0's step plans to the other ranks: JSON objects broadcast over the distributed group.
 
+Besides the messages, ``agree_min``: a value every rank gives, the least of them to every
+rank (how many tokens of a prompt every rank's block cache holds).
+
 A message is two collectives, its length and then its bytes (``all_sum`` where only rank 0
 contributes); every rank reaches the same collectives in the same order, rank 0 in ``send`` and
 the others in ``receive``. JSON only: what arrives is parsed, never unpickled or executed, and a
@@ -63,6 +66,14 @@ class PlanChannel:
         if not isinstance(message, dict) or not isinstance(message.get("op"), str):
             raise PlanError("a step plan must be a JSON object with an op")
         return message
+
+    def agree_min(self, value: int) -> int:
+        """Every rank: the least of the ``value`` each rank gives (one all_gather), the same on
+        every rank. A count of something each rank holds (a prefix of cached tokens) that all
+        of them hold."""
+        counts = mx.distributed.all_gather(mx.array([value], dtype=mx.int32), group=self.group, stream=mx.cpu)
+        collective(counts)
+        return min(counts.tolist())
 
     def _broadcast(self, data: np.ndarray) -> mx.array:
         out = mx.distributed.all_sum(mx.array(data), group=self.group, stream=mx.cpu)
