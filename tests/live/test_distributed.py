@@ -9,8 +9,10 @@ import signal
 import threading
 
 import httpx
+import mlx.core as mx
 import pytest
 
+from cache import block_file
 from inference.distributed.generate import greedy, greedy_batch
 from inference.engine import Engine
 from inference.engine.model_loader import load_model
@@ -85,6 +87,9 @@ def test_served_mixed_batch_equals_one_process(server, model):
         assert texts == ["".join(event.text for event in stream) for stream in streams]
     finally:
         engine.close()
+    # Again at once: a hit on both ranks (each its own layers' blocks, in RAM), the same texts.
+    again, cached = _served(server.url, "tiny", requests)
+    assert again == texts and all(c > 0 for c in cached), cached
     log = (server.home / "logs" / "rank1.log").read_text()
     assert "256 KV bytes/token" in log  # rank 1 loaded one layer of three (rank 0 two: 512)
 
@@ -107,3 +112,95 @@ def test_killed_rank_fails_its_request_and_the_model_goes_down(server):
     again = httpx.post(server.url + "/v1/completions", json={**body, "stream": False}, timeout=60)
     assert again.status_code == 503
     assert "is down" in again.json()["error"]["message"]
+
+
+# -- the block cache on a split model ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def even_model(tmp_path_factory):
+    # Four layers: an even split (two each), so the ranks' KV layouts alone do not tell their
+    # blocks apart: only the layer range in the fingerprint does.
+    return build_model(tmp_path_factory.mktemp("dist-even") / "even", "llama", "tiny", num_hidden_layers=4)
+
+
+def _split_server(model, home):
+    hosts = home / "hosts.json"  # fresh ports at every start: the last group's may linger
+    hosts.write_text(
+        json.dumps([{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)])
+    )
+    return ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts)], home)
+
+
+CACHED = [
+    (PROMPTS[0] * 3, 12, {"temperature": 0}),
+    (PROMPTS[2] * 4, 8, {"temperature": 0.8, "seed": 7}),
+]
+
+
+def _served(url, name, requests):
+    """The requests at once (a mixed batch): their texts and cached prompt tokens."""
+    out = [None] * len(requests)
+
+    def one(i, prompt, n, extra):
+        body = {"model": name, "prompt": prompt, "max_tokens": n, "ignore_eos": True, **extra}
+        out[i] = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
+
+    threads = [threading.Thread(target=one, args=(i, *r)) for i, r in enumerate(requests)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all("choices" in o for o in out), out
+    return [o["choices"][0]["text"] for o in out], [
+        o["usage"]["prompt_tokens_details"]["cached_tokens"] for o in out
+    ]
+
+
+def _one_process(model, requests):
+    engine = Engine(model, dtype="float32", prefix_cache=False)
+    try:
+        streams = [
+            engine.submit(p, SamplingParams(max_tokens=n, ignore_eos=True, **extra))
+            for p, n, extra in requests
+        ]
+        return ["".join(event.text for event in stream) for stream in streams]
+    finally:
+        engine.close()
+
+
+def _drop_blocks(folder, first_token):
+    """Remove the block files in ``folder`` whose tokens start with ``first_token``."""
+    gone = 0
+    for path in folder.glob("*/*.safetensors"):
+        _, meta = mx.load(str(path), return_metadata=True)
+        if block_file.decode_tokens(meta["tokens"])[0] == first_token:
+            path.unlink()
+            gone += 1
+    return gone
+
+
+@pytest.mark.slow  # ~45 s here: two starts of a server and its ranks
+def test_split_cache_hits_after_a_restart_of_both_ranks(even_model, tmp_path):
+    """Each rank keeps its own layers' blocks in its own fingerprint folder of the SSD tier;
+    after a restart of the server and its ranks the same mixed batch hits them (read from SSD
+    on both ranks), with one process's texts. A prompt whose blocks one rank lost is a miss on
+    every rank, never wrong text."""
+    reference = _one_process(even_model, CACHED)
+    server = _split_server(even_model, tmp_path)
+    try:
+        assert _served(server.url, "even", CACHED) == (reference, [0, 0])
+    finally:
+        server.stop()
+    parts = {}
+    for info in (tmp_path / "cache").glob("*/model.json"):
+        parts[json.loads(info.read_text())["part"]] = info.parent
+    assert sorted(parts) == ["layers:0-2/4", "layers:2-4/4"]  # one folder per rank
+    assert _drop_blocks(parts["layers:0-2/4"], -1) == 0 and _drop_blocks(parts["layers:2-4/4"], 300) > 0
+    server = _split_server(even_model, tmp_path)
+    try:
+        texts, cached = _served(server.url, "even", CACHED)
+        # The first prompt from both ranks' SSD tiers; the second only rank 0 still has.
+        assert (texts, cached[1]) == (reference, 0) and cached[0] > 0, cached
+    finally:
+        server.stop()
