@@ -180,23 +180,26 @@ def _drop_blocks(folder, first_token):
     return gone
 
 
-@pytest.mark.slow  # ~45 s here: two starts of a server and its ranks
+@pytest.mark.slow  # ~60 s here: three starts of a server and its ranks
 def test_split_cache_hits_after_a_restart_of_both_ranks(even_model, tmp_path):
     """Each rank keeps its own layers' blocks in its own fingerprint folder of the SSD tier;
     after a restart of the server and its ranks the same mixed batch hits them (read from SSD
     on both ranks), with one process's texts. A prompt whose blocks one rank lost is a miss on
     every rank, never wrong text."""
     reference = _one_process(even_model, CACHED)
-    server = _split_server(even_model, tmp_path)
-    try:
-        assert _served(server.url, "even", CACHED) == (reference, [0, 0])
-    finally:
-        server.stop()
+    for start in range(2):
+        server = _split_server(even_model, tmp_path)
+        try:
+            texts, cached = _served(server.url, "even", CACHED)
+        finally:
+            server.stop()
+        assert texts == reference
+        assert cached == [0, 0] if start == 0 else all(c > 0 for c in cached), cached
     parts = {}
     for info in (tmp_path / "cache").glob("*/model.json"):
         parts[json.loads(info.read_text())["part"]] = info.parent
     assert sorted(parts) == ["layers:0-2/4", "layers:2-4/4"]  # one folder per rank
-    assert _drop_blocks(parts["layers:0-2/4"], -1) == 0 and _drop_blocks(parts["layers:2-4/4"], 300) > 0
+    assert _drop_blocks(parts["layers:2-4/4"], 300) > 0  # rank 1 loses the second prompt's blocks
     server = _split_server(even_model, tmp_path)
     try:
         texts, cached = _served(server.url, "even", CACHED)
