@@ -24,7 +24,7 @@ from typing import Optional
 from cache.prefix_cache import PrefixCache
 from inference.engine.engine import Engine
 from inference.engine.engine_cache import block_cache_for
-from inference.engine.model_loader import LoadedModel, load_model
+from inference.engine.model_loader import LoadedModel, ModelLoadError, load_model
 from inference.engine.request import Request
 
 from .group import DistributedGroup
@@ -73,7 +73,22 @@ class DistributedEngine(Engine):
         def shard(model):
             self.split = split_model(model, group)
 
-        return load_model(model_path, config.dtype, shard=shard)
+        # Every rank says whether it loaded the model (from here on, the steps are timed:
+        # inference.distributed.watchdog); a rank that could not says why in its log.
+        try:
+            loaded = load_model(model_path, config.dtype, shard=shard)
+        except BaseException:
+            try:
+                self.channel.agree_min(0, watched=False)
+            except GroupLost:
+                pass
+            raise
+        if not self.channel.agree_min(1, watched=False):
+            raise ModelLoadError(
+                f"{model_path.name}: another rank of the distributed group could not load it "
+                "(its log, rank<r>.log, says why)"
+            )
+        return loaded
 
     def _make_prefix_cache(self) -> PrefixCache:
         component = layers_component(self.split)
@@ -114,7 +129,7 @@ class DistributedEngine(Engine):
                 try:
                     self.channel.send({"op": "close"})
                     # Once every rank has written its hot blocks down: a restart finds them.
-                    self.channel.agree_min(0)
+                    self.channel.agree_min(0, watched=False)
                 except GroupLost:
                     pass
             self.distributed.release(self)

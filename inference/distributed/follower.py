@@ -78,7 +78,7 @@ class Follower:
             if op == "close":
                 getattr(self.cache, "write_down", lambda: 0)()
                 self.cache.close()
-                self.channel.agree_min(0)  # rank 0 waits for every rank's blocks to be written
+                self.channel.agree_min(0, watched=False)  # rank 0 waits for every rank's blocks
                 return
             if op in ("store", "keep"):
                 self._store(op, message)
@@ -264,19 +264,36 @@ def _tokens(value, vocab: int, allow_empty: bool = False) -> list:
 
 
 def serve(model_dirs: List[Path], group, cache_dir: Optional[str] = None) -> None:
-    """Load and run what rank 0 says, one model at a time, until rank 0 is gone."""
+    """Load and run what rank 0 says, one model at a time, until rank 0 is gone. Every rank says
+    whether it loaded the model (``agree_min``): when one could not, none serves it, and this
+    rank waits for the next load."""
     channel = PlanChannel(group)
     while True:
         message = channel.receive()
         if message["op"] != "load":
             raise PlanError(f"{message['op']!r}: no model is loaded here")
-        dtype = message.get("dtype")
-        if dtype not in (None, "float32", "bfloat16", "float16"):
-            raise PlanError(f"dtype {dtype!r}")
-        path = find_model(model_dirs, message.get("model"))
-        logger.info("loading %s", path)
-        Follower(path, dtype, group, channel, message.get("cache"), cache_dir).run()
-        logger.info("closed %s", path)
+        follower = None
+        try:
+            follower = _load(model_dirs, message, group, channel, cache_dir)
+        except (ModelLoadError, PlanError) as exc:
+            print(
+                f"rank {group.rank()}: cannot load {str(message.get('model'))[:MAX_ID]!r}: {exc}",
+                file=sys.stderr,
+            )
+        if channel.agree_min(int(follower is not None), watched=False) and follower is not None:
+            follower.run()
+            logger.info("closed %s", follower.loaded.path)
+        elif follower is not None:
+            follower.cache.close()  # another rank could not load it
+
+
+def _load(model_dirs: List[Path], message: dict, group, channel: PlanChannel, cache_dir) -> Follower:
+    dtype = message.get("dtype")
+    if dtype not in (None, "float32", "bfloat16", "float16"):
+        raise PlanError(f"dtype {dtype!r}")
+    path = find_model(model_dirs, message.get("model"))
+    logger.info("loading %s", path)
+    return Follower(path, dtype, group, channel, message.get("cache"), cache_dir)
 
 
 def find_model(model_dirs: List[Path], name) -> Path:

@@ -25,6 +25,7 @@ from typing import List, Optional
 import mlx.core as mx
 
 from .hosts import Host, read_hosts
+from .watchdog import Watchdog
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ class DistributedGroup:
     """The started group: ``group`` (rank 0's), ``processes`` (the local followers' and the ssh
     sessions of remote ones, rank order from 1)."""
 
-    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path, cache_dir=None):
+    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path, cache_dir=None, timeout=None):
         ring = json.dumps([[f"{h.ip}:{h.port}"] for h in hosts])
         logs.mkdir(parents=True, exist_ok=True)
         ring_file = logs / "ring-hosts.json"
@@ -58,6 +59,8 @@ class DistributedGroup:
             self.processes.append(proc)
         os.environ["MLX_HOSTFILE"], os.environ["MLX_RANK"] = str(ring_file), "0"
         self.group = mx.distributed.init(strict=True, backend="ring")
+        # A rank that hangs (stopped, not dead) is found by a timeout on the steps' exchanges.
+        self.watchdog = Watchdog(hosts, timeout) if timeout else None
         self._lock = threading.Lock()
         self._holder: Optional[object] = None
 
@@ -78,13 +81,14 @@ _started: Optional[DistributedGroup] = None
 _start_lock = threading.Lock()
 
 
-def shared_group(hosts_file, model_dirs, logs: Path, cache_dir=None) -> DistributedGroup:
+def shared_group(hosts_file, model_dirs, logs: Path, cache_dir=None, timeout=None) -> DistributedGroup:
     """The process's group, started at the first call (a process joins one group, once).
     ``cache_dir``: the SSD tier's folder (rank 0's ``paged_ssd_cache_dir``), the other ranks'
-    too, on their own disks (inference.distributed.rank_cache)."""
+    too, on their own disks (inference.distributed.rank_cache). ``timeout``: seconds an exchange
+    of a step may wait for the other ranks (inference.distributed.watchdog); None: no limit."""
     global _started
     with _start_lock:
         if _started is None:
             hosts = read_hosts(hosts_file)
-            _started = DistributedGroup(hosts, [Path(d) for d in model_dirs], logs, cache_dir)
+            _started = DistributedGroup(hosts, [Path(d) for d in model_dirs], logs, cache_dir, timeout)
         return _started

@@ -124,12 +124,12 @@ def even_model(tmp_path_factory):
     return build_model(tmp_path_factory.mktemp("dist-even") / "even", "llama", "tiny", num_hidden_layers=4)
 
 
-def _split_server(model, home):
+def _split_server(model, home, *flags):
     hosts = home / "hosts.json"  # fresh ports at every start: the last group's may linger
     hosts.write_text(
         json.dumps([{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)])
     )
-    return ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts)], home)
+    return ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts), *flags], home)
 
 
 CACHED = [
@@ -206,4 +206,36 @@ def test_split_cache_hits_after_a_restart_of_both_ranks(even_model, tmp_path):
         # The first prompt from both ranks' SSD tiers; the second only rank 0 still has.
         assert (texts, cached[1]) == (reference, 0) and cached[0] > 0, cached
     finally:
+        server.stop()
+
+
+def test_stopped_rank_fails_its_request_after_the_timeout_and_the_model_goes_down(model, tmp_path):
+    """A rank that hangs (SIGSTOP: its connections stay open) is found by the timeout on the
+    step's exchanges: its request ends with the error, the model is down, the server stays up."""
+    server = _split_server(model, tmp_path, "--distributed-timeout", "3")
+    log = tmp_path / "logs" / "rank1.log"
+    pid = None
+    try:
+        _complete(server.url, [5, 6], 2, [None], 0)  # the group is loaded
+        pid = int(re.search(r"\(pid (\d+)\) waiting", log.read_text()).group(1))
+        body = {
+            "model": "tiny",
+            "prompt": [5, 6, 7],
+            "max_tokens": 100000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        events = []
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 2:
+                        os.kill(pid, signal.SIGSTOP)
+        message = events[-1]["error"]["message"]
+        assert "distributed group stopped answering" in message and "no answer within 3 s" in message
+        assert httpx.get(server.url + "/health", timeout=30).json()["models"] == {"tiny": "down"}
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
         server.stop()
