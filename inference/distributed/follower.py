@@ -49,18 +49,12 @@ class Follower:
     ``cache``: this rank's block cache (its own layers); ``pending``: the hits agreed on and
     not seeded yet, in lookup order; ``snapshots``: the last prefill's, by request."""
 
-    def __init__(
-        self, model_path, dtype: Optional[str], group, channel: PlanChannel, cache=None, cache_dir=None
-    ):
+    def __init__(self, loaded, split, channel: PlanChannel, config):
         self.channel = channel
-        config = follower_config(cache, dtype, cache_dir)
-        splits = []
-        self.loaded = load_model(
-            model_path, dtype, shard=lambda model: splits.append(split_model(model, group))
-        )
-        self.runner = ModelRunner(self.loaded)
+        self.loaded = loaded
+        self.runner = ModelRunner(self.loaded)  # its checks run forward passes: every rank's too
         self.requests: Dict[str, Request] = {}
-        self.cache = block_cache_for(self.loaded, config, layers_component(splits[0]), rows=False)
+        self.cache = block_cache_for(self.loaded, config, layers_component(split), rows=False)
         self.pending: deque = deque()
         self.snapshots: dict = {}
 
@@ -272,28 +266,29 @@ def serve(model_dirs: List[Path], group, cache_dir: Optional[str] = None) -> Non
         message = channel.receive()
         if message["op"] != "load":
             raise PlanError(f"{message['op']!r}: no model is loaded here")
-        follower = None
+        loaded = None
         try:
-            follower = _load(model_dirs, message, group, channel, cache_dir)
+            loaded, split, config = _load(model_dirs, message, group, cache_dir)
         except (ModelLoadError, PlanError) as exc:
-            print(
-                f"rank {group.rank()}: cannot load {str(message.get('model'))[:MAX_ID]!r}: {exc}",
-                file=sys.stderr,
-            )
-        if channel.agree_min(int(follower is not None), watched=False) and follower is not None:
-            follower.run()
-            logger.info("closed %s", follower.loaded.path)
-        elif follower is not None:
-            follower.cache.close()  # another rank could not load it
+            name = str(message.get("model"))[:MAX_ID]
+            print(f"rank {group.rank()}: cannot load {name!r}: {exc}", file=sys.stderr, flush=True)
+        # Right after the load, before any forward pass (the runner's checks run some).
+        if channel.agree_min(int(loaded is not None), watched=False) and loaded is not None:
+            Follower(loaded, split, channel, config).run()
+            logger.info("closed %s", loaded.path)
 
 
-def _load(model_dirs: List[Path], message: dict, group, channel: PlanChannel, cache_dir) -> Follower:
+def _load(model_dirs: List[Path], message: dict, group, cache_dir):
+    """The model a load names, this rank's split of it and its engine settings."""
     dtype = message.get("dtype")
     if dtype not in (None, "float32", "bfloat16", "float16"):
         raise PlanError(f"dtype {dtype!r}")
     path = find_model(model_dirs, message.get("model"))
+    config = follower_config(message.get("cache"), dtype, cache_dir)
     logger.info("loading %s", path)
-    return Follower(path, dtype, group, channel, message.get("cache"), cache_dir)
+    splits = []
+    loaded = load_model(path, dtype, shard=lambda m: splits.append(split_model(m, group)))
+    return loaded, splits[0], config
 
 
 def find_model(model_dirs: List[Path], name) -> Path:
