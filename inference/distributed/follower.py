@@ -121,21 +121,23 @@ class Follower:
 
     def _store(self, op: str, message: dict) -> None:
         """Store what rank 0 stores: tokens [0, end) of a request from the last prefill's
-        snapshots, or (keep) a request's caches before they are dropped."""
+        snapshots, or (keep) a request's caches before they are dropped. Best effort, as on
+        rank 0: a block this rank fails to store is a miss on every rank later, not an error."""
         request = self._known(message.get("id"))
         if op == "keep":
             end = self.runner.kv_snapshot(request)
-            if end is not None:
-                self.cache.store(
-                    request.all_token_ids[: end.end], request.snapshots + [end], request.cache_salt
-                )
-            request.snapshots = []
-            return
-        end = _int(message.get("end"), 1, request.num_computed)
-        snapshots = self.snapshots.get(request)
-        if not snapshots:
-            raise PlanError(f"{request.request_id}: no prefill to store from")
-        self.cache.store(request.all_token_ids[:end], snapshots, request.cache_salt)
+            request.snapshots, snapshots = [], request.snapshots + [end]
+            tokens = request.all_token_ids[: end.end] if end is not None else None
+        else:
+            tokens = request.all_token_ids[: _int(message.get("end"), 1, request.num_computed)]
+            snapshots = self.snapshots.get(request)
+            if not snapshots:
+                raise PlanError(f"{request.request_id}: no prefill to store from")
+        if tokens:
+            try:
+                self.cache.store(tokens, snapshots, request.cache_salt)
+            except Exception:
+                logger.exception("could not store the KV of %s in the block cache", request.request_id)
 
     def _prefill(self, message: dict) -> None:
         new = message.get("new")
