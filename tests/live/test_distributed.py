@@ -210,6 +210,7 @@ def test_split_cache_hits_after_a_restart_of_both_ranks(even_model, tmp_path):
         server.stop()
 
 
+@pytest.mark.slow  # ~19 s here: a server of its own (the hang takes its model down) and the timeout
 def test_stopped_rank_fails_its_request_after_the_timeout_and_the_model_goes_down(model, tmp_path):
     """A rank that hangs (SIGSTOP: its connections stay open) is found by the timeout on the
     step's exchanges: its request ends with the error, the model is down, the server stays up."""
