@@ -404,6 +404,18 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="HOSTS.json",
     ),
     Setting(
+        "distributed_timeout",
+        "OMLX_DISTRIBUTED_TIMEOUT",
+        NUMBER,
+        120.0,
+        "seconds an exchange of a step may wait for the other ranks of --distributed (loads and "
+        "closes are not timed): past it a rank is taken as hung, its requests fail and the model is "
+        "down. See docs/operations.md",
+        flag="--distributed-timeout",
+        check=checks.positive,
+        console_editable=False,
+    ),
+    Setting(
         "mcp_tool_timeout",
         "OMLX_MCP_TOOL_TIMEOUT",
         NUMBER,

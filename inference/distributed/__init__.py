@@ -10,5 +10,7 @@ and keeps only the KV of its own layers.
 
 ``generate`` runs a model split this way on the prompts it is given (greedy), one process per
 rank as ``mlx.launch`` starts them: the check that a split model writes what one process writes.
-Serving a split model (``omlx serve --distributed``) is not built yet: see docs/operations.md.
+``omlx serve --distributed`` serves a split model: rank 0's engine (``engine``, ``leader_runner``),
+the other ranks (``follower``), each rank's block cache of its own layers (``rank_cache``), the
+timeout that finds a hung rank (``watchdog``); see docs/operations.md.
 """

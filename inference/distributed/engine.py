@@ -4,8 +4,11 @@ It is the usual ``Engine`` (API, scheduler, continuous batching, chunked and bat
 priorities), with this rank's slice of the layers (``pipeline.split_model``) and a runner that
 sends every step plan to the other ranks first (``leader_runner``), which run them
 (``follower``). Not served on a split model yet, each refused with a ValueError (a 400):
-structured output, images, LoRA adapters; and the block cache is off (each rank would keep its
-own layers' blocks under the same keys: not built yet).
+structured output, images, LoRA adapters.
+
+The block cache is on as on one machine, each rank keeping its own layers' blocks
+(``rank_cache``): a lookup is agreed with the other ranks (a hit on every rank or on none), and
+every store here is told to them (``store``, ``keep``), so they store the same tokens.
 
 A rank that dies (or whose connection breaks) fails the collective rank 0 is in
 (``GroupLost``): every request in flight ends with an error that says so, the engine closes
@@ -20,12 +23,15 @@ from typing import Optional
 
 from cache.prefix_cache import PrefixCache
 from inference.engine.engine import Engine
-from inference.engine.model_loader import LoadedModel, load_model
+from inference.engine.engine_cache import block_cache_for
+from inference.engine.model_loader import LoadedModel, ModelLoadError, load_model
+from inference.engine.request import Request
 
 from .group import DistributedGroup
 from .leader_runner import LeaderRunner
 from .pipeline import split_model
 from .plan_channel import GroupLost, PlanChannel
+from .rank_cache import AgreedBlockCache, cache_settings, layers_component
 
 logger = logging.getLogger("omlx.distributed")
 
@@ -39,6 +45,7 @@ class DistributedEngine(Engine):
         self.distributed = group
         self.channel = PlanChannel(group.group)
         self.lost: Optional[str] = None
+        self.split = None  # this rank's LayerSplit, once loaded
         try:
             super().__init__(model_path, config, **settings)
         except BaseException:
@@ -57,12 +64,47 @@ class DistributedEngine(Engine):
     def _load_model(self, model_path) -> LoadedModel:
         if self.config.kv_quant is not None:
             raise ValueError("quantized KV (kv_bits) is not served by a model split across machines")
-        self.channel.send({"op": "load", "model": model_path.name, "dtype": self.config.dtype})
+        config = self.config
+        self.channel.send(
+            {"op": "load", "model": model_path.name, "dtype": config.dtype, "cache": cache_settings(config)}
+        )
         group = self.distributed.group
-        return load_model(model_path, self.config.dtype, shard=lambda model: split_model(model, group))
+
+        def shard(model):
+            self.split = split_model(model, group)
+
+        # Every rank says whether it loaded the model (from here on, the steps are timed:
+        # inference.distributed.watchdog); a rank that could not says why in its log.
+        try:
+            loaded = load_model(model_path, config.dtype, shard=shard)
+        except BaseException:
+            try:
+                self.channel.agree_min(0, watched=False)
+            except GroupLost:
+                pass
+            raise
+        if not self.channel.agree_min(1, watched=False):
+            raise ModelLoadError(
+                f"{model_path.name}: another rank of the distributed group could not load it "
+                "(its log, rank<r>.log, says why)"
+            )
+        return loaded
 
     def _make_prefix_cache(self) -> PrefixCache:
-        return PrefixCache()  # off: see the module docstring
+        component = layers_component(self.split)
+        cache = block_cache_for(self.loaded, self.config, component, cache_class=AgreedBlockCache)
+        if isinstance(cache, AgreedBlockCache):
+            cache.channel = self.channel
+        return cache
+
+    def _store(self, request: Request, end: int, snapshots) -> None:
+        self.runner.tell({"op": "store", "id": request.request_id, "end": end})
+        super()._store(request, end, snapshots)
+
+    def _keep_kv(self, request: Request) -> None:
+        if self.prefix_cache.wants_kv and request.request_id in self.runner.known:
+            self.runner.tell({"op": "keep", "id": request.request_id})
+        super()._keep_kv(request)
 
     def _make_runner(self, block_size) -> LeaderRunner:
         return LeaderRunner(self.loaded, self.channel, self.clock)
@@ -74,6 +116,8 @@ class DistributedEngine(Engine):
             self.lost = f"a machine of the distributed group stopped answering ({exc}); the model is down"
             logger.error("%s: %s", self.loaded.path.name, self.lost)
             self.runner.channel = None  # nothing more is sent: reset and drop stay local
+            if isinstance(self.prefix_cache, AgreedBlockCache):
+                self.prefix_cache.channel = None
             self._fail_all(self.lost)
             self._inbox.put(("close", None))
 
@@ -84,6 +128,8 @@ class DistributedEngine(Engine):
             if self.lost is None and self.loaded is not None:
                 try:
                     self.channel.send({"op": "close"})
+                    # Once every rank has written its hot blocks down: a restart finds them.
+                    self.channel.agree_min(0, watched=False)
                 except GroupLost:
                     pass
             self.distributed.release(self)

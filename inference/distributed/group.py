@@ -25,6 +25,7 @@ from typing import List, Optional
 import mlx.core as mx
 
 from .hosts import Host, read_hosts
+from .watchdog import Watchdog
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,12 +34,14 @@ class DistributedGroup:
     """The started group: ``group`` (rank 0's), ``processes`` (the local followers' and the ssh
     sessions of remote ones, rank order from 1)."""
 
-    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path):
+    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path, cache_dir=None, timeout=None):
         ring = json.dumps([[f"{h.ip}:{h.port}"] for h in hosts])
         logs.mkdir(parents=True, exist_ok=True)
         ring_file = logs / "ring-hosts.json"
         ring_file.write_text(ring)
         dirs = [arg for d in model_dirs for arg in ("--model-dir", str(d))]
+        if cache_dir:  # the same path on every machine, each rank's blocks in their own folder
+            dirs += ["--cache-dir", str(cache_dir)]
         self.processes = []
         for rank, host in enumerate(hosts[1:], start=1):
             argv = [sys.executable, "-m", "inference.distributed.follower", *dirs]
@@ -56,6 +59,8 @@ class DistributedGroup:
             self.processes.append(proc)
         os.environ["MLX_HOSTFILE"], os.environ["MLX_RANK"] = str(ring_file), "0"
         self.group = mx.distributed.init(strict=True, backend="ring")
+        # A rank that hangs (stopped, not dead) is found by a timeout on the steps' exchanges.
+        self.watchdog = Watchdog(hosts, timeout) if timeout else None
         self._lock = threading.Lock()
         self._holder: Optional[object] = None
 
@@ -76,10 +81,14 @@ _started: Optional[DistributedGroup] = None
 _start_lock = threading.Lock()
 
 
-def shared_group(hosts_file, model_dirs, logs: Path) -> DistributedGroup:
-    """The process's group, started at the first call (a process joins one group, once)."""
+def shared_group(hosts_file, model_dirs, logs: Path, cache_dir=None, timeout=None) -> DistributedGroup:
+    """The process's group, started at the first call (a process joins one group, once).
+    ``cache_dir``: the SSD tier's folder (rank 0's ``paged_ssd_cache_dir``), the other ranks'
+    too, on their own disks (inference.distributed.rank_cache). ``timeout``: seconds an exchange
+    of a step may wait for the other ranks (inference.distributed.watchdog); None: no limit."""
     global _started
     with _start_lock:
         if _started is None:
-            _started = DistributedGroup(read_hosts(hosts_file), [Path(d) for d in model_dirs], logs)
+            hosts = read_hosts(hosts_file)
+            _started = DistributedGroup(hosts, [Path(d) for d in model_dirs], logs, cache_dir, timeout)
         return _started

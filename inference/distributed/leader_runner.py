@@ -10,8 +10,13 @@ request's first token only as a check (``join``).
 
 Messages, in the order rank 0 sends them (ids are request ids):
 
+    lookup   {"tokens": [int, ...], "salt": str or null}  (then every rank: agree_min)
+    seed     {"id": id, "tokens": int, "new": request (when new)}
     prefill  {"rows": [[id, n], ...], "new": {id: request}, "pass_tokens": int}
-             inside it, after each pass that finished prompts: join / drop ..., then "done"
+             inside it, after each pass that finished prompts: store / keep / join / drop ...,
+             then "done"
+    store    {"id": id, "end": int}  (its tokens [0, end) from the last prefill's snapshots)
+    keep     {"id": id}  (its caches before they are dropped)
     join     {"id": id, "token": int}
     drop     {"ids": [id, ...]}
     decode   {"ahead": bool}  (the step's tokens are reported, then the pass is queued: launch)
@@ -43,8 +48,17 @@ class LeaderRunner(ModelRunner):
         if self.channel is not None:
             self.channel.send(message)
 
+    tell = _send  # the engine's messages (stores of the block cache: inference.distributed.rank_cache)
+
     def seed_cache(self, request: Request, layers: list, num_tokens: int) -> None:
-        raise RuntimeError("the block cache is off for a model split across ranks")
+        """As ``ModelRunner.seed_cache``; the other ranks seed theirs with the hit they agreed on
+        (``AgreedBlockCache.lookup``), the request described to them if it is new."""
+        message = {"op": "seed", "id": request.request_id, "tokens": num_tokens}
+        if request.request_id not in self.known:
+            message["new"] = describe(request)
+            self.known.add(request.request_id)
+        self._send(message)
+        super().seed_cache(request, layers, num_tokens)
 
     def prefill(self, chunks, on_done, stop, piece, pass_tokens: int) -> dict:
         """As ``ModelRunner.prefill``, with no stop between passes (when a background prefill
@@ -96,4 +110,5 @@ def describe(request: Request) -> dict:
         "output": request.output_token_ids,
         "params": params,
         "seed": request.seed,
+        "salt": request.cache_salt,
     }

@@ -1,5 +1,8 @@
 """Rank 0's step plans to the other ranks: JSON objects broadcast over the distributed group.
 
+Besides the messages, ``agree_min``: a value every rank gives, the least of them to every
+rank (how many tokens of a prompt every rank's block cache holds).
+
 A message is two collectives, its length and then its bytes (``all_sum`` where only rank 0
 contributes); every rank reaches the same collectives in the same order, rank 0 in ``send`` and
 the others in ``receive``. JSON only: what arrives is parsed, never unpickled or executed, and a
@@ -9,6 +12,8 @@ message over ``MAX_BYTES`` or not a JSON object is refused (``PlanError``).
 from __future__ import annotations
 
 import json
+import time
+from typing import Optional
 
 import mlx.core as mx
 import numpy as np
@@ -23,12 +28,33 @@ class GroupLost(RuntimeError):
     be used again (the backend fails every pending exchange)."""
 
 
-def collective(arrays) -> None:
-    """Evaluate ``arrays`` (results of collectives); GroupLost when the group broke."""
+_since: Optional[float] = None  # when the watched collective this process waits for began
+_hung: Optional[str] = None  # why the watchdog closed the group (inference.distributed.watchdog)
+
+
+def collective(arrays, watched: bool = True) -> None:
+    """Evaluate ``arrays`` (results of collectives); GroupLost when the group broke. While it
+    waits, ``waiting_since`` says since when (unless not ``watched``: a model's load or close)."""
+    global _since
+    if watched:
+        _since = time.monotonic()
     try:
         mx.eval(arrays)
     except RuntimeError as exc:  # the ring backend: "[ring] connection to a peer was lost"
-        raise GroupLost(str(exc)) from exc
+        raise GroupLost(_hung or str(exc)) from exc
+    finally:
+        _since = None
+
+
+def waiting_since() -> Optional[float]:
+    """``time.monotonic()`` when the watched collective now waiting began; None when none is."""
+    return _since
+
+
+def mark_hung(reason: str) -> None:
+    """The watchdog is closing the group's connections: collectives fail with ``reason``."""
+    global _hung
+    _hung = reason
 
 
 class PlanChannel:
@@ -63,6 +89,14 @@ class PlanChannel:
         if not isinstance(message, dict) or not isinstance(message.get("op"), str):
             raise PlanError("a step plan must be a JSON object with an op")
         return message
+
+    def agree_min(self, value: int, watched: bool = True) -> int:
+        """Every rank: the least of the ``value`` each rank gives (one all_gather), the same on
+        every rank. A count of something each rank holds (a prefix of cached tokens) that all
+        of them hold; with 0, a barrier."""
+        counts = mx.distributed.all_gather(mx.array([value], dtype=mx.int32), group=self.group, stream=mx.cpu)
+        collective(counts, watched)
+        return min(counts.tolist())
 
     def _broadcast(self, data: np.ndarray) -> mx.array:
         out = mx.distributed.all_sum(mx.array(data), group=self.group, stream=mx.cpu)

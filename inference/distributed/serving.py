@@ -14,5 +14,7 @@ from .group import shared_group
 def distributed_engine(model_path, engine_settings: dict) -> DistributedEngine:
     dirs = list(getattr(settings, "OMLX_MODEL_DIRS", None) or [settings.OMLX_MODEL_DIR])
     logs = Path(settings.OMLX_LOG_DIR or Path(settings.OMLX_HOME) / "logs")
-    group = shared_group(settings.OMLX_DISTRIBUTED, dirs, logs)
+    cache_dir = engine_settings.get("paged_ssd_cache_dir")
+    timeout = getattr(settings, "OMLX_DISTRIBUTED_TIMEOUT", None)
+    group = shared_group(settings.OMLX_DISTRIBUTED, dirs, logs, cache_dir, timeout)
     return DistributedEngine(Path(model_path), group, **engine_settings)

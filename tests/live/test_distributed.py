@@ -7,10 +7,13 @@ import os
 import re
 import signal
 import threading
+import time
 
 import httpx
+import mlx.core as mx
 import pytest
 
+from cache import block_file
 from inference.distributed.generate import greedy, greedy_batch
 from inference.engine import Engine
 from inference.engine.model_loader import load_model
@@ -85,6 +88,9 @@ def test_served_mixed_batch_equals_one_process(server, model):
         assert texts == ["".join(event.text for event in stream) for stream in streams]
     finally:
         engine.close()
+    # Again at once: a hit on both ranks (each its own layers' blocks, in RAM), the same texts.
+    again, cached = _served(server.url, "tiny", requests)
+    assert again == texts and all(c > 0 for c in cached), cached
     log = (server.home / "logs" / "rank1.log").read_text()
     assert "256 KV bytes/token" in log  # rank 1 loaded one layer of three (rank 0 two: 512)
 
@@ -107,3 +113,135 @@ def test_killed_rank_fails_its_request_and_the_model_goes_down(server):
     again = httpx.post(server.url + "/v1/completions", json={**body, "stream": False}, timeout=60)
     assert again.status_code == 503
     assert "is down" in again.json()["error"]["message"]
+
+
+# -- the block cache on a split model ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def even_model(tmp_path_factory):
+    # Four layers: an even split (two each), so the ranks' KV layouts alone do not tell their
+    # blocks apart: only the layer range in the fingerprint does.
+    return build_model(tmp_path_factory.mktemp("dist-even") / "even", "llama", "tiny", num_hidden_layers=4)
+
+
+def _split_server(model, home, *flags):
+    hosts = home / "hosts.json"  # fresh ports at every start: the last group's may linger
+    hosts.write_text(
+        json.dumps([{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)])
+    )
+    return ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts), *flags], home)
+
+
+CACHED = [
+    (PROMPTS[0] * 3, 12, {"temperature": 0}),
+    (PROMPTS[2] * 4, 8, {"temperature": 0.8, "seed": 7}),
+]
+
+
+def _served(url, name, requests):
+    """The requests at once (a mixed batch): their texts and cached prompt tokens."""
+    out = [None] * len(requests)
+
+    def one(i, prompt, n, extra):
+        body = {"model": name, "prompt": prompt, "max_tokens": n, "ignore_eos": True, **extra}
+        out[i] = httpx.post(url + "/v1/completions", json=body, timeout=120).json()
+
+    threads = [threading.Thread(target=one, args=(i, *r)) for i, r in enumerate(requests)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all("choices" in o for o in out), out
+    return [o["choices"][0]["text"] for o in out], [
+        o["usage"]["prompt_tokens_details"]["cached_tokens"] for o in out
+    ]
+
+
+def _one_process(model, requests):
+    engine = Engine(model, dtype="float32", prefix_cache=False)
+    try:
+        streams = [
+            engine.submit(p, SamplingParams(max_tokens=n, ignore_eos=True, **extra))
+            for p, n, extra in requests
+        ]
+        return ["".join(event.text for event in stream) for stream in streams]
+    finally:
+        engine.close()
+
+
+def _drop_blocks(folder, first_token):
+    """Remove the block files in ``folder`` whose tokens start with ``first_token``."""
+    gone = 0
+    for path in folder.glob("*/*.safetensors"):
+        _, meta = mx.load(str(path), return_metadata=True)
+        if block_file.decode_tokens(meta["tokens"])[0] == first_token:
+            path.unlink()
+            gone += 1
+    return gone
+
+
+@pytest.mark.slow  # ~60 s here: three starts of a server and its ranks
+def test_split_cache_hits_after_a_restart_of_both_ranks(even_model, tmp_path):
+    """Each rank keeps its own layers' blocks in its own fingerprint folder of the SSD tier;
+    after a restart of the server and its ranks the same mixed batch hits them (read from SSD
+    on both ranks), with one process's texts. A prompt whose blocks one rank lost is a miss on
+    every rank, never wrong text."""
+    reference = _one_process(even_model, CACHED)
+    for start in range(2):
+        server = _split_server(even_model, tmp_path)
+        try:
+            texts, cached = _served(server.url, "even", CACHED)
+        finally:
+            server.stop()
+        assert texts == reference
+        assert cached == [0, 0] if start == 0 else all(c > 0 for c in cached), cached
+    parts = {}
+    for info in (tmp_path / "cache").glob("*/model.json"):
+        parts[json.loads(info.read_text())["part"]] = info.parent
+    assert sorted(parts) == ["layers:0-2/4", "layers:2-4/4"]  # one folder per rank
+    assert _drop_blocks(parts["layers:2-4/4"], 300) > 0  # rank 1 loses the second prompt's blocks
+    server = _split_server(even_model, tmp_path)
+    try:
+        texts, cached = _served(server.url, "even", CACHED)
+        # The first prompt from both ranks' SSD tiers; the second only rank 0 still has.
+        assert (texts, cached[1]) == (reference, 0) and cached[0] > 0, cached
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow  # ~19 s here: a server of its own (the hang takes its model down) and the timeout
+def test_stopped_rank_fails_its_request_after_the_timeout_and_the_model_goes_down(model, tmp_path):
+    """A rank that hangs (SIGSTOP: its connections stay open) is found by the timeout on the
+    step's exchanges: its request ends with the error, the model is down, the server stays up."""
+    server = _split_server(model, tmp_path, "--distributed-timeout", "3")
+    log = tmp_path / "logs" / "rank1.log"
+    pid = None
+    try:
+        _complete(server.url, [5, 6], 2, [None], 0)  # the group is loaded
+        pid = int(re.search(r"\(pid (\d+)\) waiting", log.read_text()).group(1))
+        body = {
+            "model": "tiny",
+            "prompt": [5, 6, 7],
+            "max_tokens": 100000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        events, stopped = [], None
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():  # keep-alive lines come while the request waits
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 2:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped = time.monotonic()
+                if stopped is not None and time.monotonic() - stopped > 60:
+                    break  # no error came: the hang went unnoticed
+        assert "error" in events[-1], f"no error {time.monotonic() - stopped:.0f} s after the rank stopped"
+        message = events[-1]["error"]["message"]
+        assert "distributed group stopped answering" in message and "no answer within 3 s" in message
+        assert httpx.get(server.url + "/health", timeout=30).json()["models"] == {"tiny": "down"}
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        server.stop()

@@ -96,6 +96,7 @@ def test_a_request_in_a_step_plan_is_checked():
 
     request = parse_request("r1", GOOD, vocab=64)
     assert (request.prompt_token_ids, request.params.max_tokens, request.seed) == ([1, 2], 4, 3)
+    assert parse_request("r1", {**GOOD, "salt": "key:7"}, vocab=64).cache_salt == "key:7"
     bad = [
         {**GOOD, "prompt": [1, 64]},  # outside the vocabulary
         {**GOOD, "prompt": []},
@@ -104,6 +105,8 @@ def test_a_request_in_a_step_plan_is_checked():
         {**GOOD, "params": {"structured": {"type": "json_object"}}},
         {**GOOD, "params": {"temperature": -1}},
         {**GOOD, "seed": -1},
+        {**GOOD, "salt": ""},  # a cache salt is null or a string of 1 to 8192 characters
+        {**GOOD, "salt": 7},
         [1, 2],
     ]
     for described in bad:
@@ -111,3 +114,76 @@ def test_a_request_in_a_step_plan_is_checked():
             parse_request("r1", described, vocab=64)
     with pytest.raises(PlanError):
         parse_request("x" * 300, GOOD, vocab=64)
+
+
+def test_a_rank_makes_its_block_cache_from_checked_settings(tmp_path):
+    from inference.distributed.rank_cache import follower_config
+
+    good = {"block_size": 16, "hot": "1MB", "ssd": True, "ssd_bits": None, "kv_group_size": 64}
+    config = follower_config(good, "float32", str(tmp_path))
+    assert (config.cache_block_size, config.paged_ssd_cache_dir) == (16, str(tmp_path))
+    assert follower_config({**good, "ssd": False}, None, str(tmp_path)).paged_ssd_cache_dir is None
+    assert not follower_config(None, None, str(tmp_path)).prefix_cache  # rank 0's cache is off
+    for bad in (
+        {**good, "block_size": 0},
+        {**good, "hot": "lots"},
+        {**good, "ssd": "yes"},
+        {**good, "dir": "/"},
+        [1],
+    ):
+        with pytest.raises(PlanError):
+            follower_config(bad, None, str(tmp_path))
+
+
+def test_a_hit_is_cut_to_what_every_rank_holds():
+    import mlx.core as mx
+
+    from cache.block_cache import BlockCache
+    from cache.block_key import ModelFingerprint
+    from cache.prefix_cache import KVSnapshot
+    from inference.distributed.rank_cache import cut_hit
+
+    cache = BlockCache(ModelFingerprint("w", "t", "float32", "kv:1x1x4x4", 4), 1 << 20)
+    keys = mx.arange(10 * 4, dtype=mx.float32).reshape(1, 1, 10, 4)
+    tokens = list(range(1, 11))
+    cache.store(tokens, [KVSnapshot(10, [(keys, keys + 1, 0)])])
+    hit = cache.lookup(tokens, 10)
+    assert (hit.num_tokens, cache.stats.hot_hit_tokens) == (10, 10)
+    hit = cut_hit(cache, hit, 7)  # another rank holds 7 tokens
+    assert (hit.num_tokens, hit.hot_tokens, cache.stats.hot_hit_tokens) == (7, 7, 7)
+    assert hit.layers[0][0].tolist() == keys[..., :7, :].tolist()
+    assert hit.layers[0][1].tolist() == (keys + 1)[..., :7, :].tolist()
+    assert cut_hit(cache, hit, 0) is None  # another rank holds none: released, not counted
+    assert cache.stats.hot_hit_tokens == 0 and all(b.ref_count == 0 for b in cache.hot.blocks())
+
+
+def test_the_watchdog_shuts_the_ring_connections_only():
+    import socket
+
+    from inference.distributed.hosts import Host
+    from inference.distributed.watchdog import shut_ring_connections
+
+    def listener():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        return s
+
+    ring_port, own_port, other_port = listener(), listener(), listener()
+    hosts = [
+        Host("localhost", "127.0.0.1", own_port.getsockname()[1]),
+        Host("localhost", "127.0.0.1", ring_port.getsockname()[1]),
+    ]
+    outgoing = socket.create_connection(ring_port.getsockname())  # rank 0 to rank 1's ring port
+    incoming_peer = socket.create_connection(own_port.getsockname())  # rank 1 to rank 0's
+    incoming, _ = own_port.accept()
+    other = socket.create_connection(other_port.getsockname())  # e.g. an HTTP client's
+    sockets = [ring_port, own_port, other_port, outgoing, incoming_peer, incoming, other]
+    try:
+        assert shut_ring_connections(hosts) >= 2
+        assert outgoing.recv(1) == b"" and incoming.recv(1) == b""  # shut: reads end at once
+        other.sendall(b"x")
+        assert other_port.accept()[0].recv(1) == b"x"  # still connected
+    finally:
+        for s in sockets:
+            s.close()
