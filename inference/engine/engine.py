@@ -105,6 +105,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
             raise ValueError("params must be a SamplingParams")
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise ValueError("cache_salt must be a string or None")  # hashed on the engine thread
+        self.check_speculation(params)
         lora = self.adapter(adapter) if adapter is not None else None
         if lora is not None:  # its blocks are its own: never the base's, nor another adapter's
             cache_salt = adapter_salt(cache_salt, lora.digest)

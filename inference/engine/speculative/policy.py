@@ -62,6 +62,8 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+        self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
+        self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
 
     @classmethod
     def of(cls, config, costs=None) -> "SpeculationPolicy":
@@ -83,10 +85,23 @@ class SpeculationPolicy:
         state = request.speculation
         if state is None:
             method, k = self.settings_of(request)
-            if method == "off" or k < 1 or not verifiable(request):
+            if (
+                method == "off"
+                or k < 1
+                or not verifiable(request)
+                or (method == "draft" and self.draft is None)
+            ):
                 return None
-            state = request.speculation = RowSpeculation(make_drafter(method), k)
+            state = request.speculation = RowSpeculation(make_drafter(method, self.draft), k)
         return state
+
+    def check(self, params) -> None:
+        """ValueError for a request whose speculation cannot run here: method "draft" (its
+        own or the model's) without a draft model."""
+        method = params.speculative if params.speculative is not None else self.method
+        if method == "draft" and self.draft is None:
+            why = self.draft_error or "set the model's draft_model setting or the server's --draft-model"
+            raise ValueError(f"speculative=draft: this model has no draft model ({why})")
 
     def _pays(self, state: RowSpeculation, k: int) -> bool:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
