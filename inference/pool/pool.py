@@ -9,8 +9,8 @@ Invariants:
 - The estimates of loaded models plus those being loaded never exceed ``max_model_memory``.
   Before a load, idle models are unloaded in least-recently-used order until the new one fits;
   a pinned model, a leased one (a request is being handed to it, or a loaded model drafts with
-  it: ``drafts``) and one with requests in its engine are never unloaded. When even that is not enough the load is refused with
-  ``InsufficientMemory`` (HTTP 507), before anything is allocated.
+  it: ``drafts``) and one with requests in its engine are never unloaded. When even that is not
+  enough the load is refused with ``InsufficientMemory`` (HTTP 507), before anything is allocated.
 - Unloading writes the model's hot KV blocks down to the cold tier and waits for the writer, so
   the model's prefixes are cold hits when it comes back.
 - A LoRA adapter (``adapters``) has no engine of its own: leasing it leases its base model's
