@@ -128,7 +128,7 @@ def main(folder: Path, makers: dict, args) -> None:
     print(f"draft model pairs, k={args.k}, {args.tokens} tokens, {args.rounds} rounds, median", flush=True)
     with LLM(folder, max_concurrent_requests=4) as llm:
         prompts = {name: make(llm.tokenizer) for name, make in makers.items()}
-        for label, path in ((f"{args.layers}-layer draft", draft_folder), ("self draft", folder)):
+        for label, path in (("self draft", folder), (f"{args.layers}-layer draft", draft_folder)):
             llm.engine.attach_draft(label, load_model(path))
             draft = target if path == folder else mlx_lm_load(str(path))[0]
             for workload, prompt in prompts.items():

@@ -69,6 +69,8 @@ class DraftModelDrafter(Drafter):
     prompt in chunks, then one token per accepted token) and decodes the rest of the draft.
     """
 
+    shadow_tokens = 1  # a shadow check costs one pass of the draft model
+
     def __init__(self, draft: DraftModel):
         self.draft = draft
         self.tokens: List[int] = []

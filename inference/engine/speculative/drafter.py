@@ -15,6 +15,11 @@ class Drafter:
     (``extend``), and must answer ``propose`` in time independent of how many it has seen: it
     runs on the engine thread every speculative step."""
 
+    # The most tokens a proposal drafts while the row is in shadow (checked on the host, not
+    # verified): None, as many as when drafting; a drafter whose proposals cost device work
+    # (a draft model) keeps its shadow checks cheap.
+    shadow_tokens = None
+
     def extend(self, tokens: Sequence[int]) -> None:
         """Take the request's next tokens (the prompt at first, then each accepted output)."""
         raise NotImplementedError

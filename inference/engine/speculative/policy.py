@@ -143,7 +143,8 @@ class SpeculationPolicy:
                 state.acceptance = (1 - self.ALPHA) * state.acceptance + self.ALPHA * observed
                 draft = None
         if not draft:
-            state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(self.settings_of(request)[1])
+            k = min(self.settings_of(request)[1], drafter.shadow_tokens or self.MAX_DRAFT)
+            state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(k)
             draft = state.shadow_draft
             if draft and self._pays(state, len(draft)):
                 state.active, state.idle, state.k, state.shadow_draft = True, 0, len(draft), None
