@@ -234,6 +234,9 @@ class ModelPool(DraftModels, PoolReport):
                 return False
             if (self._settings.get(model_id) or {}).get("pinned"):
                 raise ModelBusy(f"The model '{model_id}' is pinned; unpin it first")
+            targets = [i for i, s in self._slots.items() if s.draft is slot]
+            if targets:
+                raise ModelBusy(f"The model '{model_id}' drafts for '{targets[0]}'; unload that model first")
             if slot.busy():
                 raise ModelBusy(
                     f"The model '{model_id}' has {slot.engine.num_active()} requests in "

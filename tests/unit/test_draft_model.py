@@ -128,7 +128,7 @@ def test_the_pool_loads_counts_and_keeps_the_draft_model(tmp_path, folders, monk
         events = run(pool, "target", PROMPTS[1], max_tokens=12, **GREEDY)
         assert events[-1]["usage"]["completion_tokens"] == 12
         assert pool.loaded("target").stats().speculative["drafted_tokens"] > 0
-        with pytest.raises(ModelBusy):
+        with pytest.raises(ModelBusy, match="drafts for 'target'"):
             pool.unload("draft")
         pool.engine("target")  # the draft is now the least recently used
         pool.engine("third")  # room for it: the target goes, not the draft it held
