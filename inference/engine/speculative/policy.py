@@ -43,6 +43,8 @@ class RowSpeculation:
     idle: int = 0  # steps in a row its drafter proposed nothing
     shadow_at: int = 0  # shadow: how many tokens the drafter had seen at ``shadow_draft``
     shadow_draft: Optional[List[int]] = None
+    shadow_next: int = 0  # shadow: no proposal before the drafter has seen this many tokens
+    shadow_gap: int = 0  # tokens between a costly drafter's shadow checks (doubles while it does not pay)
 
     def expected_tokens(self, k: int) -> float:
         """Tokens a verify pass emits for this row on average: 1 + a + ... + a^k."""
@@ -54,6 +56,7 @@ class SpeculationPolicy:
     ALPHA = 0.3  # weight of the newest pass in the acceptance average
     IDLE_DRAFTS = 2
     MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
+    MAX_SHADOW_GAP = 64  # the most tokens between the shadow checks of a drafter with a device cost
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
         """``costs``: the scheduler's ``StepCosts`` (what a plain decode step costs); None:
@@ -141,13 +144,22 @@ class SpeculationPolicy:
             if n < len(came) or len(came) == len(draft):  # decided
                 observed = n / (n + (n < len(draft)))
                 state.acceptance = (1 - self.ALPHA) * state.acceptance + self.ALPHA * observed
-                draft = None
+                draft = state.shadow_draft = None
         if not draft:
+            if drafter.seen < state.shadow_next:
+                return  # a drafter with a device cost waits between its checks
             k = min(self.settings_of(request)[1], drafter.shadow_tokens or self.MAX_DRAFT)
             state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(k)
             draft = state.shadow_draft
-            if draft and self._pays(state, len(draft)):
+            # (a draft model's one-token check stands for the drafts it would make when active)
+            if draft and self._pays(
+                state, self.settings_of(request)[1] if drafter.shadow_tokens else len(draft)
+            ):
                 state.active, state.idle, state.k, state.shadow_draft = True, 0, len(draft), None
+                state.shadow_gap = 0
+            elif drafter.shadow_tokens:  # a draft model: check less often while it does not pay
+                state.shadow_gap = min(2 * state.shadow_gap or 1, self.MAX_SHADOW_GAP)
+                state.shadow_next = drafter.seen + len(draft or ()) + state.shadow_gap
 
     def ready(self, rows, context_length: Optional[int], late: List[bool]) -> bool:
         """Whether some active row's drafter proposes a draft from the tokens on the host. A
