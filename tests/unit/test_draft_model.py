@@ -11,7 +11,10 @@ import pytest
 
 from inference.engine import LLM, SamplingParams
 from inference.engine.model_loader import load_model
+from inference.engine.request import Request
+from inference.engine.speculative import SpeculationPolicy
 from inference.engine.speculative.draft_model import DraftModel
+from inference.engine.step_costs import StepCosts
 from inference.generation import GenerationJob, run_job
 from inference.pool import ModelBusy, ModelPool
 
@@ -63,6 +66,25 @@ def test_the_draft_cache_follows_what_the_target_kept(folders):
     fresh = model.drafter()
     fresh.extend(tokens + kept + again[:2] + [7, 8, 9])
     assert used.propose(6) == fresh.propose(6)
+
+
+def test_a_draft_model_that_does_not_pay_is_checked_less_and_less(folders):
+    """A row whose draft model does not pay decodes plainly (shadow) and checks a one-token
+    proposal now and then, the gap doubling: not a draft-model pass every step."""
+    model = DraftModel("d", load_model(folders[1]), load_model(folders[0]))
+    costs = StepCosts()
+    costs.decode_seconds = 1.0
+    policy = SpeculationPolicy("draft", 4, costs)
+    policy.draft, policy.verify_seconds = model, 100.0  # a verify step never pays
+    params = SamplingParams(max_tokens=200, speculative="draft", **GREEDY)
+    request = Request("r", list(range(40, 51)), params, None, frozenset(), None, 0)
+    drafter = policy.row_state(request).drafter
+    asked, propose = [], drafter.propose
+    drafter.propose = lambda k: asked.append(k) or propose(k)  # (counts the real calls)
+    for i in range(100):
+        assert not policy.wanted([request], None)
+        request.output_token_ids.append(7 * i % 500 + 3)
+    assert 3 <= len(asked) <= 8 and set(asked) == {1}
 
 
 def test_greedy_with_a_draft_model_equals_plain_in_a_mixed_batch(llm, folders):
