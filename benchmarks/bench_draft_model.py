@@ -7,8 +7,11 @@ drafts are that model itself (every draft accepted, each costing a pass of the t
 SmolLM2 cut to its first ``--layers`` layers (a smaller model of the same tokenizer, made once
 under ``--draft-dir``). Printed per pair and workload: decode tokens per second (output tokens
 after the first, over the time from the first token to the last) of omlx and of mlx-lm, their
-ratio, omlx's acceptance (drafted tokens kept) and tokens per verify pass, and whether both
-outputs are plain greedy decoding's token for token.
+ratio, omlx's acceptance (drafted tokens kept), how many of its tokens came from verify passes
+and tokens per verify pass, and whether the outputs are plain greedy decoding's token for
+token. omlx runs twice: as it serves (the adaptive rule turns drafting off where a verify step,
+drafting included, costs more than the tokens it gives) and "always" (no cost test: every row
+drafts whenever it has a draft, as mlx-lm does), to compare the drafting itself.
 
     .venv/bin/python benchmarks/bench_speculative.py --only draft [--tokens 200] [--rounds 2]
         [--k 4] [--layers 8] [--lines 300]
@@ -58,14 +61,20 @@ def truncated_copy(folder: Path, layers: int, out_dir: Path) -> Path:
     return out
 
 
-def omlx_run(llm, prompt, tokens: int, k: int):
-    """(decode tokens per second, token ids) of one stream drafting with the attached draft."""
+def omlx_run(llm, prompt, tokens: int, k: int, always: bool = False):
+    """(decode tokens per second, token ids) of one stream drafting with the attached draft;
+    ``always``: without the adaptive rule's cost test (rows draft whenever they have a draft)."""
+    policy = llm.engine.runner.speculation
+    costs = policy.costs
+    if always:
+        llm.engine.call(lambda engine: setattr(policy, "costs", None))
     params = SamplingParams(
         max_tokens=tokens, temperature=0, ignore_eos=True, speculative="draft", num_draft_tokens=k
     )
     start = time.perf_counter()
     result = llm.generate([prompt], params)[0]
     wall = time.perf_counter() - start
+    llm.engine.call(lambda engine: setattr(policy, "costs", costs))
     return (len(result.token_ids) - 1) / (wall - result.time_to_first_token), list(result.token_ids)
 
 
@@ -93,30 +102,36 @@ def compare_pair(llm, mlx_pair, name, prompt, tokens, rounds, k):
     want = plain_ids(llm, prompt, tokens)
     omlx_run(llm, prompt, 8, k)  # warm-up (the prompt's KV into the block cache)
     mlx_lm_run(*mlx_pair, prompt, 8, k)
-    speeds = {"omlx": [], "mlx-lm": []}
-    ids = {}
-    before = llm.engine.stats().speculative
+    order = ["omlx", "omlx always", "mlx-lm"]
+    speeds = {who: [] for who in order}
+    ids, spec = {}, {who: dict.fromkeys(("drafted", "accepted", "passes", "emitted"), 0) for who in order}
     for i in range(rounds):
-        for who in ("omlx", "mlx-lm") if i % 2 == 0 else ("mlx-lm", "omlx"):
-            if who == "omlx":
-                speed, ids[who] = omlx_run(llm, prompt, tokens, k)
-            else:
+        for who in order if i % 2 == 0 else order[::-1]:
+            before = llm.engine.stats().speculative
+            if who == "mlx-lm":
                 speed, ids[who] = mlx_lm_run(*mlx_pair, prompt, tokens, k)
+            else:
+                speed, ids[who] = omlx_run(llm, prompt, tokens, k, always=who == "omlx always")
+            after = llm.engine.stats().speculative
+            for key, name_ in (("drafted", "drafted_tokens"), ("accepted", "accepted_tokens")):
+                spec[who][key] += after[name_] - before[name_]
+            spec[who]["passes"] += after["verify_passes"] - before["verify_passes"]
+            spec[who]["emitted"] += after["emitted_tokens"] - before["emitted_tokens"]
             speeds[who].append(speed)
-    after = llm.engine.stats().speculative
-    ours, theirs = statistics.median(speeds["omlx"]), statistics.median(speeds["mlx-lm"])
-    drafted = after["drafted_tokens"] - before["drafted_tokens"]
-    accepted = after["accepted_tokens"] - before["accepted_tokens"]
-    passes = after["verify_passes"] - before["verify_passes"]
-    emitted = after["emitted_tokens"] - before["emitted_tokens"]
-    print(
-        f"{name:24s} omlx {ours:7.1f} tok/s   mlx-lm {theirs:7.1f} tok/s   ratio {ours / theirs:5.2f}x   "
-        f"acceptance {accepted}/{drafted} ({accepted / drafted if drafted else 0:.0%})   "
-        f"tokens/pass {emitted / passes if passes else 0:.2f}   "
-        f"greedy: omlx {ids['omlx'] == want} mlx-lm {ids['mlx-lm'] == want}",
-        flush=True,
-    )
-    return ours / theirs
+    median = {who: statistics.median(speeds[who]) for who in order}
+    theirs = median["mlx-lm"]
+    print(f"{name}: mlx-lm {theirs:.2f} tok/s, greedy {ids['mlx-lm'] == want}", flush=True)
+    for who in order[:2]:
+        s = spec[who]
+        rate = s["accepted"] / s["drafted"] if s["drafted"] else 0
+        print(
+            f"  {who:12s} {median[who]:6.2f} tok/s   ratio to mlx-lm {median[who] / theirs:5.2f}x   "
+            f"acceptance {s['accepted']}/{s['drafted']} ({rate:.0%})   "
+            f"tokens from verify passes {s['emitted']}/{rounds * tokens}   "
+            f"tokens/pass {s['emitted'] / s['passes'] if s['passes'] else 0:.2f}   greedy {ids[who] == want}",
+            flush=True,
+        )
+    return median["omlx"] / theirs
 
 
 def main(folder: Path, makers: dict, args) -> None:
