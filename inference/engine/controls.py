@@ -67,6 +67,8 @@ class EngineControls:
         for one are refused with the reason. ``loaded=None`` detaches it (``error``: why)."""
         from .speculative.draft_model import DraftModel
 
+        if getattr(self.runner, "speculation", None) is None:
+            raise ValueError("this model's engine does not speculate (a model split across machines)")
         try:
             draft = DraftModel(name, loaded, self.loaded) if loaded is not None else None
         except ValueError as exc:
@@ -77,7 +79,9 @@ class EngineControls:
 
     def check_speculation(self, params) -> None:
         """ValueError for a request whose speculative decoding cannot run on this model."""
-        self.runner.speculation.check(params)
+        policy = getattr(self.runner, "speculation", None)
+        if policy is not None:
+            policy.check(params)
 
     def tune(self, wait: bool = True, **changes) -> EngineConfig:
         """Change settings of ``EngineConfig.LIVE`` while the engine runs (a model's settings);

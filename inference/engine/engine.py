@@ -407,6 +407,9 @@ class Engine(EngineCache, EngineControls, EngineThread):
         prefill finished, from the logits of its last prompt token, then move each into the
         decode batch (unless that token already ended it)."""
         ended = []
+        speculation = getattr(self.runner, "speculation", None)
+        for request, _ in done if speculation is not None else ():
+            speculation.prepare(request)  # a draft model's KV of the prompt: the prompt's time
         sampled = self.runner.first_tokens(done)
         self.first_tokens += len(sampled)
         now = time.perf_counter()

@@ -94,7 +94,10 @@ class DraftModels:
 
     def _refuse_draft(self, model_id: str, engine, error: str) -> None:
         logger.warning("%s: no draft model: %s", model_id, error)
-        engine.attach_draft(None, error=error)
+        try:
+            engine.attach_draft(None, error=error)
+        except ValueError:  # an engine that does not speculate
+            pass
 
     def _release_draft(self, slot: _Slot) -> None:
         """The target of ``slot`` is unloaded: its draft model may be unloaded from now on."""

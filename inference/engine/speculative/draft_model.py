@@ -100,17 +100,12 @@ class DraftModelDrafter(Drafter):
     def propose(self, k: int) -> List[int]:
         if k < 1 or not self.tokens:
             return []
-        model, chunk = self.draft.model, self.draft.PREFILL_CHUNK
         while len(self.pending) < k:
             tail = self._uncached()
-            while len(tail) > chunk:  # a long catch-up (the prompt): in chunks
-                model(mx.array([tail[:chunk]]), cache=self.cache)
-                mx.eval([c.state for c in self.cache])
-                self.cached += chunk
-                tail = tail[chunk:]
-            logits = model(mx.array([tail]), cache=self.cache)
+            self._feed(tail[:-1])
+            logits = self.draft.model(mx.array([tail[-1:]]), cache=self.cache)
             token = mx.argmax(logits[0, -1]).item()
-            self.cached += len(tail)
+            self.cached += 1
             if token >= self.draft.limit:  # not a token of the target
                 for layer in self.cache:
                     layer.trim(1)
@@ -118,6 +113,18 @@ class DraftModelDrafter(Drafter):
                 break
             self.pending.append(token)
         return self.pending[:k]
+
+    def prepare(self) -> None:
+        self._feed(self._uncached()[:-1])
+
+    def _feed(self, tokens: List[int]) -> None:
+        """Compute the draft model's KV of ``tokens`` (the next uncached ones), in chunks."""
+        chunk = self.draft.PREFILL_CHUNK
+        for start in range(0, len(tokens), chunk):
+            piece = tokens[start : start + chunk]
+            self.draft.model(mx.array([piece]), cache=self.cache)
+            mx.eval([c.state for c in self.cache])
+            self.cached += len(piece)
 
     def _uncached(self) -> List[int]:
         """The tokens of ``tokens + pending`` past the cache (without copying the others)."""

@@ -29,6 +29,10 @@ class Drafter:
         """How many tokens ``extend`` was given."""
         raise NotImplementedError
 
+    def prepare(self) -> None:
+        """Do now what the tokens seen so far need before a proposal (a draft model computes
+        the prompt's KV here: the engine asks when the prompt is done, before its first token)."""
+
     def propose(self, k: int) -> List[int]:
         """Up to ``k`` tokens that may follow the tokens seen; fewer (or none) when it has no
         good guess."""

@@ -106,6 +106,14 @@ class SpeculationPolicy:
             why = self.draft_error or "set the model's draft_model setting or the server's --draft-model"
             raise ValueError(f"speculative=draft: this model has no draft model ({why})")
 
+    def prepare(self, request) -> None:
+        """``request``'s prompt is done: its drafter takes the prompt now (counted with the
+        prompt's time, not its decoding's)."""
+        state = self.row_state(request)
+        if state is not None:
+            _sync(state.drafter, request)
+            state.drafter.prepare()
+
     def _pays(self, state: RowSpeculation, k: int) -> bool:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
         plain = self.costs.decode_seconds if self.costs is not None else None
