@@ -141,6 +141,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="draft: num_draft_tokens of both")
     parser.add_argument("--layers", type=int, default=8, help="draft: layers of the smaller draft")
     parser.add_argument("--draft-dir", default="/tmp/omlx-bench-drafts", help="draft: where it is made")
+    parser.add_argument(
+        "--draft-workload", choices=("edit", "free"), action="append", help="draft: default both"
+    )
     parser.add_argument("--quantized", action="store_true", help="the imported Q4 weights, not float32")
     args = parser.parse_args()
     only = args.only or ["edit", "free", "streams"]
@@ -149,6 +152,7 @@ def main() -> None:
         import bench_draft_model
 
         makers = {"edit": lambda tok: edit_prompt(tok, args.lines), "free": free_prompt}
+        makers = {name: makers[name] for name in args.draft_workload or makers}
         bench_draft_model.main(folder, makers, args)
         only = [name for name in only if name != "draft"]
     if not only:

@@ -289,10 +289,12 @@ class Engine(EngineCache, EngineControls, EngineThread):
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
         seconds = time.perf_counter() - start
         prompt_tokens = sum(n for _, n in out.prefill)
+        speculation = getattr(self.runner, "speculation", None)
+        shadow = speculation.take_shadow_seconds() if speculation is not None else 0.0
         if not self.runner.batch.verified:  # a verify pass is not what a plain decode step costs
             padded = prefiller.tokens - computed
-            self.scheduler.costs.observe(
-                out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, padded
+            self.scheduler.costs.observe(  # (nor are a draft model's shadow checks)
+                out.num_decoding, prompt_tokens, seconds - shadow, prefiller.forwards - passes, padded
             )
         if trace is not None:
             trace.append(

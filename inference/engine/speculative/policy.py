@@ -25,6 +25,7 @@ for its tokens and asks ``drafts``: a batch with nothing to draft keeps its pipe
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -67,6 +68,7 @@ class SpeculationPolicy:
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
         self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
+        self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
 
     @classmethod
     def of(cls, config, costs=None) -> "SpeculationPolicy":
@@ -105,6 +107,12 @@ class SpeculationPolicy:
         if method == "draft" and self.draft is None:
             why = self.draft_error or "set the model's draft_model setting or the server's --draft-model"
             raise ValueError(f"speculative=draft: this model has no draft model ({why})")
+
+    def take_shadow_seconds(self) -> float:
+        """Seconds the shadow rows' proposals took since the last call (a draft model's passes:
+        the engine leaves them out of what a plain decode step costs, which prices drafting)."""
+        seconds, self.shadow_seconds = self.shadow_seconds, 0.0
+        return seconds
 
     def prepare(self, request) -> None:
         """``request``'s prompt is done: its drafter takes the prompt now (counted with the
@@ -157,7 +165,9 @@ class SpeculationPolicy:
             if drafter.seen < state.shadow_next:
                 return  # a drafter with a device cost waits between its checks
             k = min(self.settings_of(request)[1], drafter.shadow_tokens or self.MAX_DRAFT)
+            began = time.perf_counter()
             state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(k)
+            self.shadow_seconds += time.perf_counter() - began
             draft = state.shadow_draft
             # (a draft model's one-token check stands for the drafts it would make when active)
             if draft and self._pays(
