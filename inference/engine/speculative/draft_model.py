@@ -102,10 +102,11 @@ class DraftModelDrafter(Drafter):
             return []
         while len(self.pending) < k:
             tail = self._uncached()
-            self._feed(tail[:-1])
-            logits = self.draft.model(mx.array([tail[-1:]]), cache=self.cache)
+            last = (len(tail) - 1) % self.draft.PREFILL_CHUNK + 1  # the last chunk: one pass
+            self._feed(tail[:-last])
+            logits = self.draft.model(mx.array([tail[-last:]]), cache=self.cache)
             token = mx.argmax(logits[0, -1]).item()
-            self.cached += 1
+            self.cached += last
             if token >= self.draft.limit:  # not a token of the target
                 for layer in self.cache:
                     layer.trim(1)
