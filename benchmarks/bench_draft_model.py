@@ -79,17 +79,19 @@ def omlx_run(llm, prompt, tokens: int, k: int, always: bool = False):
 
 
 def mlx_lm_run(model, draft, prompt, tokens: int, k: int):
-    """(decode tokens per second, token ids) of mlx-lm's speculative_generate_step, greedy."""
+    """(decode tokens per second, token ids, how many came from drafts) of mlx-lm's
+    speculative_generate_step, greedy."""
     from mlx_lm.generate import speculative_generate_step
 
-    ids, first = [], None
-    for token, _, _ in speculative_generate_step(
+    ids, first, drafted = [], None, 0
+    for token, _, from_draft in speculative_generate_step(
         mx.array(prompt), model, draft, num_draft_tokens=k, max_tokens=tokens
     ):
         ids.append(int(token))
+        drafted += bool(from_draft)
         if first is None:
             first = time.perf_counter()
-    return (len(ids) - 1) / (time.perf_counter() - first), ids
+    return (len(ids) - 1) / (time.perf_counter() - first), ids, drafted
 
 
 def plain_ids(llm, prompt, tokens: int):
@@ -102,6 +104,7 @@ def compare_pair(llm, mlx_pair, name, prompt, tokens, rounds, k):
     want = plain_ids(llm, prompt, tokens)
     omlx_run(llm, prompt, 8, k)  # warm-up (the prompt's KV into the block cache)
     mlx_lm_run(*mlx_pair, prompt, 8, k)
+    theirs_drafted = 0
     order = ["omlx", "omlx always", "mlx-lm"]
     speeds = {who: [] for who in order}
     ids, spec = {}, {who: dict.fromkeys(("drafted", "accepted", "passes", "emitted"), 0) for who in order}
@@ -109,7 +112,8 @@ def compare_pair(llm, mlx_pair, name, prompt, tokens, rounds, k):
         for who in order if i % 2 == 0 else order[::-1]:
             before = llm.engine.stats().speculative
             if who == "mlx-lm":
-                speed, ids[who] = mlx_lm_run(*mlx_pair, prompt, tokens, k)
+                speed, ids[who], drafted = mlx_lm_run(*mlx_pair, prompt, tokens, k)
+                theirs_drafted += drafted
             else:
                 speed, ids[who] = omlx_run(llm, prompt, tokens, k, always=who == "omlx always")
             after = llm.engine.stats().speculative
@@ -120,7 +124,11 @@ def compare_pair(llm, mlx_pair, name, prompt, tokens, rounds, k):
             speeds[who].append(speed)
     median = {who: statistics.median(speeds[who]) for who in order}
     theirs = median["mlx-lm"]
-    print(f"{name}: mlx-lm {theirs:.2f} tok/s, greedy {ids['mlx-lm'] == want}", flush=True)
+    print(
+        f"{name}: mlx-lm {theirs:.2f} tok/s, tokens from its drafts {theirs_drafted}/{rounds * tokens}, "
+        f"greedy {ids['mlx-lm'] == want}",
+        flush=True,
+    )
     for who in order[:2]:
         s = spec[who]
         rate = s["accepted"] / s["drafted"] if s["drafted"] else 0
