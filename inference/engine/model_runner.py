@@ -67,7 +67,7 @@ class DecodeBatch:
     input, drafts after it and returns it first. Steps where no row has a proposal stay
     pipelined, so free text that drafts nothing costs host lookups only. A row that ended on
     one of its tokens may have KV past its end (the block cache stores only the positions of
-    its tokens).
+    its tokens). With ``snapshot_every`` a row's draft ends on its next block boundary at most.
     """
 
     def __init__(
@@ -92,6 +92,9 @@ class DecodeBatch:
         self.report_first = report_first
         self.context_length = context_length
         self.passes = 0  # forward passes run (a step that only reports runs none)
+        # Whether the model keeps right padding out of its recurrent state (Prefill.together):
+        # how a verify pass over such layers is rolled back (speculative.rollback).
+        self.padding_ok = True
         self.reports = 0  # steps that only reported tokens
         self._clear()
 
@@ -250,10 +253,10 @@ class DecodeBatch:
         return out
 
     def _speculates(self) -> bool:
-        """Whether some row drafts this step (full-attention caches, no M-RoPE rows)."""
+        """Whether some row drafts this step (caches a verify pass can roll back, no M-RoPE rows)."""
         return (
             not any(self.deltas)
-            and can_roll_back(self._cache)
+            and can_roll_back(self._cache, self.padding_ok)
             and self.speculation.wanted(self.rows, self.context_length)
         )
 
@@ -269,16 +272,26 @@ class DecodeBatch:
         self.clock.device_wait += waited - began
         pending = [token if behind else None for token, behind in zip(inputs, late)]
         drafts = self.speculation.drafts(self.rows, self.context_length, pending)
+        every = self.snapshot_every
+        if every:  # a pass ends at the next block boundary at most: the snapshot is taken there
+            drafts = [d[: every - 1 - n % every] for d, n in zip(drafts, self.kv_len)]
 
         def forward(tokens: mx.array) -> mx.array:
             with self.adapters.rows([r.adapter_slot for r in self.rows]):
                 return self.model(tokens, cache=self._cache)
 
-        emitted = verify_step(forward, inputs, drafts, self._states, self._cache, self.counters)
+        emitted = verify_step(
+            forward, inputs, drafts, self._states, self._cache, self.counters, self.padding_ok
+        )
         self.passes += 1
         self.verified = True
+        snapshots = []
         for i, tokens in enumerate(emitted):
             self.kv_len[i] += len(tokens)
+            if every and self.kv_len[i] % every == 0:
+                snapshots.append(cache_io.batch_snapshot(self._cache, i, self.kv_len[i], full=False))
+                self.rows[i].snapshots.append(snapshots[-1])
+        cache_io.materialize(snapshots)
         self._inputs = mx.array([tokens[-1] for tokens in emitted], dtype=mx.uint32)
         self._kinds = [REPORTED] * len(self.rows)
         self._logprobs = [None] * len(self.rows)
@@ -386,6 +399,7 @@ class ModelRunner:
         self.cpu_attention = cpu_attention.setup(self.model)
         self.gate = HeadGate(self.model)
         self.prefiller = Prefill(loaded, self.gate, block_size, self.clock, self.adapters)
+        self.batch.padding_ok = self.prefiller.together
 
     def _new_batch(self) -> DecodeBatch:
         return DecodeBatch(
@@ -483,5 +497,5 @@ class ModelRunner:
     def reset(self) -> None:
         counters = self.batch.counters
         self.batch = self._new_batch()
-        self.batch.counters = counters
+        self.batch.counters, self.batch.padding_ok = counters, self.prefiller.together
         mx.clear_cache()

@@ -4,7 +4,8 @@ them all in one forward pass of the decode batch, and every accepted token saves
 - ``drafter``: the ``Drafter`` interface every proposer implements; ``drafters``: them by name;
 - ``prompt_lookup``: the n-gram drafter over the request's own prompt and output;
 - ``acceptance``: which drafted tokens a row keeps (greedy match, rejection sampling);
-- ``rollback``: removing the rejected positions from the batch's caches, a different number per row;
+- ``rollback``: removing the rejected positions from the batch's caches, a different number per row,
+  for every kind of cache (full attention, sliding windows, recurrent state);
 - ``policy``: which rows speculate this step and how many tokens each drafts (adaptive);
 - ``verify``: the speculative step of a decode batch, and its counters.
 """

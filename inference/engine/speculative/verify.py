@@ -1,8 +1,8 @@
 """The speculative step of a decode batch: every row's input token and draft through the target
 model in one forward pass ([B, 1 + K]: rows with shorter drafts, or none, are padded and their
 padded positions rejected), acceptance per row (``acceptance``), then the rejected positions
-rolled back in the caches (``rollback``). Synchronous: the drafts follow the inputs, which must
-be on the host, and the next drafts need this step's tokens."""
+rolled back in the caches, whatever their kind (``rollback``). Synchronous: the drafts follow
+the inputs, which must be on the host, and the next drafts need this step's tokens."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import mlx.core as mx
 
 from ..sampler import RowState
 from .acceptance import greedy_tokens, sampled_tokens, sampling_arrays
-from .rollback import roll_back
+from .rollback import Rollback
 
 
 @dataclass
@@ -41,14 +41,16 @@ def verify_step(
     states: Sequence[RowState],
     caches,
     counters: SpeculativeCounters,
+    padding_ok: bool = True,
 ) -> List[List[int]]:
     """Run ``forward`` ([B, L] tokens -> [B, L, V] logits over ``caches``) on each row's input
     and draft; return the tokens each row emits (its kept draft tokens and one more), having
     removed the rejected positions from ``caches`` and counted each row's tokens in its
     sampling state. Afterwards row i's caches hold its input and its kept draft tokens; the
-    last emitted token is its next input."""
+    last emitted token is its next input. ``padding_ok``: see ``Rollback``."""
     width = 1 + max(len(d) for d in drafts)
     rows = [[token, *d] + [token] * (width - 1 - len(d)) for token, d in zip(inputs, drafts)]
+    rollback = Rollback(caches, padding_ok)  # (before the pass: what a recurrent state must go back to)
     logits = forward(mx.array(rows, dtype=mx.uint32)).astype(mx.float32)
     targets = mx.argmax(logits, axis=-1)
     sampling = {
@@ -67,7 +69,7 @@ def verify_step(
             tokens = greedy_tokens(host[i], draft)
         state.step += len(tokens)
         emitted.append(tokens)
-    roll_back(caches, [width - len(tokens) for tokens in emitted])
+    rollback.apply([width - len(tokens) for tokens in emitted], rows, forward)
     if width > 1:  # (no row drafted: a plain pass)
         counters.verify_passes += 1
         counters.drafted += sum(len(d) for d in drafts)
