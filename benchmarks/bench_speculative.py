@@ -10,7 +10,9 @@ decoding, not the prompt), on a float32 copy of the weights (``--quantized``: th
 - ``free``: a short question answered in free text: little to copy, so the adaptive rule
   should keep speculation from costing anything;
 - ``edit x16``: 16 edit streams at once (the same file, each asking for its own change), the
-  batch speculating together.
+  batch speculating together;
+- ``draft`` (only with ``--only draft``): a draft model next to mlx-lm's own
+  ``speculative_generate_step`` with the same pair and k (``bench_draft_model``).
 
 Printed per workload: decode tokens per second (output tokens after the first, over the time
 from the first token to the last, summed over the streams) with and without, their ratio, and
@@ -135,11 +137,26 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=300, help="lines of the file in the edit prompt")
     parser.add_argument("--streams", type=int, default=16)
-    parser.add_argument("--only", choices=("edit", "free", "streams"), action="append")
+    parser.add_argument("--only", choices=("edit", "free", "streams", "draft"), action="append")
+    parser.add_argument("--k", type=int, default=4, help="draft: num_draft_tokens of both")
+    parser.add_argument("--layers", type=int, default=8, help="draft: layers of the smaller draft")
+    parser.add_argument("--draft-dir", default="/tmp/omlx-bench-drafts", help="draft: where it is made")
+    parser.add_argument(
+        "--draft-workload", choices=("edit", "free"), action="append", help="draft: default both"
+    )
     parser.add_argument("--quantized", action="store_true", help="the imported Q4 weights, not float32")
     args = parser.parse_args()
     only = args.only or ["edit", "free", "streams"]
     folder = smollm2_folder() if args.quantized else float32_copy(smollm2_folder())
+    if "draft" in only:  # (d): a draft model, omlx next to mlx-lm's speculative_generate_step
+        import bench_draft_model
+
+        makers = {"edit": lambda tok: edit_prompt(tok, args.lines), "free": free_prompt}
+        makers = {name: makers[name] for name in args.draft_workload or makers}
+        bench_draft_model.main(folder, makers, args)
+        only = [name for name in only if name != "draft"]
+    if not only:
+        return
     with LLM(folder, max_concurrent_requests=max(16, args.streams), step_token_budget=4096) as llm:
         tok = llm.tokenizer
         print(f"SmolLM2 {folder}; {args.tokens} tokens a stream, {args.rounds} rounds, median", flush=True)

@@ -212,6 +212,9 @@ def _run(
             longest = max(len(p) for p in ids)
             values["max_tokens"] = min(values.get("max_tokens", SamplingParams.max_tokens), limit - longest)
         base = SamplingParams(**values)  # the one check of the merged values (model settings included)
+        check = getattr(engine, "check_speculation", None)  # a draft model asked for and absent
+        if check is not None:
+            check(base)
         params = [_choice_params(base, i) for i in range(job.n)]
         if structured is not None:
             engine.compile_grammar(structured)  # cached: submit reuses it

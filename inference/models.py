@@ -60,8 +60,11 @@ class ModelSettings(models.Model):
     # KV whatever the server's), from its next load.
     kv_bits = models.PositiveSmallIntegerField(null=True, blank=True)
     kv_group_size = models.PositiveSmallIntegerField(null=True, blank=True)
-    speculative = models.CharField(max_length=16, null=True, blank=True)  # "off" or "lookup"
+    speculative = models.CharField(max_length=16, null=True, blank=True)  # "off", "lookup", "draft"
     num_draft_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # The served model id that drafts for this one (speculative "draft"), from its next load;
+    # None: the server's --draft-model. inference.pool.drafts
+    draft_model = models.CharField(max_length=255, null=True, blank=True)
     chat_template_kwargs = models.JSONField(default=dict, blank=True)  # under the request's own
     # The tool-call format to parse (a name of inference.chat.tool_parsers.FORMATS, or "none");
     # None: detected from the chat template, config and vocabulary.

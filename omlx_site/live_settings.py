@@ -54,6 +54,12 @@ def _engine(field: str) -> Callable:
     return apply
 
 
+def _draft_model(settings, pool, value) -> None:
+    settings.OMLX_DRAFT_MODEL = value
+    if pool is not None:
+        pool.draft_model = value or None  # for the models loaded from now on
+
+
 def _request_size(settings, pool, value) -> None:
     settings.OMLX_MAX_REQUEST_BYTES = value
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = value
@@ -80,6 +86,7 @@ APPLIERS: Dict[str, Callable[[Any, Any, Any], None]] = {
     "max_step_ms": _engine("max_step_ms"),
     "speculative": _engine("speculative"),
     "num_draft_tokens": _engine("num_draft_tokens"),
+    "draft_model": _draft_model,
     "hot_cache_max_size": _engine("hot_cache_max_size"),
     "kv_bits": _engine("kv_bits"),
     "kv_group_size": _engine("kv_group_size"),

@@ -208,14 +208,27 @@ SETTINGS: tuple[Setting, ...] = (
         "OMLX_SPECULATIVE",
         TEXT,
         "off",
-        "speculative decoding, per model: off, or lookup (drafts copied from the request's own "
-        "prompt and output, checked in one pass of the decode batch; output unchanged); a request "
-        "may override it (docs/engine.md)",
+        "speculative decoding, per model: off, lookup (drafts copied from the request's own "
+        "prompt and output) or draft (a draft model's, --draft-model), checked in one pass of the "
+        "decode batch; output unchanged; a request may override it (docs/engine.md)",
         flag="--speculative",
         commands=BOTH,
         check=checks.engine("speculative"),
         applies="next load",
-        metavar="off|lookup",
+        metavar="off|lookup|draft",
+    ),
+    Setting(
+        "draft_model",
+        "OMLX_DRAFT_MODEL",
+        TEXT,
+        None,
+        "the id of a served model of the same tokenizer that drafts for speculative=draft, loaded "
+        "through the pool next to each model that has no draft_model setting of its own and kept "
+        "loaded while they are (docs/engine.md)",
+        flag="--draft-model",
+        commands=BOTH,
+        applies="next load",
+        metavar="ID",
     ),
     Setting(
         "num_draft_tokens",

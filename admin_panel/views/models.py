@@ -199,6 +199,8 @@ def _settings_from_form(form) -> dict:
         changes["tool_parser"] = form.get("tool_parser") or None
     if "speculative" in form:
         changes["speculative"] = form.get("speculative") or None
+    if "draft_model" in form:
+        changes["draft_model"] = form.get("draft_model", "").strip() or None
     if "chat_template_kwargs" in form:
         text = form.get("chat_template_kwargs", "").strip()
         try:

@@ -59,6 +59,30 @@ class EngineControls:
             raise ValueError(f"no adapter {name!r} is attached to this model")
         return found
 
+    def attach_draft(self, name: Optional[str], loaded=None, error: Optional[str] = None) -> None:
+        """Draft with the model ``loaded`` (a ``LoadedModel``, served as ``name``; its weights
+        are shared, each row keeps its own draft cache) when speculating with method "draft"
+        (inference.engine.speculative.draft_model). ValueError when it cannot draft for this
+        model (another tokenizer...); the engine keeps no draft model then, and requests asking
+        for one are refused with the reason. ``loaded=None`` detaches it (``error``: why)."""
+        from .speculative.draft_model import DraftModel
+
+        if getattr(self.runner, "speculation", None) is None:
+            raise ValueError("this model's engine does not speculate (a model split across machines)")
+        try:
+            draft = DraftModel(name, loaded, self.loaded) if loaded is not None else None
+        except ValueError as exc:
+            draft, error = None, str(exc)
+            self.call(lambda engine: _set_draft(engine, None, error))
+            raise
+        self.call(lambda engine: _set_draft(engine, draft, error))
+
+    def check_speculation(self, params) -> None:
+        """ValueError for a request whose speculative decoding cannot run on this model."""
+        policy = getattr(self.runner, "speculation", None)
+        if policy is not None:
+            policy.check(params)
+
     def tune(self, wait: bool = True, **changes) -> EngineConfig:
         """Change settings of ``EngineConfig.LIVE`` while the engine runs (a model's settings);
         they apply from the next step. ValueError (nothing changed) for another setting or a
@@ -114,3 +138,9 @@ class EngineControls:
             scheduler.end_hold()
             self.prefix_cache.restore_hot()
         return None
+
+
+def _set_draft(engine, draft, error: Optional[str]) -> None:
+    """On the engine thread: the draft model of new rows (rows drafting already keep theirs)."""
+    policy = engine.runner.speculation
+    policy.draft, policy.draft_error = draft, error

@@ -105,6 +105,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
             raise ValueError("params must be a SamplingParams")
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise ValueError("cache_salt must be a string or None")  # hashed on the engine thread
+        self.check_speculation(params)
         lora = self.adapter(adapter) if adapter is not None else None
         if lora is not None:  # its blocks are its own: never the base's, nor another adapter's
             cache_salt = adapter_salt(cache_salt, lora.digest)
@@ -288,10 +289,12 @@ class Engine(EngineCache, EngineControls, EngineThread):
             self.prefix_cache.engine_busy(bool(self.scheduler.prefilling or self.scheduler.waiting))
         seconds = time.perf_counter() - start
         prompt_tokens = sum(n for _, n in out.prefill)
+        speculation = getattr(self.runner, "speculation", None)
+        shadow = speculation.take_shadow_seconds() if speculation is not None else 0.0
         if not self.runner.batch.verified:  # a verify pass is not what a plain decode step costs
             padded = prefiller.tokens - computed
-            self.scheduler.costs.observe(
-                out.num_decoding, prompt_tokens, seconds, prefiller.forwards - passes, padded
+            self.scheduler.costs.observe(  # (nor are a draft model's shadow checks)
+                out.num_decoding, prompt_tokens, seconds - shadow, prefiller.forwards - passes, padded
             )
         if trace is not None:
             trace.append(
@@ -406,6 +409,9 @@ class Engine(EngineCache, EngineControls, EngineThread):
         prefill finished, from the logits of its last prompt token, then move each into the
         decode batch (unless that token already ended it)."""
         ended = []
+        speculation = getattr(self.runner, "speculation", None)
+        for request, _ in done if speculation is not None else ():
+            speculation.prepare(request)  # a draft model's KV of the prompt: the prompt's time
         sampled = self.runner.first_tokens(done)
         self.first_tokens += len(sampled)
         now = time.perf_counter()

@@ -190,8 +190,9 @@ class DecodeBatch:
             return self._report()
         if self.speculation is not None and self._speculates():
             late = [kind is NEW for kind in self._kinds]
+            began = perf_counter()  # a draft model drafts here: part of the verify step's cost
             if self.speculation.ready(self.rows, self.context_length, late):
-                return self._verify(late)
+                return self._verify(late, perf_counter() - began)
         extra = {"position_deltas": mx.array(self.deltas)} if any(self.deltas) else {}
         with self.adapters.rows([r.adapter_slot for r in self.rows]):  # each row's LoRA adapter
             logits = self.model(self._inputs[:, None], cache=self._cache, **extra)[:, -1, :]
@@ -259,9 +260,12 @@ class DecodeBatch:
             and self.speculation.wanted(self.rows, self.context_length)
         )
 
-    def _verify(self, late: List[bool]) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
+    def _verify(
+        self, late: List[bool], drafting: float = 0.0
+    ) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
         """A speculative step (``verify_step``): every token each row emits, in order, the
-        ``late`` rows' unreported input first (the drafts follow it)."""
+        ``late`` rows' unreported input first (the drafts follow it). ``drafting``: seconds the
+        proposals took before it (counted in the step's cost)."""
         began = perf_counter()
         inputs = self._inputs.tolist()
         waited = perf_counter()  # (the last pipelined pass: not this step's cost)
@@ -293,7 +297,7 @@ class DecodeBatch:
         self._logprobs = [None] * len(self.rows)
         seconds = perf_counter() - waited
         self.clock.device_wait += seconds
-        self.speculation.observe(self.rows, drafts, [len(t) - 1 for t in emitted], seconds)
+        self.speculation.observe(self.rows, drafts, [len(t) - 1 for t in emitted], seconds + drafting)
         return [
             (request, token, None)
             for request, first, tokens in zip(self.rows, pending, emitted)

@@ -60,6 +60,7 @@ def get_pool() -> ModelPool:
                     settings.OMLX_MAX_PROCESS_MEMORY, "max_process_memory", auto=auto_process_limit()
                 ),
                 hf_cache_dir=getattr(settings, "OMLX_HF_CACHE", None),
+                draft_model=getattr(settings, "OMLX_DRAFT_MODEL", None),
                 other_apps=OtherApps.from_settings(
                     getattr(settings, "OMLX_LMSTUDIO_MODELS", None),
                     getattr(settings, "OMLX_OLLAMA_MODELS", None),

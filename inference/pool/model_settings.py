@@ -44,6 +44,7 @@ FIELDS = (
     *SAMPLING_FIELDS,
     *ENGINE_FIELDS,
     *LOAD_FIELDS,
+    "draft_model",
     "chat_template_kwargs",
     "tool_parser",
 )
@@ -197,6 +198,11 @@ def _check(model_id: str, values: dict, known_ids) -> None:
         EngineConfig(kv_bits=values["kv_bits"])
     if values["kv_group_size"] is not None:
         EngineConfig(kv_bits=8, kv_group_size=values["kv_group_size"])
+    draft = values["draft_model"]
+    if draft == "":
+        values["draft_model"] = draft = None
+    if draft is not None and (not isinstance(draft, str) or draft not in known_ids):
+        raise ValueError(f"draft_model: {draft!r} is not the id of a model here (or null for the server's)")
     kwargs = values["chat_template_kwargs"]
     values["chat_template_kwargs"] = check_template_kwargs(kwargs if kwargs is not None else {}) or {}
     values["tool_parser"] = check_tool_parser(values["tool_parser"])

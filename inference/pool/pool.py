@@ -8,9 +8,9 @@ Invariants:
   per id), and a failed load is retried by the next request.
 - The estimates of loaded models plus those being loaded never exceed ``max_model_memory``.
   Before a load, idle models are unloaded in least-recently-used order until the new one fits;
-  a pinned model, a leased one (a request is being handed to it) and one with requests in its
-  engine are never unloaded. When even that is not enough the load is refused with
-  ``InsufficientMemory`` (HTTP 507), before anything is allocated.
+  a pinned model, a leased one (a request is being handed to it, or a loaded model drafts with
+  it: ``drafts``) and one with requests in its engine are never unloaded. When even that is not
+  enough the load is refused with ``InsufficientMemory`` (HTTP 507), before anything is allocated.
 - Unloading writes the model's hot KV blocks down to the cold tier and waits for the writer, so
   the model's prefixes are cold hits when it comes back.
 - A LoRA adapter (``adapters``) has no engine of its own: leasing it leases its base model's
@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
@@ -32,6 +32,7 @@ from inference import metrics
 
 from . import model_settings
 from .adapters import adapter_bytes
+from .drafts import DraftModels, _Slot
 from .discovery import ModelFolder, discover, inspect, signature
 from .engines import AdapterEngine, make_engine, stop_engine, weights_bytes
 from .other_apps import OtherApps
@@ -42,29 +43,7 @@ from .memory import MemoryEstimate, estimate, estimate_encoder, format_bytes, pr
 logger = logging.getLogger("omlx.models")
 
 
-@dataclass
-class _Slot:
-    """A loaded model."""
-
-    engine: object
-    estimate: MemoryEstimate
-    loaded_at: float
-    last_used: float  # time.monotonic() of the last lease
-    leases: int = 0  # requests being handed to the engine right now
-    measured_weights_bytes: int = 0  # the loaded parameters' bytes
-    adapters: set = field(default_factory=set)  # ids of the LoRA adapters attached to it
-
-    def busy(self) -> bool:
-        return self.leases > 0 or self.engine.num_active() > 0
-
-    def idle_since(self) -> Optional[float]:
-        if self.leases:
-            return None
-        since = self.engine.idle_since()
-        return None if since is None else max(since, self.last_used)
-
-
-class ModelPool(PoolReport):
+class ModelPool(DraftModels, PoolReport):
     """Model ids -> folders -> engines, under a memory limit (see the module docstring)."""
 
     SETTINGS_MAX_AGE = 1.0  # seconds a settings snapshot is trusted by a worker thread
@@ -78,6 +57,7 @@ class ModelPool(PoolReport):
         read_settings=model_settings.read_all,
         hf_cache_dir: Optional[Path] = None,
         other_apps: Optional[OtherApps] = None,
+        draft_model: Optional[str] = None,
     ):
         if isinstance(model_dirs, (str, Path)):
             model_dirs = [model_dirs]
@@ -85,6 +65,7 @@ class ModelPool(PoolReport):
         self.hf_cache_dir = Path(hf_cache_dir).expanduser() if hf_cache_dir is not None else None
         self.other_apps = other_apps  # LM Studio's and Ollama's models (discovery.other_apps)
         self.engine_settings = dict(engine_settings or {})
+        self.draft_model = draft_model  # the id of the default draft model (drafts.DraftModels)
         self.max_model_memory = max_model_memory
         self.max_process_memory = max_process_memory
         self._read_settings = read_settings
@@ -209,6 +190,7 @@ class ModelPool(PoolReport):
         folder = self._folders[model_id]
         slot = self._acquire(folder.base or model_id)
         try:
+            self._hold_draft(folder.base or model_id, slot)
             yield slot.engine if folder.base is None else self._attach(model_id, folder, slot)
         finally:
             with self._lock:
@@ -252,6 +234,9 @@ class ModelPool(PoolReport):
                 return False
             if (self._settings.get(model_id) or {}).get("pinned"):
                 raise ModelBusy(f"The model '{model_id}' is pinned; unpin it first")
+            targets = [i for i, s in self._slots.items() if s.draft is slot]
+            if targets:
+                raise ModelBusy(f"The model '{model_id}' drafts for '{targets[0]}'; unload that model first")
             if slot.busy():
                 raise ModelBusy(
                     f"The model '{model_id}' has {slot.engine.num_active()} requests in "
@@ -454,6 +439,7 @@ class ModelPool(PoolReport):
         try:
             stop_engine(model_id, slot.engine)
         finally:
+            self._release_draft(slot)
             with self._lock:
                 self._closing.pop(id(slot), None)
             metrics.model_unloaded(model_id, slot.engine, reason)

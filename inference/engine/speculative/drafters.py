@@ -6,8 +6,11 @@ from .drafter import METHODS, Drafter
 from .prompt_lookup import PromptLookupDrafter
 
 
-def make_drafter(method: str) -> Drafter:
-    """A fresh drafter for ``method`` (one of METHODS but "off")."""
+def make_drafter(method: str, draft=None) -> Drafter:
+    """A fresh drafter for ``method`` (one of METHODS but "off"); ``draft``: the engine's
+    ``draft_model.DraftModel`` (for "draft")."""
     if method == "lookup":
         return PromptLookupDrafter()
+    if method == "draft" and draft is not None:
+        return draft.drafter()
     raise ValueError(f"speculative={method!r}: must be one of {', '.join(METHODS)}")

@@ -25,6 +25,7 @@ for its tokens and asks ``drafts``: a batch with nothing to draft keeps its pipe
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -43,6 +44,8 @@ class RowSpeculation:
     idle: int = 0  # steps in a row its drafter proposed nothing
     shadow_at: int = 0  # shadow: how many tokens the drafter had seen at ``shadow_draft``
     shadow_draft: Optional[List[int]] = None
+    shadow_next: int = 0  # shadow: no proposal before the drafter has seen this many tokens
+    shadow_gap: int = 0  # tokens between a costly drafter's shadow checks (doubles while it does not pay)
 
     def expected_tokens(self, k: int) -> float:
         """Tokens a verify pass emits for this row on average: 1 + a + ... + a^k."""
@@ -54,6 +57,7 @@ class SpeculationPolicy:
     ALPHA = 0.3  # weight of the newest pass in the acceptance average
     IDLE_DRAFTS = 2
     MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
+    MAX_SHADOW_GAP = 64  # the most tokens between the shadow checks of a drafter with a device cost
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
         """``costs``: the scheduler's ``StepCosts`` (what a plain decode step costs); None:
@@ -62,6 +66,9 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+        self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
+        self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
+        self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
 
     @classmethod
     def of(cls, config, costs=None) -> "SpeculationPolicy":
@@ -83,10 +90,37 @@ class SpeculationPolicy:
         state = request.speculation
         if state is None:
             method, k = self.settings_of(request)
-            if method == "off" or k < 1 or not verifiable(request):
+            if (
+                method == "off"
+                or k < 1
+                or not verifiable(request)
+                or (method == "draft" and self.draft is None)
+            ):
                 return None
-            state = request.speculation = RowSpeculation(make_drafter(method), k)
+            state = request.speculation = RowSpeculation(make_drafter(method, self.draft), k)
         return state
+
+    def check(self, params) -> None:
+        """ValueError for a request whose speculation cannot run here: method "draft" (its
+        own or the model's) without a draft model."""
+        method = params.speculative if params.speculative is not None else self.method
+        if method == "draft" and self.draft is None:
+            why = self.draft_error or "set the model's draft_model setting or the server's --draft-model"
+            raise ValueError(f"speculative=draft: this model has no draft model ({why})")
+
+    def take_shadow_seconds(self) -> float:
+        """Seconds the shadow rows' proposals took since the last call (a draft model's passes:
+        the engine leaves them out of what a plain decode step costs, which prices drafting)."""
+        seconds, self.shadow_seconds = self.shadow_seconds, 0.0
+        return seconds
+
+    def prepare(self, request) -> None:
+        """``request``'s prompt is done: its drafter takes the prompt now (counted with the
+        prompt's time, not its decoding's)."""
+        state = self.row_state(request)
+        if state is not None:
+            _sync(state.drafter, request)
+            state.drafter.prepare()
 
     def _pays(self, state: RowSpeculation, k: int) -> bool:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
@@ -126,12 +160,24 @@ class SpeculationPolicy:
             if n < len(came) or len(came) == len(draft):  # decided
                 observed = n / (n + (n < len(draft)))
                 state.acceptance = (1 - self.ALPHA) * state.acceptance + self.ALPHA * observed
-                draft = None
+                draft = state.shadow_draft = None
         if not draft:
-            state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(self.settings_of(request)[1])
+            if drafter.seen < state.shadow_next:
+                return  # a drafter with a device cost waits between its checks
+            k = min(self.settings_of(request)[1], drafter.shadow_tokens or self.MAX_DRAFT)
+            began = time.perf_counter()
+            state.shadow_at, state.shadow_draft = drafter.seen, drafter.propose(k)
+            self.shadow_seconds += time.perf_counter() - began
             draft = state.shadow_draft
-            if draft and self._pays(state, len(draft)):
+            # (a draft model's one-token check stands for the drafts it would make when active)
+            if draft and self._pays(
+                state, self.settings_of(request)[1] if drafter.shadow_tokens else len(draft)
+            ):
                 state.active, state.idle, state.k, state.shadow_draft = True, 0, len(draft), None
+                state.shadow_gap = 0
+            elif drafter.shadow_tokens:  # a draft model: check less often while it does not pay
+                state.shadow_gap = min(2 * state.shadow_gap or 1, self.MAX_SHADOW_GAP)
+                state.shadow_next = drafter.seen + len(draft or ()) + state.shadow_gap
 
     def ready(self, rows, context_length: Optional[int], late: List[bool]) -> bool:
         """Whether some active row's drafter proposes a draft from the tokens on the host. A
