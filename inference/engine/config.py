@@ -86,7 +86,7 @@ class EngineConfig:
     num_draft_tokens: int = 4
 
     LIVE = ("max_batch_wait_ms", "max_step_ms", "speculative", "num_draft_tokens")
-    SPECULATIVE = ("off", "lookup")
+    SPECULATIVE = ("off", "lookup", "suffix")
     MAX_DRAFT_TOKENS = 16
     DTYPES = ("float32", "bfloat16", "float16")
     MAX_STEP_TRACE = 100_000  # records of about 300 bytes each

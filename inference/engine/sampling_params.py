@@ -48,7 +48,7 @@ class SamplingParams:
     num_draft_tokens: Optional[int] = None
 
     MAX_LOGPROBS = 20
-    SPECULATIVE = ("off", "lookup")  # inference.engine.speculative.METHODS
+    SPECULATIVE = ("off", "lookup", "suffix")  # inference.engine.speculative.METHODS
     MAX_DRAFT_TOKENS = 16
 
     def __post_init__(self):

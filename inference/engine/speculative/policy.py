@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
+from .answers import AnswerStore
 from .drafter import Drafter
 from .drafters import make_drafter
 
@@ -62,6 +63,7 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+        self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
     @classmethod
     def of(cls, config, costs=None) -> "SpeculationPolicy":
@@ -85,7 +87,8 @@ class SpeculationPolicy:
             method, k = self.settings_of(request)
             if method == "off" or k < 1 or not verifiable(request):
                 return None
-            state = request.speculation = RowSpeculation(make_drafter(method), k)
+            drafter = make_drafter(method, self.answers, request.cache_salt)
+            state = request.speculation = RowSpeculation(drafter, k)
         return state
 
     def _pays(self, state: RowSpeculation, k: int) -> bool:
@@ -99,6 +102,7 @@ class SpeculationPolicy:
         """Whether some row drafts this step (no drafting on the device), and every row can take
         part in a verify pass (``verifiable``). Called once per decode step: the shadow rows
         check their last proposal against the tokens that came."""
+        self.answers.fold()
         if not all(verifiable(request) for request in rows):
             return False
         wanted = False
@@ -111,6 +115,12 @@ class SpeculationPolicy:
             if state.active and request.length_left(context_length) > 1:
                 wanted = True
         return wanted
+
+    def finished(self, request) -> None:
+        """A request ended: its answer goes to the drafts of later "suffix" requests of its
+        cache salt, when the model or the request itself uses "suffix"."""
+        if self.method == "suffix" or self.settings_of(request)[0] == "suffix":
+            self.answers.add(request.output_token_ids, request.cache_salt)
 
     def _shadow(self, request, state: RowSpeculation) -> None:
         """Check a shadow row's pending proposal against the tokens that followed (once they
