@@ -208,14 +208,15 @@ SETTINGS: tuple[Setting, ...] = (
         "OMLX_SPECULATIVE",
         TEXT,
         "off",
-        "speculative decoding, per model: off, or lookup (drafts copied from the request's own "
-        "prompt and output, checked in one pass of the decode batch; output unchanged); a request "
+        "speculative decoding, per model: off, lookup (drafts copied from the request's own "
+        "prompt and output, checked in one pass of the decode batch; output unchanged) or suffix "
+        "(lookup, and drafts from the model's earlier answers of the same cache salt); a request "
         "may override it (docs/engine.md)",
         flag="--speculative",
         commands=BOTH,
         check=checks.engine("speculative"),
         applies="next load",
-        metavar="off|lookup",
+        metavar="off|lookup|suffix",
     ),
     Setting(
         "num_draft_tokens",

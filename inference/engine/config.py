@@ -53,9 +53,10 @@ class EngineConfig:
         (cache/cold_quant.py), dequantized when read back: close to the float KV, not equal;
         None (the default): the SSD tier holds the KV as computed. Without effect when
         ``kv_bits`` is set (the blocks are quantized already) or the SSD tier is off.
-    speculative: speculative decoding for this model's requests: "off" (the default) or
-        "lookup" (prompt lookup: drafts copied from the request's own prompt and output;
-        inference.engine.speculative). A request may override it.
+    speculative: speculative decoding for this model's requests: "off" (the default),
+        "lookup" (prompt lookup: drafts copied from the request's own prompt and output) or
+        "suffix" (lookup, and drafts from the model's earlier answers of the request's cache
+        salt; inference.engine.speculative). A request may override it.
     num_draft_tokens: the most tokens a row drafts per step when speculating (1 to 16); the
         adaptive rule drafts fewer while drafts are rejected.
     step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
