@@ -6,6 +6,8 @@ request whose answer repeats an earlier one of its salt drafts it."""
 import pytest
 
 from inference.engine import LLM, SamplingParams
+from inference.engine.request import Request
+from inference.engine.speculative import SpeculationPolicy
 from inference.engine.speculative.answers import AnswerStore
 from inference.engine.speculative.suffix import SuffixDrafter
 from inference.engine.speculative.suffix_tree import SuffixTree
@@ -48,18 +50,27 @@ def test_removing_an_answer_leaves_the_tree_as_without_it():
 
 
 def test_the_store_keeps_its_bounds_evicting_the_oldest_answers():
+    """Windows are added and removed a few per fold (a step's work is bounded): over either
+    bound, the oldest answer goes first; the bounds hold within one fold's work."""
     store = AnswerStore(max_tokens=60, max_nodes=150, depth=6, max_match=3)
     for i in range(20):
         store.add([100 * i + j for j in range(20)])  # 20 distinct tokens: 20 * 6 - 15 nodes
-        store.fold(budget=7)  # answers go in a few windows at a time
-        assert store.tokens <= 60 and store.nodes <= 150
-    store.fold(budget=1000)
-    assert store.nodes == store.tree(None).nodes <= 150
+        for _ in range(4):
+            store.fold(budget=7)
+            assert store.tokens <= 60 + 20 and store.nodes <= 150 + 7 * 6
+    for _ in range(20):
+        store.fold(budget=7)
+    assert store.tokens <= 60 and store.nodes == store.tree(None).nodes <= 150
     assert store.tree(None).propose([1900, 1901], 2) == (2, [1902, 1903])  # the newest is kept
     assert store.tree(None).propose([1700, 1701], 2) == (0, [])  # an older one is gone
-    store.add([1, 2, 3] * 30)  # over MAX_ANSWER? no: over max_tokens alone, it evicts the rest
-    store.fold()
-    assert store.tokens <= 60 and list(store.trees) == []
+    store.add(list(range(130)))  # too long for the store: refused
+    store.add([1, 2, 3] * 20)  # the bound alone: the older ones go
+    for _ in range(30):
+        store.fold(budget=7)
+    assert store.tokens == 60 and store.salts() == {None} and store.tree(None).propose([1, 2], 1) == (2, [3])
+    alone = SuffixTree(depth=6, max_match=3)
+    alone.add([1, 2, 3] * 20)
+    assert store.tree(None).nodes == alone.nodes  # exactly the tree of that answer alone
 
 
 def test_answers_of_one_salt_never_reach_another_salts_drafts():
@@ -84,6 +95,22 @@ def test_the_request_own_tokens_win_a_tie():
     assert drafter.propose(1) == [3]
     drafter.extend([1])  # [7, 8, 1]: the answer's match is the longer
     assert drafter.propose(2) == [2]
+
+
+def test_the_answers_kept_are_those_of_suffix_requests_or_a_suffix_model():
+    def ended(salt, **params):
+        request = Request("r", [1, 2], SamplingParams(**params), None, frozenset(), None, 0, cache_salt=salt)
+        request.output_token_ids = [7, 8, 9]
+        return request
+
+    policy = SpeculationPolicy("lookup", 4)
+    policy.finished(ended("a"))
+    policy.finished(ended("b", speculative="off"))
+    policy.finished(ended("c", speculative="suffix"))
+    assert policy.answers.salts() == {"c"}
+    policy.configure("suffix", 4)  # the model's setting: every answer, whatever the request asked
+    policy.finished(ended("b", speculative="off"))
+    assert policy.answers.salts() == {"b", "c"}
 
 
 @pytest.fixture(scope="module")

@@ -50,11 +50,11 @@ class SuffixTree:
                 child.count += 1
                 node = child
 
-    def remove(self, tokens: Sequence[int], stop: Optional[int] = None) -> None:
-        """Remove the windows of ``tokens`` that start before ``stop`` (all by default): exactly
-        what ``add`` put there."""
+    def remove(self, tokens: Sequence[int], start: int = 0, stop: Optional[int] = None) -> None:
+        """Remove the windows of ``tokens`` that start at ``start`` .. ``stop - 1`` (all by
+        default): exactly what ``add`` put there."""
         stop = len(tokens) if stop is None else stop
-        for i in range(stop):
+        for i in range(start, stop):
             node = self.root
             window = tokens[i : i + self.depth]
             for j, token in enumerate(window):
