@@ -56,7 +56,9 @@ def test_the_store_keeps_its_bounds_evicting_the_oldest_answers():
     for i in range(20):
         store.add([100 * i + j for j in range(20)])  # 20 distinct tokens: 20 * 6 - 15 nodes
         for _ in range(4):
+            before = store.nodes
             store.fold(budget=7)
+            assert abs(store.nodes - before) <= 7 * 6  # at most 7 windows' work
             assert store.tokens <= 60 + 20 and store.nodes <= 150 + 7 * 6
     for _ in range(20):
         store.fold(budget=7)
