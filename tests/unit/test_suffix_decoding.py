@@ -9,6 +9,7 @@ from inference.engine import LLM, SamplingParams
 from inference.engine.request import Request
 from inference.engine.speculative import SpeculationPolicy
 from inference.engine.speculative.answers import AnswerStore
+from inference.engine.step_costs import StepCosts
 from inference.engine.speculative.suffix import SuffixDrafter
 from inference.engine.speculative.suffix_tree import SuffixTree
 
@@ -113,6 +114,26 @@ def test_the_answers_kept_are_those_of_suffix_requests_or_a_suffix_model():
     policy.configure("suffix", 4)  # the model's setting: every answer, whatever the request asked
     policy.finished(ended("b", speculative="off"))
     assert policy.answers.salts() == {"b", "c"}
+
+
+def test_a_stale_verify_cost_is_measured_again():
+    """One verify pass that was slow (a loaded machine) keeps rows shadow, but not for good:
+    ``PROBE_STEPS`` steps later a row with a proposal drafts, and that pass measures again."""
+    costs = StepCosts()
+    costs.decode_seconds = 1.0
+    policy = SpeculationPolicy("suffix", 4, costs)
+    row = Request(
+        "r", [1, 2, 3, 4] * 3, SamplingParams(max_tokens=1000, **GREEDY), None, frozenset(), None, 0
+    )
+    assert policy.wanted([row], None)  # its first proposal: it drafts
+    policy.observe([row], [[1, 2, 3, 4]], [0], 60.0)  # nothing kept, and a pass of 60 steps' cost
+    for step in range(SpeculationPolicy.PROBE_STEPS - 1):
+        row.output_token_ids.append([1, 2, 3, 4][step % 4])  # its proposals come true
+        assert not policy.wanted([row], None)
+    row.output_token_ids.append(1)
+    assert policy.wanted([row], None) and policy.drafts([row], None)[0][:2] == [2, 3]
+    policy.observe([row], [[2, 3, 4, 1]], [4], 1.5)
+    assert policy.verify_seconds < 60 and policy.since_verify == 0
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ Adaptive rule, per row:
   while its drafter still proposes on the host, and the proposals are checked against the
   tokens that come (no device work). Its average follows those checks, and it becomes
   active again once it would pay. So speculation that does not pay costs only host lookups.
+  A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
+  proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
 
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
@@ -55,6 +57,9 @@ class SpeculationPolicy:
     ALPHA = 0.3  # weight of the newest pass in the acceptance average
     IDLE_DRAFTS = 2
     MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
+    # Steps after the last verify pass when its measured cost is taken as stale: a row that would
+    # draft then drafts, so one slow pass (a loaded machine) cannot turn speculation off for good.
+    PROBE_STEPS = 256
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
         """``costs``: the scheduler's ``StepCosts`` (what a plain decode step costs); None:
@@ -63,6 +68,7 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+        self.since_verify = 0  # decode steps since the last verify pass
         self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
     @classmethod
@@ -94,7 +100,7 @@ class SpeculationPolicy:
     def _pays(self, state: RowSpeculation, k: int) -> bool:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
         plain = self.costs.decode_seconds if self.costs is not None else None
-        if plain is None or self.verify_seconds is None:
+        if plain is None or self.verify_seconds is None or self.since_verify >= self.PROBE_STEPS:
             return True
         return state.expected_tokens(k) * plain >= self.verify_seconds
 
@@ -103,6 +109,7 @@ class SpeculationPolicy:
         part in a verify pass (``verifiable``). Called once per decode step: the shadow rows
         check their last proposal against the tokens that came."""
         self.answers.fold()
+        self.since_verify += 1
         if not all(verifiable(request) for request in rows):
             return False
         wanted = False
@@ -187,6 +194,7 @@ class SpeculationPolicy:
         if not any(drafts):
             return  # a plain pass
         a = self.ALPHA
+        self.since_verify = 0
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
