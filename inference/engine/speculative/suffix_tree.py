@@ -7,11 +7,18 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 
 class _Node:
-    __slots__ = ("count", "children")
+    __slots__ = ("count", "children", "best")
 
     def __init__(self):
         self.count = 0  # windows (answer, start) whose first tokens spell the path to here
         self.children: Optional[Dict[int, "_Node"]] = None
+        self.best: Optional[int] = None  # a child of the highest count; None: not known
+
+    def most_frequent(self) -> Tuple[int, "_Node"]:
+        """A child of the highest count, found by a scan only when not known."""
+        if self.best is None:
+            self.best = max(self.children.items(), key=lambda item: item[1].count)[0]
+        return self.best, self.children[self.best]
 
 
 class SuffixTree:
@@ -22,8 +29,11 @@ class SuffixTree:
     suffix of an occurring sequence occurs too (``match`` bisects on that); a child's count is
     at most its parent's; a node whose count falls to 0 is removed with what is below it (only
     the window being removed went there); ``nodes`` is the number of nodes but the root.
-    ``add`` and ``remove`` cost O(depth) per window; ``match`` and ``propose`` cost
-    O(max_match * log(max_match) + k * depth) dict lookups, whatever the tree holds.
+    ``node.best``, when known, is a child of the highest count (on a tie, any of them):
+    kept by ``add``, forgotten by ``remove``, found again by a scan of the children the next
+    time a draft goes through the node. ``add`` and ``remove`` cost O(depth) per window;
+    ``match`` and ``propose`` cost O(max_match * log(max_match) + k * depth) dict lookups, and
+    a scan of a node's children only after a removal went through its most frequent child.
     """
 
     def __init__(self, depth: int = 12, max_match: int = 8, min_match: int = 2, min_probability: float = 0.1):
@@ -48,6 +58,8 @@ class SuffixTree:
                     child = node.children[token] = _Node()
                     self.nodes += 1
                 child.count += 1
+                if node.best is not None and child.count > node.children[node.best].count:
+                    node.best = token
                 node = child
 
     def remove(self, tokens: Sequence[int], start: int = 0, stop: Optional[int] = None) -> None:
@@ -60,6 +72,8 @@ class SuffixTree:
             for j, token in enumerate(window):
                 child = node.children[token]
                 child.count -= 1
+                if node.best == token:
+                    node.best = None  # another child may have more now
                 if child.count == 0:  # only this window went below: it goes with it
                     del node.children[token]
                     if not node.children:
@@ -110,7 +124,7 @@ class SuffixTree:
             first = first or m
             drafted = len(out)
             while len(out) < k and node.children:
-                token, child = max(node.children.items(), key=lambda item: item[1].count)
+                token, child = node.most_frequent()
                 probability *= child.count / node.count
                 if probability < self.min_probability:
                     return first, out
