@@ -29,6 +29,17 @@ def test_the_longest_match_drafts_its_most_frequent_continuation():
     # Past the depth, the walk matches again on what it drafted: 6 tokens from a 6-deep tree.
     tree.add([10, 11, 12, 13, 14, 15, 16, 17, 18, 19])
     assert tree.propose([10, 11], 6) == (2, [12, 13, 14, 15, 16, 17])
+    # The most frequent child follows the counts as answers come.
+    tree.add([5, 50, 51, 30])
+    tree.add([6, 50, 51, 40])
+    assert tree.propose([0, 50, 51], 1)[1] in ([30], [40])  # a tie
+    for _ in range(2):
+        tree.add([7, 50, 51, 40])
+        assert tree.propose([0, 50, 51], 1) == (2, [40])
+        tree.add([8, 50, 51, 30])
+        tree.add([8, 50, 51, 30])
+        assert tree.propose([0, 50, 51], 1) == (2, [30])
+        tree.add([7, 50, 51, 40])
 
 
 def test_an_unlikely_path_stops_the_draft():
