@@ -1,5 +1,5 @@
-"""Speculative decoding (prompt lookup) against plain decoding, side by side in one run, on the
-real SmolLM2-135M-Instruct (issue 27).
+"""Speculative decoding (prompt lookup, suffix decoding) against plain decoding, side by side in
+one run, on the real SmolLM2-135M-Instruct (issue 27).
 
 Workloads, greedy, each run with speculation off and with ``lookup`` in alternating rounds on
 one engine (the prompt's KV comes from the block cache after the first round, so rounds time
@@ -13,6 +13,11 @@ decoding, not the prompt), on a float32 copy of the weights (``--quantized``: th
   batch speculating together;
 - ``draft`` (only with ``--only draft``): a draft model next to mlx-lm's own
   ``speculative_generate_step`` with the same pair and k (``bench_draft_model``).
+- ``repeat``: answers that repeat across conversations (an agent re-running a step, sub-agents
+  or users asking the same): a question is answered once with ``suffix`` (its answer goes to the
+  model's answers), then asked again, by the same conversation (``again``) and under another
+  system prompt (``variant``), with speculation off, ``lookup`` and ``suffix`` in alternating
+  order. Each round has its own cache salt, so ``suffix`` drafts only from that round's answers.
 
 Printed per workload: decode tokens per second (output tokens after the first, over the time
 from the first token to the last, summed over the streams) with and without, their ratio, and
@@ -20,6 +25,7 @@ whether the outputs are identical token for token (they must be: greedy). The ra
 figures of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/bench_speculative.py [--tokens 200] [--rounds 2] [--lines 300] [--quantized]
+        [--only edit|free|streams|repeat]
 """
 
 from __future__ import annotations
@@ -95,11 +101,20 @@ def free_prompt(tokenizer) -> list:
     return tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True)
 
 
-def run(llm, prompts, tokens: int, method: str):
+QUESTION = "Write a Python function that checks whether a number is prime, with a docstring."
+SYSTEMS = ("You are a helpful assistant.", "You are a helpful assistant working for the docs team.")
+
+
+def chat_prompt(tokenizer, system: str, question: str) -> list:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+
+
+def run(llm, prompts, tokens: int, method: str, salt=None):
     """(decode tokens per second over the streams, their token ids)."""
     params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True, speculative=method)
     start = time.perf_counter()
-    results = llm.generate(prompts, [params] * len(prompts))
+    results = llm.generate(prompts, [params] * len(prompts), cache_salt=salt)
     wall = time.perf_counter() - start
     first = min(r.time_to_first_token for r in results)
     decoded = sum(len(r.token_ids) - 1 for r in results)
@@ -131,13 +146,52 @@ def compare(llm, name, prompts, tokens, rounds):
     return on / off
 
 
+def compare_repeat(llm, tokens: int, rounds: int) -> None:
+    """The ``repeat`` workload: per case, the median decode speed of each method and the ratios
+    of ``suffix`` to off and to ``lookup``."""
+    tok = llm.tokenizer
+    first = chat_prompt(tok, SYSTEMS[0], QUESTION)
+    cases = {"again": first, "variant": chat_prompt(tok, SYSTEMS[1], QUESTION)}
+    methods = ("off", "lookup", "suffix")
+    speeds = {(case, m): [] for case in cases for m in methods}
+    outputs, counts = {}, {m: [0, 0, 0, 0] for m in methods}
+    for i in range(rounds):
+        salt = f"repeat-{i}-{time.time()}"  # this round's answers only (and its own block cache)
+        run(llm, [first], tokens, "suffix", salt)  # the earlier answer
+        for case, prompt in cases.items():
+            for m in methods if i % 2 == 0 else methods[::-1]:
+                before = llm.engine.stats().speculative
+                speed, ids = run(llm, [prompt], tokens, m, salt)
+                after = llm.engine.stats().speculative
+                speeds[case, m].append(speed)
+                outputs[case, m] = ids
+                keys = ("accepted_tokens", "drafted_tokens", "emitted_tokens", "verify_passes")
+                counts[m] = [c + after[k] - before[k] for c, k in zip(counts[m], keys)]
+    for case in cases:
+        off, look, suf = (statistics.median(speeds[case, m]) for m in methods)
+        same = outputs[case, "off"] == outputs[case, "lookup"] == outputs[case, "suffix"]
+        print(
+            f"repeat {case:8s} off {off:6.1f}  lookup {look:6.1f}  suffix {suf:6.1f} tok/s   "
+            f"suffix/off {suf / off:5.2f}x   suffix/lookup {suf / look:5.2f}x   "
+            f"lookup/off {look / off:5.2f}x   identical {same}",
+            flush=True,
+        )
+    for m in methods[1:]:
+        accepted, drafted, emitted, passes = counts[m]
+        per_pass = emitted / passes if passes else 0
+        print(
+            f"repeat {m:8s} accepted {accepted}/{drafted}   tokens/pass {per_pass:.2f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=200, help="output tokens per stream")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=300, help="lines of the file in the edit prompt")
     parser.add_argument("--streams", type=int, default=16)
-    parser.add_argument("--only", choices=("edit", "free", "streams", "draft"), action="append")
+    parser.add_argument("--only", choices=("edit", "free", "streams", "repeat", "draft"), action="append")
     parser.add_argument("--k", type=int, default=4, help="draft: num_draft_tokens of both")
     parser.add_argument("--layers", type=int, default=8, help="draft: layers of the smaller draft")
     parser.add_argument("--draft-dir", default="/tmp/omlx-bench-drafts", help="draft: where it is made")
@@ -146,7 +200,7 @@ def main() -> None:
     )
     parser.add_argument("--quantized", action="store_true", help="the imported Q4 weights, not float32")
     args = parser.parse_args()
-    only = args.only or ["edit", "free", "streams"]
+    only = args.only or ["edit", "free", "streams", "repeat"]
     folder = smollm2_folder() if args.quantized else float32_copy(smollm2_folder())
     if "draft" in only:  # (d): a draft model, omlx next to mlx-lm's speculative_generate_step
         import bench_draft_model
@@ -167,6 +221,8 @@ def main() -> None:
         if "streams" in only:
             prompts = [edit_prompt(tok, args.lines, s) for s in range(args.streams)]
             compare(llm, f"edit x{args.streams}", prompts, args.tokens // 4, args.rounds)
+        if "repeat" in only:
+            compare_repeat(llm, args.tokens, args.rounds)
 
 
 if __name__ == "__main__":

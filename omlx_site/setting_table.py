@@ -209,13 +209,14 @@ SETTINGS: tuple[Setting, ...] = (
         TEXT,
         "off",
         "speculative decoding, per model: off, lookup (drafts copied from the request's own "
-        "prompt and output) or draft (a draft model's, --draft-model), checked in one pass of the "
-        "decode batch; output unchanged; a request may override it (docs/engine.md)",
+        "prompt and output, checked in one pass of the decode batch; output unchanged), suffix "
+        "(lookup, and drafts from the model's earlier answers of the same cache salt) or draft (a "
+        "draft model's, --draft-model); a request may override it (docs/engine.md)",
         flag="--speculative",
         commands=BOTH,
         check=checks.engine("speculative"),
         applies="next load",
-        metavar="off|lookup|draft",
+        metavar="off|lookup|suffix|draft",
     ),
     Setting(
         "draft_model",

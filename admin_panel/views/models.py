@@ -20,6 +20,7 @@ from admin_panel.auth import admin_required
 from admin_panel.views import shows_errors
 from admin_panel.model_jobs import jobs
 from inference.chat.capabilities import TOOL_PARSER_CHOICES, folder_tool_format
+from inference.engine.config import EngineConfig
 from inference.pool import InsufficientMemory, ModelBusy, ModelUnavailable, get_pool
 from inference.pool.app_import import import_model
 from inference.pool.discovery import KINDS
@@ -251,5 +252,6 @@ def _context(messages: List[Message]) -> dict:
         "tool_parsers": TOOL_PARSER_CHOICES,
         "kinds": KINDS,
         "kv_choices": KV_CHOICES,
+        "speculative_methods": EngineConfig.SPECULATIVE,
         "loaded_count": sum(1 for r in rows if r["loaded"]),
     }

@@ -54,10 +54,11 @@ class EngineConfig:
         None (the default): the SSD tier holds the KV as computed. Without effect when
         ``kv_bits`` is set (the blocks are quantized already) or the SSD tier is off.
     speculative: speculative decoding for this model's requests: "off" (the default),
-        "lookup" (prompt lookup: drafts copied from the request's own prompt and output;
-        inference.engine.speculative) or "draft" (a draft model's greedy tokens: the engine's
-        ``attach_draft``; the model pool attaches the model's ``draft_model``). A request may
-        override it.
+        "lookup" (prompt lookup: drafts copied from the request's own prompt and output),
+        "suffix" (lookup, and drafts from the model's earlier answers of the request's cache
+        salt; inference.engine.speculative) or "draft" (a draft model's greedy tokens: the
+        engine's ``attach_draft``; the model pool attaches the model's ``draft_model``). A request
+        may override it.
     num_draft_tokens: the most tokens a row drafts per step when speculating (1 to 16); the
         adaptive rule drafts fewer while drafts are rejected.
     step_trace: keep a record of each of the last this many steps (``step_trace.StepRecord``:
@@ -88,7 +89,7 @@ class EngineConfig:
     num_draft_tokens: int = 4
 
     LIVE = ("max_batch_wait_ms", "max_step_ms", "speculative", "num_draft_tokens")
-    SPECULATIVE = ("off", "lookup", "draft")
+    SPECULATIVE = ("off", "lookup", "suffix", "draft")
     MAX_DRAFT_TOKENS = 16
     DTYPES = ("float32", "bfloat16", "float16")
     MAX_STEP_TRACE = 100_000  # records of about 300 bytes each

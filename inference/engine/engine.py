@@ -468,6 +468,8 @@ class Engine(EngineCache, EngineControls, EngineThread):
                 request.snapshots = []
         self.runner.drop(requests)
         for request, reason, error, event in ended:
+            if reason != "error" and self.runner.speculation is not None:
+                self.runner.speculation.finished(request)  # (the engine thread: no lock)
             self.scheduler.finish(request)
             event = event or RequestOutput(request.request_id)
             if reason in ("stop", "length"):

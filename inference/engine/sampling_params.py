@@ -22,8 +22,8 @@ class SamplingParams:
     ``structured`` constrains the output to JSON while it is sampled: ``{"type": "json_object"}``
     (any JSON object) or ``{"type": "json_schema", "schema": {...}}`` (a JSON Schema); the
     output then ends ("stop") when the JSON is complete. See docs/engine.md.
-    ``speculative`` ("off", "lookup" or "draft") and ``num_draft_tokens`` (0 to 16) override the model's
-    speculative decoding settings for this request (None: the model's); see docs/engine.md.
+    ``speculative`` ("off", "lookup", "suffix" or "draft") and ``num_draft_tokens`` (0 to 16)
+    override the model's speculative decoding settings for this request (None: the model's); see docs/engine.md.
     ``priority`` says how urgently the request is scheduled, not how it samples: lower is more
     urgent (as in vLLM); 0 is the default, interactive work; background work uses larger values.
     """
@@ -48,7 +48,7 @@ class SamplingParams:
     num_draft_tokens: Optional[int] = None
 
     MAX_LOGPROBS = 20
-    SPECULATIVE = ("off", "lookup", "draft")  # inference.engine.speculative.METHODS
+    SPECULATIVE = ("off", "lookup", "suffix", "draft")  # inference.engine.speculative.METHODS
     MAX_DRAFT_TOKENS = 16
 
     def __post_init__(self):

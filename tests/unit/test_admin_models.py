@@ -126,6 +126,17 @@ def test_the_kv_format_is_set_with_what_it_costs(console):
     assert get_pool().settings("tiny")["kv_bits"] is None
 
 
+def test_speculative_decoding_is_chosen_among_the_drafters(console):
+    html = console.get("/admin/models/").content.decode()
+    row = html[html.index('data-model="tiny"') :]
+    assert all(f'<option value="{m}">{m}</option>' in row for m in ("off", "lookup", "suffix"))
+    response = post(console, ACTION, {"action": "settings", "model": "tiny", "speculative": "suffix"})
+    assert response.status_code == 200 and get_pool().settings("tiny")["speculative"] == "suffix"
+    assert '<option value="suffix" selected>' in response.content.decode()
+    post(console, ACTION, {"action": "settings", "model": "tiny", "speculative": ""})
+    assert get_pool().settings("tiny")["speculative"] is None
+
+
 @pytest.mark.parametrize(
     "form, message",
     [
@@ -138,6 +149,7 @@ def test_the_kv_format_is_set_with_what_it_costs(console):
         ({"action": "settings", "tool_parser": "glm5"}, "tool_parser: must be one of"),
         ({"action": "settings", "kv_bits": "3"}, "kv_bits=3: must be one of 4, 8"),
         ({"action": "settings", "kv_group_size": "48"}, "kv_group_size=48: must be one of 32, 64, 128"),
+        ({"action": "settings", "speculative": "tree"}, "speculative: must be one of off, lookup, suffix"),
         ({"action": "alias", "alias": "tiny2"}, "is the id of another model"),
         ({"action": "fly"}, "unknown action"),
     ],

@@ -165,7 +165,7 @@ def test_bad_chat_parameters_are_400(api, body, param):
 
 
 def test_speculative_is_accepted(api):
-    for value in (False, True, {"num_draft_tokens": 2}, {"method": "off"}):
+    for value in (False, True, {"num_draft_tokens": 2}, {"method": "off"}, {"method": "suffix"}):
         body = {"model": "tiny", "messages": CHAT, "max_tokens": 3, "speculative": value}
         status, response = request("POST", "/v1/chat/completions", body)
         assert status == 200, response

@@ -42,7 +42,7 @@ SPECULATIVE_NAMES = {"speculative": "speculative", "num_draft_tokens": "speculat
 
 def speculative_fields(value) -> dict:
     """SamplingParams fields of the request's ``speculative`` extension: ``false`` (off),
-    ``true`` (prompt lookup with the model's draft length) or ``{"method": "off" | "lookup",
+    ``true`` (prompt lookup with the model's draft length) or ``{"method": "off" | "lookup" | "suffix",
     "num_draft_tokens": k}`` (either key may be left out); None: the model's settings. A 400
     for anything else (the values themselves are checked with the other fields)."""
     if value is None:

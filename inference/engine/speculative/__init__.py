@@ -3,6 +3,8 @@ them all in one forward pass of the decode batch, and every accepted token saves
 
 - ``drafter``: the ``Drafter`` interface every proposer implements; ``drafters``: them by name;
 - ``prompt_lookup``: the n-gram drafter over the request's own prompt and output;
+- ``suffix``: suffix decoding, which drafts from the model's earlier answers too
+  (``suffix_tree``: the tree it drafts from; ``answers``: a model's answers per cache salt);
 - ``acceptance``: which drafted tokens a row keeps (greedy match, rejection sampling);
 - ``rollback``: removing the rejected positions from the batch's caches, a different number per row,
   for every kind of cache (full attention, sliding windows, recurrent state);

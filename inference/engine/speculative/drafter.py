@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import List, Sequence
 
 # The values of the ``speculative`` setting: "off", or the name of a drafter.
-METHODS = ("off", "lookup", "draft")
+METHODS = ("off", "lookup", "suffix", "draft")
 
 
 class Drafter:

@@ -17,6 +17,8 @@ Adaptive rule, per row:
   while its drafter still proposes on the host, and the proposals are checked against the
   tokens that come (no device work). Its average follows those checks, and it becomes
   active again once it would pay. So speculation that does not pay costs only host lookups.
+  A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
+  proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
 
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
@@ -29,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import List, Optional
 
+from .answers import AnswerStore
 from .drafter import Drafter
 from .drafters import make_drafter
 
@@ -58,6 +61,9 @@ class SpeculationPolicy:
     IDLE_DRAFTS = 2
     MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
     MAX_SHADOW_GAP = 64  # the most tokens between the shadow checks of a drafter with a device cost
+    # Steps after the last verify pass when its measured cost is taken as stale: a row that would
+    # draft then drafts, so one slow pass (a loaded machine) cannot turn speculation off for good.
+    PROBE_STEPS = 256
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
         """``costs``: the scheduler's ``StepCosts`` (what a plain decode step costs); None:
@@ -69,6 +75,8 @@ class SpeculationPolicy:
         self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
         self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
+        self.since_verify = 0  # decode steps since the last verify pass
+        self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
     @classmethod
     def of(cls, config, costs=None) -> "SpeculationPolicy":
@@ -97,7 +105,8 @@ class SpeculationPolicy:
                 or (method == "draft" and self.draft is None)
             ):
                 return None
-            state = request.speculation = RowSpeculation(make_drafter(method, self.draft), k)
+            drafter = make_drafter(method, self.draft, self.answers, request.cache_salt)
+            state = request.speculation = RowSpeculation(drafter, k)
         return state
 
     def check(self, params) -> None:
@@ -125,7 +134,7 @@ class SpeculationPolicy:
     def _pays(self, state: RowSpeculation, k: int) -> bool:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
         plain = self.costs.decode_seconds if self.costs is not None else None
-        if plain is None or self.verify_seconds is None:
+        if plain is None or self.verify_seconds is None or self.since_verify >= self.PROBE_STEPS:
             return True
         return state.expected_tokens(k) * plain >= self.verify_seconds
 
@@ -133,6 +142,8 @@ class SpeculationPolicy:
         """Whether some row drafts this step (no drafting on the device), and every row can take
         part in a verify pass (``verifiable``). Called once per decode step: the shadow rows
         check their last proposal against the tokens that came."""
+        self.answers.fold()
+        self.since_verify += 1
         if not all(verifiable(request) for request in rows):
             return False
         wanted = False
@@ -145,6 +156,12 @@ class SpeculationPolicy:
             if state.active and request.length_left(context_length) > 1:
                 wanted = True
         return wanted
+
+    def finished(self, request) -> None:
+        """A request ended: its answer goes to the drafts of later "suffix" requests of its
+        cache salt, when the model or the request itself uses "suffix"."""
+        if self.method == "suffix" or self.settings_of(request)[0] == "suffix":
+            self.answers.add(request.output_token_ids, request.cache_salt)
 
     def _shadow(self, request, state: RowSpeculation) -> None:
         """Check a shadow row's pending proposal against the tokens that followed (once they
@@ -223,6 +240,7 @@ class SpeculationPolicy:
         if not any(drafts):
             return  # a plain pass
         a = self.ALPHA
+        self.since_verify = 0
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )

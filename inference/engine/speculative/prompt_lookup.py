@@ -39,9 +39,13 @@ class PromptLookupDrafter(Drafter):
             seq.append(token)
 
     def propose(self, k: int) -> List[int]:
+        return self.lookup(k)[1]
+
+    def lookup(self, k: int) -> Tuple[int, List[int]]:
+        """(the length of the match, the proposal): (0, []) when none."""
         seq = self.tokens
         if k < 1:
-            return []
+            return 0, []
         for n in range(min(self.max_ngram, len(seq)), 0, -1):
             start = self._next[n - 1].get(tuple(seq[len(seq) - n :]))
             if start is not None:
@@ -50,5 +54,5 @@ class PromptLookupDrafter(Drafter):
                 out = seq[start : start + k]
                 while len(out) < k:
                     out.append(out[start + len(out) - len(seq)])
-                return out
-        return []
+                return n, out
+        return 0, []
