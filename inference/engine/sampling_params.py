@@ -23,7 +23,8 @@ class SamplingParams:
     (any JSON object) or ``{"type": "json_schema", "schema": {...}}`` (a JSON Schema); the
     output then ends ("stop") when the JSON is complete. See docs/engine.md.
     ``speculative`` ("off", "lookup", "suffix" or "draft") and ``num_draft_tokens`` (0 to 16)
-    override the model's speculative decoding settings for this request (None: the model's); see docs/engine.md.
+    override the model's speculative decoding settings for this request (None: the model's);
+    see docs/engine.md.
     ``priority`` says how urgently the request is scheduled, not how it samples: lower is more
     urgent (as in vLLM); 0 is the default, interactive work; background work uses larger values.
     """
