@@ -21,10 +21,17 @@
            retrieval probe (a sentence with a number at 10%, 50% and 90% of ~7K tokens of
            filler, then the question); factory models (random weights, head dim 64):
            teacher-forced agreement only.
+  probe    the retrieval probe alone, at ``--tokens`` (default 7000), for ``--probe-formats``
+           at ``--probe-depths``, with the seconds each probe took. The probe's attention runs
+           on omlx's CPU path over the caches' keys and values, quantized ones dequantized
+           first (``blas_attention``; the quality section's probe too): MLX's quantized
+           attention takes 2-3x as long on this CPU; the values attended are the same.
 
     .venv/bin/python benchmarks/bench_kv_quant.py [--quick] [--smollm2 DIR] [--rounds 3]
                                                   [--sections bytes restore quality]
                                                   [--context 7000] [--agree-tokens 512]
+    .venv/bin/python benchmarks/bench_kv_quant.py --sections probe --tokens 7000 \
+                                                  [--probe-depths 0.1 0.5 0.9] [--probe-formats float 4-bit]
 
 ``--smollm2`` is the MLX folder the tests import (default: the newest
 ``$OMLX_HOME/test-models/smollm2-gguf-*/models/smollm2``); it is dequantized to float32 once into
