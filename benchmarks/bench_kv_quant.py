@@ -286,7 +286,7 @@ def blas_attention(model):
     per KV head, as the engine attends over float KV on a CPU), over what its caches hold, a
     quantized cache's keys and values dequantized first (``mx.dequantize``: the very values
     mlx-lm's quantized attention multiplies, summed in another order). MLX's quantized attention
-    on this CPU would make a ~7K-token probe take about an hour (docs/benchmarks.md)."""
+    takes 2-3x this path's time on this CPU (a 1,024-token prefill: 105 s against 36 s)."""
     import mlx.core as mx
 
     from inference.engine import cpu_attention
