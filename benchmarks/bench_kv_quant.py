@@ -21,10 +21,17 @@
            retrieval probe (a sentence with a number at 10%, 50% and 90% of ~7K tokens of
            filler, then the question); factory models (random weights, head dim 64):
            teacher-forced agreement only.
+  probe    the retrieval probe alone, at ``--tokens`` (default 7000), for ``--probe-formats``
+           at ``--probe-depths``, with the seconds each probe took. The probe's attention runs
+           on omlx's CPU path over the caches' keys and values, quantized ones dequantized
+           first (``blas_attention``; the quality section's probe too): MLX's quantized
+           attention takes 2-3x as long on this CPU; the values attended are the same.
 
     .venv/bin/python benchmarks/bench_kv_quant.py [--quick] [--smollm2 DIR] [--rounds 3]
                                                   [--sections bytes restore quality]
                                                   [--context 7000] [--agree-tokens 512]
+    .venv/bin/python benchmarks/bench_kv_quant.py --sections probe --tokens 7000 \
+                                                  [--probe-depths 0.1 0.5 0.9] [--probe-formats float 4-bit]
 
 ``--smollm2`` is the MLX folder the tests import (default: the newest
 ``$OMLX_HOME/test-models/smollm2-gguf-*/models/smollm2``); it is dequantized to float32 once into
@@ -40,6 +47,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -272,8 +280,38 @@ def teacher_forced(model, prompt, continuation, kv):
     return sum(same) / len(continuation), first
 
 
+@contextmanager
+def blas_attention(model):
+    """The model's attention on omlx's CPU path (``cpu_attention.attention``: one BLAS product
+    per KV head, as the engine attends over float KV on a CPU), over what its caches hold, a
+    quantized cache's keys and values dequantized first (``mx.dequantize``: the very values
+    mlx-lm's quantized attention multiplies, summed in another order). MLX's quantized attention
+    takes 2-3x this path's time on this CPU (a 1,024-token prefill: 105 s against 36 s)."""
+    import mlx.core as mx
+
+    from inference.engine import cpu_attention
+
+    module = sys.modules[type(model).__module__]
+    original = module.scaled_dot_product_attention
+
+    def attend(queries, keys, values, cache, scale, mask, sinks=None):
+        if sinks is not None:
+            return original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+        if hasattr(cache, "bits"):
+            keys = mx.dequantize(*keys, group_size=cache.group_size, bits=cache.bits)
+            values = mx.dequantize(*values, group_size=cache.group_size, bits=cache.bits)
+        return cpu_attention.attention(queries, keys, values, scale, mask)
+
+    module.scaled_dot_product_attention = attend
+    try:
+        yield
+    finally:
+        module.scaled_dot_product_attention = original
+
+
 def probe(model, tokenizer, context, depth, kv):
-    """Whether greedy output after a ~``context``-token filler with a fact at ``depth`` names it."""
+    """(whether greedy output after a ~``context``-token filler with a fact at ``depth`` names it,
+    the end of the answer, the prompt's tokens, seconds)."""
     from inference.bench import perplexity
 
     filler = tokenizer.encode(perplexity.text())
@@ -283,8 +321,33 @@ def probe(model, tokenizer, context, depth, kv):
     text = tokenizer.decode(body[:at] + fact + body[at:])
     messages = [{"role": "user", "content": text + "\n\nWhat is the access code for the blue door?"}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    answer = tokenizer.decode(greedy(model, prompt, 24, kv))
-    return "4817" in answer, answer.strip().replace("\n", " ").replace("|", "\\|")[-24:]
+    began = time.perf_counter()
+    with blas_attention(model):
+        answer = tokenizer.decode(greedy(model, prompt, 24, kv))
+    seconds = time.perf_counter() - began
+    said = answer.strip().replace("\n", " ").replace("|", "\\|")[-24:]
+    return "4817" in answer, said, len(prompt), seconds
+
+
+def section_probe(path, context, depths=(0.1, 0.5, 0.9), formats=tuple(FORMATS)):
+    """The retrieval probe alone: each KV format at each depth (the prompt's prefill once per
+    format and depth, in mlx-lm's 2,048-token steps)."""
+    from mlx_lm.utils import load
+
+    model, tokenizer = load(str(path))
+    print(f"\n### Retrieval probe, SmolLM2-135M-Instruct (float32 weights), ~{context:,} tokens\n")
+    head = " | ".join(f"{int(100 * d)}%" for d in depths)
+    print(f"| KV | {head} | prompt tokens | seconds per probe |")
+    print("|---|" + "---|" * len(depths) + "---:|---:|")
+    out = {}
+    for name in formats:
+        found = [probe(model, tokenizer, context, depth, FORMATS[name]) for depth in depths]
+        cells = " | ".join(("found" if ok else "missed") + f" ({said!r})" for ok, said, _, _ in found)
+        tokens = "/".join(f"{n:,}" for _, _, n, _ in found)
+        seconds = " ".join(f"{t:.0f}" for *_, t in found)
+        print(f"| {name} | {cells} | {tokens} | {seconds} |", flush=True)
+        out[name] = found
+    return out
 
 
 def section_quality(path, agree_tokens, context, factory):
@@ -314,7 +377,7 @@ def section_quality(path, agree_tokens, context, factory):
         ppl = perplexity.perplexity_of(perplexity.token_logprobs(model, text_ids, cache=caches(model, kv)))
         base = base or ppl
         agree, diff = teacher_forced(model, prompt, reference, kv)
-        found = [probe(model, tokenizer, context, depth, kv) for depth in (0.1, 0.5, 0.9)]
+        found = [probe(model, tokenizer, context, depth, kv)[:2] for depth in (0.1, 0.5, 0.9)]
         cells = " | ".join(("found" if ok else "missed") + f" ({said!r})" for ok, said in found)
         where = "never" if diff is None else str(diff)
         print(
@@ -363,9 +426,13 @@ def main():
     parser.add_argument("--smollm2", default=None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sections", nargs="+", default=["bytes", "restore", "quality"])
-    parser.add_argument("--context", type=int, default=None, help="tokens of the retrieval probe")
+    parser.add_argument(
+        "--context", "--tokens", type=int, default=None, help="tokens of the retrieval probe (default 7000)"
+    )
     parser.add_argument("--agree-tokens", type=int, default=None, help="tokens of greedy agreement")
     parser.add_argument("--restore-formats", nargs="+", default=["8-bit", "4-bit", "float, SSD 4-bit"])
+    parser.add_argument("--probe-depths", nargs="+", type=float, default=[0.1, 0.5, 0.9])
+    parser.add_argument("--probe-formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
     args = parser.parse_args()
     import mlx.core as mx
 
@@ -378,6 +445,9 @@ def main():
         agree = args.agree_tokens or (128 if args.quick else 512)
         context = args.context or (2000 if args.quick else 7000)
         section_quality(smollm2_float(args.smollm2), agree, context, factory=True)
+    if "probe" in args.sections:
+        context = args.context or (2000 if args.quick else 7000)
+        section_probe(smollm2_float(args.smollm2), context, args.probe_depths, args.probe_formats)
 
 
 if __name__ == "__main__":

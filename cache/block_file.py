@@ -18,7 +18,7 @@ one tag per layer: ``f`` (keys and values of every token), ``s<W>`` (keys and va
 min(tokens, W) tokens) or ``r<N>`` (N state arrays ``l{i}.s0`` ... ``l{i}.s<N-1>``, each
 [1, ...], in their own dtype). Without ``kinds`` every layer is ``f``: the first format, unchanged.
 A block of a model run with quantized KV adds ``kv`` (``q<bits>g<group>``, cache/layout.py): its
-full-attention layers hold six tensors, ``l{i}.k`` and ``l{i}.v`` the packed uint32 data and
+attention layers (``f`` and ``s<W>``) hold six tensors, ``l{i}.k`` and ``l{i}.v`` the packed uint32 data and
 ``l{i}.ks``, ``l{i}.kb``, ``l{i}.vs``, ``l{i}.vb`` their scales and biases in ``dtype``, each
 [1, kv_heads, tokens, columns], the columns agreeing with the bits and the group size.
 A header is valid only if all of that agrees with the file's name and place, the key is
@@ -152,12 +152,12 @@ QUANTIZED_SUFFIXES = ("k", "ks", "kb", "v", "vs", "vb")  # data, scales, biases 
 
 def tensor_names(kinds, kv: str = "") -> list:
     """The tensor names of a block file, per layer in order, for (kind, count) pairs and the
-    KV format ``kv`` (quantized: six tensors per full-attention layer)."""
+    KV format ``kv`` (quantized: six tensors per attention layer)."""
     names = []
     for i, (kind, count) in enumerate(kinds):
         if kind == STATE:
             names.append([f"l{i}.s{j}" for j in range(count)])
-        elif kind == FULL and kv:
+        elif kv:
             names.append([f"l{i}.{suffix}" for suffix in QUANTIZED_SUFFIXES])
         else:
             names.append([f"l{i}.k", f"l{i}.v"])
@@ -304,7 +304,7 @@ def check_header(
                 if item is None:
                     raise InvalidBlockFile(f"{name} has unknown dtype {info.get('dtype')}")
             else:
-                packed = quant is not None and kind == FULL and name.endswith((".k", ".v"))
+                packed = quant is not None and name.endswith((".k", ".v"))
                 if info.get("dtype") != ("U32" if packed else code):
                     raise InvalidBlockFile(f"{name} has dtype {info.get('dtype')}, metadata says {dtype}")
                 stored = len(tokens) if kind == FULL else min(len(tokens), count)
@@ -334,7 +334,7 @@ def _check_quantized_columns(header: dict, kinds, quant: Tuple[int, int]) -> Non
     keys and values one token count and head count."""
     bits, group = quant
     for i, (kind, _) in enumerate(kinds):
-        if kind != FULL:
+        if kind == STATE:
             continue
         shape = {s: header[f"l{i}.{s}"]["shape"] for s in QUANTIZED_SUFFIXES}
         for part in ("k", "v"):

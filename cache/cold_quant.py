@@ -2,8 +2,8 @@
 their way to disk and dequantized when read back.
 
 The RAM tier and the running batch keep the model's float KV; only the files change, to the
-format of a quantized model's blocks (cache/layout.py: six arrays per full-attention layer;
-sliding and state layers as they are). A restored block is close to what was stored, not equal
+format of a quantized model's blocks (cache/layout.py: six arrays per attention layer, full or
+sliding; state layers as they are). A restored block is close to what was stored, not equal
 (8 bits: about 1/256 of each group's range; docs/benchmarks.md): the user trades that for 3.5x
 (8 bits) or 6x (4 bits) fewer bytes per float32 token on disk, read that much faster. The format
 is part of the model fingerprint (inference/engine/engine_cache.py), so an engine that keeps its
@@ -16,11 +16,11 @@ from typing import List
 
 import mlx.core as mx
 
-from .layout import FULL, parse_kv
+from .layout import STATE, parse_kv
 
 
 class ColdQuantizer:
-    """Quantizes the full-attention layers of a block's payload to ``kv`` (``q<bits>g<group>``)
+    """Quantizes the attention layers (full and sliding) of a block's payload to ``kv`` (``q<bits>g<group>``)
     and back; ``kinds`` are the layers' (kind, count) as the block files name them."""
 
     def __init__(self, kv: str):
@@ -33,7 +33,7 @@ class ColdQuantizer:
     def encode(self, layers: List[tuple], kinds) -> List[tuple]:
         out = []
         for (kind, _), layer in zip(kinds, layers):
-            if kind == FULL:
+            if kind != STATE:
                 k, v = layer
                 layer = (*self._quantize(k), *self._quantize(v))
             out.append(layer)
@@ -43,7 +43,7 @@ class ColdQuantizer:
         target = getattr(mx, dtype)
         out = []
         for (kind, _), layer in zip(kinds, layers):
-            if kind == FULL:
+            if kind != STATE:
                 layer = (self._dequantize(layer[:3], target), self._dequantize(layer[3:], target))
             out.append(layer)
         return out

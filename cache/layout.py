@@ -13,10 +13,10 @@ mlx-lm models mix layer caches. omlx splits three kinds into blocks:
 
 A block's payload is one tuple of arrays per layer: (keys, values) for attention layers, the state
 arrays for recurrent ones. A model run with quantized KV (``CacheLayout.kv``, e.g. ``q8g64``: 8
-bits, groups of 64 channels) keeps its full-attention layers as six arrays, (keys, key scales, key
-biases, values, value scales, value biases): the packed uint32 data and the float scales and
-biases of ``mx.quantize``, each with the tokens on axis 2; its sliding and state layers stay in
-the model's dtype. Nothing here imports mlx: the block files' checks use it too.
+bits, groups of 64 channels) keeps its attention layers, full and sliding, as six arrays, (keys,
+key scales, key biases, values, value scales, value biases): the packed uint32 data and the
+float scales and biases of ``mx.quantize``, each with the tokens on axis 2; its state layers
+stay in their dtype. Nothing here imports mlx: the block files' checks use it too.
 
 Where a prefix hit may end (the rule every kind must agree on, stated once in ``hit_can_end``):
 at the end of any cached block; inside a block only when no layer is recurrent (a state exists
@@ -70,7 +70,7 @@ class CacheLayout:
 
     layers: Tuple[LayerSpec, ...]
     descriptor: str
-    kv: str = ""  # the full-attention layers' KV format: "" (the model's dtype) or q<bits>g<group>
+    kv: str = ""  # the attention layers' KV format: "" (the model's dtype) or q<bits>g<group>
 
     @property
     def plain(self) -> bool:
@@ -107,11 +107,17 @@ def mixed_layout(specs: Sequence[Tuple[LayerSpec, str]]) -> CacheLayout:
 
 
 def quantized(layout: CacheLayout, kv: str) -> CacheLayout:
-    """``layout`` with its full-attention layers' KV in format ``kv`` (``q<bits>g<group>``): the
+    """``layout`` with its attention layers' KV in format ``kv`` (``q<bits>g<group>``): the
     format goes into the descriptor, so float and quantized blocks never share a key."""
     if parse_kv(kv) is None:
         raise ValueError(f"bad KV format {kv!r}")
-    return CacheLayout(layout.layers, f"{layout.descriptor}|{kv}", kv)
+    return CacheLayout(layout.layers, f"{layout.descriptor}|{kv_descriptor(layout, kv)}", kv)
+
+
+def kv_descriptor(layout: CacheLayout, kv: str) -> str:
+    """The KV format's part of a fingerprint's descriptor: ``kv``, with ``+sliding`` where sliding
+    layers are quantized too (their blocks were float before: the two never share a key)."""
+    return kv + ("+sliding" if any(spec.kind == SLIDING for spec in layout.layers) else "")
 
 
 def parse_kv(text: str) -> Optional[Tuple[int, int]]:

@@ -272,10 +272,11 @@ SETTINGS: tuple[Setting, ...] = (
         "OMLX_KV_BITS",
         INTEGER_OR_OFF,
         None,
-        "quantize the KV cache of full-attention layers to 8 or 4 bits, per model (in the running "
-        "batch, the RAM tier and the SSD tier): about 1.9x or 3.6x the tokens per GB of float16 KV; "
-        "on SmolLM2-135M 8 bits cost +0.24% perplexity, 4 bits +10.9% (docs/benchmarks.md); blocks "
-        "of one KV format never serve another; 'off': KV in the model's dtype",
+        "quantize the KV cache of attention layers (full and sliding-window) to 8 or 4 bits, per "
+        "model (in the running batch, the RAM tier and the SSD tier): about 1.9x or 3.6x the "
+        "tokens per GB of float16 KV; on SmolLM2-135M 8 bits cost +0.24% perplexity, 4 bits "
+        "+10.9% (docs/benchmarks.md); blocks of one KV format never serve another; recurrent "
+        "states keep their dtype; 'off': KV in the model's dtype",
         flag="--kv-bits",
         commands=BOTH,
         check=checks.engine("kv_bits"),

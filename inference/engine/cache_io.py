@@ -3,8 +3,9 @@
 mlx-lm gives every model a list of layer caches, some of them ``CacheList``s of several; omlx
 works on the flattened list of leaves. Three kinds of leaf split into blocks: ``KVCache`` or
 ``QuantizedKV`` (full attention, float or quantized: inference/engine/quantized_kv.py),
-``RotatingKVCache`` without kept sink tokens (sliding window) and ``ArraysCache`` (recurrent
-state). A model with any other leaf (chunked attention, sinks) runs without the prefix cache.
+``RotatingKVCache`` without kept sink tokens or ``QuantizedWindowKV`` (sliding window, float or
+quantized: inference/engine/quantized_window.py) and ``ArraysCache`` (recurrent state). A model
+with any other leaf (chunked attention, sinks) runs without the prefix cache.
 
 An attention layer crosses into cache/ as a tuple of arrays with the tokens on axis 2: (keys,
 values) for float KV, (keys, key scales, key biases, values, value scales, value biases) for
@@ -29,6 +30,9 @@ from cache.layout import FULL, SLIDING, STATE, CacheLayout, LayerSpec, mixed_lay
 from cache.prefix_cache import KVSnapshot
 
 from .quantized_kv import BatchQuantizedKVCache, QuantizedKV
+from .quantized_window import BatchQuantizedWindowKV, QuantizedWindowKV
+
+QUANTIZED = (QuantizedKV, QuantizedWindowKV)
 
 
 def leaves(caches) -> list:
@@ -54,6 +58,9 @@ def layout_of(caches) -> Optional[CacheLayout]:
             quant = f"q{c.bits}g{c.group_size}"
         elif type(c) is RotatingKVCache and c.keep == 0:
             specs.append((LayerSpec(SLIDING, window=c.max_size), _heads(c)))
+        elif type(c) is QuantizedWindowKV:
+            specs.append((LayerSpec(SLIDING, window=c.max_size), _heads(c)))
+            quant = f"q{c.bits}g{c.group_size}"
         elif type(c) is ArraysCache and all(a is not None for a in c.cache):
             shapes = tuple(tuple(a.shape[1:]) for a in c.cache)
             text = "|".join(
@@ -71,14 +78,21 @@ def layout_of(caches) -> Optional[CacheLayout]:
 
 def _dims(c) -> tuple:
     """(kv heads, key dim, value dim) of an attention cache, float or quantized."""
-    if isinstance(c, QuantizedKV):
+    if isinstance(c, QUANTIZED):
         return c.keys[1].shape[1], c.keys[1].shape[3] * c.group_size, c.values[1].shape[3] * c.group_size
     return c.keys.shape[1], c.keys.shape[3], c.values.shape[3]
 
 
-def full_attention_dims(caches) -> set:
-    """The key and value dims of the full-attention layers (after a forward pass)."""
-    return {d for c in leaves(caches) if type(c) in (KVCache, QuantizedKV) for d in _dims(c)[1:]}
+def attention_dims(caches) -> set:
+    """The key and value dims of the attention layers that split into blocks, full and sliding
+    (after a forward pass): quantized KV quantizes them all."""
+    kinds = (KVCache, QuantizedKV, QuantizedWindowKV)
+    return {
+        d
+        for c in leaves(caches)
+        if type(c) in kinds or (type(c) is RotatingKVCache and c.keep == 0)
+        for d in _dims(c)[1:]
+    }
 
 
 def _heads(c) -> str:
@@ -96,6 +110,9 @@ def snapshot(caches, end: int) -> KVSnapshot:
         elif type(c) is RotatingKVCache:
             keys, values = c._temporal_order(c.keys), c._temporal_order(c.values)
             layers.append((keys, values, c.offset - keys.shape[2]))
+        elif type(c) is QuantizedWindowKV:
+            arrays = c.arrays()
+            layers.append((*arrays, c.offset - arrays[0].shape[2]))
         else:
             layers.append(tuple(c.cache))
     return KVSnapshot(end, layers)
@@ -113,6 +130,9 @@ def batch_snapshot(batch_caches, row: int, end: int, full: bool = True) -> KVSna
             layers.append(tuple(a[row : row + 1] for a in bc.cache))
         elif isinstance(bc, BatchQuantizedKVCache):
             layers.append((*bc.extract(row).arrays(), 0))
+        elif isinstance(bc, BatchQuantizedWindowKV):
+            arrays = bc.extract(row).arrays()
+            layers.append((*arrays, end - arrays[0].shape[2]))
         else:  # BatchKVCache, BatchRotatingKVCache: one row, in temporal order, unpadded
             c = bc.extract(row)
             first = 0 if isinstance(bc, BatchKVCache) else end - c.keys.shape[2]
@@ -134,6 +154,8 @@ def seed(caches, layers: List[tuple], end: int) -> None:
             c.keys, c.values = layer
             c.offset = end
             c._idx = c.keys.shape[2]
+        elif type(c) is QuantizedWindowKV:
+            c.set_arrays(layer, end)
         else:
             c.cache = list(layer)
 
@@ -156,7 +178,7 @@ def attention_bytes_per_token(caches) -> int:
     for c in leaves(caches):
         if isinstance(c, ArraysCache) or c.keys is None:
             continue
-        arrays = (*c.keys, *c.values) if isinstance(c, QuantizedKV) else (c.keys, c.values)
+        arrays = (*c.keys, *c.values) if isinstance(c, QUANTIZED) else (c.keys, c.values)
         total += sum(a.nbytes // a.shape[2] for a in arrays)
     return total
 

@@ -43,7 +43,7 @@ class EngineConfig:
         Lower: steadier streams, slower first tokens. 0 (the default): a default-priority
         prompt gets the chunk of least total time to the requests' last tokens
         (``StepCosts.least_latency_chunk``), a background one targets 4 decode steps.
-    kv_bits: quantize the KV of full-attention layers to 8 or 4 bits (inference.engine.
+    kv_bits: quantize the KV of attention layers (full and sliding) to 8 or 4 bits (inference.engine.
         quantized_kv): about 1.9x or 3.6x the tokens per byte of float16 KV, in RAM and on SSD,
         for a small loss of quality (docs/benchmarks.md); None (the default): the model's dtype.
         Part of the KV format, so blocks of either never serve the other.
@@ -150,7 +150,7 @@ class EngineConfig:
 
     @property
     def kv_quant(self):
-        """The full-attention KV format (``quantized_kv.KVQuant``), None for the model's dtype."""
+        """The attention layers' KV format (``quantized_kv.KVQuant``), None for the model's dtype."""
 
         for name in ("kv_bits", "kv_group_size"):
             value = getattr(self, name)

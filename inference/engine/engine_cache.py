@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cache.block_cache import BlockCache
 from cache.block_key import fingerprint_model_folder
+from cache.layout import kv_descriptor
 from cache.prefix_cache import PrefixCache
 from cache.sizes import parse_size, total_ram
 
@@ -44,7 +45,8 @@ def block_cache_for(
         return PrefixCache()
     store_kv = cold_kv_format(loaded, config)
     # A quantized SSD tier is part of what a block is: its blocks never meet float ones.
-    descriptor = layout.descriptor + (f"|ssd-{store_kv}" if store_kv else "") + component
+    ssd = f"|ssd-{kv_descriptor(layout, store_kv)}" if store_kv else ""
+    descriptor = layout.descriptor + ssd + component
     fingerprint = fingerprint_model_folder(loaded.path, loaded.dtype, descriptor, config.cache_block_size)
     cold = None
     if config.paged_ssd_cache_dir:

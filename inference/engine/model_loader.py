@@ -43,11 +43,11 @@ class LoadedModel:
     cache_layout: Optional[CacheLayout]  # per-layer cache kinds; None: cannot be split into blocks
     state_bytes: int = 0  # recurrent state of one sequence, whatever its length
     vision: Any = None  # inference.vision.model.VisionModel of a vision-language model, else None
-    kv_quant: Optional[KVQuant] = None  # full-attention KV quantized (inference.engine.quantized_kv)
-    head_dims: frozenset = frozenset()  # the key and value dims of the full-attention layers
+    kv_quant: Optional[KVQuant] = None  # attention KV quantized (inference.engine.quantized_kv)
+    head_dims: frozenset = frozenset()  # the key and value dims of the attention layers
 
     def new_cache(self) -> list:
-        """A fresh cache list for one sequence (quantized full-attention layers with kv_quant)."""
+        """A fresh cache list for one sequence (quantized attention layers with kv_quant)."""
         return quantized_kv.make_cache(self.model, self.kv_quant)
 
     @property
@@ -67,7 +67,8 @@ def load_model(
 ) -> LoadedModel:
     """Load the model and tokenizer in ``path``; cast floating weights to ``dtype``
     (None: the platform default, see inference.platform.default_dtype); with ``kv_quant`` its
-    full-attention layers keep quantized KV (not for vision models: they keep float KV).
+    attention layers (full and sliding-window) keep quantized KV (not for vision models: they
+    keep float KV).
     ``shard``: called on the model before any weight is read (inference.distributed: this
     rank's layers only); it raises ValueError for a model it cannot split."""
     path = Path(path).expanduser()
@@ -205,13 +206,13 @@ def _first_float_dtype(model: nn.Module):
 
 def _probe(model: nn.Module, path: Path, kv_quant: Optional[KVQuant] = None):
     """Vocab size, attention KV bytes per token, cache layout, recurrent state bytes per
-    sequence and the full-attention head dims, from one forward pass of one token (with
+    sequence and the attention layers' head dims, from one forward pass of one token (with
     ``kv_quant``, over quantized caches, after a float pass that checks the group size divides
     every head dimension)."""
     if kv_quant is not None:
         float_cache = quantized_kv.make_cache(model, None)
         model(mx.array([[0]]), cache=float_cache)
-        dims = cache_io.full_attention_dims(float_cache)
+        dims = cache_io.attention_dims(float_cache)
         if any(d % kv_quant.group_size for d in dims):
             raise ModelLoadError(
                 f"{path}: kv_group_size={kv_quant.group_size} does not divide its head dimension "
@@ -226,5 +227,5 @@ def _probe(model: nn.Module, path: Path, kv_quant: Optional[KVQuant] = None):
     except Exception as exc:
         raise ModelLoadError(f"{path}: a test forward pass failed: {exc}") from exc
     kv_bytes = cache_io.attention_bytes_per_token(cache)
-    layout, dims = cache_io.layout_of(cache), frozenset(cache_io.full_attention_dims(cache))
+    layout, dims = cache_io.layout_of(cache), frozenset(cache_io.attention_dims(cache))
     return logits.shape[-1], max(1, kv_bytes), layout, cache_io.state_bytes(cache), dims

@@ -11,9 +11,10 @@ the same arrays, and a request computes what mlx-lm's ``generate`` computes over
 in float and quantizes after it; a prefix cache cannot: its blocks would then depend on how the
 prompt was chunked.)
 
-Sliding-window layers (mlx-lm has no quantized rotating cache) and recurrent states stay in the
-model's dtype. Quantization works per token, so quantizing a chunk equals quantizing its tokens
-one by one: chunking, batching and preemption do not change a stored value.
+Sliding-window layers quantize the same way (``QuantizedWindowKV``: mlx-lm's rotating window
+over quantized triples, quantized_window.py); recurrent states stay in the model's dtype.
+Quantization works per token, so quantizing a chunk equals quantizing its tokens one by one:
+chunking, batching and preemption do not change a stored value.
 
 ``QuantizedKV`` is one sequence's cache (mlx-lm's ``QuantizedKVCache`` that merges into a batch);
 ``BatchQuantizedKVCache`` is mlx-lm's left-padded ``BatchKVCache`` with each of keys and values a
@@ -27,13 +28,22 @@ from __future__ import annotations
 from typing import List, Optional
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache, KVCache, QuantizedKVCache, dynamic_roll, make_prompt_cache
+from mlx_lm.models.cache import (
+    BatchKVCache,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+    dynamic_roll,
+    make_prompt_cache,
+)
 
 from .kv_quant import KVQuant
+from .quantized_window import QuantizedWindowKV
 
 
 def make_cache(model, quant: Optional[KVQuant]) -> list:
-    """mlx-lm's caches for ``model``, with every full-attention ``KVCache`` a ``QuantizedKV``."""
+    """mlx-lm's caches for ``model``, with every full-attention ``KVCache`` a ``QuantizedKV`` and
+    every sliding-window ``RotatingKVCache`` (without sink tokens) a ``QuantizedWindowKV``."""
     caches = make_prompt_cache(model)
     if quant is None:
         return caches
@@ -43,6 +53,8 @@ def make_cache(model, quant: Optional[KVQuant]) -> list:
 def _quantized(cache, quant: KVQuant):
     if type(cache) is KVCache:
         return QuantizedKV(quant.group_size, quant.bits)
+    if type(cache) is RotatingKVCache and cache.keep == 0:
+        return QuantizedWindowKV(cache.max_size, quant.group_size, quant.bits)
     if hasattr(cache, "caches"):  # a CacheList
         cache.caches = tuple(_quantized(c, quant) for c in cache.caches)
     return cache

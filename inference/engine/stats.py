@@ -34,7 +34,7 @@ class EngineStats:
     hot_capacity_bytes: Optional[int] = None  # the hot tier's budget; None: caching off
     cold_dir: Optional[str] = None  # the cold tier's directory; None: no cold tier or it is off
     held_blocks: Optional[int] = None  # hot blocks referenced by a request (asked for: a walk)
-    # The KV format of full-attention layers: "float" or "q<bits>g<group>" (kv_bits); None until loaded.
+    # The KV format of attention layers: "float" or "q<bits>g<group>" (kv_bits); None until loaded.
     kv_format: Optional[str] = None
     # Speculative decoding totals (SpeculativeCounters.snapshot): drafted_tokens,
     # accepted_tokens, verify_passes, emitted_tokens; empty before the model is loaded.

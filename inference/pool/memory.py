@@ -11,7 +11,7 @@ under ``--max-model-memory`` whatever requests arrive:
              max_concurrent_requests x (context length + 256)) x KV bytes per token
              (2 x attention layers x KV heads x head dim x dtype size, from config.json:
              ``attention_layers``, the layers the engine keeps KV for; with ``kv_bits`` the
-             full-attention layers count kv_bits / 8 bytes a channel plus a scale and a bias
+             attention layers count kv_bits / 8 bytes a channel plus a scale and a bias
              of the dtype per ``kv_group_size`` channels, as ``mx.quantize`` stores them); the
              256 covers the cache's allocation step;
     hot      the hot tier of the prefix cache (hot_cache_max_size; 0 with caching off).
@@ -133,7 +133,7 @@ def estimate_encoder(weight_files: Iterable[Path], config: dict, engine_settings
 
 def kv_bytes_per_token(config: dict, dtype: Optional[str], quant=None) -> int:
     """KV bytes per token of a model's attention layers; ``quant`` (a ``KVQuant``, or None):
-    full-attention layers quantized, sliding-window ones (named in ``layer_types``) in dtype."""
+    every attention layer, full or sliding-window, quantized."""
     text = _text_config(config)
     heads = text.get("num_attention_heads") or 1
     layers = attention_layers(text)
@@ -142,10 +142,7 @@ def kv_bytes_per_token(config: dict, dtype: Optional[str], quant=None) -> int:
     size = _TARGET_SIZE.get(dtype) or _TORCH_SIZE.get(str(config.get("torch_dtype")), 2)
     if quant is None:
         return max(1, 2 * layers * kv_heads * head_dim * size)
-    kinds = text.get("layer_types")
-    sliding = sum(1 for k in kinds if isinstance(k, str) and "sliding" in k) if isinstance(kinds, list) else 0
-    full = 2 * kv_heads * head_dim * quant.bytes_per_value(size)
-    return max(1, int((layers - sliding) * full) + 2 * sliding * kv_heads * head_dim * size)
+    return max(1, int(layers * 2 * kv_heads * head_dim * quant.bytes_per_value(size)))
 
 
 def parse_limit(value, name: str, auto: Optional[int] = None) -> Optional[int]:

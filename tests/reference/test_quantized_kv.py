@@ -12,6 +12,7 @@ from mlx_lm.models.cache import QuantizedKVCache
 
 from inference.engine import LLM, ModelLoadError, SamplingParams, load_model
 from inference.engine.config import EngineConfig
+from inference.engine.kv_quant import KVQuant
 
 PROMPT_LENGTHS = [1, 6, 19, 43]
 NEW_TOKENS = 24
@@ -85,28 +86,52 @@ def test_bad_kv_settings_are_refused(path, model_dir):
         LLM(model_dir(arch="qwen2", preset="tiny"), kv_bits=4, kv_group_size=32)
 
 
-def test_sliding_window_model_quantizes_its_full_layers(model_dir):
-    """gemma3_text (sliding-window and full layers, head dim 32): the full layers quantized, the
-    sliding ones in float (mlx-lm has no quantized rotating cache); chunked and batched prefill
-    and hits on the blocks it stored give mlx-lm's tokens."""
-    from inference.engine import quantized_kv
-    from inference.engine.kv_quant import KVQuant
-
+@pytest.fixture(scope="module")
+def sliding(model_dir):
+    """gemma3_text: sliding window 16 on layers 0 and 2, full attention on 1 and 3, head dim 32;
+    mlx-lm's own generation with ``QuantizedKVCache`` on every layer as the reference."""
     path = model_dir(arch="gemma3_text", preset="tiny", head_dim=32)
-    quant = KVQuant(8, 32)
-    loaded = load_model(path, None, quant)
-    assert loaded.cache_layout.descriptor.endswith("|q8g32") and not loaded.cache_layout.plain
     rng = np.random.default_rng(0)
     prompts = [rng.integers(10, 1000, size=n).tolist() for n in PROMPT_LENGTHS]
-    expected = []
-    for prompt in prompts:
-        cache = quantized_kv.make_cache(loaded.model, quant)
-        steps = generate_step(mx.array(prompt), loaded.model, max_tokens=NEW_TOKENS, prompt_cache=cache)
-        expected.append([int(token) for token, _ in steps])
+    model = load_model(path).model
+    done = {}
+
+    def get(bits, group):
+        # mlx-lm has no quantized rotating cache, so the reference keeps every token of a
+        # sliding layer in a QuantizedKVCache and the model's window mask (mlx-lm's
+        # create_causal_mask with the window) hides all but the last 16 from its attention:
+        # the tokens a window holds, without a window's bookkeeping.
+        if (bits, group) not in done:
+            out = []
+            for prompt in prompts:
+                cache = None
+                if bits:
+                    cache = [QuantizedKVCache(group_size=group, bits=bits) for _ in model.layers]
+                steps = generate_step(mx.array(prompt), model, max_tokens=NEW_TOKENS, prompt_cache=cache)
+                out.append([int(token) for token, _ in steps])
+            done[bits, group] = out
+        return path, prompts, done[bits, group]
+
+    return get
+
+
+@pytest.mark.parametrize("bits,group,mode", [(4, 32, "chunked"), (4, 32, "preempt"), (8, 32, "default")])
+def test_sliding_window_layers_quantized_match_mlx_lm(sliding, bits, group, mode):
+    """Every attention layer, sliding ones too, quantized: prompts longer than the window, decode
+    past it (the window rotates), batched and chunked prefill, preemption, and hits on the
+    blocks it stored give mlx-lm's tokens."""
+    path, prompts, expected = sliding(bits, group)
+    loaded = load_model(path, None, KVQuant(bits, group))
+    assert loaded.cache_layout.descriptor.endswith(f"|q{bits}g{group}+sliding")
+    assert [type(c).__name__ for c in loaded.new_cache()] == ["QuantizedWindowKV", "QuantizedKV"] * 2
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
-    with LLM(path, kv_bits=8, kv_group_size=32, cache_block_size=8, **MODES["chunked"]) as llm:
+    with LLM(path, kv_bits=bits, kv_group_size=group, cache_block_size=8, **MODES[mode]) as llm:
         assert llm.engine.runner.prefiller.together  # batched prefill passed its check
         assert [r.token_ids for r in llm.generate(prompts, params)] == expected
         again = llm.generate(prompts, params)
+        if mode == "preempt":
+            assert llm.engine.scheduler.num_preemptions > 0
     assert [r.token_ids for r in again] == expected
     assert [r.usage.cached_tokens for r in again] == [n - 1 for n in PROMPT_LENGTHS]
+    if bits == 4:  # the quantization is really in effect: float KV gives other tokens
+        assert sliding(None, 64)[2] != expected

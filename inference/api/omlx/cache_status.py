@@ -1,7 +1,7 @@
 """GET /v1/cache/status: the KV block cache of each loaded model (omlx's, not in OpenAI's API).
 
 One row per loaded model: its fingerprint (which names its cold-tier directory), the format of
-its full-attention KV (``kv_format``: "float" or "q<bits>g<group>" with kv_bits), the hot tier
+its attention KV (``kv_format``: "float" or "q<bits>g<group>" with kv_bits), the hot tier
 (blocks and bytes in RAM against its budget), this process's view of the cold tier, the hit
 counters, and the KV held by requests now (``in_use``: all zero once every request has ended and
 its KV was freed; the soak test, tests/live/test_soak.py, checks it). Models that are not loaded have
