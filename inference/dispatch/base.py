@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-
-class NoWorker(Exception):
-    """No worker would take a job now. ``code`` names why (the API answers 503 with it):
-    "no_worker", or "queue_unavailable" when the queue cannot be reached."""
-
-    def __init__(self, message: str, code: str = "no_worker"):
-        super().__init__(message)
-        self.code = code
+from .errors import NoWorker  # noqa: F401 (where the dispatch backends and the API import it)
 
 
 class DispatchBackend:

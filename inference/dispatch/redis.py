@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 
 from .base import NoWorker
 from .huey import HueyBackend
-from .relay import QUEUE_UNAVAILABLE
+from .errors import QUEUE_UNAVAILABLE, queue_unavailable
 
 logger = logging.getLogger("omlx.workers")
 
@@ -61,8 +61,6 @@ class RedisBackend(HueyBackend):
 
     def _submit_or_503(self, job) -> None:
         import redis
-
-        from .relay import queue_unavailable
 
         try:
             self._submit(job)

@@ -29,6 +29,8 @@ from typing import Callable, Dict, Optional
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from .errors import queue_unavailable
+
 logger = logging.getLogger("omlx.relay")
 
 MESSAGE_TYPE = "generation.event"
@@ -414,20 +416,6 @@ async def next_within(queue: asyncio.Queue, timeout: Optional[float]):
         if not getter.done():
             getter.cancel()
     return getter.result() if getter.done() and not getter.cancelled() else None
-
-
-QUEUE_UNAVAILABLE = "The queue (Redis) cannot be reached"
-
-
-def queue_unavailable(exc: BaseException):
-    """The ``NoWorker`` (503 "queue_unavailable") for an error talking to Redis."""
-    from redis import ResponseError
-
-    from .base import NoWorker
-
-    if isinstance(exc, ResponseError):  # it answers, but no: out of memory, read-only replica...
-        return NoWorker(f"The queue (Redis) refused the request: {exc}", code="queue_unavailable")
-    return NoWorker(f"{QUEUE_UNAVAILABLE}: {exc}", code="queue_unavailable")
 
 
 def _queue_lost_event(accepted: bool, why: str) -> dict:
