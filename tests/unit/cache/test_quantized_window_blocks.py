@@ -12,6 +12,7 @@ from mlx_lm.models.cache import QuantizedKVCache
 from cache import block_file
 from inference.engine import LLM, SamplingParams
 from tests.support.cache.cold_blocks import path_of
+from tests.unit.cache.test_quantized_kv_blocks import _look
 
 QUANT = dict(kv_bits=4, kv_group_size=32)
 BLOCK = 8
@@ -59,16 +60,6 @@ def _engine_kv(loaded, tokens):
     loaded.model(mx.array([tokens[:-1]]), cache=caches)
     loaded.model(mx.array([tokens[-1:]]), cache=caches)
     return _layers(caches, loaded.model, len(tokens))
-
-
-def _look(prompt):
-    def look(engine):
-        hit = engine.prefix_cache.lookup(prompt + [1], max_tokens=len(prompt) + 8)
-        layers = [tuple(np.array(a) for a in layer) for layer in hit.layers]
-        engine.prefix_cache.release(hit)
-        return hit.num_tokens, hit.hot_tokens, layers
-
-    return look
 
 
 @pytest.mark.django_db(transaction=True)
