@@ -37,9 +37,9 @@ def model(tmp_path_factory):
 def server(model, tmp_path_factory):
     home = tmp_path_factory.mktemp("dist-home")
     hosts = home / "hosts.json"
-    hosts.write_text(
-        json.dumps([{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)])
-    )
+    entries = [{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)]
+    entries[1]["paged_ssd_cache_dir"] = str(home / "rank1-disk")  # as another machine's own disk
+    hosts.write_text(json.dumps(entries))
     server = ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts)], home)
     server.home = home
     yield server
@@ -93,6 +93,12 @@ def test_served_mixed_batch_equals_one_process(server, model):
     assert again == texts and all(c > 0 for c in cached), cached
     log = (server.home / "logs" / "rank1.log").read_text()
     assert "256 KV bytes/token" in log  # rank 1 loaded one layer of three (rank 0 two: 512)
+    # Each rank's SSD tier in its own folder: rank 1's in the one its hosts entry names.
+    parts = {
+        info.parent.parent.name: json.loads(info.read_text())["part"]
+        for info in server.home.glob("*/*/model.json")
+    }
+    assert parts == {"cache": "layers:0-2/3", "rank1-disk": "layers:2-3/3"}, parts
 
 
 def test_killed_rank_fails_its_request_and_the_model_goes_down(server):
