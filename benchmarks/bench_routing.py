@@ -122,6 +122,7 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
         results["routing"] = {
             "policy": policy,
             "decisions": re.findall(r"^omlx_route_decisions_total\{(.*)\} (\S+)$", metrics, re.M),
+            "workers": worker_figures(url),
         }
         return results
     finally:
@@ -133,6 +134,20 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def worker_figures(url: str) -> dict:
+    """Per worker, from the summaries it publishes: prompt tokens it looked up in its cache and
+    those served from RAM and from SSD."""
+    import redis
+
+    from inference.dispatch import worker_summary
+
+    summaries, _ = worker_summary.read_all(redis.Redis.from_url(url), SECRET)
+    return {
+        w: {"lookup": s.lookup_tokens, "hot": s.hot_hit_tokens, "cold": s.cold_hit_tokens}
+        for w, s in sorted(summaries.items())
+    }
 
 
 def main() -> int:
@@ -190,6 +205,11 @@ def main() -> int:
             "    requests per worker: "
             + " / ".join(str(n) for n in sorted(per_worker.values(), reverse=True))
         )
+        for worker, f in results["routing"]["workers"].items():
+            print(
+                f"    worker {worker}: {per_worker.get(worker, 0)} requests, looked up {f['lookup']:,} "
+                f"tokens, hits {f['hot']:,} from RAM + {f['cold']:,} from SSD"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1, default=str))
     return 0
