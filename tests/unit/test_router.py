@@ -170,10 +170,14 @@ def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
         workers = {w: WorkerSummary(w, cold_tier=tier) for w in ("w1", "w2")}
         workers["w3"] = WorkerSummary("w3", cold_tier="fedcba9876543210")
         router = Router("prefix", decode_weight=0)
+        big = fixed(["big"], [5000], 5000)
+        held_up = router.choose(big, {"w1": workers["w1"]})
+        router.sent(held_up, big)
         d = router.choose(first, {"w1": workers["w1"]})
         router.sent(d, first)
-        assert router.choose(second, workers).worker == "w1"  # in flight: w2 cannot restore it yet
+        assert router.choose(second, workers).held == 0  # in flight: not stored yet
         router.ended(d)
+        router.ended(held_up)
         busy = fixed(["busy"], [800], 800)
         router.sent(router.choose(busy, {"w1": workers["w1"]}), busy)
         d = router.choose(second, workers)
