@@ -10,10 +10,11 @@ load scorers, weighs what a worker saves against what waits there, both in promp
 (inference/dispatch/worker_summary.py) or because this server sent it those keys before
 (summaries are published every few seconds; the server's own decisions are known at once).
 Workers that publish the same ``cold_tier`` share one SSD tier (``--paged-ssd-cache-dir`` on a
-shared folder): a prefix of a request that ended at any of them is on that SSD (written through
-within about a second) and every one of them can restore it, so where that prefix is longer than
-what a worker holds itself, the tokens beyond count as held at ``SHARED_TIER_WEIGHT`` (a restore
-is cheaper than a prefill, not free; a worker restores only when reading beats recomputing).
+shared folder): a prefix of a request that ended at any of them at least ``SHARED_TIER_DELAY``
+ago is on that SSD (written through within about a second) and every one of them can restore
+it, so where that prefix is longer than what a worker holds itself, the tokens beyond count as
+held at ``SHARED_TIER_WEIGHT`` (a restore is cheaper than a prefill, not free; a worker restores
+only when reading beats recomputing).
 ``queued``: the work of the requests this server sent it that have not ended, each counted when
 it was sent as its prompt tokens not held there plus OMLX_ROUTE_DECODE_WEIGHT per token it may
 generate; a worker that reports more requests in its engines than that, and has taken jobs this
@@ -43,6 +44,7 @@ from .worker_summary import WorkerSummary
 POLICIES = ("prefix", "random", "least-loaded")
 MEMORY_KEYS = 200_000  # route keys -> worker remembered by this server (LRU)
 SHARED_TIER_WEIGHT = 0.5  # a prefix token on a shared SSD tier, against one in the worker's own cache
+SHARED_TIER_DELAY = 1.5  # seconds after a request ends until its blocks are on the SSD tier
 
 
 @dataclass
@@ -75,7 +77,7 @@ class Router:
     """The routing state of one server process: where it sent route keys (LRU), and per worker the
     requests it sent that have not ended and their work (``sent`` adds, ``ended`` removes)."""
 
-    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None):
+    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None, clock=time.monotonic):
         if policy not in POLICIES:
             raise ValueError(f"route policy {policy!r}: must be one of {', '.join(POLICIES)}")
         if decode_weight < 0:
@@ -89,7 +91,9 @@ class Router:
         self._work: Dict[str, int] = {}  # worker -> their work
         self._count: Dict[str, int] = {}  # requests sent to each worker
         self._flights: Dict[str, List[_Flight]] = {}  # worker -> its requests in flight
-        self._ended: "OrderedDict[str, Set[str]]" = OrderedDict()  # route key -> workers it ended at
+        self._clock = clock
+        # route key -> {worker: when a request with it last ended there}
+        self._ended: "OrderedDict[str, Dict[str, float]]" = OrderedDict()
 
     def choose(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
         """The worker for a request of ``route`` among the live ``workers`` (id -> its summary,
@@ -153,9 +157,11 @@ class Router:
         if not tier:
             return matched, own
         peers = {w for w, s in workers.items() if s is not None and s.cold_tier == tier}
+        written = self._clock() - SHARED_TIER_DELAY
         shared = 0
         for key in route.keys:
-            if not peers & self._ended.get(key, set()):
+            ended = self._ended.get(key, {})
+            if not any(ended.get(w, written + 1) <= written for w in peers):
                 break
             shared += 1
         if shared <= matched:
@@ -209,7 +215,7 @@ class Router:
                 flights.remove(decision.flight)
                 # Its prompt's blocks are stored: on the worker's SSD tier within about a second.
                 for key in decision.flight.route.keys:
-                    self._ended.setdefault(key, set()).add(worker)
+                    self._ended.setdefault(key, {})[worker] = self._clock()
                     self._ended.move_to_end(key)
                 while len(self._ended) > MEMORY_KEYS:
                     self._ended.popitem(last=False)

@@ -4,7 +4,7 @@ what a worker saves (the prompt tokens of the prefix it holds) against what wait
 import pytest
 
 from inference.dispatch.route_keys import CHARS_PER_TOKEN, Route, route, route_keys
-from inference.dispatch.router import Router
+from inference.dispatch.router import SHARED_TIER_DELAY, Router
 from inference.dispatch.worker_summary import WorkerSummary
 
 
@@ -163,13 +163,14 @@ def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
     conversation with the same system prompt: w1 holds it, w2 can restore it from the shared
     tier (counted at half: a restore is cheaper than a prefill, not free), w3 would compute it.
     With 800 tokens queued at w1, w2 is cheapest; without the shared tier, w1 still is. A prefix
-    still in flight (not yet stored) counts for no other worker."""
+    still in flight, or ended too recently to be written down, counts for no other worker."""
+    now = [0.0]
     system = "s" * (1000 * CHARS_PER_TOKEN)
     first, second = route(job(system, "a" * 400)), route(job(system, "b" * 400))
     for tier, expected in ((TIER, "w2"), ("", "w1")):
         workers = {w: WorkerSummary(w, cold_tier=tier) for w in ("w1", "w2")}
         workers["w3"] = WorkerSummary("w3", cold_tier="fedcba9876543210")
-        router = Router("prefix", decode_weight=0)
+        router = Router("prefix", decode_weight=0, clock=lambda: now[0])
         big = fixed(["big"], [5000], 5000)
         held_up = router.choose(big, {"w1": workers["w1"]})
         router.sent(held_up, big)
@@ -177,6 +178,8 @@ def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
         router.sent(d, first)
         assert router.choose(second, workers).held == 0  # in flight: not stored yet
         router.ended(d)
+        assert router.choose(second, workers).held == 0  # not written down yet
+        now[0] += SHARED_TIER_DELAY
         router.ended(held_up)
         busy = fixed(["busy"], [800], 800)
         router.sent(router.choose(busy, {"w1": workers["w1"]}), busy)
@@ -184,11 +187,12 @@ def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
         assert d.worker == expected, d
     system_tokens = second.tokens[0]
     assert (d.matched, d.held) == (1, system_tokens) and expected == "w1"
-    router = Router("prefix", decode_weight=0)
+    router = Router("prefix", decode_weight=0, clock=lambda: now[0])
     workers = {w: WorkerSummary(w, cold_tier=TIER) for w in ("w1", "w2")}
     d = router.choose(first, {"w1": workers["w1"]})
     router.sent(d, first)
     router.ended(d)
+    now[0] += SHARED_TIER_DELAY
     router.sent(router.choose(busy, {"w1": workers["w1"]}), busy)
     d = router.choose(second, workers)
     assert (d.worker, d.reason, d.matched, d.held) == ("w2", "prefix", 1, round(system_tokens / 2))
