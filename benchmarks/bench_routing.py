@@ -11,6 +11,7 @@ that a block one worker wrote is restored by another.
     .venv/bin/python benchmarks/bench_routing.py [--policies prefix,random,least-loaded]
         [--workers 3] [--model-preset tiny] [--shared-cold] [--decode-weight W]
         [--conversations N --turns T --system-tokens S --burst B ...] [--json out.json]
+        [--keep-server-log DIR]
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
         home = work / "server"
         home.mkdir()
         senv = dict(env, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"))
+        if args.keep_server_log:
+            senv["OMLX_LOG_LEVEL"] = "DEBUG"  # every routing decision, with its figures
         procs.append(
             start([sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0"], senv, work / "server.log")
         )
@@ -126,6 +129,8 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
         }
         return results
     finally:
+        if args.keep_server_log:
+            shutil.copy(work / "server.log", Path(args.keep_server_log) / f"{policy}-server.log")
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -164,6 +169,11 @@ def main() -> int:
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
+    parser.add_argument(
+        "--keep-server-log",
+        metavar="DIR",
+        help="copy each policy's server log (DEBUG: every routing decision) here",
+    )
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not installed (scripts/install_system_deps.sh)")
