@@ -150,7 +150,12 @@ def worker_figures(url: str) -> dict:
 
     summaries, _ = worker_summary.read_all(redis.Redis.from_url(url), SECRET)
     return {
-        w: {"lookup": s.lookup_tokens, "hot": s.hot_hit_tokens, "cold": s.cold_hit_tokens}
+        w: {
+            "lookup": s.lookup_tokens,
+            "hot": s.hot_hit_tokens,
+            "cold": s.cold_hit_tokens,
+            "tier": s.cold_tier,
+        }
         for w, s in sorted(summaries.items())
     }
 
@@ -218,7 +223,8 @@ def main() -> int:
         for worker, f in results["routing"]["workers"].items():
             print(
                 f"    worker {worker}: {per_worker.get(worker, 0)} requests, looked up {f['lookup']:,} "
-                f"tokens, hits {f['hot']:,} from RAM + {f['cold']:,} from SSD"
+                f"tokens, hits {f['hot']:,} from RAM + {f['cold']:,} from SSD "
+                f"(SSD tier {f['tier'] or 'unnamed'})"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1, default=str))

@@ -13,8 +13,12 @@ Workers that publish the same ``cold_tier`` share one SSD tier (``--paged-ssd-ca
 shared folder): a prefix of a request that ended at any of them at least ``SHARED_TIER_DELAY``
 ago is on that SSD (written through within about a second) and every one of them can restore
 it, so where that prefix is longer than what a worker holds itself, the tokens beyond count as
-held at ``SHARED_TIER_WEIGHT`` (a restore is cheaper than a prefill, not free; a worker restores
-only when reading beats recomputing).
+held, times ``SHARED_TIER_WEIGHT`` (1: as held; a worker restores a block only when reading it
+beats recomputing it, and on the disks omlx is made for a restore costs a small fraction of a
+prefill). A worker that never saw a shared system prompt is then as good a home for a new
+conversation as one holding it in RAM, and new conversations spread out (fewest sent) instead of
+piling on the workers that computed it first (0.5 measured 83.5 % reuse with 17/15/9 requests,
+1.0 85.5 % with 16/14/11; docs/benchmarks.md).
 ``queued``: the work of the requests this server sent it that have not ended, each counted when
 it was sent as its prompt tokens not held there plus OMLX_ROUTE_DECODE_WEIGHT per token it may
 generate; a worker that reports more requests in its engines than that, and has taken jobs this
@@ -31,6 +35,7 @@ least queued. ``least-loaded``: always the least queued. ``random``: any live wo
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -41,9 +46,11 @@ from typing import Dict, List, Optional, Set, Tuple
 from .route_keys import Route
 from .worker_summary import WorkerSummary
 
+logger = logging.getLogger("omlx.dispatch")
+
 POLICIES = ("prefix", "random", "least-loaded")
 MEMORY_KEYS = 200_000  # route keys -> worker remembered by this server (LRU)
-SHARED_TIER_WEIGHT = 0.5  # a prefix token on a shared SSD tier, against one in the worker's own cache
+SHARED_TIER_WEIGHT = 1.0  # a prefix token on a shared SSD tier, against one in the worker's own cache
 SHARED_TIER_DELAY = 1.5  # seconds after a request ends until its blocks are on the SSD tier
 
 
@@ -92,7 +99,7 @@ class Router:
         self._count: Dict[str, int] = {}  # requests sent to each worker
         self._flights: Dict[str, List[_Flight]] = {}  # worker -> its requests in flight
         self._clock = clock
-        # route key -> {worker: when a request with it last ended there}
+        # route key -> {worker: when a request with it first ended there}
         self._ended: "OrderedDict[str, Dict[str, float]]" = OrderedDict()
 
     def choose(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
@@ -116,6 +123,7 @@ class Router:
                 held = {w: reach[w][1] for w in names}
                 queued = {w: max(0, queued[w] - self._shared(route, w)) for w in names}
             cost = {w: queued[w] + route.prompt_tokens - held[w] for w in names}
+            logger.debug("route costs %s (held %s)", cost, held)
             cheapest = min(cost.values())
             best = [w for w in names if cost[w] == cheapest]
             lightest = min(queued[w] for w in best)
@@ -149,7 +157,7 @@ class Router:
 
     def _held(self, route: Route, worker: str, matched: int, workers) -> Tuple[int, int]:
         """The keys ``worker`` can serve from a cache and the prompt tokens it saves: the
-        ``matched`` keys it holds, and beyond them, at SHARED_TIER_WEIGHT, those of a request
+        ``matched`` keys it holds, and beyond them, times SHARED_TIER_WEIGHT, those of a request
         that ended at a worker sharing its SSD tier."""
         own = route.held_tokens(matched)
         summary = workers[worker]
@@ -215,7 +223,8 @@ class Router:
                 flights.remove(decision.flight)
                 # Its prompt's blocks are stored: on the worker's SSD tier within about a second.
                 for key in decision.flight.route.keys:
-                    self._ended.setdefault(key, {})[worker] = self._clock()
+                    # The first end counts: the blocks were written then; later ends rewrite none.
+                    self._ended.setdefault(key, {}).setdefault(worker, self._clock())
                     self._ended.move_to_end(key)
                 while len(self._ended) > MEMORY_KEYS:
                     self._ended.popitem(last=False)

@@ -4,7 +4,7 @@ what a worker saves (the prompt tokens of the prefix it holds) against what wait
 import pytest
 
 from inference.dispatch.route_keys import CHARS_PER_TOKEN, Route, route, route_keys
-from inference.dispatch.router import SHARED_TIER_DELAY, Router
+from inference.dispatch.router import SHARED_TIER_DELAY, SHARED_TIER_WEIGHT, Router
 from inference.dispatch.worker_summary import WorkerSummary
 
 
@@ -193,9 +193,17 @@ def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
     router.sent(d, first)
     router.ended(d)
     now[0] += SHARED_TIER_DELAY
+    again = router.choose(first, {"w1": workers["w1"]})  # the system prompt's blocks are written
+    router.sent(again, first)
+    router.ended(again)  # a later end of the same prefix does not make it new again
     router.sent(router.choose(busy, {"w1": workers["w1"]}), busy)
     d = router.choose(second, workers)
-    assert (d.worker, d.reason, d.matched, d.held) == ("w2", "prefix", 1, round(system_tokens / 2))
+    assert (d.worker, d.reason, d.matched, d.held) == (
+        "w2",
+        "prefix",
+        1,
+        round(SHARED_TIER_WEIGHT * system_tokens),
+    )
     assert d.work == second.prompt_tokens - d.held
 
 
