@@ -92,7 +92,7 @@ class Router:
         self.policy = policy
         self.decode_weight = decode_weight
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._sent: "OrderedDict[str, Set[str]]" = OrderedDict()  # route key -> workers sent it
         self._in_flight: Dict[str, int] = {}  # worker -> requests sent, not ended
         self._work: Dict[str, int] = {}  # worker -> their work
@@ -135,6 +135,15 @@ class Router:
                 reason = "prefix" if matched[pick] == longest else "balance"
             work = self._work_of(route, held[pick])
             return Decision(pick, reason, matched[pick], held[pick], work, queued)
+
+    def assign(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
+        """``choose`` and ``sent`` at once: requests routed at the same instant (a burst of new
+        conversations) each see the ones before them, instead of all choosing from the same state
+        (every idle worker then computed the burst's shared system prompt)."""
+        with self._lock:
+            decision = self.choose(route, workers)
+            self.sent(decision, route)
+            return decision
 
     def _work_of(self, route: Route, held: int) -> int:
         return route.prompt_tokens - held + round(self.decode_weight * route.decode_tokens)

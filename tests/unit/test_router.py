@@ -140,10 +140,9 @@ def test_a_burst_sharing_a_system_prompt_goes_where_it_is_being_computed():
     router = Router("prefix")
     workers = {w: WorkerSummary(w) for w in ("w1", "w2", "w3")}
     homes, firsts = {}, []
-    for conv in range(4):
+    for conv in range(4):  # assign: chosen and counted as sent at once (requests at one instant)
         r = route(job(system, f"conversation {conv} " * 20, params={"max_tokens": 40}))
-        d = router.choose(r, workers)
-        router.sent(d, r)
+        d = router.assign(r, workers)
         homes[conv], firsts = d, firsts + [d.worker]
     assert firsts[:3] == [firsts[0]] * 3 and firsts[3] != firsts[0], firsts
     assert [homes[c].reason for c in range(4)] == ["least_loaded", "prefix", "prefix", "balance"]
