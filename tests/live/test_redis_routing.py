@@ -141,6 +141,26 @@ def test_the_status_page_lists_the_workers(client, server, workers):  # noqa: F8
     assert page.count("<td>tiny</td>") == len(workers)
 
 
+def test_workers_of_one_shared_folder_publish_one_tier(setup, workers):  # noqa: F811
+    """Both workers point --paged-ssd-cache-dir at one folder: their summaries name one SSD tier,
+    the id in that folder (the router counts a prefix one of them stored for both)."""
+    import redis
+
+    from inference.dispatch import worker_summary
+    from inference.dispatch.cold_tier_id import FILE
+
+    client = redis.Redis.from_url(setup["redis_url"])
+    names = {worker_label(w) for w in workers}
+    deadline = time.monotonic() + 30  # a summary lapses when a loaded machine publishes late
+    while True:
+        summaries, refused = worker_summary.read_all(client, SECRET)
+        if names <= set(summaries) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    tiers = {summaries[name].cold_tier for name in names}
+    assert tiers == {(setup["home"] / "shared-cold" / FILE).read_text().strip()} and refused == 0
+
+
 def test_forged_summaries_are_refused(client, server, setup):  # noqa: F811
     """A worker that publishes no summary signed with the secret gets no request, whatever it
     claims: here presence keys and summaries that claim the request's prefix, unsigned, signed
