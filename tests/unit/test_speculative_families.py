@@ -1,7 +1,9 @@
 """Speculative decoding on every family of the test factory (inference.engine.speculative.rollback):
 sliding windows (gemma3_text; gpt_oss, with experts), Gated DeltaNet (qwen3_5, whose layers
 honour right padding: one padded replay), Mamba2 (nemotron_h, whose layers do not: a replay per
-kept length) and a mixture of experts (qwen3_moe), float and 8-bit. Greedy output with prompt
+kept length) and a mixture of experts (qwen3_moe), float and 8-bit weights; the sliding-window
+family with quantized KV too (kv_bits 8 and 4: each quantized window's three rings rolled back
+alike), decoding past its window of 16. Greedy output with prompt
 lookup equals plain decoding token for token, alone and next to rows that do not speculate
 (greedy, and seeded sampling), and the counters show that drafts were both kept and rejected,
 so verify passes with rejections rolled the caches back. With small blocks, passes that end
@@ -46,7 +48,9 @@ PROMPTS = {
 PLAIN_ROW = [50, 51, 52]  # the row that does not speculate
 
 
-def family(model_dir, tmp_path_factory, arch, bits):
+def family(model_dir, tmp_path_factory, arch, bits, kv_bits=None):
+    if kv_bits:  # head dim 32: the preset's 16 is below any group
+        return model_dir(arch=arch, preset="tiny", head_dim=32)
     if not bits:
         return model_dir(arch=arch, preset="tiny")
     from inference.testkit.registry import build_quantized
@@ -62,18 +66,20 @@ def always_speculate(llm):
 
 
 @pytest.mark.parametrize(
-    "arch,bits",
+    "arch,bits,kv_bits",
     [
-        ("gemma3_text", 0),
-        ("gpt_oss", 0),
-        ("qwen3_5", 0),
-        ("nemotron_h", 0),
-        ("qwen3_moe", 0),
-        ("qwen3_5", 8),
+        ("gemma3_text", 0, None),
+        ("gpt_oss", 0, None),
+        ("qwen3_5", 0, None),
+        ("nemotron_h", 0, None),
+        ("qwen3_moe", 0, None),
+        ("qwen3_5", 8, None),
+        ("gemma3_text", 0, 8),
+        ("gemma3_text", 0, 4),
     ],
-    ids=["sliding", "sliding-moe", "gdn", "mamba", "moe", "gdn-q8"],
+    ids=["sliding", "sliding-moe", "gdn", "mamba", "moe", "gdn-q8", "sliding-kv8", "sliding-kv4"],
 )
-def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory, arch, bits):
+def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory, arch, bits, kv_bits):
     prompts = PROMPTS[arch] + [PLAIN_ROW, PLAIN_ROW]
     lengths = (40, 33, 27)
     # Rows that do not speculate: greedy, and seeded sampling (verify passes carry them along).
@@ -81,7 +87,9 @@ def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory,
         SamplingParams(max_tokens=30, speculative="off", **GREEDY),
         SamplingParams(max_tokens=30, temperature=0.8, seed=3, ignore_eos=True, speculative="off"),
     ]
-    with LLM(family(model_dir, tmp_path_factory, arch, bits), max_concurrent_requests=8) as llm:
+    path = family(model_dir, tmp_path_factory, arch, bits, kv_bits)
+    kv = dict(kv_bits=kv_bits, kv_group_size=32) if kv_bits else {}
+    with LLM(path, max_concurrent_requests=8, **kv) as llm:
         always_speculate(llm)
         want = llm.generate(prompts, [SamplingParams(max_tokens=n, **GREEDY) for n in lengths] + plain_rows)
         mixed = [SamplingParams(max_tokens=n, **GREEDY, **LOOKUP) for n in lengths] + plain_rows
