@@ -2,13 +2,14 @@
 sliding windows (gemma3_text; gpt_oss, with experts), Gated DeltaNet (qwen3_5, whose layers
 honour right padding: one padded replay), Mamba2 (nemotron_h, whose layers do not: a replay per
 kept length) and a mixture of experts (qwen3_moe), float and 8-bit weights; the sliding-window
-family with quantized KV too (kv_bits 8 and 4: each quantized window's three rings rolled back
-alike), decoding past its window of 16. Greedy output with prompt
-lookup equals plain decoding token for token, alone and next to rows that do not speculate
-(greedy, and seeded sampling), and the counters show that drafts were both kept and rejected,
-so verify passes with rejections rolled the caches back. With small blocks, passes that end
-on a block boundary leave the snapshots the block cache needs: a next turn served from it
-decodes as one computed cold. Preempted rows and stop tokens inside accepted drafts too."""
+families with quantized KV too (gemma3_text at kv_bits 8 and 4, gpt_oss with its attention
+sinks at 8: each quantized window's three rings rolled back alike), decoding past their window
+of 16. Greedy output with prompt lookup equals plain decoding token for token, alone and next
+to rows that do not speculate (greedy, and seeded sampling), and the counters show that drafts
+were both kept and rejected, so verify passes with rejections rolled the caches back. With
+small blocks, passes that end on a block boundary leave the snapshots the block cache needs: a
+next turn served from it decodes as one computed cold. Preempted rows and stop tokens inside
+accepted drafts too."""
 
 import pytest
 
@@ -76,8 +77,19 @@ def always_speculate(llm):
         ("qwen3_5", 8, None),
         ("gemma3_text", 0, 8),
         ("gemma3_text", 0, 4),
+        ("gpt_oss", 0, 8),
     ],
-    ids=["sliding", "sliding-moe", "gdn", "mamba", "moe", "gdn-q8", "sliding-kv8", "sliding-kv4"],
+    ids=[
+        "sliding",
+        "sliding-moe",
+        "gdn",
+        "mamba",
+        "moe",
+        "gdn-q8",
+        "sliding-kv8",
+        "sliding-kv4",
+        "sinks-kv8",
+    ],
 )
 def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory, arch, bits, kv_bits):
     prompts = PROMPTS[arch] + [PLAIN_ROW, PLAIN_ROW]
