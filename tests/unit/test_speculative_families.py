@@ -113,14 +113,20 @@ def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory,
     assert spec["verify_passes"] > 0 and 0 < spec["accepted_tokens"] < spec["drafted_tokens"]
 
 
-@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3_5", "nemotron_h"], ids=["sliding", "gdn", "mamba"])
-def test_speculated_rows_leave_the_block_cache_exact(model_dir, arch):
+@pytest.mark.parametrize(
+    "arch,kv_bits",
+    [("gemma3_text", None), ("qwen3_5", None), ("nemotron_h", None), ("gemma3_text", 4)],
+    ids=["sliding", "gdn", "mamba", "sliding-kv4"],
+)
+def test_speculated_rows_leave_the_block_cache_exact(model_dir, tmp_path_factory, arch, kv_bits):
     """Blocks of 8 tokens: verify passes stop at block boundaries and snapshot the windows and
-    states there. A next turn that extends a speculated one is served from the block cache as
-    far as after a plain turn, and decodes what it decodes computed from scratch (another
-    cache_salt)."""
+    states there (with kv_bits, a quantized window's three rings). A next turn that extends a
+    speculated one is served from the block cache as far as after a plain turn, and decodes what
+    it decodes computed from scratch (another cache_salt)."""
     prompts = PROMPTS[arch]
-    with LLM(model_dir(arch=arch, preset="tiny"), max_concurrent_requests=4, cache_block_size=8) as llm:
+    path = family(model_dir, tmp_path_factory, arch, 0, kv_bits)
+    kv = dict(kv_bits=kv_bits, kv_group_size=32) if kv_bits else {}
+    with LLM(path, max_concurrent_requests=4, cache_block_size=8, **kv) as llm:
         always_speculate(llm)
         plain = llm.generate(prompts, SamplingParams(max_tokens=40, **GREEDY), cache_salt="plain")
         first = llm.generate(prompts, SamplingParams(max_tokens=40, **GREEDY, **LOOKUP), cache_salt="turns")
