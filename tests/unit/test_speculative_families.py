@@ -145,21 +145,26 @@ def test_speculated_rows_leave_the_block_cache_exact(model_dir, tmp_path_factory
     assert spec["accepted_tokens"] > 0
 
 
-@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3_5", "nemotron_h"], ids=["sliding", "gdn", "mamba"])
-def test_preempted_and_stopped_speculating_rows_decode_as_plain(model_dir, arch):
+@pytest.mark.parametrize(
+    "arch,kv_bits",
+    [("gemma3_text", None), ("qwen3_5", None), ("nemotron_h", None), ("gemma3_text", 8)],
+    ids=["sliding", "gdn", "mamba", "sliding-kv8"],
+)
+def test_preempted_and_stopped_speculating_rows_decode_as_plain(model_dir, tmp_path_factory, arch, kv_bits):
     """Rows preempted for KV room (caches dropped, recomputed later) and speculating after it,
     two of them ending on a stop token that comes late in their output: the tokens and finish
-    reasons of plain decoding without preemption."""
-    path = model_dir(arch=arch, preset="tiny")
+    reasons of plain decoding without preemption (with kv_bits: the same KV format in both)."""
+    path = family(model_dir, tmp_path_factory, arch, 0, kv_bits)
+    kv = dict(kv_bits=kv_bits, kv_group_size=32) if kv_bits else {}
     prompts = PROMPTS[arch] + [PLAIN_ROW]
-    with LLM(path, max_concurrent_requests=4) as roomy:
+    with LLM(path, max_concurrent_requests=4, **kv) as roomy:
         want = roomy.generate(prompts, SamplingParams(max_tokens=40, **GREEDY))
     params = []
     for i, r in enumerate(want):
         late = [t for t in r.token_ids[24:] if t not in r.token_ids[:24]]
         stop = [late[0]] if i % 2 and late else []
         params.append(SamplingParams(max_tokens=40, stop_token_ids=stop, **GREEDY, **LOOKUP))
-    with LLM(path, max_kv_tokens=100, max_concurrent_requests=4) as tight:
+    with LLM(path, max_kv_tokens=100, max_concurrent_requests=4, **kv) as tight:
         always_speculate(tight)
         got = tight.generate(prompts, params)
         assert tight.engine.scheduler.num_preemptions > 0
