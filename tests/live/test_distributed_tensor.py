@@ -1,0 +1,64 @@
+"""One model sharded across two ranks of MLX's ring backend on loopback, tensor parallel
+(inference.distributed.tensor): every rank runs every layer on its share of the heads and MLP
+columns; what the ranks compute equals what one process computes, served in a mixed batch and
+again from the block cache (each rank holding its own heads' KV)."""
+
+import json
+
+import pytest
+
+from inference.distributed.generate import greedy, greedy_batch
+from inference.engine.model_loader import load_model
+from inference.testkit.registry import build_model
+from tests.live.test_distributed import CACHED, PROMPTS, TOKENS, _one_process, _served
+from tests.support.ring import free_ports, ring_hostfile, start_ranks, wait_ranks
+from tests.support.server import ServerProcess
+
+
+def _model(tmp_path_factory, arch):
+    return build_model(tmp_path_factory.mktemp(f"tp-{arch}") / arch, arch, "tiny", num_hidden_layers=2)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return _model(tmp_path_factory, "llama")
+
+
+@pytest.mark.slow  # ~35 s here per family: two processes load the model and generate
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_two_sharded_ranks_generate_what_one_process_does(arch, tmp_path_factory, tmp_path):
+    model = _model(tmp_path_factory, arch)
+    prompts = [arg for p in PROMPTS for arg in ("--prompt", ",".join(map(str, p)))]
+    argv = ["-m", "inference.distributed.generate", str(model), *prompts, "--max-tokens", str(TOKENS)]
+    argv += ["--out", str(tmp_path), "--parallel", "tensor"]
+    results = wait_ranks(start_ranks(argv, ring_hostfile(tmp_path / "hosts.json", 2), 2))
+    assert [code for code, _ in results] == [0, 0], results
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    loaded = load_model(model, "float32")  # the reference: this process, the whole model
+    one = loaded.model
+    for r in ranks:
+        assert (r["parallel"], r["layers"]) == ("tensor", [0, 2])  # every layer on every rank
+        assert r["kv_bytes_per_token"] * 2 == loaded.kv_bytes_per_token  # half the KV heads each
+        assert r["sequential"] == [greedy(one, p, TOKENS) for p in PROMPTS]  # chunked prefill, decode
+        assert r["batched"] == greedy_batch(one, PROMPTS, TOKENS)  # one left-padded batch
+
+
+def test_tensor_parallel_serves_a_mixed_batch_as_one_process_and_hits_its_cache(llama, tmp_path):
+    """Two requests at once (one prefilling in chunks while the other decodes, one sampled with
+    a seed), served by the model sharded across two ranks: one process's texts; the same again
+    hits the block cache on both ranks (each its own heads' blocks), with the same texts."""
+    hosts = tmp_path / "hosts.json"
+    ranks = [{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)]
+    hosts.write_text(json.dumps({"parallel": "tensor", "hosts": ranks}))
+    server = ServerProcess(["--model-dir", str(llama.parent), "--distributed", str(hosts)], tmp_path)
+    try:
+        texts, cached = _served(server.url, "llama", CACHED)
+        again, cached_again = _served(server.url, "llama", CACHED)
+    finally:
+        server.stop()
+    assert texts == _one_process(llama, CACHED)
+    assert cached == [0, 0] and again == texts and all(c > 0 for c in cached_again), cached_again
+    log = (tmp_path / "logs" / "rank1.log").read_text()
+    assert "(tensor parallel)" in log and "256 KV bytes/token" in log  # half of one process's 512
+    parts = {json.loads(info.read_text())["part"] for info in (tmp_path / "cache").glob("*/model.json")}
+    assert parts == {"tensor:0/2", "tensor:1/2"}  # each rank's blocks under its own shard
