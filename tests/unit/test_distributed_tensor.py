@@ -96,3 +96,22 @@ def test_a_rank_refuses_a_load_with_an_unknown_parallel(tmp_path):
     load = {"op": "load", "model": "tiny", "dtype": None, "cache": None, "parallel": "expert"}
     with pytest.raises(PlanError, match="parallel 'expert'"):
         _load([tmp_path], load, mx.distributed.init(), None)
+
+
+def test_a_hit_whose_layers_cannot_be_cut_is_a_miss_unless_every_rank_holds_it_all():
+    """Tensor parallel serves families with sliding-window (or recurrent) layers, whose cached
+    state of n tokens is not the first n of a longer hit: such a hit is kept whole or dropped."""
+    from cache.block_cache import BlockCache
+    from cache.block_key import ModelFingerprint
+    from cache.prefix_cache import KVSnapshot
+    from inference.distributed.rank_cache import cut_hit
+
+    cache = BlockCache(ModelFingerprint("w", "t", "float32", "kv:1x1x4x4", 4), 1 << 20)
+    keys = mx.arange(10 * 4, dtype=mx.float32).reshape(1, 1, 10, 4)
+    tokens = list(range(1, 11))
+    cache.store(tokens, [KVSnapshot(10, [(keys, keys + 1, 0)])])
+    hit = cache.lookup(tokens, 10)
+    hit.layers = [hit.layers[0], tuple(a[..., -4:, :] for a in hit.layers[0])]  # a window of 4
+    assert cut_hit(cache, hit, 10) is hit  # every rank holds all 10 tokens
+    assert cut_hit(cache, hit, 7) is None  # one holds 7: a miss on every rank, not a wrong window
+    assert cache.stats.hot_hit_tokens == 0 and all(b.ref_count == 0 for b in cache.hot.blocks())
