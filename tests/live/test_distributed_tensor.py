@@ -43,14 +43,18 @@ def test_two_sharded_ranks_generate_what_one_process_does(arch, tmp_path_factory
         assert r["batched"] == greedy_batch(one, PROMPTS, TOKENS)  # one left-padded batch
 
 
+def _tensor_server(model, home):
+    hosts = home / "hosts.json"  # fresh ports at every start: the last group's may linger
+    ranks = [{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)]
+    hosts.write_text(json.dumps({"parallel": "tensor", "hosts": ranks}))
+    return ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts)], home)
+
+
 def test_tensor_parallel_serves_a_mixed_batch_as_one_process_and_hits_its_cache(llama, tmp_path):
     """Two requests at once (one prefilling in chunks while the other decodes, one sampled with
     a seed), served by the model sharded across two ranks: one process's texts; the same again
     hits the block cache on both ranks (each its own heads' blocks), with the same texts."""
-    hosts = tmp_path / "hosts.json"
-    ranks = [{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)]
-    hosts.write_text(json.dumps({"parallel": "tensor", "hosts": ranks}))
-    server = ServerProcess(["--model-dir", str(llama.parent), "--distributed", str(hosts)], tmp_path)
+    server = _tensor_server(llama, tmp_path)
     try:
         texts, cached = _served(server.url, "llama", CACHED)
         again, cached_again = _served(server.url, "llama", CACHED)
@@ -62,3 +66,19 @@ def test_tensor_parallel_serves_a_mixed_batch_as_one_process_and_hits_its_cache(
     assert "(tensor parallel)" in log and "256 KV bytes/token" in log  # half of one process's 512
     parts = {json.loads(info.read_text())["part"] for info in (tmp_path / "cache").glob("*/model.json")}
     assert parts == {"tensor:0/2", "tensor:1/2"}  # each rank's blocks under its own shard
+
+
+@pytest.mark.slow  # ~60 s here: two starts of a server and its ranks
+def test_tensor_parallel_hits_its_ssd_blocks_after_a_restart_of_both_ranks(llama, tmp_path):
+    """Each rank's heads' blocks are written to its own directory of the SSD tier; after a
+    restart of the server and its ranks the same mixed batch hits them on both, with one
+    process's texts."""
+    reference = _one_process(llama, CACHED)
+    for start in range(2):
+        server = _tensor_server(llama, tmp_path)
+        try:
+            texts, cached = _served(server.url, "llama", CACHED)
+        finally:
+            server.stop()
+        assert texts == reference
+        assert cached == [0, 0] if start == 0 else all(c > 0 for c in cached), cached
