@@ -40,8 +40,12 @@ def test_the_hosts_file_chooses_tensor_or_pipeline(tmp_path):
     ],
 )
 def test_a_bad_parallel_hosts_file_is_refused(tmp_path, data, message):
+    from omlx_site.setting_checks import distributed_hosts
+
     with pytest.raises(ValueError, match=message):
         read_parallel(_write(tmp_path, data))
+    with pytest.raises(ValueError, match=message):  # by omlx serve --distributed, before it starts
+        distributed_hosts(_write(tmp_path, data))
 
 
 def _llama(**overrides):
