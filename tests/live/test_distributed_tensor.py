@@ -5,6 +5,7 @@ again from the block cache (each rank holding its own heads' KV)."""
 
 import json
 
+import httpx
 import pytest
 
 from inference.distributed.generate import greedy, greedy_batch
@@ -23,7 +24,12 @@ def _model(tmp_path_factory, arch):
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    return _model(tmp_path_factory, "llama")
+    model = _model(tmp_path_factory, "llama")
+    # Beside it, a model whose 3 heads do not divide across two ranks.
+    build_model(
+        model.parent / "odd", "llama", "tiny", num_attention_heads=3, num_key_value_heads=3, head_dim=16
+    )
+    return model
 
 
 @pytest.mark.slow  # ~35 s here per family: two processes load the model and generate
@@ -57,13 +63,19 @@ def _tensor_server(model, home):
 def test_tensor_parallel_serves_a_mixed_batch_as_one_process_and_hits_its_cache(llama, tmp_path):
     """Two requests at once (one prefilling in chunks while the other decodes, one sampled with
     a seed), served by the model sharded across two ranks: one process's texts; the same again
-    hits the block cache on both ranks (each its own heads' blocks), with the same texts."""
+    hits the block cache on both ranks (each its own heads' blocks), with the same texts. A
+    model whose heads do not divide across the ranks is refused first, saying why."""
     server = _tensor_server(llama, tmp_path)
     try:
-        texts, cached = _served(server.url, "llama", CACHED)
+        refused = httpx.post(
+            server.url + "/v1/completions", json={"model": "odd", "prompt": [1, 2]}, timeout=120
+        )
+        texts, cached = _served(server.url, "llama", CACHED)  # the group serves the next model
         again, cached_again = _served(server.url, "llama", CACHED)
     finally:
         server.stop()
+    message = refused.json()["error"]["message"]
+    assert "cannot shard llama for tensor parallel: its num_attention_heads (3) does not divide" in message
     assert texts == _one_process(llama, CACHED)
     assert cached == [0, 0] and again == texts and all(c > 0 for c in cached_again), cached_again
     log = (tmp_path / "logs" / "rank1.log").read_text()
