@@ -27,7 +27,7 @@ def llama(tmp_path_factory):
     model = _model(tmp_path_factory, "llama")
     # Beside it, a model whose 3 heads do not divide across two ranks.
     build_model(
-        model.parent / "odd", "llama", "tiny", num_attention_heads=3, num_key_value_heads=3, head_dim=16
+        model.parent / "odd", "llama", "tiny", hidden_size=96, num_attention_heads=3, num_key_value_heads=3
     )
     return model
 
