@@ -4,6 +4,11 @@ It is ``mlx.launch``'s: a JSON list, one object per machine, rank order, the fir
 one: ``{"ssh": "hostname", "ips": ["10.0.0.2"]}``; omlx also reads an optional ``"port"`` (the
 ring backend's port on that machine; default 32323 + rank). Only the first IP of each host is
 used (one ring connection per pair of neighbours).
+
+The file may also be an object, ``{"parallel": "tensor", "hosts": [...]}``, the list being
+``mlx.launch``'s: ``parallel`` chooses how a model is cut across the ranks, "pipeline" (the
+default, and what the plain list means: inference.distributed.pipeline) or "tensor"
+(inference.distributed.tensor).
 """
 
 from __future__ import annotations
@@ -34,10 +39,9 @@ class Host:
 
 def read_hosts(path) -> List[Host]:
     """The hosts of ``path``; ValueError saying what is wrong with the file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON hosts file: {exc}") from None
+    data = _read(path)
+    if isinstance(data, dict):
+        data = data.get("hosts")
     if not isinstance(data, list) or not 2 <= len(data) <= MAX_RANKS:
         raise ValueError(f"{path}: a list of 2 to {MAX_RANKS} hosts, rank 0 (this machine) first")
     hosts = []
@@ -58,3 +62,28 @@ def read_hosts(path) -> List[Host]:
             raise ValueError(f'{where}: "port" must be a TCP port from 1024 to 65535')
         hosts.append(Host(ssh, ip, port))
     return hosts
+
+
+PARALLEL_MODES = ("pipeline", "tensor")
+
+
+def read_parallel(path) -> str:
+    """How the hosts file ``path`` cuts a model across its ranks: "pipeline" or "tensor";
+    ValueError saying what is wrong with the file."""
+    data = _read(path)
+    if not isinstance(data, dict):
+        return "pipeline"
+    if not set(data) <= {"parallel", "hosts"}:
+        raise ValueError(f'{path}: an object with "hosts" (mlx.launch\'s list) and optionally "parallel"')
+    parallel = data.get("parallel", "pipeline")
+    if parallel not in PARALLEL_MODES:
+        raise ValueError(f'{path}: "parallel" must be one of {", ".join(PARALLEL_MODES)}, not {parallel!r}')
+    read_hosts(path)
+    return parallel
+
+
+def _read(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON hosts file: {exc}") from None
