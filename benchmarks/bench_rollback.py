@@ -13,10 +13,11 @@ the decode batch's caches. Then, in alternating rounds, each timed with its cach
   sliding windows, restore and replay for recurrent state).
 
 Printed: the median seconds of each and their ratios to ``plain``. The contexts grow by a few
-tokens a round (negligible next to ``--context``).
+tokens a round (negligible next to ``--context``). ``--kv-bits`` 8 or 4: quantized KV (groups of
+``--kv-group-size``), sliding windows included (three rings cut and rolled alike).
 
     .venv/bin/python benchmarks/bench_rollback.py [--arch qwen3_5] [--preset qwen2.5-0.5b]
-        [--layers 8] [--rows 4] [--context 512] [--k 4] [--rounds 8]
+        [--layers 8] [--rows 4] [--context 512] [--k 4] [--rounds 8] [--kv-bits 8]
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import mlx.core as mx  # noqa: E402
 
 from inference.engine.cache_io import leaves  # noqa: E402
 from inference.engine.head_gate import HeadGate  # noqa: E402
+from inference.engine.kv_quant import KVQuant  # noqa: E402
 from inference.engine.model_loader import load_model  # noqa: E402
 from inference.engine.prefill import Prefill  # noqa: E402
 from inference.engine.speculative.rollback import Rollback, cache_arrays, rollback_kind  # noqa: E402
@@ -52,7 +54,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--kv-bits", type=int, choices=(8, 4), help="quantized KV (default: float)")
+    ap.add_argument("--kv-group-size", type=int, default=64)
     args = ap.parse_args()
+    kv_quant = KVQuant(args.kv_bits, args.kv_group_size) if args.kv_bits else None
     with tempfile.TemporaryDirectory() as tmp:
         path = args.model
         if path is None:
@@ -60,7 +65,7 @@ def main() -> None:
 
             layers = {"num_hidden_layers": args.layers} if args.layers else {}
             path = build_model(Path(tmp) / "model", arch=args.arch, preset=args.preset, **layers)
-        run(load_model(path), args)
+        run(load_model(path, None, kv_quant), args)
 
 
 def run(loaded, args) -> None:
@@ -74,7 +79,9 @@ def run(loaded, args) -> None:
         caches.append(cache)
     batch = [type(layer[0]).merge(list(layer)) for layer in zip(*caches)]
     mx.eval([a for c in leaves(batch) for a in cache_arrays(c)])
-    print(f"{type(model).__module__}: rollback {rollback_kind(batch, padding_ok)}, padding_ok {padding_ok}")
+    kv = f"kv {args.kv_bits} bits" if args.kv_bits else "float kv"
+    kind = rollback_kind(batch, padding_ok)
+    print(f"{type(model).__module__} ({kv}): rollback {kind}, padding_ok {padding_ok}")
 
     def tokens(width: int):
         return mx.random.randint(0, vocab, (rows, width)).astype(mx.uint32)

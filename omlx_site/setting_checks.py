@@ -71,7 +71,7 @@ def mcp_config(path):
 def distributed_hosts(path):
     from inference.distributed import hosts  # the inference package: when checked
 
-    hosts.read_hosts(path)
+    hosts.read_parallel(path)  # and the hosts
 
 
 def one_of(*choices):

@@ -411,7 +411,8 @@ SETTINGS: tuple[Setting, ...] = (
         FILE,
         None,
         "serve each text model split across the machines of this hosts file (mlx.launch's JSON: "
-        'rank 0, this machine, first; [{"ssh": HOST, "ips": [IP]}, ...]); the other ranks are '
+        'rank 0, this machine, first; [{"ssh": HOST, "ips": [IP]}, ...]; pipeline parallel, or '
+        'tensor parallel with {"parallel": "tensor", "hosts": [...]}); the other ranks are '
         "started over ssh (or here, for loopback). See docs/operations.md",
         flag="--distributed",
         check=checks.distributed_hosts,

@@ -8,6 +8,11 @@ by every rank, so all of them compute the same logits and sample the same tokens
 So every rank runs the same steps in the same order (SPMD, as mlx-lm's own pipelined models do)
 and keeps only the KV of its own layers.
 
+Tensor parallel (``tensor``, chosen by the hosts file: ``hosts``): every rank holds every layer,
+cut by mlx-lm's own ``model.shard(group)`` into its share of the heads and MLP columns, and the
+ranks add their partial outputs after each attention and MLP; the step plans, the block cache
+(each rank's heads) and the failure handling are pipeline mode's.
+
 ``generate`` runs a model split this way on the prompts it is given (greedy), one process per
 rank as ``mlx.launch`` starts them: the check that a split model writes what one process writes.
 ``omlx serve --distributed`` serves a split model: rank 0's engine (``engine``, ``leader_runner``),

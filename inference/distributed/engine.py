@@ -29,10 +29,10 @@ from inference.engine.request import Request
 
 from .group import DistributedGroup
 from .leader_runner import LeaderRunner
-from .pipeline import split_model
 from .plan_channel import GroupLost, PlanChannel
-from .rank_cache import AgreedBlockCache, cache_settings, layers_component
+from .rank_cache import AgreedBlockCache, cache_settings
 from .rank_stats import RankFigures
+from .tensor import part_component, sharder
 
 logger = logging.getLogger("omlx.distributed")
 
@@ -46,7 +46,7 @@ class DistributedEngine(Engine):
         self.distributed = group
         self.channel = PlanChannel(group.group)
         self.lost: Optional[str] = None
-        self.split = None  # this rank's LayerSplit, once loaded
+        self.split = None  # what this rank holds, once loaded: its LayerSplit or TensorShard
         self.rank_figures = RankFigures()  # every rank's cache and memory figures (status, /metrics)
         try:
             super().__init__(model_path, config, **settings)
@@ -67,18 +67,24 @@ class DistributedEngine(Engine):
         if self.config.kv_quant is not None:
             raise ValueError("quantized KV (kv_bits) is not served by a model split across machines")
         config = self.config
+        parallel = self.distributed.parallel
         self.channel.send(
-            {"op": "load", "model": model_path.name, "dtype": config.dtype, "cache": cache_settings(config)}
+            {
+                "op": "load",
+                "model": model_path.name,
+                "dtype": config.dtype,
+                "cache": cache_settings(config),
+                "parallel": parallel,
+            }
         )
-        group = self.distributed.group
-
-        def shard(model):
-            self.split = split_model(model, group)
+        parts = []
+        shard = sharder(parallel, self.distributed.group, parts)
 
         # Every rank says whether it loaded the model (from here on, the steps are timed:
         # inference.distributed.watchdog); a rank that could not says why in its log.
         try:
             loaded = load_model(model_path, config.dtype, shard=shard)
+            self.split = parts[0]
         except BaseException:
             try:
                 self.channel.agree_min(0, watched=False)
@@ -93,7 +99,7 @@ class DistributedEngine(Engine):
         return loaded
 
     def _make_prefix_cache(self) -> PrefixCache:
-        component = layers_component(self.split)
+        component = part_component(self.split)
         cache = block_cache_for(self.loaded, self.config, component, cache_class=AgreedBlockCache)
         if isinstance(cache, AgreedBlockCache):
             cache.channel = self.channel

@@ -33,11 +33,11 @@ from inference.engine.model_runner import ModelRunner
 from inference.engine.request import Request
 from inference.engine.sampling_params import SamplingParams
 
-from .pipeline import split_model
 from .plan_channel import GroupLost, PlanChannel, PlanError
-from .rank_cache import cut_hit, follower_config, layers_component
+from .rank_cache import cut_hit, follower_config
 from .rank_stats import OP as FIGURES
 from .rank_stats import exchange, own_figures
+from .tensor import MODES, part_component, sharder
 
 logger = logging.getLogger("omlx.distributed")
 
@@ -56,7 +56,7 @@ class Follower:
         self.loaded = loaded
         self.runner = ModelRunner(self.loaded)  # its checks run forward passes: every rank's too
         self.requests: Dict[str, Request] = {}
-        self.cache = block_cache_for(self.loaded, config, layers_component(split), rows=False)
+        self.cache = block_cache_for(self.loaded, config, part_component(split), rows=False)
         self.pending: deque = deque()
         self.snapshots: dict = {}
 
@@ -297,10 +297,13 @@ def _load(model_dirs: List[Path], message: dict, group, cache_dir):
         raise PlanError(f"dtype {dtype!r}")
     path = find_model(model_dirs, message.get("model"))
     config = follower_config(message.get("cache"), dtype, cache_dir)
-    logger.info("loading %s", path)
-    splits = []
-    loaded = load_model(path, dtype, shard=lambda m: splits.append(split_model(m, group)))
-    return loaded, splits[0], config
+    parallel = message.get("parallel", "pipeline")
+    if parallel not in MODES:
+        raise PlanError(f"parallel {str(parallel)[:MAX_ID]!r}")
+    logger.info("loading %s (%s parallel)", path, parallel)
+    parts = []
+    loaded = load_model(path, dtype, shard=sharder(parallel, group, parts))
+    return loaded, parts[0], config
 
 
 def find_model(model_dirs: List[Path], name) -> Path:

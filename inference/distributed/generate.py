@@ -1,10 +1,11 @@
 """Greedy generation with a model split across the ranks of a distributed group.
 
     mlx.launch -n 2 --backend ring -- -m inference.distributed.generate MODEL \\
-        --prompt 1,2,3 --prompt 4,5 --max-tokens 8 --out DIR
+        --prompt 1,2,3 --prompt 4,5 --max-tokens 8 --out DIR [--parallel tensor]
 
-Every rank runs this same program (SPMD); each writes ``DIR/rank<r>.json``: its layer range and
-the tokens generated for each prompt, one prompt at a time (prefill in chunks, then decode), and
+Every rank runs this same program (SPMD); each writes ``DIR/rank<r>.json``: what it holds (its
+layer range, or with ``--parallel tensor`` every layer and its share of the KV heads), the
+tokens generated for each prompt, one prompt at a time (prefill in chunks, then decode), and
 for all prompts as one left-padded batch. Without a launcher the group has one rank and the
 model is not split: the reference the split runs must equal.
 """
@@ -22,7 +23,7 @@ from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
 from inference.engine.model_loader import ModelLoadError, load_model
 
-from .pipeline import split_model
+from .tensor import MODES, TensorShard, sharder
 
 
 def main(argv=None) -> int:
@@ -32,25 +33,31 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--chunk", type=int, default=4, help="prefill chunk size (tokens)")
     parser.add_argument("--out", required=True, help="the folder each rank writes rank<r>.json to")
+    parser.add_argument("--parallel", choices=MODES, default="pipeline", help="how the model is cut")
     args = parser.parse_args(argv)
     try:
         prompts = [[int(t) for t in p.split(",")] for p in args.prompt]
     except ValueError:
         parser.error("--prompt takes token ids separated by commas")
     group = mx.distributed.init()
-    splits = []
-    shard = (lambda model: splits.append(split_model(model, group))) if group.size() > 1 else None
+    parts = []
+    shard = sharder(args.parallel, group, parts) if group.size() > 1 else None
     try:
         loaded = load_model(args.model, "float32", shard=shard)
     except ModelLoadError as exc:
         print(f"rank {group.rank()}: {exc}", file=sys.stderr)
         return 2
     model = loaded.model
-    layers = [splits[0].start, splits[0].end] if splits else [0, len(model.layers)]
+    part = parts[0] if parts else None
+    layers = (
+        [0, len(model.layers)] if part is None or isinstance(part, TensorShard) else [part.start, part.end]
+    )
     result = {
         "rank": group.rank(),
         "size": group.size(),
+        "parallel": args.parallel if part is not None else None,
         "layers": layers,
+        "kv_bytes_per_token": loaded.kv_bytes_per_token,
         "sequential": [greedy(model, p, args.max_tokens, args.chunk) for p in prompts],
         "batched": greedy_batch(model, prompts, args.max_tokens),
     }

@@ -24,7 +24,7 @@ from typing import List, Optional
 
 import mlx.core as mx
 
-from .hosts import Host, read_hosts
+from .hosts import Host, read_hosts, read_parallel
 from .watchdog import Watchdog
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -32,9 +32,19 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 class DistributedGroup:
     """The started group: ``group`` (rank 0's), ``processes`` (the local followers' and the ssh
-    sessions of remote ones, rank order from 1)."""
+    sessions of remote ones, rank order from 1), ``parallel`` (how a model is cut across the
+    ranks: "pipeline" or "tensor", the hosts file's)."""
 
-    def __init__(self, hosts: List[Host], model_dirs: List[Path], logs: Path, cache_dir=None, timeout=None):
+    def __init__(
+        self,
+        hosts: List[Host],
+        model_dirs: List[Path],
+        logs: Path,
+        cache_dir=None,
+        timeout=None,
+        parallel="pipeline",
+    ):
+        self.parallel = parallel
         ring = json.dumps([[f"{h.ip}:{h.port}"] for h in hosts])
         logs.mkdir(parents=True, exist_ok=True)
         ring_file = logs / "ring-hosts.json"
@@ -92,6 +102,7 @@ def shared_group(hosts_file, model_dirs, logs: Path, cache_dir=None, timeout=Non
     global _started
     with _start_lock:
         if _started is None:
-            hosts = read_hosts(hosts_file)
-            _started = DistributedGroup(hosts, [Path(d) for d in model_dirs], logs, cache_dir, timeout)
+            hosts, parallel = read_hosts(hosts_file), read_parallel(hosts_file)
+            dirs = [Path(d) for d in model_dirs]
+            _started = DistributedGroup(hosts, dirs, logs, cache_dir, timeout, parallel)
         return _started

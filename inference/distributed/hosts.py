@@ -10,6 +10,11 @@ tier on that machine's disk (absolute, or from ``~`` of the user ssh logs in as)
 (that rank keeps its blocks in RAM only). Without it a rank uses rank 0's folder, at the same
 path on its own disk. Rank 0's own folder is ``omlx serve``'s ``--paged-ssd-cache-dir``; with
 that ``off``, every rank keeps its blocks in RAM only.
+
+The file may also be an object, ``{"parallel": "tensor", "hosts": [...]}``, the list being
+``mlx.launch``'s: ``parallel`` chooses how a model is cut across the ranks, "pipeline" (the
+default, and what the plain list means: inference.distributed.pipeline) or "tensor"
+(inference.distributed.tensor).
 """
 
 from __future__ import annotations
@@ -50,10 +55,9 @@ class Host:
 
 def read_hosts(path) -> List[Host]:
     """The hosts of ``path``; ValueError saying what is wrong with the file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON hosts file: {exc}") from None
+    data = _read(path)
+    if isinstance(data, dict):
+        data = data.get("hosts")
     if not isinstance(data, list) or not 2 <= len(data) <= MAX_RANKS:
         raise ValueError(f"{path}: a list of 2 to {MAX_RANKS} hosts, rank 0 (this machine) first")
     hosts = []
@@ -90,3 +94,28 @@ def _cache_dir(entry: dict, rank: int, where: str) -> Optional[str]:
     if not ok or not (folder == "off" or folder.startswith(("/", "~"))):
         raise ValueError(f'{where}: "paged_ssd_cache_dir" must be an absolute folder (or ~/...) or "off"')
     return folder
+
+
+PARALLEL_MODES = ("pipeline", "tensor")
+
+
+def read_parallel(path) -> str:
+    """How the hosts file ``path`` cuts a model across its ranks: "pipeline" or "tensor";
+    ValueError saying what is wrong with the file."""
+    data = _read(path)
+    if not isinstance(data, dict):
+        return "pipeline"
+    if not set(data) <= {"parallel", "hosts"}:
+        raise ValueError(f'{path}: an object with "hosts" (mlx.launch\'s list) and optionally "parallel"')
+    parallel = data.get("parallel", "pipeline")
+    if parallel not in PARALLEL_MODES:
+        raise ValueError(f'{path}: "parallel" must be one of {", ".join(PARALLEL_MODES)}, not {parallel!r}')
+    read_hosts(path)
+    return parallel
+
+
+def _read(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON hosts file: {exc}") from None

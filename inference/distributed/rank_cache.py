@@ -39,9 +39,13 @@ def layers_component(split: LayerSplit) -> str:
 
 def cut_hit(cache, hit: Optional[PrefixHit], n: int) -> Optional[PrefixHit]:
     """``hit`` cut to its first ``n`` tokens (full-attention KV: a slice per layer); None, with
-    the hit released, when ``n`` is 0. The cache's hit counters lose the tokens cut off."""
+    the hit released, when ``n`` is 0, or when a layer's KV is not cut that way (a sliding
+    window past its size, a recurrent state: tensor parallel serves such families). The cache's
+    hit counters lose the tokens cut off."""
     if hit is None:
         return None
+    if n < hit.num_tokens and not all(_whole(layer, hit.num_tokens) for layer in hit.layers):
+        n = 0
     if n <= 0:
         cache.release(hit)
         _uncount(cache, hit.hot_tokens, hit.cold_tokens)
@@ -53,6 +57,15 @@ def cut_hit(cache, hit: Optional[PrefixHit], n: int) -> Optional[PrefixHit]:
     hit.layers = [tuple(a[..., :n, :] for a in layer) for layer in hit.layers]
     hit.num_tokens, hit.hot_tokens, hit.cold_tokens = n, hot, n - hot
     return hit
+
+
+def _whole(layer, num_tokens: int) -> bool:
+    """Whether ``layer`` is (keys, values) of every one of the hit's ``num_tokens`` tokens."""
+    return (
+        isinstance(layer, (tuple, list))
+        and len(layer) == 2
+        and all(getattr(a, "ndim", 0) >= 2 and a.shape[-2] == num_tokens for a in layer)
+    )
 
 
 def _uncount(cache, hot: int, cold: int) -> None:

@@ -20,7 +20,8 @@ their own module; ``install`` rebinds that name, for the modules of one loaded m
 that takes this path on the threads that asked for it (``enable_on_this_thread``: the engine's
 thread, after ``agrees`` passed on that model) and mlx-lm's own function everywhere else (another
 engine's thread, a benchmark's bare mlx-lm in the same process), and always for a quantized KV
-cache or attention sinks. On a GPU (Metal, CUDA) nothing is installed: the fast kernel is the
+cache or attention sinks (there through sink_attention's function: mlx-lm's, or quantized KV with
+sinks). On a GPU (Metal, CUDA) nothing is installed: the fast kernel is the
 right one there.
 """
 
@@ -35,6 +36,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models import base
 from mlx_lm.models.cache import make_prompt_cache
+
+from . import sink_attention
 
 logger = logging.getLogger("omlx.engine")
 
@@ -80,7 +83,9 @@ def _grouped(mask: mx.array, kv_heads: int, repeats: int) -> mx.array:
 def _routed(queries, keys, values, cache, scale, mask, sinks=None):
     if sinks is None and getattr(_local, "on", False) and not hasattr(cache, "bits"):
         return attention(queries, keys, values, scale, mask)
-    return _ORIGINAL(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+    return sink_attention.scaled_dot_product_attention(
+        queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks
+    )
 
 
 def install(model: nn.Module) -> bool:
@@ -93,7 +98,7 @@ def install(model: nn.Module) -> bool:
     for _, module in model.named_modules():
         owner = sys.modules.get(type(module).__module__)
         bound = getattr(owner, "scaled_dot_product_attention", None)
-        if bound is _ORIGINAL:
+        if bound in (_ORIGINAL, sink_attention.scaled_dot_product_attention):
             owner.scaled_dot_product_attention = _routed
         routed = routed or bound in (_ORIGINAL, _routed)
     return routed

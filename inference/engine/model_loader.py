@@ -19,7 +19,7 @@ from cache.layout import CacheLayout
 from inference import platform
 from inference.vision import model as vision_model
 
-from . import cache_io, config_compat, quantized_kv, vlm_config_compat, weight_compat
+from . import cache_io, config_compat, quantized_kv, sink_attention, vlm_config_compat, weight_compat
 from .kv_quant import KVQuant
 
 logger = logging.getLogger("omlx.engine")
@@ -114,6 +114,8 @@ def load_model(
         mx.eval(model.parameters())
     dtype_name = str(_first_float_dtype(model)).replace("mlx.core.", "")
 
+    if kv_quant is not None:
+        sink_attention.install(model)  # quantized KV with attention sinks (gpt-oss)
     vocab_size, kv_bytes, layout, state, dims = _probe(model, path, kv_quant)
     text_config = config.get("text_config", {})
     context = config.get("max_position_embeddings") or text_config.get("max_position_embeddings")

@@ -1,12 +1,15 @@
 """Speculative decoding on every family of the test factory (inference.engine.speculative.rollback):
 sliding windows (gemma3_text; gpt_oss, with experts), Gated DeltaNet (qwen3_5, whose layers
 honour right padding: one padded replay), Mamba2 (nemotron_h, whose layers do not: a replay per
-kept length) and a mixture of experts (qwen3_moe), float and 8-bit. Greedy output with prompt
-lookup equals plain decoding token for token, alone and next to rows that do not speculate
-(greedy, and seeded sampling), and the counters show that drafts were both kept and rejected,
-so verify passes with rejections rolled the caches back. With small blocks, passes that end
-on a block boundary leave the snapshots the block cache needs: a next turn served from it
-decodes as one computed cold. Preempted rows and stop tokens inside accepted drafts too."""
+kept length) and a mixture of experts (qwen3_moe), float and 8-bit weights; the sliding-window
+families with quantized KV too (gemma3_text at kv_bits 8 and 4, gpt_oss with its attention
+sinks at 8: each quantized window's three rings rolled back alike), decoding past their window
+of 16. Greedy output with prompt lookup equals plain decoding token for token, alone and next
+to rows that do not speculate (greedy, and seeded sampling), and the counters show that drafts
+were both kept and rejected, so verify passes with rejections rolled the caches back. With
+small blocks, passes that end on a block boundary leave the snapshots the block cache needs: a
+next turn served from it decodes as one computed cold. Preempted rows and stop tokens inside
+accepted drafts too."""
 
 import pytest
 
@@ -46,7 +49,9 @@ PROMPTS = {
 PLAIN_ROW = [50, 51, 52]  # the row that does not speculate
 
 
-def family(model_dir, tmp_path_factory, arch, bits):
+def family(model_dir, tmp_path_factory, arch, bits, kv_bits=None):
+    if kv_bits:  # head dim 32: the preset's 16 is below any group
+        return model_dir(arch=arch, preset="tiny", head_dim=32)
     if not bits:
         return model_dir(arch=arch, preset="tiny")
     from inference.testkit.registry import build_quantized
@@ -62,18 +67,31 @@ def always_speculate(llm):
 
 
 @pytest.mark.parametrize(
-    "arch,bits",
+    "arch,bits,kv_bits",
     [
-        ("gemma3_text", 0),
-        ("gpt_oss", 0),
-        ("qwen3_5", 0),
-        ("nemotron_h", 0),
-        ("qwen3_moe", 0),
-        ("qwen3_5", 8),
+        ("gemma3_text", 0, None),
+        ("gpt_oss", 0, None),
+        ("qwen3_5", 0, None),
+        ("nemotron_h", 0, None),
+        ("qwen3_moe", 0, None),
+        ("qwen3_5", 8, None),
+        ("gemma3_text", 0, 8),
+        ("gemma3_text", 0, 4),
+        ("gpt_oss", 0, 8),
     ],
-    ids=["sliding", "sliding-moe", "gdn", "mamba", "moe", "gdn-q8"],
+    ids=[
+        "sliding",
+        "sliding-moe",
+        "gdn",
+        "mamba",
+        "moe",
+        "gdn-q8",
+        "sliding-kv8",
+        "sliding-kv4",
+        "sinks-kv8",
+    ],
 )
-def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory, arch, bits):
+def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory, arch, bits, kv_bits):
     prompts = PROMPTS[arch] + [PLAIN_ROW, PLAIN_ROW]
     lengths = (40, 33, 27)
     # Rows that do not speculate: greedy, and seeded sampling (verify passes carry them along).
@@ -81,7 +99,9 @@ def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory,
         SamplingParams(max_tokens=30, speculative="off", **GREEDY),
         SamplingParams(max_tokens=30, temperature=0.8, seed=3, ignore_eos=True, speculative="off"),
     ]
-    with LLM(family(model_dir, tmp_path_factory, arch, bits), max_concurrent_requests=8) as llm:
+    path = family(model_dir, tmp_path_factory, arch, bits, kv_bits)
+    kv = dict(kv_bits=kv_bits, kv_group_size=32) if kv_bits else {}
+    with LLM(path, max_concurrent_requests=8, **kv) as llm:
         always_speculate(llm)
         want = llm.generate(prompts, [SamplingParams(max_tokens=n, **GREEDY) for n in lengths] + plain_rows)
         mixed = [SamplingParams(max_tokens=n, **GREEDY, **LOOKUP) for n in lengths] + plain_rows
@@ -93,14 +113,20 @@ def test_greedy_lookup_equals_plain_on_every_family(model_dir, tmp_path_factory,
     assert spec["verify_passes"] > 0 and 0 < spec["accepted_tokens"] < spec["drafted_tokens"]
 
 
-@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3_5", "nemotron_h"], ids=["sliding", "gdn", "mamba"])
-def test_speculated_rows_leave_the_block_cache_exact(model_dir, arch):
+@pytest.mark.parametrize(
+    "arch,kv_bits",
+    [("gemma3_text", None), ("qwen3_5", None), ("nemotron_h", None), ("gemma3_text", 4)],
+    ids=["sliding", "gdn", "mamba", "sliding-kv4"],
+)
+def test_speculated_rows_leave_the_block_cache_exact(model_dir, tmp_path_factory, arch, kv_bits):
     """Blocks of 8 tokens: verify passes stop at block boundaries and snapshot the windows and
-    states there. A next turn that extends a speculated one is served from the block cache as
-    far as after a plain turn, and decodes what it decodes computed from scratch (another
-    cache_salt)."""
+    states there (with kv_bits, a quantized window's three rings). A next turn that extends a
+    speculated one is served from the block cache as far as after a plain turn, and decodes what
+    it decodes computed from scratch (another cache_salt)."""
     prompts = PROMPTS[arch]
-    with LLM(model_dir(arch=arch, preset="tiny"), max_concurrent_requests=4, cache_block_size=8) as llm:
+    path = family(model_dir, tmp_path_factory, arch, 0, kv_bits)
+    kv = dict(kv_bits=kv_bits, kv_group_size=32) if kv_bits else {}
+    with LLM(path, max_concurrent_requests=4, cache_block_size=8, **kv) as llm:
         always_speculate(llm)
         plain = llm.generate(prompts, SamplingParams(max_tokens=40, **GREEDY), cache_salt="plain")
         first = llm.generate(prompts, SamplingParams(max_tokens=40, **GREEDY, **LOOKUP), cache_salt="turns")
@@ -119,21 +145,26 @@ def test_speculated_rows_leave_the_block_cache_exact(model_dir, arch):
     assert spec["accepted_tokens"] > 0
 
 
-@pytest.mark.parametrize("arch", ["gemma3_text", "qwen3_5", "nemotron_h"], ids=["sliding", "gdn", "mamba"])
-def test_preempted_and_stopped_speculating_rows_decode_as_plain(model_dir, arch):
+@pytest.mark.parametrize(
+    "arch,kv_bits",
+    [("gemma3_text", None), ("qwen3_5", None), ("nemotron_h", None), ("gemma3_text", 8)],
+    ids=["sliding", "gdn", "mamba", "sliding-kv8"],
+)
+def test_preempted_and_stopped_speculating_rows_decode_as_plain(model_dir, tmp_path_factory, arch, kv_bits):
     """Rows preempted for KV room (caches dropped, recomputed later) and speculating after it,
     two of them ending on a stop token that comes late in their output: the tokens and finish
-    reasons of plain decoding without preemption."""
-    path = model_dir(arch=arch, preset="tiny")
+    reasons of plain decoding without preemption (with kv_bits: the same KV format in both)."""
+    path = family(model_dir, tmp_path_factory, arch, 0, kv_bits)
+    kv = dict(kv_bits=kv_bits, kv_group_size=32) if kv_bits else {}
     prompts = PROMPTS[arch] + [PLAIN_ROW]
-    with LLM(path, max_concurrent_requests=4) as roomy:
+    with LLM(path, max_concurrent_requests=4, **kv) as roomy:
         want = roomy.generate(prompts, SamplingParams(max_tokens=40, **GREEDY))
     params = []
     for i, r in enumerate(want):
         late = [t for t in r.token_ids[24:] if t not in r.token_ids[:24]]
         stop = [late[0]] if i % 2 and late else []
         params.append(SamplingParams(max_tokens=40, stop_token_ids=stop, **GREEDY, **LOOKUP))
-    with LLM(path, max_kv_tokens=100, max_concurrent_requests=4) as tight:
+    with LLM(path, max_kv_tokens=100, max_concurrent_requests=4, **kv) as tight:
         always_speculate(tight)
         got = tight.generate(prompts, params)
         assert tight.engine.scheduler.num_preemptions > 0

@@ -42,6 +42,7 @@ from mlx_lm.models.cache import ArraysCache, BatchKVCache, BatchRotatingKVCache,
 
 from ..cache_io import leaves
 from ..quantized_kv import BatchQuantizedKVCache
+from ..quantized_window import BatchQuantizedWindowKV
 
 ROLLABLE = (BatchKVCache, BatchQuantizedKVCache)
 TRIM, WINDOW, REPLAY = "trim", "window", "replay"
@@ -58,7 +59,7 @@ def rollback_kind(caches, padding_ok: bool = True) -> Optional[str]:
     for c in leaves(caches):
         if type(c) in ROLLABLE:
             kinds.add(TRIM)
-        elif type(c) is BatchRotatingKVCache:
+        elif type(c) in (BatchRotatingKVCache, BatchQuantizedWindowKV):
             kinds.add(WINDOW)
         elif type(c) is ArraysCache:
             kinds.add(REPLAY)
@@ -83,10 +84,11 @@ class Rollback:
         self.caches = caches
         self.padding_ok = padding_ok
         for c in leaves(caches):
-            if type(c) is BatchRotatingKVCache and c.keys is not None:
-                # The ring in temporal order first: mlx-lm's mask for a pass of several tokens
-                # over a rotated ring does not drop the oldest position its update drops.
-                c._temporal_order()
+            for w in windows(c):
+                if w.keys is not None:
+                    # The ring in temporal order first: mlx-lm's mask for a pass of several
+                    # tokens over a rotated ring does not drop the oldest position its update drops.
+                    w._temporal_order()
         self.replay = rollback_kind(caches) == REPLAY
         self.saved = None
         if self.replay:
@@ -182,16 +184,27 @@ def roll_back(caches, remove: Sequence[int], skip: tuple = ()) -> None:
     for c in leaves(caches):
         if isinstance(c, skip):
             continue
-        if type(c) is BatchRotatingKVCache:
-            _cut(c, least)
-            if shift:
-                _roll_right(c, extra)
+        if type(c) in (BatchRotatingKVCache, BatchQuantizedWindowKV):
+            for w in windows(c):  # a quantized window's three rings alike
+                _cut(w, least)
+                if shift:
+                    _roll_right(w, extra)
             continue
         if least:
             c.trim(least)
         if shift:
             c.prepare(right_padding=extra)
             c.finalize()
+
+
+def windows(c) -> tuple:
+    """The mlx-lm rings of a batch's sliding-window layer: itself, or a quantized window's three
+    (``BatchQuantizedWindowKV.parts``); none for any other layer."""
+    if type(c) is BatchRotatingKVCache:
+        return (c,)
+    if type(c) is BatchQuantizedWindowKV:
+        return c.parts
+    return ()
 
 
 def _cut(c: BatchRotatingKVCache, n: int) -> None:
@@ -218,6 +231,8 @@ def _state(c) -> tuple:
     so they are copied."""
     if type(c) is ArraysCache:
         return list(c.cache), _copy(c.left_padding), _copy(c.lengths)
+    if type(c) is BatchQuantizedWindowKV:
+        return tuple(_state(w) for w in c.parts)
     keys, values, offset, left_padding, *rest = c.state  # BatchRotatingKVCache
     return (keys, values, _copy(offset), _copy(left_padding), *rest)
 
@@ -230,5 +245,8 @@ def _restore(c, saved: tuple) -> None:
     if type(c) is ArraysCache:
         cache, c.left_padding, c.lengths = saved
         c.cache = list(cache)
+    elif type(c) is BatchQuantizedWindowKV:
+        for w, part in zip(c.parts, saved):
+            _restore(w, part)
     else:
         c.state = saved
