@@ -11,6 +11,7 @@ that a block one worker wrote is restored by another.
     .venv/bin/python benchmarks/bench_routing.py [--policies prefix,random,least-loaded]
         [--workers 3] [--model-preset tiny] [--shared-cold] [--decode-weight W]
         [--conversations N --turns T --system-tokens S --burst B ...] [--json out.json]
+        [--keep-server-log DIR]
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
         home = work / "server"
         home.mkdir()
         senv = dict(env, OMLX_HOME=str(home), OMLX_DATABASE=str(home / "omlx.sqlite3"))
+        if args.keep_server_log:
+            senv["OMLX_LOG_LEVEL"] = "DEBUG"  # every routing decision, with its figures
         procs.append(
             start([sys.executable, "-m", "omlx_site.cli", "serve", "--port", "0"], senv, work / "server.log")
         )
@@ -122,9 +125,12 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
         results["routing"] = {
             "policy": policy,
             "decisions": re.findall(r"^omlx_route_decisions_total\{(.*)\} (\S+)$", metrics, re.M),
+            "workers": worker_figures(url),
         }
         return results
     finally:
+        if args.keep_server_log:
+            shutil.copy(work / "server.log", Path(args.keep_server_log) / f"{policy}-server.log")
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -133,6 +139,25 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def worker_figures(url: str) -> dict:
+    """Per worker, from the summaries it publishes: prompt tokens it looked up in its cache and
+    those served from RAM and from SSD."""
+    import redis
+
+    from inference.dispatch import worker_summary
+
+    summaries, _ = worker_summary.read_all(redis.Redis.from_url(url), SECRET)
+    return {
+        w: {
+            "lookup": s.lookup_tokens,
+            "hot": s.hot_hit_tokens,
+            "cold": s.cold_hit_tokens,
+            "tier": s.cold_tier,
+        }
+        for w, s in sorted(summaries.items())
+    }
 
 
 def main() -> int:
@@ -149,6 +174,11 @@ def main() -> int:
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
+    parser.add_argument(
+        "--keep-server-log",
+        metavar="DIR",
+        help="copy each policy's server log (DEBUG: every routing decision) here",
+    )
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
         parser.error("redis-server is not installed (scripts/install_system_deps.sh)")
@@ -190,6 +220,12 @@ def main() -> int:
             "    requests per worker: "
             + " / ".join(str(n) for n in sorted(per_worker.values(), reverse=True))
         )
+        for worker, f in results["routing"]["workers"].items():
+            print(
+                f"    worker {worker}: {per_worker.get(worker, 0)} requests, looked up {f['lookup']:,} "
+                f"tokens, hits {f['hot']:,} from RAM + {f['cold']:,} from SSD "
+                f"(SSD tier {f['tier'] or 'unnamed'})"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=1, default=str))
     return 0

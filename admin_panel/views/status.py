@@ -70,7 +70,30 @@ def cards_context(history: History) -> dict:
         "interval": int(history.interval),
         "guard": guard_context(),
         "workers": workers_context(),
+        "ranks": ranks_context(),
     }
+
+
+def ranks_context() -> List[dict]:
+    """A model split across machines: one row per rank, from the figures rank 0 last asked."""
+    rows = []
+    for model_id, ranks in sorted(metrics.rank_figures().items()):
+        for rank, f in enumerate(ranks):
+            looked = f["lookup_tokens"]
+            rows.append(
+                {
+                    "model": model_id,
+                    "rank": rank,
+                    "memory": format_bytes(f["memory_bytes"]) if f["memory_bytes"] else "–",
+                    "mlx": format_bytes(f["mlx_bytes"]),
+                    "hot": format_bytes(f["hot_bytes"]),
+                    "cold": format_bytes(f["cold_bytes"]),
+                    "hot_hit_rate": _percent(f["hot_hit_tokens"] / looked if looked else None),
+                    "cold_hit_rate": _percent(f["cold_hit_tokens"] / looked if looked else None),
+                    "looked": f"{looked:,}",
+                }
+            )
+    return rows
 
 
 def workers_context() -> List[dict]:

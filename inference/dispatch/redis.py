@@ -77,8 +77,13 @@ class RedisBackend(HueyBackend):
         workers = self.workers()
         decision = None
         if workers:
-            decision = self.router.choose(route, workers)
-        routed_queue.push(self._client(), self._secret, decision and decision.worker, job_dict)
+            decision = self.router.assign(route, workers)
+        try:
+            routed_queue.push(self._client(), self._secret, decision and decision.worker, job_dict)
+        except BaseException:
+            if decision is not None:
+                self.router.ended(decision)  # never queued: its work is not waiting there
+            raise
         if decision is not None:
             logger.debug(
                 "routed %s to %s (%s): it holds %d of ~%d prompt tokens; queued work %s",
@@ -92,7 +97,6 @@ class RedisBackend(HueyBackend):
             ROUTE_DECISIONS.labels(decision.worker, decision.reason).inc()
             ROUTE_TOKENS.labels(decision.worker, "prompt").inc(route.prompt_tokens)
             ROUTE_TOKENS.labels(decision.worker, "held").inc(decision.held)
-            self.router.sent(decision, route)
             self._show_queued(decision.worker)
 
             def ended():

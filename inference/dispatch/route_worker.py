@@ -37,6 +37,7 @@ class RouteWorker:
         self._dirty = threading.Event()
         self._stopped = threading.Event()
         self.jobs_taken = 0
+        self._tier: Optional[str] = None  # the SSD tier's id, read at the first summary
 
     def _client(self):
         import redis
@@ -105,6 +106,12 @@ class RouteWorker:
         from .worker_summary import WorkerSummary
 
         figures = totals(get_pool())  # this process runs models, whatever its Huey settings say
+        if self._tier is None:
+            from django.conf import settings
+
+            from .cold_tier_id import tier_id
+
+            self._tier = tier_id(settings.OMLX_COLD_CACHE_DIR)
         with self._lock:
             keys = list(self._held)
             taken = self.jobs_taken
@@ -120,6 +127,7 @@ class RouteWorker:
             jobs_taken=taken,
             memory_bytes=figures.process_memory,
             model_memory_bytes=figures.model_memory_used,
+            cold_tier=self._tier,
         )
 
     def _publish_loop(self) -> None:

@@ -3,37 +3,55 @@
 ``prefix`` (the default), in the manner of SGLang's cache-aware router and llm-d's prefix and
 load scorers, weighs what a worker saves against what waits there, both in prompt tokens:
 
-    cost(worker) = queued(worker) + prompt_tokens - held(worker)
+    cost(worker) = queued(worker) - shared(worker) + prompt_tokens - held(worker)
 
 ``held``: the estimated prompt tokens of the longest prefix of the request's route keys
 (inference/dispatch/route_keys.py) that the worker holds, by its published summary
 (inference/dispatch/worker_summary.py) or because this server sent it those keys before
 (summaries are published every few seconds; the server's own decisions are known at once).
+Workers that publish the same ``cold_tier`` share one SSD tier (``--paged-ssd-cache-dir`` on a
+shared folder): a prefix of a request that ended at any of them at least ``SHARED_TIER_DELAY``
+ago is on that SSD (written through within about a second) and every one of them can restore
+it, so where that prefix is longer than what a worker holds itself, the tokens beyond count as
+held, times ``SHARED_TIER_WEIGHT`` (1: as held; a worker restores a block only when reading it
+beats recomputing it, and on the disks omlx is made for a restore costs a small fraction of a
+prefill). A worker that never saw a shared system prompt is then as good a home for a new
+conversation as one holding it in RAM, and new conversations spread out (fewest sent) instead of
+piling on the workers that computed it first (0.5 measured 83.5 % reuse with 17/15/9 requests,
+1.0 85.5 % with 16/14/11; docs/benchmarks.md).
 ``queued``: the work of the requests this server sent it that have not ended, each counted when
 it was sent as its prompt tokens not held there plus OMLX_ROUTE_DECODE_WEIGHT per token it may
 generate; a worker that reports more requests in its engines than that, and has taken jobs this
 server did not send (another server's), has each extra one counted as the request being routed
-would cost with nothing held. The cheapest
-worker wins: the one holding the prefix unless its queue exceeds another's by more than the
-tokens it saves. Among equal costs the least queued, then the one this server sent fewest
-requests (new conversations spread out), then at random. Nobody holding anything: the least
-queued. ``least-loaded``: always the least queued. ``random``: any live worker.
+would cost with nothing held. ``shared``: of that work, the prefill of prompt tokens this request
+shares with a request in flight there: the worker computes a prefix once for every request that
+shares it (``share_inflight_prefixes``), so that prefill serves this request too; a burst of new
+conversations with one system prompt goes to one worker, instead of each worker computing it.
+The cheapest worker wins: the one holding the prefix unless its queue exceeds another's by more
+than the tokens it saves. Among equal costs the least queued, then the one this server sent
+fewest requests (new conversations spread out), then at random. Nobody holding anything: the
+least queued. ``least-loaded``: always the least queued. ``random``: any live worker.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from .route_keys import Route
 from .worker_summary import WorkerSummary
 
+logger = logging.getLogger("omlx.dispatch")
+
 POLICIES = ("prefix", "random", "least-loaded")
 MEMORY_KEYS = 200_000  # route keys -> worker remembered by this server (LRU)
+SHARED_TIER_WEIGHT = 1.0  # a prefix token on a shared SSD tier, against one in the worker's own cache
+SHARED_TIER_DELAY = 1.5  # seconds after a request ends until its blocks are on the SSD tier
 
 
 @dataclass
@@ -41,8 +59,9 @@ class Decision:
     """Where a request goes and why: ``reason`` is "prefix" (the chosen worker holds the longest
     prefix anyone holds), "balance" (a worker holding a longer prefix was passed over: its queue
     outweighed the saving), "least_loaded" (nobody held a prefix, or that policy), "random".
-    ``matched``: how many route keys the chosen worker holds; ``held``: their estimated prompt
-    tokens; ``work``: the work this request adds to that worker's queue."""
+    ``matched``: how many route keys the chosen worker holds (in its cache, or on an SSD tier it
+    shares); ``held``: their estimated prompt tokens (those on a shared tier weighed);
+    ``work``: the work this request adds to that worker's queue."""
 
     worker: str
     reason: str
@@ -50,13 +69,22 @@ class Decision:
     held: int = 0
     work: int = 0
     queued: Optional[Dict[str, int]] = None  # the work waiting at each worker, as weighed
+    flight: Optional["_Flight"] = None  # set by Router.sent
+
+
+@dataclass
+class _Flight:
+    """A request in flight at a worker: its route and the prompt tokens held there when sent."""
+
+    route: Route
+    held: int
 
 
 class Router:
     """The routing state of one server process: where it sent route keys (LRU), and per worker the
     requests it sent that have not ended and their work (``sent`` adds, ``ended`` removes)."""
 
-    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None):
+    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None, clock=time.monotonic):
         if policy not in POLICIES:
             raise ValueError(f"route policy {policy!r}: must be one of {', '.join(POLICIES)}")
         if decode_weight < 0:
@@ -64,11 +92,15 @@ class Router:
         self.policy = policy
         self.decode_weight = decode_weight
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._sent: "OrderedDict[str, Set[str]]" = OrderedDict()  # route key -> workers sent it
         self._in_flight: Dict[str, int] = {}  # worker -> requests sent, not ended
         self._work: Dict[str, int] = {}  # worker -> their work
         self._count: Dict[str, int] = {}  # requests sent to each worker
+        self._flights: Dict[str, List[_Flight]] = {}  # worker -> its requests in flight
+        self._clock = clock
+        # route key -> {worker: when a request with it first ended there}
+        self._ended: "OrderedDict[str, Dict[str, float]]" = OrderedDict()
 
     def choose(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
         """The worker for a request of ``route`` among the live ``workers`` (id -> its summary,
@@ -83,10 +115,15 @@ class Router:
             queued = {w: self._queued(w, workers[w], route) for w in names}
             if self.policy == "least-loaded":
                 matched = dict.fromkeys(names, 0)
+                held = dict.fromkeys(names, 0)
             else:
                 matched = {w: self._matched(route.keys, w, workers[w]) for w in names}
-            held = {w: route.held_tokens(matched[w]) for w in names}
+                reach = {w: self._held(route, w, matched[w], workers) for w in names}
+                matched = {w: reach[w][0] for w in names}
+                held = {w: reach[w][1] for w in names}
+                queued = {w: max(0, queued[w] - self._shared(route, w)) for w in names}
             cost = {w: queued[w] + route.prompt_tokens - held[w] for w in names}
+            logger.debug("route costs %s (held %s)", cost, held)
             cheapest = min(cost.values())
             best = [w for w in names if cost[w] == cheapest]
             lightest = min(queued[w] for w in best)
@@ -98,6 +135,15 @@ class Router:
                 reason = "prefix" if matched[pick] == longest else "balance"
             work = self._work_of(route, held[pick])
             return Decision(pick, reason, matched[pick], held[pick], work, queued)
+
+    def assign(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
+        """``choose`` and ``sent`` at once: requests routed at the same instant (a burst of new
+        conversations) each see the ones before them, instead of all choosing from the same state
+        (every idle worker then computed the burst's shared system prompt)."""
+        with self._lock:
+            decision = self.choose(route, workers)
+            self.sent(decision, route)
+            return decision
 
     def _work_of(self, route: Route, held: int) -> int:
         return route.prompt_tokens - held + round(self.decode_weight * route.decode_tokens)
@@ -117,6 +163,40 @@ class Router:
         foreign = summary.jobs_taken - self._count.get(worker, 0)
         others = min(foreign, summary.load - self._in_flight.get(worker, 0))
         return self._work.get(worker, 0) + max(0, others) * self._work_of(route, 0)
+
+    def _held(self, route: Route, worker: str, matched: int, workers) -> Tuple[int, int]:
+        """The keys ``worker`` can serve from a cache and the prompt tokens it saves: the
+        ``matched`` keys it holds, and beyond them, times SHARED_TIER_WEIGHT, those of a request
+        that ended at a worker sharing its SSD tier."""
+        own = route.held_tokens(matched)
+        summary = workers[worker]
+        tier = summary.cold_tier if summary is not None else ""
+        if not tier:
+            return matched, own
+        peers = {w for w, s in workers.items() if s is not None and s.cold_tier == tier}
+        written = self._clock() - SHARED_TIER_DELAY
+        shared = 0
+        for key in route.keys:
+            ended = self._ended.get(key, {})
+            if not any(ended.get(w, written + 1) <= written for w in peers):
+                break
+            shared += 1
+        if shared <= matched:
+            return matched, own
+        return shared, own + round(SHARED_TIER_WEIGHT * (route.held_tokens(shared) - own))
+
+    def _shared(self, route: Route, worker: str) -> int:
+        """The prefill queued at ``worker`` that serves ``route`` too: per request in flight
+        there, the prompt tokens of the keys both share beyond what it held when sent."""
+        total = 0
+        for flight in self._flights.get(worker, ()):
+            common = 0
+            for mine, theirs in zip(route.keys, flight.route.keys):
+                if mine != theirs:
+                    break
+                common += 1
+            total += max(0, min(flight.route.held_tokens(common), route.held_tokens(common)) - flight.held)
+        return total
 
     def _matched(self, keys: List[str], worker: str, summary: Optional[WorkerSummary]) -> int:
         held = set(summary.keys) if summary is not None else ()
@@ -140,11 +220,25 @@ class Router:
             self._in_flight[worker] = self._in_flight.get(worker, 0) + 1
             self._work[worker] = self._work.get(worker, 0) + decision.work
             self._count[worker] = self._count.get(worker, 0) + 1
+            decision.flight = _Flight(route, decision.held)
+            self._flights.setdefault(worker, []).append(decision.flight)
 
     def ended(self, decision: Decision) -> None:
         """A request sent to ``decision.worker`` ended (for its view, whatever the outcome)."""
         worker = decision.worker
         with self._lock:
+            flights = self._flights.get(worker, [])
+            if decision.flight in flights:
+                flights.remove(decision.flight)
+                # Its prompt's blocks are stored: on the worker's SSD tier within about a second.
+                for key in decision.flight.route.keys:
+                    # The first end counts: the blocks were written then; later ends rewrite none.
+                    self._ended.setdefault(key, {}).setdefault(worker, self._clock())
+                    self._ended.move_to_end(key)
+                while len(self._ended) > MEMORY_KEYS:
+                    self._ended.popitem(last=False)
+            if not flights:
+                self._flights.pop(worker, None)
             left = self._in_flight.get(worker, 0) - 1
             if left > 0:
                 self._in_flight[worker] = left

@@ -5,7 +5,8 @@ purpose "summary" (inference/dispatch/signed_json.py).
 It carries the route keys (inference/dispatch/route_keys.py) of the prompts the worker ran most
 recently, which its block cache holds (hot, or on SSD once evicted from RAM), at most
 ``MAX_KEYS``, newest last; its load; its models, memory and cache counters (the console's status
-page and /metrics show them per worker).
+page and /metrics show them per worker); the id of its SSD tier's folder, the same for workers
+that share one (the router counts a prefix one of them stored as restorable by all).
 
 Redis is hostile (docs/security.md): a value over ``MAX_BYTES`` is refused before it is read, then
 one not signed with the secret, then one whose fields are not of their kind and size, or that
@@ -47,6 +48,7 @@ class WorkerSummary:
     jobs_taken: int = 0  # requests it took from its queue (routed or not)
     memory_bytes: Optional[int] = None  # resident memory of the process
     model_memory_bytes: Optional[int] = None  # memory of its loaded models
+    cold_tier: str = ""  # the id of its SSD tier's folder (inference/dispatch/cold_tier_id.py)
 
     @property
     def load(self) -> int:
@@ -95,7 +97,10 @@ def decode(worker: str, data: bytes, secret: str) -> WorkerSummary:
         if number is not None and (type(number) is not int or number < 0):
             raise ForgedMessage(f"bad {name}")
         memory[name] = number
-    return WorkerSummary(worker=worker, keys=keys, models=models, **counts, **memory)
+    tier = value.get("cold_tier", "")  # absent from an older worker's summary
+    if not isinstance(tier, str) or not (tier == "" or _KEY.match(tier)):
+        raise ForgedMessage("bad cold_tier")
+    return WorkerSummary(worker=worker, keys=keys, models=models, **counts, **memory, cold_tier=tier)
 
 
 def read_all(client, secret: str) -> Tuple[Dict[str, WorkerSummary], int]:

@@ -31,6 +31,7 @@ from .group import DistributedGroup
 from .leader_runner import LeaderRunner
 from .plan_channel import GroupLost, PlanChannel
 from .rank_cache import AgreedBlockCache, cache_settings
+from .rank_stats import RankFigures
 from .tensor import part_component, sharder
 
 logger = logging.getLogger("omlx.distributed")
@@ -46,6 +47,7 @@ class DistributedEngine(Engine):
         self.channel = PlanChannel(group.group)
         self.lost: Optional[str] = None
         self.split = None  # what this rank holds, once loaded: its LayerSplit or TensorShard
+        self.rank_figures = RankFigures()  # every rank's cache and memory figures (status, /metrics)
         try:
             super().__init__(model_path, config, **settings)
         except BaseException:
@@ -118,6 +120,9 @@ class DistributedEngine(Engine):
     def _step(self) -> None:
         try:
             super()._step()
+            # Every EVERY seconds while it works, and when the work ends (fresh while idle).
+            if self.rank_figures.due() or not self.scheduler.has_work():
+                self.rank_figures.collect(self.channel, self.prefix_cache)
         except GroupLost as exc:
             self.lost = f"a machine of the distributed group stopped answering ({exc}); the model is down"
             logger.error("%s: %s", self.loaded.path.name, self.lost)

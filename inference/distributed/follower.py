@@ -35,6 +35,8 @@ from inference.engine.sampling_params import SamplingParams
 
 from .plan_channel import GroupLost, PlanChannel, PlanError
 from .rank_cache import cut_hit, follower_config
+from .rank_stats import OP as FIGURES
+from .rank_stats import exchange, own_figures
 from .tensor import MODES, part_component, sharder
 
 logger = logging.getLogger("omlx.distributed")
@@ -88,6 +90,8 @@ class Follower:
                 self.runner.launch()
             elif op == "drop":
                 self._drop(message)
+            elif op == FIGURES:
+                self._figures()
             elif op == "reset":
                 self.requests.clear()
                 self.runner.reset()
@@ -183,8 +187,14 @@ class Follower:
                 self.runner.join(request, states.pop(request.request_id))
             elif op == "drop":
                 self._drop(message)
+            elif op == FIGURES:
+                self._figures()
             else:
                 raise PlanError(f"{op!r} is not a step plan inside a prefill")
+
+    def _figures(self) -> None:
+        """Rank 0 asks for every rank's figures (inference.distributed.rank_stats)."""
+        exchange(self.channel.group, own_figures(self.cache))
 
     def _drop(self, message: dict) -> None:
         ids = message.get("ids")

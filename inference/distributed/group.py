@@ -50,11 +50,14 @@ class DistributedGroup:
         ring_file = logs / "ring-hosts.json"
         ring_file.write_text(ring)
         dirs = [arg for d in model_dirs for arg in ("--model-dir", str(d))]
-        if cache_dir:  # the same path on every machine, each rank's blocks in their own folder
-            dirs += ["--cache-dir", str(cache_dir)]
         self.processes = []
         for rank, host in enumerate(hosts[1:], start=1):
             argv = [sys.executable, "-m", "inference.distributed.follower", *dirs]
+            # The host's own folder, or rank 0's at the same path on its disk; each rank's blocks
+            # go to the directory of its own fingerprint inside it.
+            own = host.rank_cache_dir(str(cache_dir) if cache_dir else None)
+            if own:
+                argv += ["--cache-dir", own]
             log = open(logs / f"rank{rank}.log", "ab")
             if host.local:
                 env = dict(os.environ, MLX_HOSTFILE=str(ring_file), MLX_RANK=str(rank), PYTHONPATH=str(_ROOT))

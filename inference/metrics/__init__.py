@@ -31,6 +31,7 @@ from .collector import (
 from .definitions import CONTENT_TYPE, HTTP_REQUESTS, REGISTRY, UNLOAD_REASONS, render
 from .keys import ADMIN_LABELS, count_request, key_counts
 from .observer import GenerationObserver, recent_ttfts
+from .ranks import RankCollector, rank_figures
 from .workers import WorkerCollector
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "GenerationObserver",
     "HTTP_REQUESTS",
     "REGISTRY",
+    "RankCollector",
     "Sources",
     "Totals",
     "UNLOAD_REASONS",
@@ -51,6 +53,7 @@ __all__ = [
     "model_load_failed",
     "model_loaded",
     "model_unloaded",
+    "rank_figures",
     "recent_ttfts",
     "render",
     "totals",

@@ -37,9 +37,9 @@ def model(tmp_path_factory):
 def server(model, tmp_path_factory):
     home = tmp_path_factory.mktemp("dist-home")
     hosts = home / "hosts.json"
-    hosts.write_text(
-        json.dumps([{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)])
-    )
+    entries = [{"ssh": "localhost", "ips": ["127.0.0.1"], "port": p} for p in free_ports(2)]
+    entries[1]["paged_ssd_cache_dir"] = str(home / "rank1-disk")  # as another machine's own disk
+    hosts.write_text(json.dumps(entries))
     server = ServerProcess(["--model-dir", str(model.parent), "--distributed", str(hosts)], home)
     server.home = home
     yield server
@@ -93,6 +93,28 @@ def test_served_mixed_batch_equals_one_process(server, model):
     assert again == texts and all(c > 0 for c in cached), cached
     log = (server.home / "logs" / "rank1.log").read_text()
     assert "256 KV bytes/token" in log  # rank 1 loaded one layer of three (rank 0 two: 512)
+    # Each rank's SSD tier in its own folder: rank 1's in the one its hosts entry names.
+    parts = {
+        info.parent.parent.name: json.loads(info.read_text())["part"]
+        for info in server.home.glob("*/*/model.json")
+    }
+    assert parts == {"cache": "layers:0-2/3", "rank1-disk": "layers:2-3/3"}, parts
+    # Rank 0's /metrics and status page show every rank's cache: both hit the second batch.
+    deadline = time.monotonic() + 30  # asked for after the step that ends the work
+    while True:
+        text = httpx.get(server.url + "/metrics", timeout=30).text
+        hits = dict(
+            re.findall(
+                r'^omlx_rank_hit_tokens_total\{model="tiny",rank="(\d)",tier="hot"\} (\S+)$', text, re.M
+            )
+        )
+        if (len(hits) == 2 and all(float(v) > 0 for v in hits.values())) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(hits) == 2 and all(float(v) > 0 for v in hits.values()), text
+    assert re.search(r'^omlx_rank_memory_bytes\{kind="mlx",model="tiny",rank="1"\} [1-9]', text, re.M)
+    page = httpx.get(server.url + "/admin/status/", timeout=30).text
+    assert 'id="card-ranks"' in page and page.count('<td class="rank-id">') == 2
 
 
 def test_killed_rank_fails_its_request_and_the_model_goes_down(server):

@@ -37,6 +37,23 @@ def test_hosts_file_of_mlx_launch_is_read(tmp_path):
         ("localhost", "127.0.0.1", 32323, True),
         ("mac2.local", "10.0.0.2", 32324, False),
     ]
+    assert [h.rank_cache_dir("/rank0/cache") for h in hosts] == ["/rank0/cache"] * 2
+
+
+def test_a_host_names_its_own_ssd_folder(tmp_path):
+    """Each machine has its own disk: a host after the first may name its rank's SSD folder, or
+    "off"; the others use rank 0's folder at the same path; rank 0 off means off everywhere."""
+    rank0 = {"ssh": "localhost", "ips": ["127.0.0.1"]}
+    data = [
+        rank0,
+        {"ssh": "b", "ips": ["10.0.0.2"], "paged_ssd_cache_dir": "/Volumes/fast/omlx"},
+        {"ssh": "c", "ips": ["10.0.0.3"], "paged_ssd_cache_dir": "~/omlx-cache"},
+        {"ssh": "d", "ips": ["10.0.0.4"], "paged_ssd_cache_dir": "off"},
+        {"ssh": "e", "ips": ["10.0.0.5"]},
+    ]
+    hosts = read_hosts(_hosts(tmp_path, data))
+    assert [h.rank_cache_dir("/r0") for h in hosts[1:]] == ["/Volumes/fast/omlx", "~/omlx-cache", None, "/r0"]
+    assert [h.rank_cache_dir(None) for h in hosts[1:]] == [None] * 4
 
 
 @pytest.mark.parametrize(
@@ -49,6 +66,24 @@ def test_hosts_file_of_mlx_launch_is_read(tmp_path):
         ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["$(reboot)"]}], "not an IP address"),
         ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"], "port": 22}], "TCP port"),
         ([{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"], "cmd": "x"}], "an object"),
+        (
+            [
+                {"ssh": "a", "ips": ["10.0.0.1"], "paged_ssd_cache_dir": "/x"},
+                {"ssh": "b", "ips": ["10.0.0.2"]},
+            ],
+            "--paged-ssd-cache-dir",
+        ),
+        (
+            [
+                {"ssh": "a", "ips": ["10.0.0.1"]},
+                {"ssh": "b", "ips": ["10.0.0.2"], "paged_ssd_cache_dir": "rel"},
+            ],
+            "absolute",
+        ),
+        (
+            [{"ssh": "a", "ips": ["10.0.0.1"]}, {"ssh": "b", "ips": ["10.0.0.2"], "paged_ssd_cache_dir": 7}],
+            "absolute",
+        ),
     ],
 )
 def test_bad_hosts_files_are_refused(tmp_path, data, message):

@@ -4,7 +4,7 @@ what a worker saves (the prompt tokens of the prefix it holds) against what wait
 import pytest
 
 from inference.dispatch.route_keys import CHARS_PER_TOKEN, Route, route, route_keys
-from inference.dispatch.router import Router
+from inference.dispatch.router import SHARED_TIER_DELAY, SHARED_TIER_WEIGHT, Router
 from inference.dispatch.worker_summary import WorkerSummary
 
 
@@ -129,27 +129,114 @@ def test_an_equal_cost_goes_to_the_least_queued():
     assert (d.worker, d.reason, d.held, d.queued) == ("w2", "balance", 100, {"w1": 100, "w2": 0})
 
 
-def test_the_first_turns_of_a_shared_system_prompt_spread_out():
+def test_a_burst_sharing_a_system_prompt_goes_where_it_is_being_computed():
     """Four conversations that share a 1,000-token system prompt arrive at once on three idle
-    workers (the agentic load's start): the second and third go to the idle workers (the first
-    worker's queue, the first conversation, outweighs the system prompt), the fourth to the
-    worker whose queue is lightest; later turns stay on their conversation's worker."""
+    workers (the agentic load's start). The first goes to an idle worker; the next ones join it
+    (it computes the system prompt once for all of them: that prefill is not counted as work
+    they wait for) until the work queued there that they do not share (each conversation's own
+    message and 8 x 40 generated tokens) outweighs the system prompt: the fourth goes to another
+    worker. Later turns stay on their conversation's worker."""
     system = "s" * (1000 * CHARS_PER_TOKEN)
     router = Router("prefix")
     workers = {w: WorkerSummary(w) for w in ("w1", "w2", "w3")}
     homes, firsts = {}, []
-    for conv in range(4):
-        r = route(job(system, f"conversation {conv} " * 20))
-        d = router.choose(r, workers)
-        router.sent(d, r)
+    for conv in range(4):  # assign: chosen and counted as sent at once (requests at one instant)
+        r = route(job(system, f"conversation {conv} " * 20, params={"max_tokens": 40}))
+        d = router.assign(r, workers)
         homes[conv], firsts = d, firsts + [d.worker]
-    assert sorted(firsts[:3]) == ["w1", "w2", "w3"]
+    assert firsts[:3] == [firsts[0]] * 3 and firsts[3] != firsts[0], firsts
+    assert [homes[c].reason for c in range(4)] == ["least_loaded", "prefix", "prefix", "balance"]
     for conv in range(4):
         router.ended(homes[conv])
     for conv in range(4):
         r = route(job(system, f"conversation {conv} " * 20, "next turn"))
         d = router.choose(r, workers)
         assert (d.worker, d.reason, d.matched) == (homes[conv].worker, "prefix", 2)
+
+
+TIER = "0123456789abcdef"
+
+
+def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
+    """A conversation ended on w1; w1 and w2 share an SSD tier, w3 has its own. A new
+    conversation with the same system prompt: w1 holds it, w2 can restore it from the shared
+    tier (counted at half: a restore is cheaper than a prefill, not free), w3 would compute it.
+    With 800 tokens queued at w1, w2 is cheapest; without the shared tier, w1 still is. A prefix
+    still in flight, or ended too recently to be written down, counts for no other worker."""
+    now = [0.0]
+    system = "s" * (1000 * CHARS_PER_TOKEN)
+    first, second = route(job(system, "a" * 400)), route(job(system, "b" * 400))
+    for tier, expected in ((TIER, "w2"), ("", "w1")):
+        workers = {w: WorkerSummary(w, cold_tier=tier) for w in ("w1", "w2")}
+        workers["w3"] = WorkerSummary("w3", cold_tier="fedcba9876543210")
+        router = Router("prefix", decode_weight=0, clock=lambda: now[0])
+        big = fixed(["big"], [5000], 5000)
+        held_up = router.choose(big, {"w1": workers["w1"]})
+        router.sent(held_up, big)
+        d = router.choose(first, {"w1": workers["w1"]})
+        router.sent(d, first)
+        assert router.choose(second, workers).held == 0  # in flight: not stored yet
+        router.ended(d)
+        assert router.choose(second, workers).held == 0  # not written down yet
+        now[0] += SHARED_TIER_DELAY
+        router.ended(held_up)
+        busy = fixed(["busy"], [800], 800)
+        router.sent(router.choose(busy, {"w1": workers["w1"]}), busy)
+        d = router.choose(second, workers)
+        assert d.worker == expected, d
+    system_tokens = second.tokens[0]
+    assert (d.matched, d.held) == (1, system_tokens) and expected == "w1"
+    router = Router("prefix", decode_weight=0, clock=lambda: now[0])
+    workers = {w: WorkerSummary(w, cold_tier=TIER) for w in ("w1", "w2")}
+    d = router.choose(first, {"w1": workers["w1"]})
+    router.sent(d, first)
+    router.ended(d)
+    now[0] += SHARED_TIER_DELAY
+    again = router.choose(first, {"w1": workers["w1"]})  # the system prompt's blocks are written
+    router.sent(again, first)
+    router.ended(again)  # a later end of the same prefix does not make it new again
+    router.sent(router.choose(busy, {"w1": workers["w1"]}), busy)
+    d = router.choose(second, workers)
+    assert (d.worker, d.reason, d.matched, d.held) == (
+        "w2",
+        "prefix",
+        1,
+        round(SHARED_TIER_WEIGHT * system_tokens),
+    )
+    assert d.work == second.prompt_tokens - d.held
+
+
+def test_a_summary_names_its_ssd_tier_or_none():
+    from inference.dispatch.signed_json import ForgedMessage
+    from inference.dispatch.worker_summary import decode, encode
+
+    summary = WorkerSummary("w1", keys=KEYS_HEX, cold_tier=TIER)
+    assert decode("w1", encode(summary, SECRET), SECRET) == summary
+    older = encode(WorkerSummary("w1"), SECRET)  # a worker of before the field: no tier
+    assert decode("w1", older, SECRET).cold_tier == ""
+    for bad in ("../x", "0123", 7):
+        forged = encode(WorkerSummary("w1", cold_tier=bad), SECRET)
+        with pytest.raises(ForgedMessage, match="cold_tier"):
+            decode("w1", forged, SECRET)
+
+
+SECRET = "router-test-secret-0123456789abc"
+KEYS_HEX = ["00112233445566ff"]
+
+
+def test_workers_of_one_folder_read_one_tier_id(tmp_path):
+    from inference.dispatch.cold_tier_id import FILE, tier_id
+
+    shared = tmp_path / "shared"
+    first = tier_id(shared)
+    assert len(first) == 16 and tier_id(shared) == first == (shared / FILE).read_text().strip()
+    assert tier_id(tmp_path / "other") not in ("", first)
+    assert tier_id(None) == ""
+    (tmp_path / "file").write_text("not a folder")
+    assert tier_id(tmp_path / "file") == ""  # unusable: this worker shares nothing
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / FILE).write_text("garbage")
+    assert tier_id(tmp_path / "odd") == ""
 
 
 def test_nobody_holding_anything_spreads_new_conversations():
