@@ -68,9 +68,9 @@ class Scheduler:
     joins a batch with others; it is admitted earlier as soon as the waiting requests would fill
     every free slot. 0 admits at once.
     Follow-up hold (issue 24): while an answer that ended less than a decode step ago has not
-    been followed by an arrival (its client, an agent in a closed loop, is about to send its next
-    turn: ``FollowUps``), a waiting request of default or background priority whose prompt would
-    take a step longer than that is held, so that the two prompts are computed in one step
+    been followed by a request submitted after it (its client, an agent in a closed loop, is about
+    to send its next turn: ``FollowUps``), a waiting request of default or background priority
+    whose prompt would take a step longer than that is held, so that the two prompts are computed in one step
     instead of the arrival waiting for the newcomer's whole step. The rows decoding go on
     meanwhile; the hold ends when the arrival comes or a decode step after the answer ended
     (``_follow_up_hold``), so a newcomer waits at most one decode step per answer that ends.
