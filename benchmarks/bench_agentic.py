@@ -14,6 +14,8 @@ rounds of each server (a table of its own), and as the median of the per-round r
 (TTFT, request latency and ITL: below 1 is omlx faster; output tokens/s: above 1 is omlx faster)
 next to the two values of the round that has that ratio and every round's ratio
 (benchmarks/rounds.py). Request latency: a request's first byte sent to its last token received.
+Each run's figures are also printed to stderr as it ends (a run stopped early leaves its
+finished rounds).
 
 Same output length on both: omlx gets ``ignore_eos``; mlx-lm's server does not know it, so it
 gets ``logit_bias`` -1e4 on the model's end-of-sequence tokens instead (it applies logit_bias),
@@ -253,6 +255,8 @@ def main() -> int:
                     flush=True,
                 )
             runs_done.append(name)
+            shown = ", ".join(f"{n} {_show(v, u)}" for n, (v, u) in figures(run).items())
+            print(f"{name} run {len(runs_done)}: {shown}", file=sys.stderr, flush=True)
             return run
 
         runs_done = []

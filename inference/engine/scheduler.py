@@ -10,6 +10,7 @@ from typing import Callable, List, Optional, Tuple
 from cache.prefix_cache import PrefixCache
 
 from .config import EngineConfig
+from .follow_ups import FollowUps
 from .request import Request, RequestStatus
 from .step_costs import StepCosts
 
@@ -66,6 +67,13 @@ class Scheduler:
     Batch wait (``max_batch_wait_ms``): a new request may be held up to that long so that it
     joins a batch with others; it is admitted earlier as soon as the waiting requests would fill
     every free slot. 0 admits at once.
+    Follow-up hold (issue 24): while an answer that ended less than a decode step ago has not
+    been followed by a request submitted after it (its client, an agent in a closed loop, is about
+    to send its next turn: ``FollowUps``), a waiting request of default or background priority
+    whose prompt would take a step longer than that is held, so that the two prompts are computed in one step
+    instead of the arrival waiting for the newcomer's whole step. The rows decoding go on
+    meanwhile; the hold ends when the arrival comes or a decode step after the answer ended
+    (``_follow_up_hold``), so a newcomer waits at most one decode step per answer that ends.
     A waiting request whose prompt shares a whole block or more (beyond what the prefix cache
     holds) with an older request that is prefilling is passed over until that prefill has
     stored its KV, then admitted as a cache hit: a prefix is computed once, not once per
@@ -110,6 +118,7 @@ class Scheduler:
         self.trickle = False  # after a hold: admit one request per step until none waits
         self._shed = 0  # running requests the next step preempts for memory
         self.num_memory_preemptions = 0
+        self.follow_ups = FollowUps()  # answers just ended: their next turns are due
 
     # -- bookkeeping called by the engine ----------------------------------------------------
 
@@ -118,6 +127,7 @@ class Scheduler:
         request.num_computed = 0
         if request.queued_at is None:
             request.queued_at, request.queued_step = self.clock(), self.steps
+            self.follow_ups.arrived(request.created)
         self.waiting.append(request)
 
     def _urgency(self, r: Request) -> tuple:
@@ -129,28 +139,60 @@ class Scheduler:
         self.waiting.sort(key=self._urgency)
 
     def _held(self, request: Request, batch_full: bool) -> bool:
-        """Whether batch wait still holds this request back (see the class docstring)."""
-        wait = self.config.max_batch_wait_ms / 1000
-        if not wait or batch_full:
+        """Whether batch wait or the follow-up hold still holds this request back (see the
+        class docstring)."""
+        if batch_full:
             return False
-        return self.clock() - request.queued_at < wait
+        if self._follow_up_hold(request):
+            return True
+        wait = self.config.max_batch_wait_ms / 1000
+        return bool(wait) and self.clock() - request.queued_at < wait
+
+    def _follow_up_hold(self, request: Request) -> bool:
+        """Whether an arrival is due (an answer ended less than a decode step ago, none has
+        arrived since) and this request's prompt, computed alone, would keep it waiting longer
+        than that: it is then held, so that both prompts run in one step. Urgent requests
+        (priority < 0) and recomputations after a preemption are never held; nor is any before
+        the step costs are known."""
+        window = self.costs.follow_up_window()
+        if window is None or request.params.priority < 0 or request.num_preemptions:
+            return False
+        if not self.follow_ups.expected(self.clock(), window):
+            return False
+        wanted = request.all_token_ids[: request.num_tokens - 1]
+        cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted), salt=request.cache_salt)
+        if self.costs.prompt_seconds(request.num_tokens - cached) <= window:
+            return False  # a short prompt: the arrival would barely wait for it
+        self.follow_ups.holds += 1
+        return True
 
     def next_release(self) -> Optional[float]:
-        """Seconds until batch wait releases the first held request; None when none is held."""
-        wait = self.config.max_batch_wait_ms / 1000
-        if not wait or not self.waiting:
+        """Seconds until batch wait or the follow-up hold releases the first held request;
+        None when none is held."""
+        if not self.waiting:
             return None
-        return max(0.0, min(r.queued_at for r in self.waiting) + wait - self.clock())
+        due = []
+        wait = self.config.max_batch_wait_ms / 1000
+        if wait:
+            due.append(max(0.0, min(r.queued_at for r in self.waiting) + wait - self.clock()))
+        window = self.costs.follow_up_window()
+        if window is not None and (follow := self.follow_ups.due(self.clock(), window)) is not None:
+            due.append(follow)
+        return min(due) if due else None
 
     def started_decoding(self, request: Request) -> None:
         self.prefilling.remove(request)
         self.decoding.append(request)
 
-    def finish(self, request: Request) -> None:
+    def finish(self, request: Request, answered: bool = False) -> None:
+        """``answered``: it ended with a whole answer (stop or length), so its client may send
+        its next turn at once (``FollowUps``)."""
         for queue in (self.waiting, self.prefilling, self.decoding):
             if request in queue:
                 queue.remove(request)
         request.status = RequestStatus.FINISHED
+        if answered:
+            self.follow_ups.answer_ended(self.clock())
 
     def find(self, request_id: str) -> Optional[Request]:
         for queue in (self.waiting, self.prefilling, self.decoding):
