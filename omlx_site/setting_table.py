@@ -1,8 +1,10 @@
 """The table of omlx's settings: one `Setting` row per setting (see omlx_site/config.py for where
 their values come from and how a row becomes a flag, a Django setting and a line of
 docs/settings.md; a row's fields: omlx_site/setting_row.py). Adding a setting is adding one row
-here (or in omlx_site/setting_rows_access.py: keys, the browser boundary, Redis, image sources),
-then regenerating docs/settings.md (``python -m omlx_site.config > docs/settings.md``)."""
+here (or in the group's own module: omlx_site/setting_rows_memory.py: memory limits and the
+memory guard; omlx_site/setting_rows_kv.py: the KV cache tiers; omlx_site/setting_rows_access.py:
+keys, the browser boundary, Redis, image sources), then regenerating docs/settings.md
+(``python -m omlx_site.config > docs/settings.md``)."""
 
 from __future__ import annotations
 
@@ -13,18 +15,16 @@ from huggingface_hub import constants as hf_constants
 from omlx_site import setting_checks as checks
 from omlx_site.setting_row import BOTH, Setting
 from omlx_site.setting_rows_access import ACCESS, IMAGES
+from omlx_site.setting_rows_kv import KV_CACHE
+from omlx_site.setting_rows_memory import MEMORY
 from omlx_site.setting_kinds import (
-    BOOLEAN,
     BYTES,
     FILE,
     AUTO_FOLDER_OR_OFF,
     FOLDER_OR_OFF,
     FOLDERS,
     INTEGER,
-    INTEGER_OR_OFF,
-    MEMORY_LIMIT,
     NUMBER,
-    SIZE,
     TEXT,
 )
 
@@ -93,76 +93,7 @@ SETTINGS: tuple[Setting, ...] = (
         flag="--ollama-models",
         commands=BOTH,
     ),
-    Setting(
-        "max_model_memory",
-        "OMLX_MAX_MODEL_MEMORY",
-        MEMORY_LIMIT,
-        "80%",
-        "memory for loaded models (weights + KV cache + hot cache, estimated before loading): "
-        "32GB, 80% of RAM (the memory cgroup's limit when lower), or 'disabled'",
-        flag="--max-model-memory",
-        commands=BOTH,
-        check=checks.memory_limit(auto=False),
-        applies="now",
-    ),
-    Setting(
-        "max_process_memory",
-        "OMLX_MAX_PROCESS_MEMORY",
-        MEMORY_LIMIT,
-        "auto",
-        "limit on the whole process when loading a model: a size, a percentage of RAM, 'auto' "
-        "(RAM minus 8 GiB, at least half of RAM) or 'disabled'",
-        flag="--max-process-memory",
-        commands=BOTH,
-        check=checks.memory_limit(auto=True),
-        applies="now",
-    ),
-    Setting(
-        "memory_guard",
-        "OMLX_MEMORY_GUARD",
-        BOOLEAN,
-        True,
-        "watch memory while serving (the process's cgroup, RLIMIT_AS/RLIMIT_DATA, the system's "
-        "available memory, --max-process-memory) and relieve pressure before the OS kills the "
-        "process (docs/models.md)",
-        flag="--memory-guard",
-        commands=BOTH,
-    ),
-    Setting(
-        "memory_guard_high",
-        "OMLX_MEMORY_GUARD_HIGH",
-        NUMBER,
-        0.9,
-        "share of the tightest memory limit in use from which new requests get a 503 with "
-        "Retry-After and engines admit no more waiting requests",
-        flag="--memory-guard-high",
-        commands=BOTH,
-        check=checks.fraction,
-        metavar="SHARE",
-    ),
-    Setting(
-        "memory_guard_critical",
-        "OMLX_MEMORY_GUARD_CRITICAL",
-        NUMBER,
-        0.95,
-        "share from which, one step per poll, running requests are preempted, then hot tiers "
-        "halved, then idle unpinned models unloaded (at least --memory-guard-high)",
-        flag="--memory-guard-critical",
-        commands=BOTH,
-        check=checks.fraction,
-        metavar="SHARE",
-    ),
-    Setting(
-        "memory_guard_interval",
-        "OMLX_MEMORY_GUARD_INTERVAL",
-        NUMBER,
-        0.25,
-        "seconds between two readings of the memory guard",
-        flag="--memory-guard-interval",
-        commands=BOTH,
-        check=checks.positive,
-        metavar="SECONDS",
-    ),
+    *MEMORY,
     Setting(
         "max_concurrent_requests",
         "OMLX_MAX_CONCURRENT_REQUESTS",
@@ -256,92 +187,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
         applies="next load",
     ),
-    Setting(
-        "hot_cache_max_size",
-        "OMLX_HOT_CACHE_MAX_SIZE",
-        SIZE,
-        "10%",
-        "RAM for cached KV blocks, per model: bytes, 4GiB, 512MB or a percentage of RAM",
-        flag="--hot-cache-max-size",
-        commands=BOTH,
-        check=checks.engine("hot_cache_max_size"),
-        applies="next load",
-    ),
-    Setting(
-        "kv_bits",
-        "OMLX_KV_BITS",
-        INTEGER_OR_OFF,
-        None,
-        "quantize the KV cache of attention layers (full and sliding-window) to 8 or 4 bits, per "
-        "model (in the running batch, the RAM tier and the SSD tier): about 1.9x or 3.6x the "
-        "tokens per GB of float16 KV; on SmolLM2-135M 8 bits cost +0.24% perplexity, 4 bits "
-        "+10.9% (docs/benchmarks.md); blocks of one KV format never serve another; recurrent "
-        "states keep their dtype; 'off': KV in the model's dtype",
-        flag="--kv-bits",
-        commands=BOTH,
-        check=checks.engine("kv_bits"),
-        shown_default="off",
-        applies="next load",
-    ),
-    Setting(
-        "kv_group_size",
-        "OMLX_KV_GROUP_SIZE",
-        INTEGER,
-        64,
-        "channels per scale and bias of quantized KV (--kv-bits): 32, 64 or 128, a divisor of the "
-        "model's head dimension; smaller groups: closer to float, more bytes",
-        flag="--kv-group-size",
-        commands=BOTH,
-        check=checks.engine("kv_group_size"),
-        applies="next load",
-    ),
-    Setting(
-        "paged_ssd_cache_dir",
-        "OMLX_COLD_CACHE_DIR",
-        FOLDER_OR_OFF,
-        lambda home: home / "cache",
-        "folder of the SSD tier of the KV cache, kept across restarts; 'off' keeps blocks in RAM only",
-        flag="--paged-ssd-cache-dir",
-        commands=BOTH,
-        shown_default="$OMLX_HOME/cache",
-    ),
-    Setting(
-        "paged_ssd_cache_bits",
-        "OMLX_PAGED_SSD_CACHE_BITS",
-        INTEGER_OR_OFF,
-        None,
-        "keep a float model's SSD tier quantized to 8 or 4 bits (groups of --kv-group-size), "
-        "dequantized when read back: 3.5x or 6x fewer bytes per float32 token on disk, restored KV "
-        "close to the computed one, not equal; models with --kv-bits store their quantized KV as it "
-        "is; 'off': the SSD tier holds the KV as computed",
-        flag="--paged-ssd-cache-bits",
-        commands=BOTH,
-        check=checks.engine("paged_ssd_cache_bits"),
-        shown_default="off",
-        applies="next load",
-    ),
-    Setting(
-        "paged_ssd_cache_max_size",
-        "OMLX_COLD_CACHE_MAX_BYTES",
-        BYTES,
-        None,
-        "cap on the SSD tier, all models together, e.g. 50GB (unset: no cap)",
-        flag="--paged-ssd-cache-max-size",
-        commands=BOTH,
-        applies="now",
-    ),
-    Setting(
-        "paged_ssd_cache_ttl",
-        "OMLX_COLD_CACHE_TTL_SECONDS",
-        NUMBER,
-        None,
-        "remove SSD blocks nobody used for this many seconds (unset: never)",
-        flag="--paged-ssd-cache-ttl",
-        commands=BOTH,
-        check=checks.positive,
-        metavar="SECONDS",
-        applies="now",
-    ),
+    *KV_CACHE,
     *ACCESS,
     Setting(
         "workers",

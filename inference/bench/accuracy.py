@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Dict, Optional
 
-from . import humaneval, perplexity, sandbox
+from . import humaneval, sandbox
 from .runner import RESULTS_VERSION, _iso_now
 from .targets import EngineTarget, OpenAITarget, Target, TargetError
 
@@ -135,6 +135,10 @@ def run_accuracy(target: Target, settings: AccuracySettings, progress: Optional[
         raise TargetError(str(exc)) from None
     if progress is not None:
         progress(0, total, "perplexity", results)
+    # Here, not at the top: perplexity imports the engine (mlx-lm, transformers: seconds), which
+    # `omlx` (it imports this package for the bench command's parser) needs for no other command.
+    from . import perplexity
+
     if not settings.perplexity:
         results["perplexity_note"] = "not asked for"
     elif isinstance(target, EngineTarget):

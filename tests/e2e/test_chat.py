@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 
 from tests.support.server import ServerProcess
 from tests.e2e.conftest import API_KEY, login
-from tests.live.test_redis_mode import REDIS, Process, free_port
-from tests.live.test_redis_mode import SECRET as REDIS_SECRET
+from tests.support.redis_server import REDIS, Process, RedisServer
+from tests.support.redis_server import SECRET as REDIS_SECRET
 
 # Records the answer's length after every websocket message, until its numbers arrive.
 RECORD = (
@@ -114,25 +114,8 @@ def redis_server(tmp_path_factory, model_dir):
     model (tests/live/test_redis_mode.py has the same setup for the API)."""
     if REDIS is None:
         pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
-    port = free_port()
-    redis = Process(
-        [
-            REDIS,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path_factory.mktemp("redis")),
-        ],
-        dict(os.environ),
-        "Ready to accept connections",
-    )
-    url = f"redis://127.0.0.1:{port}/0"
+    redis = RedisServer(tmp_path_factory.mktemp("redis"))
+    url = redis.url
     models = tmp_path_factory.mktemp("redis-chat-models")
     shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
     home = tmp_path_factory.mktemp("redis-chat-home")

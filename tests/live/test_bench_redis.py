@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from tests.live.test_bench import FORM, check_results, wait_for_status
-from tests.live.test_redis_mode import REDIS, SECRET, redis_url, server, setup, start_worker  # noqa: F401  (fixtures)
+from tests.live.test_redis_mode import redis_url, server, setup, start_worker  # noqa: F401  (fixtures)
+from tests.support.redis_server import REDIS, SECRET
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
 

@@ -5,98 +5,27 @@ official OpenAI SDK with strict response validation."""
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
 
 import httpx
 import openai
 import pytest
 
+from tests.support.redis_server import REDIS, SECRET, SKIP_REASON, Process, RedisServer
 from tests.support.server import ServerProcess
 
-REDIS = shutil.which("redis-server")
-pytestmark = pytest.mark.skipif(
-    REDIS is None,
-    reason="redis-server is not installed (scripts/install_system_deps.sh installs Debian's redis-server)",
-)
+pytestmark = pytest.mark.skipif(REDIS is None, reason=SKIP_REASON)
 
 CHAT = [{"role": "user", "content": "Tell me about caching."}]
 HEARTBEAT = "3"  # seconds: a killed worker is noticed within two of these
-SECRET = "redis-mode-test-secret-0123456789"  # OMLX_REDIS_SECRET of the server and its workers
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Process:
-    """A subprocess whose output lines are collected (``output``) as they come."""
-
-    def __init__(self, argv, env, ready_text, timeout=120):
-        self.process = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.output = []
-        threading.Thread(target=self._read, daemon=True).start()
-        if not self.wait_for_output(ready_text, timeout):
-            self.stop()
-            raise RuntimeError(f"{argv} did not start:\n" + "".join(self.output))
-
-    def _read(self):
-        for line in self.process.stdout:
-            self.output.append(line)
-
-    def wait_for_output(self, text, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.output):
-                return True
-            if self.process.poll() is not None:
-                time.sleep(0.2)  # let the reader take the last lines
-                return any(text in line for line in self.output)
-            time.sleep(0.05)
-        return False
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
 
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    server = Process(
-        [
-            REDIS,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        dict(os.environ),
-        "Ready to accept connections",
-    )
-    yield f"redis://127.0.0.1:{port}/0"
-    server.stop()
+    redis = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield redis.url
+    redis.stop()
 
 
 @pytest.fixture(scope="module")

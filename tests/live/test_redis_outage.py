@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from tests.live.test_redis_mode import REDIS, SECRET, Process, free_port
+from tests.support.redis_server import REDIS, SECRET, Process, RedisServer
 from tests.support.server import ServerProcess
 
 # About a minute (a server and a worker start, Redis restarts four times): not the default run.
@@ -30,28 +30,9 @@ LONG = dict(CHAT, max_tokens=3000, ignore_eos=True, temperature=0)  # runs for s
 MESSAGES = {"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "Hello"}]}
 
 
-class Redis:
-    """A redis-server on a fixed port that can be killed and started again."""
-
-    def __init__(self, workdir):
-        self.port = free_port()
-        self.workdir = workdir
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = None
-        self.start()
-
-    def start(self):
-        argv = [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        argv += ["--dir", str(self.workdir)]
-        self.process = Process(argv, dict(os.environ), "Ready to accept connections")
-
-    def kill(self):
-        self.process.stop(signal.SIGKILL)
-
-
 @pytest.fixture(scope="module")
 def redis(tmp_path_factory):
-    server = Redis(tmp_path_factory.mktemp("redis-outage"))
+    server = RedisServer(tmp_path_factory.mktemp("redis-outage"))
     yield server
     server.kill()
 
@@ -93,7 +74,7 @@ def server(tmp_path_factory, model_dir, redis):
 @pytest.fixture(autouse=True)
 def redis_up(redis):
     """Each test starts with Redis up, whatever the one before it left."""
-    if redis.process.process.poll() is not None:
+    if not redis.running():
         redis.start()
 
 

@@ -11,7 +11,8 @@ import httpx
 import openai
 import pytest
 
-from tests.live.test_redis_mode import REDIS, SECRET, Process, redis_url, server, setup  # noqa: F401
+from tests.live.test_redis_mode import redis_url, server, setup  # noqa: F401  (fixtures)
+from tests.support.redis_server import REDIS, SECRET, Process
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
 

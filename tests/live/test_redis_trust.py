@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.live.test_redis_mode import REDIS, SECRET, Process, free_port
+from tests.support.redis_server import REDIS, SECRET, Process, free_port
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not installed")
 

@@ -106,29 +106,12 @@ def test_32_streaming_clients_for_60_seconds_redis_mode(tmp_path_factory, served
     """The same load with the queue and the tokens going through Redis to one `omlx worker`."""
     import sys
 
-    from tests.live.test_redis_mode import REDIS, SECRET, Process, free_port
+    from tests.support.redis_server import REDIS, SECRET, Process, RedisServer
 
     if REDIS is None:
         pytest.skip("redis-server is not installed (scripts/install_system_deps.sh installs it)")
-    port = free_port()
-    redis = Process(
-        [
-            REDIS,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path_factory.mktemp("load-redis")),
-        ],
-        dict(os.environ),
-        "Ready to accept connections",
-    )
-    url = f"redis://127.0.0.1:{port}/0"
+    redis = RedisServer(tmp_path_factory.mktemp("load-redis"))
+    url = redis.url
     home = tmp_path_factory.mktemp("load-redis-home")
     flags = [
         "--redis-url",

@@ -241,3 +241,23 @@ def test_the_graph_resolves_relative_and_function_level_imports(tmp_path):
     assert edges["pa.sub.three"] == {"pa.one": 5} and edges["pb.four"] == {"pa.sub.three": 1}
     assert external["pa.sub.three"] == [("typing.TYPE_CHECKING", 1), ("torch", 6)]
     assert cycles(edges) == [["pa.one", "pa.two", "pa.sub.three", "pa.one"]]
+
+
+def test_the_cli_starts_without_the_engine():
+    """`omlx` imports no engine, mlx-lm or transformers before a command needs them (seconds of
+    every `omlx keys`, `omlx pull`, `--help` and refusal at start otherwise): a real interpreter
+    builds the CLI's parser (every command's) and lists what came with it."""
+    import subprocess
+    import sys
+
+    heavy = ("inference.engine", "mlx_lm", "transformers", "torch", "mlx.core")
+    probe = (
+        "import sys\nfrom omlx_site.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('loaded:', [m for m in {heavy!r} if m in sys.modules])"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "usage: omlx" in found.stdout, found.stdout + found.stderr  # the parser was built
+    assert found.stdout.splitlines()[-1] == "loaded: []", found.stdout[-2000:] + found.stderr
