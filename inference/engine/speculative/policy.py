@@ -20,6 +20,11 @@ Adaptive rule, per row:
   A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
   proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
 
+Per batch: every row of a verify pass runs as many positions as the longest draft, so the
+drafts are cut to the width with the most expected tokens per unit of cost over the whole
+batch (``width``: each drafted position's cost measured from the verify passes); a batch whose
+best width is 1 decodes plainly, pipelined.
+
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
 for its tokens and asks ``drafts``: a batch with nothing to draft keeps its pipeline.
@@ -34,6 +39,7 @@ from typing import List, Optional
 from .answers import AnswerStore
 from .drafter import Drafter
 from .drafters import make_drafter
+from .width import best_width, cut
 
 
 @dataclass
@@ -72,6 +78,9 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+        # What each drafted position adds to a verify step, in plain decode steps (``width``):
+        # measured from the verify passes; None before the first.
+        self.slope: Optional[float] = None
         self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
         self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
@@ -201,9 +210,12 @@ class SpeculationPolicy:
         ``late[i]`` row's newest token is still on the device (the batch is pipelined): its
         proposal must guess that token too, so it needs two tokens. Asked before waiting for
         those tokens, so a batch whose rows have nothing to draft keeps its pipeline. A row
-        that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow."""
-        ready = False
+        that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow. Nor does a batch
+        whose proposals would not pay for a wider pass (``_fit``: its best width is 1)."""
+        lengths, acceptances = [], []
         for request, behind in zip(rows, late):
+            lengths.append(0)
+            acceptances.append(0.0)
             state = self.row_state(request)
             if state is None or not state.active:
                 continue
@@ -213,8 +225,10 @@ class SpeculationPolicy:
             state.idle = 0 if proposal else state.idle + 1
             if state.idle >= self.IDLE_DRAFTS:
                 state.active = False  # nothing to draft lately: decode plainly, watch in shadow
-            ready = ready or len(proposal) > behind
-        return ready
+            lengths[-1], acceptances[-1] = max(0, len(proposal) - behind), state.acceptance
+        if not any(lengths):
+            return False
+        return not self._measured() or best_width(lengths, acceptances, self.slope) > 1
 
     def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
         """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
@@ -232,7 +246,19 @@ class SpeculationPolicy:
                 state.drafter.extend([pending[i]])
             k = min(state.k, request.length_left(context_length) - 1 - behind)
             out.append(state.drafter.propose(k) if k > 0 else [])
-        return out
+        return self._fit(rows, out)
+
+    def _measured(self) -> bool:
+        """Whether the cost of a drafted position is measured and not stale (``PROBE_STEPS``)."""
+        return self.slope is not None and self.since_verify < self.PROBE_STEPS
+
+    def _fit(self, rows, drafts: List[List[int]]) -> List[List[int]]:
+        """The drafts cut to the batch's best verify width (``width.best_width``), once the
+        cost of a drafted position is measured and not stale."""
+        if not self._measured() or not any(drafts):
+            return drafts
+        acceptances = [r.speculation.acceptance if d else 0.0 for r, d in zip(rows, drafts)]
+        return cut(drafts, best_width([len(d) for d in drafts], acceptances, self.slope))
 
     def observe(self, rows, drafts: List[List[int]], kept: List[int], seconds: float) -> None:
         """A verify pass: row i drafted ``drafts[i]`` and kept ``kept[i]`` of them; the step
@@ -244,6 +270,10 @@ class SpeculationPolicy:
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
+        plain = self.costs.decode_seconds if self.costs is not None else None
+        if plain:  # this pass's cost of a drafted position, in plain steps
+            slope = max(0.0, (seconds / plain - 1) / max(len(d) for d in drafts))
+            self.slope = slope if self.slope is None else (1 - a) * self.slope + a * slope
         for request, draft, n in zip(rows, drafts, kept):
             if not draft:
                 continue
