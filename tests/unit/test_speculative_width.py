@@ -3,6 +3,8 @@ the width with the most expected tokens per unit of cost, counting the rows that
 and a batch whose best width is 1 decodes plainly (no verify pass). Counted in passes and
 drafted tokens, never timed."""
 
+import pytest
+
 from inference.engine import LLM, SamplingParams
 from inference.engine.request import Request
 from inference.engine.speculative import SpeculationPolicy
@@ -40,10 +42,14 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
         )
         for i in range(2)
     ]
-    assert policy.wanted(rows, None) and policy.slope is None
-    assert policy.drafts(rows, None) == [[1, 2, 3, 4, 5, 6, 1, 2]] * 2  # not measured: uncut
-    policy.observe(rows, [[1, 2, 3, 4, 5, 6, 1, 2]] * 2, [2, 2], 3.4)  # 8 positions, 2.4 steps more
-    assert policy.slope == 0.3
+    assert policy.wanted(rows, None) and policy.position_seconds is None
+    assert policy.drafts(rows, None) == [[1, 2, 3, 4, 5, 6, 1, 2]] * 2  # no cost known: uncut
+    costs.token_seconds = 5.0  # before any verify pass, the prefill's cost of a token
+    assert not policy.ready(rows, None, [False, False])  # a position costs 10 steps: plain
+    costs.token_seconds = 0.0
+    assert policy.drafts(rows, None) == [[1, 2, 3, 4, 5, 6, 1, 2]] * 2  # free positions: uncut
+    policy.observe(rows, [[1, 2, 3, 4, 5, 6, 1, 2]] * 2, [2, 2], 3.4)  # 2 x 8 positions: 2.4 s more
+    assert policy.position_seconds == pytest.approx(0.15)  # a width slope of 0.3 for 2 rows
     policy.verify_seconds = 1.0  # (each row on its own pays: the width is what is tested)
     for row in rows:
         row.output_token_ids += [1, 2, 3]
@@ -62,14 +68,16 @@ def test_a_batch_whose_drafts_do_not_pay_for_their_width_runs_no_verify_pass(mod
     costs nothing, and runs plain passes only (as many as speculation off) while one costs more
     than its tokens could give; the output is plain greedy decoding's either way."""
     with LLM(model_dir(arch="llama", preset="tiny"), max_concurrent_requests=2) as llm:
-        llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # no per-row rule
+        costs = StepCosts()  # a plain step costs 1 s: every row pays for itself (the per-row rule)
+        costs.decode_seconds = 1.0
+        llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", costs))
         params = dict(max_tokens=40, **GREEDY)
         want = llm.generate([PROMPT], SamplingParams(**params))[0].token_ids
         counts = {}
         for slope in (0.0, 100.0):
 
-            def measured(e, slope=slope):
-                e.runner.speculation.slope, e.runner.speculation.since_verify = slope, 0
+            def measured(e, slope=slope):  # what a drafted position costs: nothing, 100 plain steps
+                e.runner.speculation.position_seconds, e.runner.speculation.since_verify = slope, 0
 
             llm.engine.call(measured)
             before = llm.engine.call(lambda e: (e.runner.batch.passes, e.runner.batch.counters.verify_passes))

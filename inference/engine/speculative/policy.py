@@ -22,8 +22,8 @@ Adaptive rule, per row:
 
 Per batch: every row of a verify pass runs as many positions as the longest draft, so the
 drafts are cut to the width with the most expected tokens per unit of cost over the whole
-batch (``width``: each drafted position's cost measured from the verify passes); a batch whose
-best width is 1 decodes plainly, pipelined.
+batch (``width``: a drafted position's cost measured from the verify passes, before the first
+taken from the prefill's cost of a token); a batch whose best width is 1 decodes plainly, pipelined.
 
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
@@ -78,9 +78,9 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
-        # What each drafted position adds to a verify step, in plain decode steps (``width``):
-        # measured from the verify passes; None before the first.
-        self.slope: Optional[float] = None
+        # Seconds one drafted position of one row adds to a verify step (``width``): measured
+        # from the verify passes; None before the first (then the prefill's cost of a token).
+        self.position_seconds: Optional[float] = None
         self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
         self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
@@ -228,7 +228,8 @@ class SpeculationPolicy:
             lengths[-1], acceptances[-1] = max(0, len(proposal) - behind), state.acceptance
         if not any(lengths):
             return False
-        return not self._measured() or best_width(lengths, acceptances, self.slope) > 1
+        slope = self._slope(len(rows))
+        return slope is None or best_width(lengths, acceptances, slope) > 1
 
     def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
         """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
@@ -248,17 +249,27 @@ class SpeculationPolicy:
             out.append(state.drafter.propose(k) if k > 0 else [])
         return self._fit(rows, out)
 
-    def _measured(self) -> bool:
-        """Whether the cost of a drafted position is measured and not stale (``PROBE_STEPS``)."""
-        return self.slope is not None and self.since_verify < self.PROBE_STEPS
+    def _slope(self, rows: int) -> Optional[float]:
+        """What a drafted position adds to a verify pass of ``rows`` rows, in plain steps of the
+        batch (``width``): from the verify passes, else from the prefill's cost of a token
+        (``StepCosts.token_seconds``); None when neither is known, or the cost is stale
+        (``PROBE_STEPS``: the batch then drafts uncut, and that pass measures it again)."""
+        plain = self.costs.decode_seconds if self.costs is not None else None
+        seconds = self.position_seconds
+        if seconds is None and self.costs is not None:
+            seconds = self.costs.token_seconds
+        if not plain or seconds is None or self.since_verify >= self.PROBE_STEPS:
+            return None
+        return rows * seconds / plain
 
     def _fit(self, rows, drafts: List[List[int]]) -> List[List[int]]:
         """The drafts cut to the batch's best verify width (``width.best_width``), once the
         cost of a drafted position is measured and not stale."""
-        if not self._measured() or not any(drafts):
+        slope = self._slope(len(rows))
+        if slope is None or not any(drafts):
             return drafts
         acceptances = [r.speculation.acceptance if d else 0.0 for r, d in zip(rows, drafts)]
-        return cut(drafts, best_width([len(d) for d in drafts], acceptances, self.slope))
+        return cut(drafts, best_width([len(d) for d in drafts], acceptances, slope))
 
     def observe(self, rows, drafts: List[List[int]], kept: List[int], seconds: float) -> None:
         """A verify pass: row i drafted ``drafts[i]`` and kept ``kept[i]`` of them; the step
@@ -271,9 +282,10 @@ class SpeculationPolicy:
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
         plain = self.costs.decode_seconds if self.costs is not None else None
-        if plain:  # this pass's cost of a drafted position, in plain steps
-            slope = max(0.0, (seconds / plain - 1) / max(len(d) for d in drafts))
-            self.slope = slope if self.slope is None else (1 - a) * self.slope + a * slope
+        if plain:  # this pass's cost of one row's drafted position
+            one = max(0.0, seconds - plain) / (max(len(d) for d in drafts) * len(rows))
+            old = self.position_seconds
+            self.position_seconds = one if old is None else (1 - a) * old + a * one
         for request, draft, n in zip(rows, drafts, kept):
             if not draft:
                 continue
