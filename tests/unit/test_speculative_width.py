@@ -46,7 +46,10 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
     assert policy.drafts(rows, None) == [[1, 2, 3, 4, 5, 6, 1, 2]] * 2  # no cost known: uncut
     costs.token_seconds = 5.0  # before any verify pass, the prefill's cost of a token
     assert not policy.ready(rows, None, [False, False])  # a position costs 10 steps: plain
+    assert not any(row.speculation.active for row in rows)  # shadow: acceptance still measured
     costs.token_seconds = 0.0
+    for row in rows:
+        row.speculation.active = True
     assert policy.drafts(rows, None) == [[1, 2, 3, 4, 5, 6, 1, 2]] * 2  # free positions: uncut
     policy.observe(rows, [[1, 2, 3, 4, 5, 6, 1, 2]] * 2, [2, 2], 3.4)  # 2 x 8 positions: 2.4 s more
     assert policy.position_seconds == pytest.approx(0.15)  # a width slope of 0.3 for 2 rows
@@ -59,6 +62,8 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
     for row in rows:
         row.speculation.acceptance = 0.1
     assert not policy.ready(rows, None, [False, False])  # width 1: the batch stays plain
+    for row in rows:
+        row.speculation.active = True
     policy.since_verify = SpeculationPolicy.PROBE_STEPS  # a stale cost: drafted again, uncut
     assert policy.ready(rows, None, [False, False]) and len(policy.drafts(rows, None)[0]) == 3
 

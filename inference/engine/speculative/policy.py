@@ -211,7 +211,8 @@ class SpeculationPolicy:
         proposal must guess that token too, so it needs two tokens. Asked before waiting for
         those tokens, so a batch whose rows have nothing to draft keeps its pipeline. A row
         that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow. Nor does a batch
-        whose proposals would not pay for a wider pass (``_fit``: its best width is 1)."""
+        whose proposals would not pay for a wider pass (``_fit``: its best width is 1): its
+        proposing rows go shadow, so their acceptance follows the tokens that come."""
         lengths, acceptances = [], []
         for request, behind in zip(rows, late):
             lengths.append(0)
@@ -229,7 +230,12 @@ class SpeculationPolicy:
         if not any(lengths):
             return False
         slope = self._slope(len(rows))
-        return slope is None or best_width(lengths, acceptances, slope) > 1
+        if slope is None or best_width(lengths, acceptances, slope) > 1:
+            return True
+        for request, n in zip(rows, lengths):  # shadow: their acceptance still follows the tokens
+            if n:
+                request.speculation.active, request.speculation.shadow_draft = False, None
+        return False
 
     def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
         """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
