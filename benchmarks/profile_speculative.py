@@ -122,7 +122,8 @@ with LLM(folder, max_concurrent_requests=16, step_token_budget=4096) as llm:
         dec = sum(len(r.token_ids) - 1 for r in res)
         print(f"== {m} k={a.k} streams={a.streams}: {dec / (wall - first):.2f} tok/s wall {wall:.2f}s")
         for k in sorted(T):
-            print(f"   {k:22s} {T[k]:8.3f}s  n={N[k]}  per={T[k] / max(N[k], 1) * 1000:.1f}ms")
+            n = N["v"] if k.startswith("v.") else N[k]  # (the parts of a pass: per verify pass)
+            print(f"   {k:22s} {T[k]:8.3f}s  n={n}  per={T[k] / max(n, 1) * 1000:.1f}ms")
         print("   ", {k: v for k, v in N.items() if not k.startswith(("p.", "step."))})
         pol = llm.engine.call(
             lambda e: (
