@@ -12,7 +12,7 @@ from inference.engine.speculative.width import best_width, expected_tokens
 from inference.engine.step_costs import StepCosts
 
 GREEDY = dict(temperature=0, ignore_eos=True)
-PROMPT = [20, 21, 22, 23, 20, 21]  # repeats itself: the tiny random model loops on it
+PROMPTS = [[20, 21, 22, 23, 20, 21], [30, 31, 32, 33, 34, 30, 31]]  # the tiny model loops on them
 
 
 def test_the_width_follows_acceptance_cost_and_the_rows_that_do_not_draft():
@@ -69,15 +69,15 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
 
 
 def test_a_batch_whose_drafts_do_not_pay_for_their_width_runs_no_verify_pass(model_dir):
-    """On the engine: the same looping request drafts and verifies while a drafted position
-    costs nothing, and runs plain passes only (as many as speculation off) while one costs more
+    """On the engine: the same two looping requests draft and verify while a drafted position
+    costs nothing, and run plain passes only (as many as speculation off) while one costs more
     than its tokens could give; the output is plain greedy decoding's either way."""
     with LLM(model_dir(arch="llama", preset="tiny"), max_concurrent_requests=2) as llm:
         costs = StepCosts()  # a plain step costs 1 s: every row pays for itself (the per-row rule)
         costs.decode_seconds = 1.0
         llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", costs))
         params = dict(max_tokens=40, **GREEDY)
-        want = llm.generate([PROMPT], SamplingParams(**params))[0].token_ids
+        want = [r.token_ids for r in llm.generate(PROMPTS, SamplingParams(**params))]
         counts = {}
         for slope in (0.0, 100.0):
 
@@ -86,9 +86,9 @@ def test_a_batch_whose_drafts_do_not_pay_for_their_width_runs_no_verify_pass(mod
 
             llm.engine.call(measured)
             before = llm.engine.call(lambda e: (e.runner.batch.passes, e.runner.batch.counters.verify_passes))
-            got = llm.generate([PROMPT], SamplingParams(speculative="lookup", num_draft_tokens=4, **params))
+            got = llm.generate(PROMPTS, SamplingParams(speculative="lookup", num_draft_tokens=4, **params))
             after = llm.engine.call(lambda e: (e.runner.batch.passes, e.runner.batch.counters.verify_passes))
-            assert got[0].token_ids == want
+            assert [r.token_ids for r in got] == want
             counts[slope] = (after[0] - before[0], after[1] - before[1])
         assert counts[0.0][1] > 0 and counts[0.0][0] < 39  # verified: fewer passes than tokens
         assert counts[100.0] == (39, 0)  # plain: one pass per token after the first, none verified

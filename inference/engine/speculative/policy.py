@@ -259,8 +259,12 @@ class SpeculationPolicy:
         """What a drafted position adds to a verify pass of ``rows`` rows, in plain steps of the
         batch (``width``): from the verify passes, else from the prefill's cost of a token
         (``StepCosts.token_seconds``); None when neither is known, or the cost is stale
-        (``PROBE_STEPS``: the batch then drafts uncut, and that pass measures it again)."""
+        (``PROBE_STEPS``: the batch then drafts uncut, and that pass measures it again), or the
+        batch is one row (the per-row rule, ``_pays``, is then the whole batch's; the width
+        rule's geometric acceptance cut a copying row's drafts shorter than they paid)."""
         plain = self.costs.decode_seconds if self.costs is not None else None
+        if rows < 2:
+            return None
         seconds = self.position_seconds
         if seconds is None and self.costs is not None:
             seconds = self.costs.token_seconds
