@@ -66,6 +66,9 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
         row.speculation.active = True
     policy.since_verify = SpeculationPolicy.PROBE_STEPS  # a stale cost: drafted again, uncut
     assert policy.ready(rows, None, [False, False]) and len(policy.drafts(rows, None)[0]) == 3
+    policy.since_verify, policy.position_seconds = 0, 100.0  # dear positions, but a batch of one:
+    assert policy.ready(rows[:1], None, [False]) and len(policy.drafts(rows[:1], None)[0]) == 3
+    # its own rule (``_pays``) decides: the width rule is for rows that ride along
 
 
 def test_a_batch_whose_drafts_do_not_pay_for_their_width_runs_no_verify_pass(model_dir):

@@ -20,10 +20,11 @@ Adaptive rule, per row:
   A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
   proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
 
-Per batch: every row of a verify pass runs as many positions as the longest draft, so the
-drafts are cut to the width with the most expected tokens per unit of cost over the whole
-batch (``width``: a drafted position's cost measured from the verify passes, before the first
-taken from the prefill's cost of a token); a batch whose best width is 1 decodes plainly, pipelined.
+Per batch (of two rows or more): every row of a verify pass runs as many positions as the
+longest draft, so the drafts are cut to the width with the most expected tokens per unit of
+cost over the whole batch (``width``: a drafted position's cost measured from the verify
+passes, before the first taken from the prefill's cost of a token); a batch whose best width
+is 1 decodes plainly, pipelined.
 
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
