@@ -19,16 +19,12 @@ from .model_loader import LoadedModel
 from .prefill import Prefill
 from .request import Request, RequestStatus, TokenLogprob
 from .sampler import RowState, Sampler
-from .speculative import SpeculationPolicy, SpeculativeCounters, verify_step
-from .speculative.rollback import can_roll_back
+from .speculative import SpeculationPolicy, SpeculativeCounters
+from .speculative.batch_step import NEW, REPORTED, SpeculativeSteps
 from .step_trace import StepClock
 
 
-NEW = "new"  # a generated token the host has not seen yet
-REPORTED = "reported"  # a generated token already reported
-
-
-class DecodeBatch:
+class DecodeBatch(SpeculativeSteps):
     """The rows that decode together, their KV in mlx-lm batch caches (left-padded).
 
     Pipelined like mlx-lm's own generators: a step queues the forward pass for the current
@@ -68,6 +64,7 @@ class DecodeBatch:
     pipelined, so free text that drafts nothing costs host lookups only. A row that ended on
     one of its tokens may have KV past its end (the block cache stores only the positions of
     its tokens). With ``snapshot_every`` a row's draft ends on its next block boundary at most.
+    The speculative step itself is ``SpeculativeSteps`` (inference.engine.speculative.batch_step).
     """
 
     def __init__(
@@ -251,58 +248,6 @@ class DecodeBatch:
                 out.append((self.rows[i], token, _to_host(logprobs[i], token)))
             self._kinds = [REPORTED] * len(self.rows)
         return out
-
-    def _speculates(self) -> bool:
-        """Whether some row drafts this step (caches a verify pass can roll back, no M-RoPE rows)."""
-        return (
-            not any(self.deltas)
-            and can_roll_back(self._cache, self.padding_ok)
-            and self.speculation.wanted(self.rows, self.context_length)
-        )
-
-    def _verify(
-        self, late: List[bool], drafting: float = 0.0
-    ) -> List[Tuple[Request, int, Optional[TokenLogprob]]]:
-        """A speculative step (``verify_step``): every token each row emits, in order, the
-        ``late`` rows' unreported input first (the drafts follow it). ``drafting``: seconds the
-        proposals took before it (counted in the step's cost)."""
-        began = perf_counter()
-        inputs = self._inputs.tolist()
-        waited = perf_counter()  # (the last pipelined pass: not this step's cost)
-        self.clock.device_wait += waited - began
-        pending = [token if behind else None for token, behind in zip(inputs, late)]
-        drafts = self.speculation.drafts(self.rows, self.context_length, pending)
-        every = self.snapshot_every
-        if every:  # a pass ends at the next block boundary at most: the snapshot is taken there
-            drafts = [d[: every - 1 - n % every] for d, n in zip(drafts, self.kv_len)]
-
-        def forward(tokens: mx.array) -> mx.array:
-            with self.adapters.rows([r.adapter_slot for r in self.rows]):
-                return self.model(tokens, cache=self._cache)
-
-        emitted = verify_step(
-            forward, inputs, drafts, self._states, self._cache, self.counters, self.padding_ok
-        )
-        self.passes += 1
-        self.verified = True
-        snapshots = []
-        for i, tokens in enumerate(emitted):
-            self.kv_len[i] += len(tokens)
-            if every and self.kv_len[i] % every == 0:
-                snapshots.append(cache_io.batch_snapshot(self._cache, i, self.kv_len[i], full=False))
-                self.rows[i].snapshots.append(snapshots[-1])
-        cache_io.materialize(snapshots)
-        self._inputs = mx.array([tokens[-1] for tokens in emitted], dtype=mx.uint32)
-        self._kinds = [REPORTED] * len(self.rows)
-        self._logprobs = [None] * len(self.rows)
-        seconds = perf_counter() - waited
-        self.clock.device_wait += seconds
-        self.speculation.observe(self.rows, drafts, [len(t) - 1 for t in emitted], seconds + drafting)
-        return [
-            (request, token, None)
-            for request, first, tokens in zip(self.rows, pending, emitted)
-            for token in ([first] if first is not None else []) + tokens
-        ]
 
     def _last_by_length(self) -> bool:
         """Whether a row's unreported token is its last (max_tokens, the context)."""

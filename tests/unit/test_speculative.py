@@ -76,6 +76,7 @@ def test_a_row_that_does_not_pay_decodes_plainly_until_its_shadow_drafts_would()
     assert not policy.wanted(rows, None)
     looping.output_token_ids += [3, 4, 5]  # it came true: the row pays again
     wandering.output_token_ids += [7, 1, 2]
+    policy.position_seconds = None  # (not the batch's width rule: tests/unit/test_speculative_width.py)
     assert policy.wanted(rows, None) and policy.drafts(rows, None) == [[6, 1, 2, 3], []]
 
 

@@ -9,7 +9,9 @@ them all in one forward pass of the decode batch, and every accepted token saves
 - ``rollback``: removing the rejected positions from the batch's caches, a different number per row,
   for every kind of cache (full attention, sliding windows, recurrent state);
 - ``policy``: which rows speculate this step and how many tokens each drafts (adaptive);
-- ``verify``: the speculative step of a decode batch, and its counters.
+  ``width``: how wide the batch's verify pass is (the drafts cut to what pays);
+- ``verify``: the speculative step of a decode batch, and its counters; ``batch_step``: that
+  step as a part of the decode batch (the mixin ``SpeculativeSteps``).
 """
 
 from .drafter import METHODS, Drafter

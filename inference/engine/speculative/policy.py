@@ -20,6 +20,12 @@ Adaptive rule, per row:
   A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
   proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
 
+Per batch (of two rows or more): every row of a verify pass runs as many positions as the
+longest draft, so the drafts are cut to the width with the most expected tokens per unit of
+cost over the whole batch (``width``: a drafted position's cost measured from the verify
+passes, before the first taken from the prefill's cost of a token); a batch whose best width
+is 1 decodes plainly, pipelined.
+
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
 for its tokens and asks ``drafts``: a batch with nothing to draft keeps its pipeline.
@@ -34,6 +40,7 @@ from typing import List, Optional
 from .answers import AnswerStore
 from .drafter import Drafter
 from .drafters import make_drafter
+from .width import best_width, cut
 
 
 @dataclass
@@ -72,6 +79,9 @@ class SpeculationPolicy:
         self.num_draft_tokens = num_draft_tokens
         self.costs = costs
         self.verify_seconds: Optional[float] = None  # average wall time of a verify step
+        # Seconds one drafted position of one row adds to a verify step (``width``): measured
+        # from the verify passes; None before the first (then the prefill's cost of a token).
+        self.position_seconds: Optional[float] = None
         self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
         self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
@@ -201,9 +211,13 @@ class SpeculationPolicy:
         ``late[i]`` row's newest token is still on the device (the batch is pipelined): its
         proposal must guess that token too, so it needs two tokens. Asked before waiting for
         those tokens, so a batch whose rows have nothing to draft keeps its pipeline. A row
-        that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow."""
-        ready = False
+        that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow. Nor does a batch
+        whose proposals would not pay for a wider pass (``_fit``: its best width is 1): its
+        proposing rows go shadow, so their acceptance follows the tokens that come."""
+        lengths, acceptances = [], []
         for request, behind in zip(rows, late):
+            lengths.append(0)
+            acceptances.append(0.0)
             state = self.row_state(request)
             if state is None or not state.active:
                 continue
@@ -213,8 +227,16 @@ class SpeculationPolicy:
             state.idle = 0 if proposal else state.idle + 1
             if state.idle >= self.IDLE_DRAFTS:
                 state.active = False  # nothing to draft lately: decode plainly, watch in shadow
-            ready = ready or len(proposal) > behind
-        return ready
+            lengths[-1], acceptances[-1] = max(0, len(proposal) - behind), state.acceptance
+        if not any(lengths):
+            return False
+        slope = self._slope(len(rows))
+        if slope is None or best_width(lengths, acceptances, slope) > 1:
+            return True
+        for request, n in zip(rows, lengths):  # shadow: their acceptance still follows the tokens
+            if n:
+                request.speculation.active, request.speculation.shadow_draft = False, None
+        return False
 
     def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
         """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
@@ -232,7 +254,33 @@ class SpeculationPolicy:
                 state.drafter.extend([pending[i]])
             k = min(state.k, request.length_left(context_length) - 1 - behind)
             out.append(state.drafter.propose(k) if k > 0 else [])
-        return out
+        return self._fit(rows, out)
+
+    def _slope(self, rows: int) -> Optional[float]:
+        """What a drafted position adds to a verify pass of ``rows`` rows, in plain steps of the
+        batch (``width``): from the verify passes, else from the prefill's cost of a token
+        (``StepCosts.token_seconds``); None when neither is known, or the cost is stale
+        (``PROBE_STEPS``: the batch then drafts uncut, and that pass measures it again), or the
+        batch is one row (the per-row rule, ``_pays``, is then the whole batch's; the width
+        rule's geometric acceptance cut a copying row's drafts shorter than they paid)."""
+        plain = self.costs.decode_seconds if self.costs is not None else None
+        if rows < 2:
+            return None
+        seconds = self.position_seconds
+        if seconds is None and self.costs is not None:
+            seconds = self.costs.token_seconds
+        if not plain or seconds is None or self.since_verify >= self.PROBE_STEPS:
+            return None
+        return rows * seconds / plain
+
+    def _fit(self, rows, drafts: List[List[int]]) -> List[List[int]]:
+        """The drafts cut to the batch's best verify width (``width.best_width``), once the
+        cost of a drafted position is measured and not stale."""
+        slope = self._slope(len(rows))
+        if slope is None or not any(drafts):
+            return drafts
+        acceptances = [r.speculation.acceptance if d else 0.0 for r, d in zip(rows, drafts)]
+        return cut(drafts, best_width([len(d) for d in drafts], acceptances, slope))
 
     def observe(self, rows, drafts: List[List[int]], kept: List[int], seconds: float) -> None:
         """A verify pass: row i drafted ``drafts[i]`` and kept ``kept[i]`` of them; the step
@@ -244,6 +292,11 @@ class SpeculationPolicy:
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
+        plain = self.costs.decode_seconds if self.costs is not None else None
+        if plain:  # this pass's cost of one row's drafted position
+            one = max(0.0, seconds - plain) / (max(len(d) for d in drafts) * len(rows))
+            old = self.position_seconds
+            self.position_seconds = one if old is None else (1 - a) * old + a * one
         for request, draft, n in zip(rows, drafts, kept):
             if not draft:
                 continue
