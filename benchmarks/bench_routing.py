@@ -131,6 +131,10 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
     finally:
         if args.keep_server_log:
             shutil.copy(work / "server.log", Path(args.keep_server_log) / f"{policy}-server.log")
+            for i in range(args.workers):
+                log = work / f"worker-{i}.log"
+                if log.exists():
+                    shutil.copy(log, Path(args.keep_server_log) / f"{policy}-worker-{i}.log")
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -177,7 +181,7 @@ def main() -> int:
     parser.add_argument(
         "--keep-server-log",
         metavar="DIR",
-        help="copy each policy's server log (DEBUG: every routing decision) here",
+        help="copy each policy's server log (DEBUG: every routing decision) and worker logs here",
     )
     args = parser.parse_args()
     if shutil.which("redis-server") is None:
