@@ -174,7 +174,11 @@ def main() -> int:
         "--model-preset", default="tiny", help="testkit preset of the model (tiny, small, ...)"
     )
     parser.add_argument("--shared-cold", action="store_true", help="the workers share one cold-tier folder")
-    parser.add_argument("--decode-weight", type=float, help="OMLX_ROUTE_DECODE_WEIGHT (default 8)")
+    parser.add_argument(
+        "--decode-weight",
+        type=float,
+        help="OMLX_ROUTE_DECODE_WEIGHT (default 1; a worker's measurement replaces it)",
+    )
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")

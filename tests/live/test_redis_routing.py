@@ -137,6 +137,8 @@ def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server, s
             break
         time.sleep(0.2)
     assert len(rows) == 2 and all(0 < row < 100 for row in rows), rows
+    shown = [v for (name, _), v in metrics(server).items() if name == "omlx_worker_decode_row_tokens"]
+    assert sorted(shown) == pytest.approx(sorted(rows), rel=0.5), (shown, rows)  # /metrics shows them
 
 
 def test_the_status_page_lists_the_workers(client, server, workers):  # noqa: F811
