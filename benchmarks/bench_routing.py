@@ -131,6 +131,10 @@ def run_policy(policy: str, folder: Path, work: Path, args, settings) -> dict:
     finally:
         if args.keep_server_log:
             shutil.copy(work / "server.log", Path(args.keep_server_log) / f"{policy}-server.log")
+            for i in range(args.workers):
+                log = work / f"worker-{i}.log"
+                if log.exists():
+                    shutil.copy(log, Path(args.keep_server_log) / f"{policy}-worker-{i}.log")
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -170,14 +174,18 @@ def main() -> int:
         "--model-preset", default="tiny", help="testkit preset of the model (tiny, small, ...)"
     )
     parser.add_argument("--shared-cold", action="store_true", help="the workers share one cold-tier folder")
-    parser.add_argument("--decode-weight", type=float, help="OMLX_ROUTE_DECODE_WEIGHT (default 8)")
+    parser.add_argument(
+        "--decode-weight",
+        type=float,
+        help="OMLX_ROUTE_DECODE_WEIGHT (default 1; a worker's measurement replaces it)",
+    )
     for name in SIZE_FLAGS:
         parser.add_argument("--" + name.replace("_", "-"), type=int, help=f"override the scenario's {name}")
     parser.add_argument("--json", help="also write every run's results here")
     parser.add_argument(
         "--keep-server-log",
         metavar="DIR",
-        help="copy each policy's server log (DEBUG: every routing decision) here",
+        help="copy each policy's server log (DEBUG: every routing decision) and worker logs here",
     )
     args = parser.parse_args()
     if shutil.which("redis-server") is None:

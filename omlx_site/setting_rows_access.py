@@ -108,9 +108,10 @@ ACCESS: tuple[Setting, ...] = (
         "route_decode_weight",
         "OMLX_ROUTE_DECODE_WEIGHT",
         NUMBER,
-        8.0,
+        1.0,
         "Redis mode: the work of one token to generate, in prompt tokens to compute, when the router "
-        "weighs a worker's queue against the prefix it holds (docs/operations.md)",
+        "weighs a worker's queue against the prefix it holds, for a worker that has not measured it "
+        "yet (docs/operations.md)",
         check=checks.at_least(0),
         console_editable=False,
     ),

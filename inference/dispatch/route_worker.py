@@ -128,6 +128,7 @@ class RouteWorker:
             memory_bytes=figures.process_memory,
             model_memory_bytes=figures.model_memory_used,
             cold_tier=self._tier,
+            decode_row_tokens=decode_row_tokens(get_pool()),
         )
 
     def _publish_loop(self) -> None:
@@ -146,6 +147,22 @@ class RouteWorker:
             if self._dirty.wait(self.heartbeat / 3):
                 self._stopped.wait(PUBLISH_AFTER_JOB_SECONDS)
                 self._dirty.clear()
+
+
+def decode_row_tokens(pool) -> float:
+    """What a row of a decode step costs in prompt tokens, as this process's engines measured it
+    (their mean; EngineStats.decode_row_tokens); 0.0 before any has."""
+    from .worker_summary import MAX_ROW_TOKENS
+
+    measured = []
+    for info in pool.loaded_models().values():
+        try:
+            row = info["engine"].stats().decode_row_tokens
+        except Exception:  # an engine closing meanwhile
+            continue
+        if row:
+            measured.append(min(row, MAX_ROW_TOKENS))
+    return sum(measured) / len(measured) if measured else 0.0
 
 
 _instance: Optional[RouteWorker] = None

@@ -3,15 +3,23 @@
 ``prefix`` (the default), in the manner of SGLang's cache-aware router and llm-d's prefix and
 load scorers, weighs what a worker saves against what waits there, both in prompt tokens:
 
-    cost(worker) = queued(worker) - shared(worker) + prompt_tokens - held(worker)
+    cost(worker) = queued(worker) - shared(worker) + 2 x (prompt_tokens - held(worker))
 
+The prompt tokens a worker does not hold count twice (``RECOMPUTE_WEIGHT``): this request waits
+for their prefill there, and that worker's compute is spent on them, which its later requests
+wait for in turn (a prefix computed again is work the cluster does twice). A request joins the
+worker holding its prefix until the queue there outweighs twice the saving; a burst of new
+conversations sharing a system prompt in flight at one worker joins it instead of each idle
+worker computing it (on the agentic load, with the queue alone as the cost, the fourth request
+of the first burst went to another worker and computed it again; docs/benchmarks.md).
 ``held``: the estimated prompt tokens of the longest prefix of the request's route keys
 (inference/dispatch/route_keys.py) that the worker holds, by its published summary
 (inference/dispatch/worker_summary.py) or because this server sent it those keys before
 (summaries are published every few seconds; the server's own decisions are known at once).
 Workers that publish the same ``cold_tier`` share one SSD tier (``--paged-ssd-cache-dir`` on a
 shared folder): a prefix of a request that ended at any of them at least ``SHARED_TIER_DELAY``
-ago is on that SSD (written through within about a second) and every one of them can restore
+ago is on that SSD (its blocks are queued for writing as they are computed, before the request
+ends, and written within a second: cache/cold_writer.py) and every one of them can restore
 it, so where that prefix is longer than what a worker holds itself, the tokens beyond count as
 held, times ``SHARED_TIER_WEIGHT`` (1: as held; a worker restores a block only when reading it
 beats recomputing it, and on the disks omlx is made for a restore costs a small fraction of a
@@ -19,16 +27,22 @@ prefill). A worker that never saw a shared system prompt is then as good a home 
 conversation as one holding it in RAM, and new conversations spread out (fewest sent) instead of
 piling on the workers that computed it first (0.5 measured 83.5 % reuse with 17/15/9 requests,
 1.0 85.5 % with 16/14/11; docs/benchmarks.md).
-``queued``: the work of the requests this server sent it that have not ended, each counted when
-it was sent as its prompt tokens not held there plus OMLX_ROUTE_DECODE_WEIGHT per token it may
-generate; a worker that reports more requests in its engines than that, and has taken jobs this
-server did not send (another server's), has each extra one counted as the request being routed
-would cost with nothing held. ``shared``: of that work, the prefill of prompt tokens this request
+``queued``: the work of the requests this server sent it that have not ended, each counted as
+its prompt tokens not held there when it was sent, plus per token it may generate what a row of a
+decode step costs there in prompt tokens, as the worker measured it (``decode_row_tokens`` in its
+summary: a row computes one token, about what a prompt token costs; 1.2 on the tiny test model),
+or OMLX_ROUTE_DECODE_WEIGHT before it has measured it. The rows decode in one batch: a newcomer's
+steps carry them (each row makes every step a little longer), it does not wait for them to end.
+A worker that reports more requests in its engines than that, and has taken jobs this server did
+not send (another server's), has each extra one counted as the request being routed would cost
+with nothing held. ``shared``: of that work, the prefill of prompt tokens this request
 shares with a request in flight there: the worker computes a prefix once for every request that
 shares it (``share_inflight_prefixes``), so that prefill serves this request too; a burst of new
 conversations with one system prompt goes to one worker, instead of each worker computing it.
 The cheapest worker wins: the one holding the prefix unless its queue exceeds another's by more
-than the tokens it saves. Among equal costs the least queued, then the one this server sent
+than twice the tokens it saves. Among equal costs the one holding most in its own cache (a hit in
+RAM beats a restore from a shared SSD tier: a conversation's next turn stays home), then the
+least queued, then the one this server sent
 fewest requests (new conversations spread out), then at random. Nobody holding anything: the
 least queued. ``least-loaded``: always the least queued. ``random``: any live worker.
 """
@@ -51,7 +65,8 @@ logger = logging.getLogger("omlx.dispatch")
 POLICIES = ("prefix", "random", "least-loaded")
 MEMORY_KEYS = 200_000  # route keys -> worker remembered by this server (LRU)
 SHARED_TIER_WEIGHT = 1.0  # a prefix token on a shared SSD tier, against one in the worker's own cache
-SHARED_TIER_DELAY = 1.5  # seconds after a request ends until its blocks are on the SSD tier
+RECOMPUTE_WEIGHT = 2  # a prompt token computed: waited for by this request, then by the worker's next
+SHARED_TIER_DELAY = 1.0  # seconds after a request ends until its blocks are on the SSD tier
 
 
 @dataclass
@@ -84,7 +99,7 @@ class Router:
     """The routing state of one server process: where it sent route keys (LRU), and per worker the
     requests it sent that have not ended and their work (``sent`` adds, ``ended`` removes)."""
 
-    def __init__(self, policy: str = "prefix", decode_weight: float = 8.0, rng=None, clock=time.monotonic):
+    def __init__(self, policy: str = "prefix", decode_weight: float = 1.0, rng=None, clock=time.monotonic):
         if policy not in POLICIES:
             raise ValueError(f"route policy {policy!r}: must be one of {', '.join(POLICIES)}")
         if decode_weight < 0:
@@ -95,9 +110,9 @@ class Router:
         self._lock = threading.RLock()
         self._sent: "OrderedDict[str, Set[str]]" = OrderedDict()  # route key -> workers sent it
         self._in_flight: Dict[str, int] = {}  # worker -> requests sent, not ended
-        self._work: Dict[str, int] = {}  # worker -> their work
         self._count: Dict[str, int] = {}  # requests sent to each worker
         self._flights: Dict[str, List[_Flight]] = {}  # worker -> its requests in flight
+        self._row_tokens: Dict[str, float] = {}  # worker -> its measured cost of a decode row
         self._clock = clock
         # route key -> {worker: when a request with it first ended there}
         self._ended: "OrderedDict[str, Dict[str, float]]" = OrderedDict()
@@ -115,17 +130,22 @@ class Router:
             queued = {w: self._queued(w, workers[w], route) for w in names}
             if self.policy == "least-loaded":
                 matched = dict.fromkeys(names, 0)
-                held = dict.fromkeys(names, 0)
+                held = own = dict.fromkeys(names, 0)
             else:
                 matched = {w: self._matched(route.keys, w, workers[w]) for w in names}
+                own = {w: route.held_tokens(matched[w]) for w in names}  # in its own cache
                 reach = {w: self._held(route, w, matched[w], workers) for w in names}
                 matched = {w: reach[w][0] for w in names}
                 held = {w: reach[w][1] for w in names}
                 queued = {w: max(0, queued[w] - self._shared(route, w)) for w in names}
-            cost = {w: queued[w] + route.prompt_tokens - held[w] for w in names}
+            # What is not held is computed there: once for this request's wait, and once more as
+            # work taken from the cluster (that worker's later requests wait for it too).
+            cost = {w: queued[w] + RECOMPUTE_WEIGHT * (route.prompt_tokens - held[w]) for w in names}
             logger.debug("route costs %s (held %s)", cost, held)
             cheapest = min(cost.values())
             best = [w for w in names if cost[w] == cheapest]
+            hottest = max(own[w] for w in best)  # a hit in RAM beats a restore from a shared SSD
+            best = [w for w in best if own[w] == hottest]
             lightest = min(queued[w] for w in best)
             pick = self._fewest_sent([w for w in best if queued[w] == lightest])
             longest = max(matched.values())
@@ -133,7 +153,7 @@ class Router:
                 reason = "least_loaded"
             else:
                 reason = "prefix" if matched[pick] == longest else "balance"
-            work = self._work_of(route, held[pick])
+            work = self._work_of(route, held[pick], self._row_tokens.get(pick))
             return Decision(pick, reason, matched[pick], held[pick], work, queued)
 
     def assign(self, route: Route, workers: Dict[str, Optional[WorkerSummary]]) -> Decision:
@@ -145,8 +165,9 @@ class Router:
             self.sent(decision, route)
             return decision
 
-    def _work_of(self, route: Route, held: int) -> int:
-        return route.prompt_tokens - held + round(self.decode_weight * route.decode_tokens)
+    def _work_of(self, route: Route, held: int, row_tokens: Optional[float] = None) -> int:
+        weight = self.decode_weight if row_tokens is None else row_tokens
+        return route.prompt_tokens - held + round(weight * route.decode_tokens)
 
     def _fewest_sent(self, candidates: List[str]) -> str:
         """The candidate this server sent fewest requests (round robin among equals)."""
@@ -158,11 +179,23 @@ class Router:
         beyond those, each as this one with nothing held. Those count only up to the jobs it took
         that this server did not send: a summary lags (published as a job is taken, then every
         third of a heartbeat), and this server's own ended requests must not count again."""
-        if summary is None:
-            return self._work.get(worker, 0)
-        foreign = summary.jobs_taken - self._count.get(worker, 0)
-        others = min(foreign, summary.load - self._in_flight.get(worker, 0))
-        return self._work.get(worker, 0) + max(0, others) * self._work_of(route, 0)
+        others = 0
+        if summary is not None:
+            if summary.decode_row_tokens > 0:
+                self._row_tokens[worker] = summary.decode_row_tokens
+            foreign = summary.jobs_taken - self._count.get(worker, 0)
+            others = max(0, min(foreign, summary.load - self._in_flight.get(worker, 0)))
+        work = self._work_at(worker)
+        return work + others * self._work_of(route, 0, self._row_tokens.get(worker))
+
+    def _work_at(self, worker: str) -> int:
+        """The work of the requests this server sent ``worker`` that have not ended: each one's
+        prompt tokens not held there when sent, plus its tokens to generate x what a row of a
+        decode step costs there (the worker's measured ``decode_row_tokens``, else
+        OMLX_ROUTE_DECODE_WEIGHT). Rows decode in one batch: a newcomer's every step carries
+        theirs, not waits for them."""
+        row = self._row_tokens.get(worker)
+        return sum(self._work_of(f.route, f.held, row) for f in self._flights.get(worker, ()))
 
     def _held(self, route: Route, worker: str, matched: int, workers) -> Tuple[int, int]:
         """The keys ``worker`` can serve from a cache and the prompt tokens it saves: the
@@ -218,7 +251,6 @@ class Router:
             while len(self._sent) > MEMORY_KEYS:
                 self._sent.popitem(last=False)
             self._in_flight[worker] = self._in_flight.get(worker, 0) + 1
-            self._work[worker] = self._work.get(worker, 0) + decision.work
             self._count[worker] = self._count.get(worker, 0) + 1
             decision.flight = _Flight(route, decision.held)
             self._flights.setdefault(worker, []).append(decision.flight)
@@ -242,15 +274,14 @@ class Router:
             left = self._in_flight.get(worker, 0) - 1
             if left > 0:
                 self._in_flight[worker] = left
-                self._work[worker] = max(0, self._work.get(worker, 0) - decision.work)
             else:
                 self._in_flight.pop(worker, None)
-                self._work.pop(worker, None)
 
     def queued(self) -> Dict[str, int]:
-        """Worker -> the work of the requests this server sent it that have not ended."""
+        """Worker -> the work of the requests this server sent it that have not ended (as
+        ``_work_at`` weighs it)."""
         with self._lock:
-            return dict(self._work)
+            return {w: self._work_at(w) for w in self._flights}
 
 
 class WorkerView:

@@ -6,7 +6,8 @@ It carries the route keys (inference/dispatch/route_keys.py) of the prompts the 
 recently, which its block cache holds (hot, or on SSD once evicted from RAM), at most
 ``MAX_KEYS``, newest last; its load; its models, memory and cache counters (the console's status
 page and /metrics show them per worker); the id of its SSD tier's folder, the same for workers
-that share one (the router counts a prefix one of them stored as restorable by all).
+that share one (the router counts a prefix one of them stored as restorable by all); what a row
+of its decode steps costs in prompt tokens, as its engines measured it.
 
 Redis is hostile (docs/security.md): a value over ``MAX_BYTES`` is refused before it is read, then
 one not signed with the secret, then one whose fields are not of their kind and size, or that
@@ -29,6 +30,7 @@ KEY_PREFIX = "omlx:summary:"
 MAX_KEYS = 8192
 MAX_MODELS = 256
 MAX_BYTES = 256 * 1024
+MAX_ROW_TOKENS = 1000.0  # a decode row dearer than this many prompt tokens is no measurement
 _KEY = re.compile(r"[0-9a-f]{16}\Z")
 _COUNTS = ("running", "waiting", "lookup_tokens", "hot_hit_tokens", "cold_hit_tokens", "jobs_taken")
 
@@ -49,6 +51,9 @@ class WorkerSummary:
     memory_bytes: Optional[int] = None  # resident memory of the process
     model_memory_bytes: Optional[int] = None  # memory of its loaded models
     cold_tier: str = ""  # the id of its SSD tier's folder (inference/dispatch/cold_tier_id.py)
+    # What one row of a decode step costs there, in prompt tokens, as its engines measured it
+    # (EngineStats.decode_row_tokens); 0: not measured yet (the router then uses its setting).
+    decode_row_tokens: float = 0.0
 
     @property
     def load(self) -> int:
@@ -100,7 +105,18 @@ def decode(worker: str, data: bytes, secret: str) -> WorkerSummary:
     tier = value.get("cold_tier", "")  # absent from an older worker's summary
     if not isinstance(tier, str) or not (tier == "" or _KEY.match(tier)):
         raise ForgedMessage("bad cold_tier")
-    return WorkerSummary(worker=worker, keys=keys, models=models, **counts, **memory, cold_tier=tier)
+    row = value.get("decode_row_tokens", 0.0)  # absent from an older worker's summary
+    if type(row) not in (int, float) or not 0 <= row <= MAX_ROW_TOKENS:  # NaN fails too
+        raise ForgedMessage("bad decode_row_tokens")
+    return WorkerSummary(
+        worker=worker,
+        keys=keys,
+        models=models,
+        **counts,
+        **memory,
+        cold_tier=tier,
+        decode_row_tokens=float(row),
+    )
 
 
 def read_all(client, secret: str) -> Tuple[Dict[str, WorkerSummary], int]:

@@ -39,6 +39,10 @@ class EngineStats:
     # Speculative decoding totals (SpeculativeCounters.snapshot): drafted_tokens,
     # accepted_tokens, verify_passes, emitted_tokens; empty before the model is loaded.
     speculative: dict = field(default_factory=dict)
+    # What one row of a decode step costs, in prompt tokens: a measured prompt token's compute
+    # (StepCosts.token_seconds) x the measured prefill rate; None until both are measured. The
+    # router of Redis mode weighs a worker's queued decode with it (inference/dispatch/router.py).
+    decode_row_tokens: Optional[float] = None
 
     @property
     def running(self) -> int:
@@ -68,6 +72,9 @@ def read_stats(engine, held_blocks: bool = False) -> EngineStats:
         running = scheduler.running
         out.prefilling, out.decoding = len(scheduler.prefilling), len(scheduler.decoding)
         out.kv_tokens, out.shedding = scheduler.kv_demand(running), scheduler.shedding
+        costs = scheduler.costs
+        if costs.token_seconds and costs.prefill_rate:
+            out.decode_row_tokens = costs.token_seconds * costs.prefill_rate
     if runner is not None:
         out.decode_rows, out.speculative = len(runner.batch), runner.batch.counters.snapshot()
     loaded = getattr(engine, "loaded", None)

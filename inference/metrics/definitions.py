@@ -112,8 +112,9 @@ ROUTE_TOKENS = Counter(
 )
 ROUTE_QUEUED_WORK = Gauge(
     "omlx_route_queued_work",
-    "Redis mode: the work (estimated prompt tokens to compute, plus generated tokens times "
-    "OMLX_ROUTE_DECODE_WEIGHT) of the requests this server sent each worker that have not ended",
+    "Redis mode: the work (estimated prompt tokens to compute, plus generated tokens times the "
+    "worker's measured cost of a decode row, or OMLX_ROUTE_DECODE_WEIGHT) of the requests this "
+    "server sent each worker that have not ended",
     ["worker"],
     registry=REGISTRY,
 )

@@ -49,6 +49,12 @@ class WorkerCollector:
         memory = GaugeMetricFamily(
             "omlx_worker_memory_bytes", "Resident memory of a worker", labels=["worker"]
         )
+        row = GaugeMetricFamily(
+            "omlx_worker_decode_row_tokens",
+            "What a row of a worker's decode steps costs, in prompt tokens, as it measured it "
+            "(the router weighs its queue with it)",
+            labels=["worker"],
+        )
         for worker, summary in sorted(workers.items()):
             up.add_metric([worker], 1)
             if summary is None:
@@ -62,7 +68,9 @@ class WorkerCollector:
                 ratio.add_metric([worker], summary.hit_ratio)
             if summary.memory_bytes is not None:
                 memory.add_metric([worker], summary.memory_bytes)
-        yield from (up, load, lookups, hits, ratio, memory)
+            if summary.decode_row_tokens > 0:
+                row.add_metric([worker], summary.decode_row_tokens)
+        yield from (up, load, lookups, hits, ratio, memory, row)
 
 
 REGISTRY.register(WorkerCollector())

@@ -96,9 +96,10 @@ def routed_to(server, before):  # noqa: F811
     return grown[0]
 
 
-def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server):  # noqa: F811
+def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server, setup):  # noqa: F811
     """Four conversations of three turns: every later turn goes to the worker that ran the first
-    (a "prefix" decision) and reuses its prompt from that worker's cache."""
+    (a "prefix" decision) and reuses its prompt from that worker's cache. Each worker publishes
+    what a row of its decode steps costs, as it measured it (the router weighs its queue so)."""
     homes = {}
     for turn in range(3):
         for conv in range(4):
@@ -124,6 +125,20 @@ def test_a_conversation_stays_on_the_worker_holding_its_prefix(client, server): 
     assert 0.4 * tokens["prompt"] < tokens["held"] < tokens["prompt"], tokens
     queued = [v for (name, _), v in seen.items() if name == "omlx_route_queued_work"]
     assert len(queued) == 2 and not any(queued), queued  # every request has ended
+    import redis
+
+    from inference.dispatch import worker_summary
+
+    deadline = time.monotonic() + 30  # published after a job, then every heartbeat / 3
+    while True:
+        summaries, _ = worker_summary.read_all(redis.Redis.from_url(setup["redis_url"]), SECRET)
+        rows = [s.decode_row_tokens for s in summaries.values()]
+        if (len(rows) == 2 and all(rows)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(rows) == 2 and all(0 < row < 100 for row in rows), rows
+    shown = [v for (name, _), v in metrics(server).items() if name == "omlx_worker_decode_row_tokens"]
+    assert sorted(shown) == pytest.approx(sorted(rows), rel=0.5), (shown, rows)  # /metrics shows them
 
 
 def test_the_status_page_lists_the_workers(client, server, workers):  # noqa: F811

@@ -160,6 +160,8 @@ def test_a_tight_target_spreads_a_long_prompt_over_small_chunks(path):
     with LLM(path, prefix_cache=False, max_step_ms=0.001) as llm:
         chunks, still, _ = _long_prompt_while_streams_decode(llm)
         costs = llm.engine.call(lambda e: e.scheduler.costs.snapshot())
+        row = llm.engine.stats().decode_row_tokens  # what the router of Redis mode weighs
+    assert row is not None and row > 0
     assert set(still) == {"a", "b"}  # the streams decoded all along
     assert chunks.of("long") == [MIN] * 9 + [300 - 9 * MIN]
     assert costs["decode_step_seconds"] > 0 and costs["prefill_tokens_per_second"] > 0

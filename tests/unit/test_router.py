@@ -46,33 +46,36 @@ def fixed(keys, tokens, prompt, decode=0):
 KEYS = ["k0", "k1", "k2"]
 
 
-def test_the_holder_wins_until_its_queue_outweighs_the_saving():
-    """w1 holds 900 of a 1,000-token prompt; w2 holds nothing. w1 wins while the work queued
-    there exceeds w2's by less than 900 tokens, and loses once by more (an overload fallback)."""
+def test_the_holder_wins_until_its_queue_outweighs_twice_the_saving():
+    """w1 holds 900 of a 1,000-token prompt; w2 holds nothing. The tokens a worker does not hold
+    count twice (this request waits for them, and that worker's later requests wait for the
+    compute spent on them): w1 costs its queue + 200, w2 2,000. w1 wins while the work queued
+    there is under 1,800 tokens, and loses once over (an overload fallback)."""
     r = fixed(KEYS, [500, 900, 1000], 1000)
     router = Router("prefix", decode_weight=0)
     holder, idle = WorkerSummary("w1", keys=KEYS[:2]), WorkerSummary("w2")
     workers = {"w1": holder, "w2": idle}
     d = router.choose(r, workers)
     assert (d.worker, d.reason, d.matched, d.held, d.work) == ("w1", "prefix", 2, 900, 100)
-    busy = router.choose(fixed(["other"], [850], 850), {"w1": holder})
-    router.sent(busy, fixed(["other"], [850], 850))  # 850 tokens queued at w1: still cheaper
+    busy = router.choose(fixed(["other"], [1750], 1750), {"w1": holder})
+    router.sent(busy, fixed(["other"], [1750], 1750))  # 1,750 tokens queued at w1: still cheaper
     assert router.choose(r, workers).worker == "w1"
     second = router.choose(fixed(["more"], [100], 100), {"w1": holder})
-    router.sent(second, fixed(["more"], [100], 100))  # 950 queued > 900 saved
+    router.sent(second, fixed(["more"], [100], 100))  # 1,850 queued + 200 > 2,000
     d = router.choose(r, workers)
     assert (d.worker, d.reason, d.held, d.work) == ("w2", "balance", 0, 1000)
     router.ended(second)
     assert router.choose(r, workers).worker == "w1"
-    assert router.queued() == {"w1": 850}
+    assert router.queued() == {"w1": 1750}
 
 
 def test_tokens_to_generate_count_with_their_weight():
-    """Two requests generating 100 tokens each wait at w1: at weight 4 that outweighs a 600-token
-    saving, at weight 2 it does not."""
+    """Two requests generating 100 tokens each wait at w1: the holder costs 20 + 200 x weight
+    + 2 x 100 (what it does not hold), the idle w2 2 x 700. At weight 6 the queue outweighs the
+    saving, at weight 5 it does not."""
     r = fixed(KEYS[:1], [600], 700)
     workers = {"w1": WorkerSummary("w1", keys=KEYS[:1]), "w2": WorkerSummary("w2")}
-    for weight, expected in ((4, "w2"), (2, "w1")):
+    for weight, expected in ((6, "w2"), (5, "w1")):
         router = Router("prefix", decode_weight=weight)
         for name in "ab":
             small = fixed([name], [10], 10, decode=100)
@@ -81,18 +84,40 @@ def test_tokens_to_generate_count_with_their_weight():
         assert router.choose(r, workers).worker == expected
 
 
+def test_a_worker_weighs_its_decode_rows_as_it_measured_them():
+    """w1 measured a decode row at 1.5 prompt tokens and published it: its queue counts that per
+    token to generate, whatever the setting (weight 6: its queue would outweigh the saving, as
+    in the test above); a worker that has not measured it yet is weighed by the setting."""
+    r = fixed(KEYS[:1], [600], 700)
+    measured = WorkerSummary("w1", keys=KEYS[:1], decode_row_tokens=1.5)
+    router = Router("prefix", decode_weight=6)
+    for name in "ab":
+        small = fixed([name], [10], 10, decode=100)
+        router.sent(router.choose(small, {"w1": measured}), small)
+    assert router.queued() == {"w1": 2 * (10 + 150)}
+    d = router.choose(r, {"w1": measured, "w2": WorkerSummary("w2")})
+    assert (d.worker, d.queued) == ("w1", {"w1": 320, "w2": 0})
+    router = Router("prefix", decode_weight=6)
+    unmeasured = WorkerSummary("w1", keys=KEYS[:1])
+    for name in "ab":
+        small = fixed([name], [10], 10, decode=100)
+        router.sent(router.choose(small, {"w1": unmeasured}), small)
+    assert router.choose(r, {"w1": unmeasured, "w2": WorkerSummary("w2")}).worker == "w2"
+
+
 def test_requests_another_server_sent_count_as_this_one_uncached():
     """w1 reports 2 requests in its engines, and took 2 jobs this server did not send: each weighs
-    as much as the routed request with nothing held (500 + 4 x 50), 1,400 in all, more than the 400
-    saved. A summary whose jobs all came from this server adds nothing: it lags behind the ends of
-    this server's requests."""
+    as much as the routed request with nothing held (500 + 4 x 50), 1,400 in all: with the 100
+    tokens it does not hold (x 2), more than w2's 1,000. A summary whose jobs all came from this
+    server adds nothing: it lags behind the ends of this server's requests."""
     r = fixed(KEYS[:1], [400], 500, decode=50)
     holder = WorkerSummary("w1", keys=KEYS[:1], running=1, waiting=1, jobs_taken=2)
     idle = WorkerSummary("w2")
     d = Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle})
     assert (d.worker, d.reason, d.queued) == ("w2", "balance", {"w1": 1400, "w2": 0})
-    holder.jobs_taken = 1  # one of them another server's: 700 queued > 400 saved, still w2
-    assert Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle}).queued["w1"] == 700
+    holder.jobs_taken = 1  # one of them another server's: 700 queued + 200 < 1,000: w1
+    d = Router("prefix", decode_weight=4).choose(r, {"w1": holder, "w2": idle})
+    assert (d.worker, d.queued["w1"]) == ("w1", 700)
     router = Router("prefix", decode_weight=4)
     for name in "ab":  # this server sent both jobs w1 took; both ended since its last summary
         small = fixed([name], [10], 10)
@@ -118,40 +143,51 @@ def test_equal_holders_and_empty_caches_go_to_the_least_queued():
     assert (d.worker, d.reason) == ("w2", "least_loaded")
 
 
-def test_an_equal_cost_goes_to_the_least_queued():
-    """w1 holds 100 tokens more than w2 and has 100 tokens queued: the same cost; w2 is idle."""
+def test_an_equal_cost_goes_to_the_worker_holding_most_in_its_own_cache():
+    """w1 holds 100 tokens more than w2 and has 200 tokens queued: the same cost (what is not
+    held counts twice); w1 wins, a hit in its RAM beats a restore or a recompute. A worker
+    holding as much with nothing queued is cheaper."""
     r = fixed(KEYS[:2], [100, 200], 300)
     router = Router("prefix", decode_weight=0)
     w1, w2 = WorkerSummary("w1", keys=KEYS[:2]), WorkerSummary("w2", keys=KEYS[:1])
-    queued = fixed(["q"], [0], 100)
+    queued = fixed(["q"], [0], 200)
     router.sent(router.choose(queued, {"w1": w1}), queued)
     d = router.choose(r, {"w1": w1, "w2": w2})
-    assert (d.worker, d.reason, d.held, d.queued) == ("w2", "balance", 100, {"w1": 100, "w2": 0})
+    assert (d.worker, d.reason, d.held, d.queued) == ("w1", "prefix", 200, {"w1": 200, "w2": 0})
+    w3 = WorkerSummary("w3", keys=KEYS[:2])  # as much as w1, nothing queued: cheaper
+    assert router.choose(r, {"w1": w1, "w3": w3}).worker == "w3"
 
 
 def test_a_burst_sharing_a_system_prompt_goes_where_it_is_being_computed():
-    """Four conversations that share a 1,000-token system prompt arrive at once on three idle
-    workers (the agentic load's start). The first goes to an idle worker; the next ones join it
-    (it computes the system prompt once for all of them: that prefill is not counted as work
-    they wait for) until the work queued there that they do not share (each conversation's own
-    message and 8 x 40 generated tokens) outweighs the system prompt: the fourth goes to another
-    worker. Later turns stay on their conversation's worker."""
+    """Conversations that share a 1,000-token system prompt arrive at once on three idle workers
+    (the agentic load's start). The first goes to an idle worker; the next ones join it (it
+    computes the system prompt once for all of them: that prefill is not counted as work they
+    wait for) while the work queued there that they do not share (each conversation's own
+    message and its 40 tokens to generate) is less than twice the system prompt, which any other
+    worker would compute again: the agentic load's four first turns all join it, and only after
+    many more does one go elsewhere. Later turns stay on their conversation's worker."""
     system = "s" * (1000 * CHARS_PER_TOKEN)
     router = Router("prefix")
     workers = {w: WorkerSummary(w) for w in ("w1", "w2", "w3")}
-    homes, firsts = {}, []
-    for conv in range(4):  # assign: chosen and counted as sent at once (requests at one instant)
-        r = route(job(system, f"conversation {conv} " * 20, params={"max_tokens": 40}))
+    homes = []
+    for conv in range(40):  # assign: chosen and counted as sent at once (requests at one instant)
+        r = route(job(system, f"conversation {conv:02d} " * 20, params={"max_tokens": 40}))
         d = router.assign(r, workers)
-        homes[conv], firsts = d, firsts + [d.worker]
-    assert firsts[:3] == [firsts[0]] * 3 and firsts[3] != firsts[0], firsts
-    assert [homes[c].reason for c in range(4)] == ["least_loaded", "prefix", "prefix", "balance"]
+        homes.append(d)
+        if d.worker != homes[0].worker:
+            break
+    first = homes[0].worker
+    assert [d.reason for d in homes[:4]] == ["least_loaded", "prefix", "prefix", "prefix"]
+    assert len(homes) > 10 and homes[-1].worker != first and homes[-1].reason == "balance"
+    own = r.prompt_tokens - r.tokens[0]  # what a conversation does not share (all the same size)
+    before, last = homes[-2], homes[-1]  # costs: queued there + 2 x what is not held there
+    assert before.queued[first] + 2 * own <= 2 * r.prompt_tokens < last.queued[first] + 2 * own
+    for d in homes:
+        router.ended(d)
     for conv in range(4):
-        router.ended(homes[conv])
-    for conv in range(4):
-        r = route(job(system, f"conversation {conv} " * 20, "next turn"))
+        r = route(job(system, f"conversation {conv:02d} " * 20, "next turn"))
         d = router.choose(r, workers)
-        assert (d.worker, d.reason, d.matched) == (homes[conv].worker, "prefix", 2)
+        assert (d.worker, d.reason, d.matched) == (first, "prefix", 2)
 
 
 TIER = "0123456789abcdef"
@@ -206,14 +242,19 @@ def test_a_prefix_on_a_shared_ssd_tier_counts_for_every_worker_sharing_it():
     assert d.work == second.prompt_tokens - d.held
 
 
-def test_a_summary_names_its_ssd_tier_or_none():
+def test_a_summary_names_its_ssd_tier_and_decode_row_cost_or_none():
     from inference.dispatch.signed_json import ForgedMessage
     from inference.dispatch.worker_summary import decode, encode
 
-    summary = WorkerSummary("w1", keys=KEYS_HEX, cold_tier=TIER)
+    summary = WorkerSummary("w1", keys=KEYS_HEX, cold_tier=TIER, decode_row_tokens=1.25)
     assert decode("w1", encode(summary, SECRET), SECRET) == summary
-    older = encode(WorkerSummary("w1"), SECRET)  # a worker of before the field: no tier
+    older = encode(WorkerSummary("w1"), SECRET)  # a worker of before the fields: no tier
     assert decode("w1", older, SECRET).cold_tier == ""
+    assert decode("w1", older, SECRET).decode_row_tokens == 0.0  # not measured: the setting
+    for bad in (-1.0, 1e9, True, "2"):
+        forged = encode(WorkerSummary("w1", decode_row_tokens=bad), SECRET)
+        with pytest.raises(ForgedMessage, match="decode_row_tokens"):
+            decode("w1", forged, SECRET)
     for bad in ("../x", "0123", 7):
         forged = encode(WorkerSummary("w1", cold_tier=bad), SECRET)
         with pytest.raises(ForgedMessage, match="cold_tier"):
