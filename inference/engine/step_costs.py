@@ -112,18 +112,10 @@ class StepCosts:
         held = min([0, *ending], key=total)
         return least if held else prompt_tokens
 
-    def follow_up_window(self) -> Optional[float]:
-        """How long a newcomer may be held for an arrival that is due (``Scheduler``'s
-        follow-up hold): one decode step, what holding it costs when streams decode (they go on
-        meanwhile). None (no hold) until a decode step, a pass and a token have been measured."""
-        if self.decode_seconds is None or self.pass_seconds is None or self.token_seconds is None:
-            return None
-        return self.decode_seconds
-
-    def prompt_seconds(self, tokens: int) -> float:
-        """What computing ``tokens`` prompt tokens in a pass of their own costs (measured costs:
-        ``follow_up_window`` is not None)."""
-        return (self.pass_seconds or 0.0) + max(tokens, 0) * (self.token_seconds or 0.0)
+    def measured(self) -> bool:
+        """Whether a decode step, a pass and a prompt token have been measured (before that
+        ``Scheduler._apart`` does not apply)."""
+        return None not in (self.decode_seconds, self.pass_seconds, self.token_seconds)
 
     def piece_tokens(self) -> int:
         """Prompt tokens that take about one decode step: how finely background prefill is cut
