@@ -20,9 +20,7 @@ Rules (``RULES``):
   step ago has not been followed by an arrival, a newcomer's long prompt waits for it);
 - ``one``: one prompt a step, oldest first;
 - ``one-apart``: one prompt a step, and the step after one that finished a prompt computes none
-  while rows decode (``Scheduler._apart``);
-- ``one-apart-ending``: the same, and while rows about to end should finish first the prompt gets
-  32 tokens a step (``StepCosts.least_latency_chunk``): the scheduler's rule.
+  while rows decode: the scheduler's rule (``Scheduler._apart``).
 
     .venv/bin/python benchmarks/sim_closed_loop.py [--clients 4] [--conversations 12] [--turns 3]
         [--jitter 12]
@@ -45,9 +43,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from inference.engine.prefill import passes  # noqa: E402
-from inference.engine.step_costs import StepCosts  # noqa: E402
 
-RULES = ("together", "hold", "one", "one-apart", "one-apart-ending")
+RULES = ("together", "hold", "one", "one-apart")
 
 
 @dataclass
@@ -123,9 +120,6 @@ def simulate(rule: str, load: Load = Load(), costs: Costs = Costs()) -> Result:
     if rule not in RULES:
         raise ValueError(f"unknown rule {rule!r}")
     rng = random.Random(load.seed)
-    step_costs = StepCosts()  # the engine's rule for rows about to end, with the model's costs
-    step_costs.decode_seconds, step_costs.pass_seconds = costs.decode(4), costs.pass_s
-    step_costs.token_seconds = costs.token_s
     todo = list(range(load.conversations))
     turn = {}  # client -> (conversation, turn)
     owner: List[Optional[Req]] = [None]
@@ -177,17 +171,13 @@ def simulate(rule: str, load: Load = Load(), costs: Costs = Costs()) -> Result:
                 break
             now = max(now, nxt)
             continue
-        if rule.startswith("one-apart") and last_prompt and rows:
+        if rule == "one-apart" and last_prompt and rows:
             ready = []
         prompts = ready[:1] if rule.startswith("one") else ready
         res.steps += 1
         res.composition.append((len(prompts), len(rows)))
         res.prompt_steps += bool(prompts)
         chunks = [(r, r.tokens - r.done) for r in prompts]
-        if rule == "one-apart-ending" and rows and chunks:
-            left = chunks[0][1]
-            n = step_costs.least_latency_chunk(left, [load.gen - r.made for r in rows])
-            chunks = [(chunks[0][0], min(left, max(n, StepCosts.MIN_PREFILL_TOKENS)))]
         last_prompt = False
         for group in passes(chunks, round(costs.pass_s / costs.token_s)):
             now += costs.pass_s + len(group) * max(n for _, n in group) * costs.token_s

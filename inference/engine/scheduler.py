@@ -49,13 +49,12 @@ class Scheduler:
 
     Step composition: while requests at least as urgent as the prefill decode, and whenever
     the prefill is background work (priority > 0), the prompt tokens of a step are also capped
-    (``_bounded``, ``_allowance``), from the costs measured while serving (``costs``). A
-    default-priority prompt next to decoding streams gets the chunk that makes the sum of
-    every request's time to its last token least (``StepCosts.least_latency_chunk``: the whole
-    prompt in one step unless a stream about to end should finish first); background prompts,
-    and any prompt when ``max_step_ms`` is set, get what keeps the step near ``max_step_ms``
-    (0: ``StepCosts.AUTO_STRETCH`` decode steps). At least ``StepCosts.MIN_PREFILL_TOKENS`` a
-    step, so every prefill progresses. Otherwise a step takes the whole token budget.
+    (``_bounded``, ``_allowance``), from the costs measured while serving (``costs``).
+    Background prompts, and any prompt when ``max_step_ms`` is set or before the costs are
+    known, get what keeps the step near ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode
+    steps), at least ``StepCosts.MIN_PREFILL_TOKENS`` a step, so every prefill progresses.
+    Default-priority prompts are computed whole, one long prompt a step (below). Otherwise a
+    step takes the whole token budget.
 
     Prompts apart (issue 24; priority 0 or below, no ``max_step_ms``, once the costs are known:
     ``_apart``): a step computes at most one long prompt (one whose tokens take longer than a
@@ -201,7 +200,7 @@ class Scheduler:
         if prefilling and (apart := self._apart(prefilling)) is not None:
             prefilling, long_prompt = apart
         if prefilling and self._bounded(self._urgency(prefilling[0])[0]):
-            allowance = self._allowance(prefilling, budget)
+            allowance = self._allowance(self._urgency(prefilling[0])[0])
             if allowance is not None:
                 budget = min(budget, allowance)
         # The budget goes to the prefills most urgent first; while a more urgent prompt is being
@@ -240,20 +239,14 @@ class Scheduler:
                 long_prompt = r
         return chosen, long_prompt
 
-    def _allowance(self, prefilling: List[Request], budget: int) -> Optional[int]:
-        """The prompt tokens of a bounded step (``_bounded``; None: no bound yet). Prompts at
-        priority 0 or below, without ``max_step_ms``: the chunk of least total latency for the
-        prompts of the most urgent level and the rows decoding (``StepCosts.least_latency_chunk``);
-        background prompts, or with ``max_step_ms``: the step-time target (``prefill_allowance``)."""
-        level = self._urgency(prefilling[0])[0]
-        if level <= 0 and self.config.max_step_ms <= 0:
-            chunk = self.config.prefill_chunk_size
-            prompt = sum(min(r.num_to_prefill, chunk) for r in prefilling if self._urgency(r)[0] == level)
-            tokens = self.costs.least_latency_chunk(
-                min(prompt, budget), [r.length_left(None) for r in self.decoding]
-            )
-            if tokens is not None:
-                return max(self.costs.MIN_PREFILL_TOKENS, tokens)
+    def _allowance(self, level: int) -> Optional[int]:
+        """The prompt tokens of a bounded step (``_bounded``) that prefills at effective priority
+        ``level``; None: no bound but the budget. Prompts at priority 0 or below, without
+        ``max_step_ms``, once the costs are known: whole (``_apart`` chose which). Background
+        prompts, with ``max_step_ms``, or before the costs are known: the step-time target
+        (``StepCosts.prefill_allowance``)."""
+        if level <= 0 and self.config.max_step_ms <= 0 and self.costs.measured():
+            return None
         return self.costs.prefill_allowance(self.config.max_step_ms)
 
     def _bounded(self, level: int) -> bool:

@@ -79,7 +79,7 @@ def _together(llm, names, stream=None):
     for i, name in enumerate(names):
         llm.engine.submit(
             _ids(300, 10 + i),
-            SamplingParams(max_tokens=16, **GREEDY),  # (no row about to end: StepCosts.least_latency_chunk)
+            SamplingParams(max_tokens=4, **GREEDY),
             request_id=name,
             callback=lambda e, d=done[name]: e.finished and d.set(),
         )
@@ -92,8 +92,9 @@ def _together(llm, names, stream=None):
 
 def test_prompts_that_arrive_together_next_to_a_stream_run_whole_in_steps_apart(path):
     """Three 300-token prompts arrive in one step while a stream decodes: each is computed whole
-    in a step of its own, in arrival order, with a step between two of them that computes no
-    prompt and decodes the stream (and the prompts already done)."""
+    in a step of its own, in arrival order (whole even while the rows before it are about to
+    end: 4 tokens each), with a step between two of them that computes no prompt and decodes
+    the stream (and the prompts already done)."""
     with LLM(path, prefix_cache=False) as llm:
         _measured(llm)
         rec = Steps(llm.engine)
