@@ -118,7 +118,7 @@ class Scheduler:
         self.trickle = False  # after a hold: admit one request per step until none waits
         self._shed = 0  # running requests the next step preempts for memory
         self.num_memory_preemptions = 0
-        self.after_prompt = False  # the last step computed a long prompt (``_apart``)
+        self.after_prompt = False  # the last step finished a long prompt (``_apart``)
 
     # -- bookkeeping called by the engine ----------------------------------------------------
 
