@@ -122,7 +122,18 @@ def phase_means(before: dict, after: dict) -> dict:
 
 
 TRACE_READ = 1024  # records GET /v1/engine/step_trace gives at most (inference/api/omlx/step_trace.py)
-TIMES = ("prefill", "decode", "restore", "merge", "store", "sampling", "launch", "device_wait", "host")
+TIMES = (
+    "prefill",
+    "decode",
+    "restore",
+    "merge",
+    "prefill_compute",
+    "store",
+    "sampling",
+    "launch",
+    "device_wait",
+    "host",
+)
 
 
 def last_step(url: str) -> int:

@@ -126,9 +126,9 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "while requests decode, a step computes only the prompt tokens that keep it near this "
         "many milliseconds (from the speeds measured while serving), so streams keep a steady "
-        "inter-token latency during long prefills; per model; 0: a default-priority prompt gets the "
-        "step composition of least time to every request's last token, a background one targets "
-        "4 decode steps",
+        "inter-token latency during long prefills; per model; 0: default-priority prompts are "
+        "computed whole, one long prompt a step with a decode step between two, a background one "
+        "targets 4 decode steps",
         flag="--max-step-ms",
         commands=BOTH,
         check=checks.engine("max_step_ms"),

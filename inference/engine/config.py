@@ -40,9 +40,9 @@ class EngineConfig:
     max_step_ms: while requests decode, a step computes only as many prompt tokens as keep it
         near this many milliseconds, from the measured speeds (``step_costs.StepCosts``), so
         running streams keep a steady inter-token latency while long prompts are prefilled.
-        Lower: steadier streams, slower first tokens. 0 (the default): a default-priority
-        prompt gets the chunk of least total time to the requests' last tokens
-        (``StepCosts.least_latency_chunk``), a background one targets 4 decode steps.
+        Lower: steadier streams, slower first tokens. 0 (the default): default-priority prompts
+        are computed whole, one long prompt a step with a decode step between two
+        (``Scheduler._apart``); a background one targets 4 decode steps.
     kv_bits: quantize the KV of attention layers (full and sliding) to 8 or 4 bits (inference.engine.
         quantized_kv): about 1.9x or 3.6x the tokens per byte of float16 KV, in RAM and on SSD,
         for a small loss of quality (docs/benchmarks.md); None (the default): the model's dtype.

@@ -470,7 +470,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
         for request, reason, error, event in ended:
             if reason != "error" and self.runner.speculation is not None:
                 self.runner.speculation.finished(request)  # (the engine thread: no lock)
-            self.scheduler.finish(request, answered=reason in ("stop", "length"))
+            self.scheduler.finish(request)
             event = event or RequestOutput(request.request_id)
             if reason in ("stop", "length"):
                 event.text += request.text_stream.flush()

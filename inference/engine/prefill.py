@@ -144,6 +144,12 @@ class Prefill:
                 if request.num_computed == request.num_tokens:
                     finished.append((request, logits[i]))
             if finished:
+                # The pass's compute, timed apart from the stores and the first tokens that
+                # would otherwise evaluate it (the step trace's ``prefill_compute``).
+                began = perf_counter()
+                states = [c.state for request, _ in rows if request.cache is not None for c in request.cache]
+                mx.eval(states + [lg for _, lg in finished])
+                self.clock.prefill_compute += perf_counter() - began
                 on_done(snapshots, finished)
             if stop is None:
                 return False

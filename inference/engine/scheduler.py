@@ -10,7 +10,6 @@ from typing import Callable, List, Optional, Tuple
 from cache.prefix_cache import PrefixCache
 
 from .config import EngineConfig
-from .follow_ups import FollowUps
 from .request import Request, RequestStatus
 from .step_costs import StepCosts
 
@@ -50,13 +49,21 @@ class Scheduler:
 
     Step composition: while requests at least as urgent as the prefill decode, and whenever
     the prefill is background work (priority > 0), the prompt tokens of a step are also capped
-    (``_bounded``, ``_allowance``), from the costs measured while serving (``costs``). A
-    default-priority prompt next to decoding streams gets the chunk that makes the sum of
-    every request's time to its last token least (``StepCosts.least_latency_chunk``: the whole
-    prompt in one step unless a stream about to end should finish first); background prompts,
-    and any prompt when ``max_step_ms`` is set, get what keeps the step near ``max_step_ms``
-    (0: ``StepCosts.AUTO_STRETCH`` decode steps). At least ``StepCosts.MIN_PREFILL_TOKENS`` a
-    step, so every prefill progresses. Otherwise a step takes the whole token budget.
+    (``_bounded``, ``_allowance``), from the costs measured while serving (``costs``).
+    Background prompts, and any prompt when ``max_step_ms`` is set or before the costs are
+    known, get what keeps the step near ``max_step_ms`` (0: ``StepCosts.AUTO_STRETCH`` decode
+    steps), at least ``StepCosts.MIN_PREFILL_TOKENS`` a step, so every prefill progresses.
+    Default-priority prompts are computed whole, one long prompt a step (below). Otherwise a
+    step takes the whole token budget.
+
+    Prompts apart (issue 24; priority 0 or below, no ``max_step_ms``, once the costs are known:
+    ``_apart``): a step computes at most one long prompt (one whose tokens take longer than a
+    decode step), the oldest of the most urgent, and while rows decode the step after it
+    computes none (a decode step runs between two long prompts). Prompts that arrive
+    together thus start their streams at least two decode steps apart, their answers end that
+    far apart, and their clients' next turns (an agent sends one as soon as its answer is
+    whole) arrive during a decode step instead of behind another arrival's whole prompt. Short
+    prompts (a cached prefix with a few tokens left) ride with any step.
 
     Priorities (``SamplingParams.priority``, lower is more urgent, as vLLM's): waiting requests
     are ordered by (effective priority, arrival). A request's effective priority improves by one
@@ -67,13 +74,6 @@ class Scheduler:
     Batch wait (``max_batch_wait_ms``): a new request may be held up to that long so that it
     joins a batch with others; it is admitted earlier as soon as the waiting requests would fill
     every free slot. 0 admits at once.
-    Follow-up hold (issue 24): while an answer that ended less than a decode step ago has not
-    been followed by a request submitted after it (its client, an agent in a closed loop, is about
-    to send its next turn: ``FollowUps``), a waiting request of default or background priority
-    whose prompt would take a step longer than that is held, so that the two prompts are computed in one step
-    instead of the arrival waiting for the newcomer's whole step. The rows decoding go on
-    meanwhile; the hold ends when the arrival comes or a decode step after the answer ended
-    (``_follow_up_hold``), so a newcomer waits at most one decode step per answer that ends.
     A waiting request whose prompt shares a whole block or more (beyond what the prefix cache
     holds) with an older request that is prefilling is passed over until that prefill has
     stored its KV, then admitted as a cache hit: a prefix is computed once, not once per
@@ -118,7 +118,7 @@ class Scheduler:
         self.trickle = False  # after a hold: admit one request per step until none waits
         self._shed = 0  # running requests the next step preempts for memory
         self.num_memory_preemptions = 0
-        self.follow_ups = FollowUps()  # answers just ended: their next turns are due
+        self.after_prompt = False  # the last step finished a long prompt (``_apart``)
 
     # -- bookkeeping called by the engine ----------------------------------------------------
 
@@ -127,7 +127,6 @@ class Scheduler:
         request.num_computed = 0
         if request.queued_at is None:
             request.queued_at, request.queued_step = self.clock(), self.steps
-            self.follow_ups.arrived(request.created)
         self.waiting.append(request)
 
     def _urgency(self, r: Request) -> tuple:
@@ -139,60 +138,26 @@ class Scheduler:
         self.waiting.sort(key=self._urgency)
 
     def _held(self, request: Request, batch_full: bool) -> bool:
-        """Whether batch wait or the follow-up hold still holds this request back (see the
-        class docstring)."""
-        if batch_full:
-            return False
-        if self._follow_up_hold(request):
-            return True
+        """Whether batch wait still holds this request back (see the class docstring)."""
         wait = self.config.max_batch_wait_ms / 1000
-        return bool(wait) and self.clock() - request.queued_at < wait
-
-    def _follow_up_hold(self, request: Request) -> bool:
-        """Whether an arrival is due (an answer ended less than a decode step ago, none has
-        arrived since) and this request's prompt, computed alone, would keep it waiting longer
-        than that: it is then held, so that both prompts run in one step. Urgent requests
-        (priority < 0) and recomputations after a preemption are never held; nor is any before
-        the step costs are known."""
-        window = self.costs.follow_up_window()
-        if window is None or request.params.priority < 0 or request.num_preemptions:
-            return False
-        if not self.follow_ups.expected(self.clock(), window):
-            return False
-        wanted = request.all_token_ids[: request.num_tokens - 1]
-        cached = self.prefix_cache.peek(wanted, max_tokens=len(wanted), salt=request.cache_salt)
-        if self.costs.prompt_seconds(request.num_tokens - cached) <= window:
-            return False  # a short prompt: the arrival would barely wait for it
-        self.follow_ups.holds += 1
-        return True
+        return not batch_full and bool(wait) and self.clock() - request.queued_at < wait
 
     def next_release(self) -> Optional[float]:
-        """Seconds until batch wait or the follow-up hold releases the first held request;
-        None when none is held."""
-        if not self.waiting:
-            return None
-        due = []
+        """Seconds until batch wait releases the first held request; None when none is held."""
         wait = self.config.max_batch_wait_ms / 1000
-        if wait:
-            due.append(max(0.0, min(r.queued_at for r in self.waiting) + wait - self.clock()))
-        window = self.costs.follow_up_window()
-        if window is not None and (follow := self.follow_ups.due(self.clock(), window)) is not None:
-            due.append(follow)
-        return min(due) if due else None
+        if not self.waiting or not wait:
+            return None
+        return max(0.0, min(r.queued_at for r in self.waiting) + wait - self.clock())
 
     def started_decoding(self, request: Request) -> None:
         self.prefilling.remove(request)
         self.decoding.append(request)
 
-    def finish(self, request: Request, answered: bool = False) -> None:
-        """``answered``: it ended with a whole answer (stop or length), so its client may send
-        its next turn at once (``FollowUps``)."""
+    def finish(self, request: Request) -> None:
         for queue in (self.waiting, self.prefilling, self.decoding):
             if request in queue:
                 queue.remove(request)
         request.status = RequestStatus.FINISHED
-        if answered:
-            self.follow_ups.answer_ended(self.clock())
 
     def find(self, request_id: str) -> Optional[Request]:
         for queue in (self.waiting, self.prefilling, self.decoding):
@@ -231,8 +196,11 @@ class Scheduler:
         if budget > 0:
             self._admit(out)
         prefilling = sorted(self.prefilling, key=self._urgency)
+        long_prompt = None
+        if prefilling and (apart := self._apart(prefilling)) is not None:
+            prefilling, long_prompt = apart
         if prefilling and self._bounded(self._urgency(prefilling[0])[0]):
-            allowance = self._allowance(prefilling, budget)
+            allowance = self._allowance(self._urgency(prefilling[0])[0])
             if allowance is not None:
                 budget = min(budget, allowance)
         # The budget goes to the prefills most urgent first; while a more urgent prompt is being
@@ -246,22 +214,39 @@ class Scheduler:
             n = min(r.num_to_prefill, self.config.prefill_chunk_size, budget)
             out.prefill.append((r, n))
             budget -= n
+        # A step that finishes a long prompt starts a stream: the next one starts none while rows decode.
+        self.after_prompt = any(r is long_prompt and n == r.num_to_prefill for r, n in out.prefill)
         return out
 
-    def _allowance(self, prefilling: List[Request], budget: int) -> Optional[int]:
-        """The prompt tokens of a bounded step (``_bounded``; None: no bound yet). Prompts at
-        priority 0 or below, without ``max_step_ms``: the chunk of least total latency for the
-        prompts of the most urgent level and the rows decoding (``StepCosts.least_latency_chunk``);
-        background prompts, or with ``max_step_ms``: the step-time target (``prefill_allowance``)."""
+    def _apart(self, prefilling: List[Request]) -> Optional[Tuple[List[Request], Optional[Request]]]:
+        """The prefills of the most urgent level that this step may compute, and the long prompt
+        among them if any (the class docstring, "Prompts apart"): every short one (its tokens take
+        at most a decode step), and the first long one unless the step before finished a long
+        prompt and rows decode. None where the rule does not apply (background prompts,
+        ``max_step_ms`` set, costs not yet measured)."""
         level = self._urgency(prefilling[0])[0]
-        if level <= 0 and self.config.max_step_ms <= 0:
-            chunk = self.config.prefill_chunk_size
-            prompt = sum(min(r.num_to_prefill, chunk) for r in prefilling if self._urgency(r)[0] == level)
-            tokens = self.costs.least_latency_chunk(
-                min(prompt, budget), [r.length_left(None) for r in self.decoding]
-            )
-            if tokens is not None:
-                return max(self.costs.MIN_PREFILL_TOKENS, tokens)
+        decode = self.costs.decode_seconds
+        if level > 0 or self.config.max_step_ms > 0 or not self.costs.measured():
+            return None
+        chosen, long_prompt = [], None
+        for r in prefilling:
+            if self._urgency(r)[0] > level:
+                break
+            if min(r.num_to_prefill, self.config.prefill_chunk_size) * self.costs.token_seconds <= decode:
+                chosen.append(r)
+            elif long_prompt is None and not (self.after_prompt and self.decoding):
+                chosen.append(r)
+                long_prompt = r
+        return chosen, long_prompt
+
+    def _allowance(self, level: int) -> Optional[int]:
+        """The prompt tokens of a bounded step (``_bounded``) that prefills at effective priority
+        ``level``; None: no bound but the budget. Prompts at priority 0 or below, without
+        ``max_step_ms``, once the costs are known: whole (``_apart`` chose which). Background
+        prompts, with ``max_step_ms``, or before the costs are known: the step-time target
+        (``StepCosts.prefill_allowance``)."""
+        if level <= 0 and self.config.max_step_ms <= 0 and self.costs.measured():
+            return None
         return self.costs.prefill_allowance(self.config.max_step_ms)
 
     def _bounded(self, level: int) -> bool:

@@ -12,7 +12,7 @@ is blurred; over several steps the averages are what the time bound needs.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 
 class StepCosts:
@@ -76,54 +76,10 @@ class StepCosts:
         tokens = int((target - self.decode_seconds) * self.prefill_rate)
         return max(self.MIN_PREFILL_TOKENS, tokens)
 
-    def least_latency_chunk(self, prompt_tokens: int, rows_left: Sequence[int]) -> Optional[int]:
-        """Prompt tokens this step should compute, of ``prompt_tokens`` left to prefill, next to
-        decode rows that have ``rows_left`` tokens each still to generate: the whole prompt, or
-        ``MIN_PREFILL_TOKENS`` while rows about to end should finish first, whichever plan gives
-        the least sum, over the rows and the newcomer, of the time to their last token. None (no
-        bound) until the costs are known.
-
-        A plan holds the prompt to the minimum for j steps (j = 0, or the tokens some row has
-        left), then computes the rest in one step; every step costs a decode step and a forward
-        pass (``decode_seconds``, ``pass_seconds``) plus its prompt tokens (``token_seconds``).
-        Rows that end within the j steps gain the whole prompt's time; the newcomer and every
-        row that outlives the plan lose j decode steps and passes. The prompt is never spread
-        further: cut finer, it costs each row that goes on one pass more a step, and the
-        newcomer one decode step more a step, for no one's gain. The step after decides again,
-        so the prompt goes in whole once the rows that should end first have ended. The rows'
-        remaining lengths are upper bounds (max_tokens): a row may end sooner on its own."""
-        if self.decode_seconds is None or self.pass_seconds is None or self.token_seconds is None:
-            return None
-        least = self.MIN_PREFILL_TOKENS
-        if prompt_tokens <= least or not rows_left:
-            return max(prompt_tokens, 0)
-        decode, per_pass, per_token = self.decode_seconds, self.pass_seconds, self.token_seconds
-
-        def total(held: int) -> float:
-            """The sum of last-token times of the plan that holds the prompt for ``held`` steps."""
-            small = decode + per_pass + least * per_token
-            end = held * small + decode + per_pass + (prompt_tokens - held * least) * per_token
-            cost = end  # the newcomer's first token (what follows is the same in every plan)
-            for left in rows_left:
-                cost += left * small if left <= held else end + (left - held - 1) * decode
-            return cost
-
-        ending = {left for left in rows_left if 0 < left and left * least < prompt_tokens}
-        held = min([0, *ending], key=total)
-        return least if held else prompt_tokens
-
-    def follow_up_window(self) -> Optional[float]:
-        """How long a newcomer may be held for an arrival that is due (``Scheduler``'s
-        follow-up hold): one decode step, what holding it costs when streams decode (they go on
-        meanwhile). None (no hold) until a decode step, a pass and a token have been measured."""
-        if self.decode_seconds is None or self.pass_seconds is None or self.token_seconds is None:
-            return None
-        return self.decode_seconds
-
-    def prompt_seconds(self, tokens: int) -> float:
-        """What computing ``tokens`` prompt tokens in a pass of their own costs (measured costs:
-        ``follow_up_window`` is not None)."""
-        return (self.pass_seconds or 0.0) + max(tokens, 0) * (self.token_seconds or 0.0)
+    def measured(self) -> bool:
+        """Whether a decode step, a pass and a prompt token have been measured (before that
+        ``Scheduler._apart`` does not apply)."""
+        return None not in (self.decode_seconds, self.pass_seconds, self.token_seconds)
 
     def piece_tokens(self) -> int:
         """Prompt tokens that take about one decode step: how finely background prefill is cut

@@ -24,22 +24,24 @@ class StepClock:
 
     device_wait  blocked on the device for results: the read of the previous decode tokens
                  (``tolist``), the sampled first tokens, the ``mx.eval`` that ends a prefill;
+    prefill_compute  the ``mx.eval`` of a prefill pass that finished prompts, before their KV
+                 is stored and their first tokens sampled: on the CPU, the pass itself;
     launch       in ``mx.async_eval`` queueing a decode pass: on the CPU it returns only when
                  most of the pass has run (docs/engine.md), so there it is mostly computing;
     sampling     building the sampling graphs (and the grammar masks) of decode and first tokens;
     restore      loading cached prefixes into requests' caches;
     merge        moving requests whose prompts are done into the decode batch;
-    store        handing computed KV to the prefix cache (with the block copies it evaluates).
+    store        handing computed KV to the prefix cache (the block copies it evaluates).
     Restore and merge build lazy copies: the copying runs with the next pass that reads them.
     """
 
-    __slots__ = ("device_wait", "launch", "sampling", "restore", "merge", "store")
+    __slots__ = ("device_wait", "prefill_compute", "launch", "sampling", "restore", "merge", "store")
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.device_wait = self.launch = self.sampling = 0.0
+        self.device_wait = self.prefill_compute = self.launch = self.sampling = 0.0
         self.restore = self.merge = self.store = 0.0
 
     def seconds(self) -> dict:
@@ -73,6 +75,7 @@ class StepRecord:
     sampling_seconds: float
     launch_seconds: float
     device_wait_seconds: float
+    prefill_compute_seconds: float
 
     @property
     def host_seconds(self) -> float:
@@ -86,7 +89,8 @@ class StepRecord:
             - self.store_seconds
             - self.sampling_seconds
             - self.launch_seconds
-            - self.device_wait_seconds,
+            - self.device_wait_seconds
+            - self.prefill_compute_seconds,
         )
 
     def as_dict(self) -> dict:

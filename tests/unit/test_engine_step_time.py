@@ -1,5 +1,5 @@
-"""Step composition: while streams decode, a default-priority prompt gets the chunk of least
-total time to the requests' last tokens (whole, unless a stream about to end finishes first);
+"""Step composition: while streams decode, a default-priority prompt is computed whole (one
+long prompt a step: tests/unit/test_engine_prompts_apart.py);
 with ``max_step_ms``, and for background prompts, a step computes only the prompt tokens that
 keep it near the target (from speeds measured while serving), at least
 ``StepCosts.MIN_PREFILL_TOKENS``; urgent prefills take the step's budget first; the setting
@@ -59,39 +59,6 @@ def test_a_pass_is_priced_from_small_decode_steps_and_tokens_from_prefill_steps(
     assert costs.token_seconds == pytest.approx(
         0.75 * 0.01 + 0.25 * (2.0 - costs.decode_seconds - 2 * costs.pass_seconds) / 100
     )
-
-
-def _costs(decode, per_pass, per_token):
-    costs = StepCosts()
-    costs.decode_seconds, costs.pass_seconds, costs.token_seconds = decode, per_pass, per_token
-    return costs
-
-
-def test_the_least_latency_chunk_is_the_whole_prompt_while_the_rows_go_on():
-    """Rows with more tokens left than the prompt would take steps: spreading the prompt costs
-    each of them a pass per step and the newcomer a decode step per step, so it goes in one."""
-    assert StepCosts().least_latency_chunk(300, [100]) is None  # nothing measured: no bound
-    costs = _costs(decode=0.1, per_pass=0.08, per_token=0.002)
-    assert costs.least_latency_chunk(300, [100, 50, 20]) == 300
-    assert costs.least_latency_chunk(300, []) == 300  # nothing decodes
-    assert costs.least_latency_chunk(MIN // 2, [1]) == MIN // 2  # a small prompt: never cut
-    # Free passes and decode steps would make every plan cost the same: still the whole prompt.
-    assert _costs(0.0, 0.0, 0.002).least_latency_chunk(300, [100]) == 300
-
-
-def test_a_row_about_to_end_finishes_before_a_long_prompt():
-    """A 512-token prompt that takes 5.3 s in one step. Rows with one token left end after a
-    step with a 32-token chunk (0.5 s) instead: each gains 4.8 s, and the newcomer and a row that
-    goes on lose that step's decode and pass (0.18 s) each, so the prompt is held to 32 tokens.
-    With a costly pass (2 s) and three rows that go on, they lose more than the ending row
-    gains: the whole prompt."""
-    costs = _costs(decode=0.1, per_pass=0.08, per_token=0.01)
-    assert costs.least_latency_chunk(512, [1, 1]) == MIN
-    assert costs.least_latency_chunk(512, [1, 400]) == MIN
-    assert costs.least_latency_chunk(512, [20, 400]) == 512  # 20 steps of holding: too long
-    slow_pass = _costs(decode=0.1, per_pass=2.0, per_token=0.01)
-    assert slow_pass.least_latency_chunk(512, [1, 400]) == MIN
-    assert slow_pass.least_latency_chunk(512, [1, 400, 400, 400]) == 512
 
 
 class Chunks:

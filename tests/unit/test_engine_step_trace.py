@@ -98,6 +98,9 @@ def test_one_stream_is_one_prefill_pass_then_one_row_a_step(path):
         assert len(prefill) == 1
         assert (prefill[0].prompt_tokens, prefill[0].padded_tokens, prefill[0].prefill_passes) == (40, 40, 1)
         assert prefill[0].prefill_rows == 1 and prefill[0].first_tokens == 1
+        # the pass that finished the prompt was evaluated on its own clock, apart from its store
+        assert prefill[0].prefill_compute_seconds > 0
+        assert all(r.prefill_compute_seconds == 0 for r in records if not r.first_tokens)
         assert sum(r.first_tokens for r in records) == 1
         assert {r.decode_rows for r in records if r.decode_passes} == {1}
         # The first token comes from the prefill; the other 5 from decode passes (the GPU's
