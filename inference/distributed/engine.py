@@ -47,7 +47,8 @@ class DistributedEngine(Engine):
         self.channel = PlanChannel(group.group)
         self.lost: Optional[str] = None
         self.split = None  # what this rank holds, once loaded: its LayerSplit or TensorShard
-        self.rank_figures = RankFigures()  # every rank's cache and memory figures (status, /metrics)
+        # Every rank's cache and memory figures and what it holds (status page, /metrics).
+        self.rank_figures = RankFigures(group.parallel)
         try:
             super().__init__(model_path, config, **settings)
         except BaseException:
@@ -115,14 +116,20 @@ class DistributedEngine(Engine):
         super()._keep_kv(request)
 
     def _make_runner(self, block_size) -> LeaderRunner:
-        return LeaderRunner(self.loaded, self.channel, self.clock)
+        runner = LeaderRunner(self.loaded, self.channel, self.clock)  # its checks' passes: every rank's
+        # Once loaded, every rank's figures: the status page shows what each holds from now.
+        self.rank_figures.collect(self.channel, self.prefix_cache, self.split)
+        return runner
 
     def _step(self) -> None:
         try:
+            had = self.scheduler.has_work()
             super()._step()
-            # Every EVERY seconds while it works, and when the work ends (fresh while idle).
-            if self.rank_figures.due() or not self.scheduler.has_work():
-                self.rank_figures.collect(self.channel, self.prefix_cache)
+            # Every EVERY seconds while it works, and after the step that ends the work (fresh
+            # while idle); never on an idle step (a call between steps: nothing changed).
+            busy = self.scheduler.has_work()
+            if (busy and self.rank_figures.due()) or (had and not busy):
+                self.rank_figures.collect(self.channel, self.prefix_cache, self.split)
         except GroupLost as exc:
             self.lost = f"a machine of the distributed group stopped answering ({exc}); the model is down"
             logger.error("%s: %s", self.loaded.path.name, self.lost)

@@ -56,6 +56,7 @@ class Follower:
         self.loaded = loaded
         self.runner = ModelRunner(self.loaded)  # its checks run forward passes: every rank's too
         self.requests: Dict[str, Request] = {}
+        self.split = split  # its LayerSplit or TensorShard
         self.cache = block_cache_for(self.loaded, config, part_component(split), rows=False)
         self.pending: deque = deque()
         self.snapshots: dict = {}
@@ -194,7 +195,7 @@ class Follower:
 
     def _figures(self) -> None:
         """Rank 0 asks for every rank's figures (inference.distributed.rank_stats)."""
-        exchange(self.channel.group, own_figures(self.cache))
+        exchange(self.channel.group, own_figures(self.cache, self.split))
 
     def _drop(self, message: dict) -> None:
         ids = message.get("ids")

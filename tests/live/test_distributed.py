@@ -115,6 +115,15 @@ def test_served_mixed_batch_equals_one_process(server, model):
     assert re.search(r'^omlx_rank_memory_bytes\{kind="mlx",model="tiny",rank="1"\} [1-9]', text, re.M)
     page = httpx.get(server.url + "/admin/status/", timeout=30).text
     assert 'id="card-ranks"' in page and page.count('<td class="rank-id">') == 2
+    # How the model is cut, said by the ranks themselves: rank 0 layers 0-1 of 3, rank 1 layer 2.
+    assert page.count('<td class="rank-parallel">pipeline, 2 ranks</td>') == 2
+    holds = re.findall(r'<td class="rank-holds">([^<]*)</td>', page)
+    assert holds == ["layers 0-1 of 3", "layer 2 of 3"], holds
+    info = re.findall(r"^omlx_rank_info\{(.*)\} 1\.0$", text, re.M)
+    assert sorted(info) == [
+        'heads="1/1",layers="0-1",layers_total="3",model="tiny",parallel="pipeline",rank="0"',
+        'heads="1/1",layers="2-2",layers_total="3",model="tiny",parallel="pipeline",rank="1"',
+    ], info
 
 
 def test_killed_rank_fails_its_request_and_the_model_goes_down(server):

@@ -72,8 +72,16 @@ def test_tensor_parallel_serves_a_mixed_batch_as_one_process_and_hits_its_cache(
         )
         texts, cached = _served(server.url, "llama", CACHED)  # the group serves the next model
         again, cached_again = _served(server.url, "llama", CACHED)
+        page = httpx.get(server.url + "/admin/status/", timeout=30).text
+        metrics = httpx.get(server.url + "/metrics", timeout=30).text
     finally:
         server.stop()
+    # The status page and /metrics say how the model is cut: every layer, half the heads each.
+    assert page.count('<td class="rank-parallel">tensor, 2 ranks</td>') == 2
+    assert page.count('<td class="rank-holds">all 2 layers, 1/2 of the heads</td>') == 2
+    for rank in range(2):
+        labels = f'heads="1/2",layers="0-1",layers_total="2",model="llama",parallel="tensor",rank="{rank}"'
+        assert f"omlx_rank_info{{{labels}}} 1.0" in metrics
     message = refused.json()["error"]["message"]
     assert "cannot shard llama for tensor parallel: its num_attention_heads (3) does not divide" in message
     assert texts == _one_process(llama, CACHED)
