@@ -146,6 +146,34 @@ def test_killed_rank_fails_its_request_and_the_model_goes_down(server):
     assert "is down" in again.json()["error"]["message"]
 
 
+def _rank_pid(home):
+    return int(re.search(r"\(pid (\d+)\) waiting", (home / "logs" / "rank1.log").read_text()).group(1))
+
+
+@pytest.mark.slow  # ~20 s here: a server of its own (the dead rank takes its group down), the timeout
+def test_a_rank_killed_before_shutdown_does_not_hold_the_exit(model, tmp_path):
+    """A rank that died while the model was idle: the server's shutdown closes the model
+    without it (the exchange of the close fails, or, as MLX's ring backend may leave it, never
+    ends: then the wait is the timeout's) and exits 0; the log says which rank, and how it ended."""
+    server = _split_server(model, tmp_path, "--distributed-timeout", "1")
+    try:
+        _complete(server.url, [5, 6], 2, [None], 0)  # the group is loaded
+        # The ranks' figures after the work (rank 0 looked the prompt up): the engine is idle.
+        while not re.search(
+            r'^omlx_rank_lookup_tokens_total\{model="tiny",rank="0"\} [1-9]',
+            httpx.get(server.url + "/metrics", timeout=30).text,
+            re.M,
+        ):
+            time.sleep(0.1)
+        pid = _rank_pid(tmp_path)
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        code = server.stop()  # SIGTERM; killed, with its threads' stacks, when it hangs
+    out = "".join(server.output)
+    assert code == 0, out
+    assert f"rank 1 (process {pid}): killed by signal 9 (SIGKILL)" in out, out
+
+
 # -- the block cache on a split model ---------------------------------------------------------
 
 
