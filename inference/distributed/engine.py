@@ -121,7 +121,9 @@ class DistributedEngine(Engine):
         super()._keep_kv(request)
 
     def _make_runner(self, block_size) -> LeaderRunner:
-        runner = LeaderRunner(self.loaded, self.channel, self.clock)  # its checks' passes: every rank's
+        # block_size: snapshots at block boundaries for sliding windows, as on every rank. Its
+        # checks run forward passes: every rank's too.
+        runner = LeaderRunner(self.loaded, self.channel, self.clock, block_size)
         # Once loaded, every rank's figures: the status page shows what each holds from now.
         self.rank_figures.collect(self.channel, self.prefix_cache, self.split)
         return runner
