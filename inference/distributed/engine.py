@@ -25,6 +25,7 @@ from typing import Optional
 from cache.prefix_cache import PrefixCache
 from inference.engine.engine import Engine
 from inference.engine.engine_cache import block_cache_for
+from inference.engine.engine_thread import _wait_for_os_thread_exit
 from inference.engine.model_loader import LoadedModel, ModelLoadError, load_model
 from inference.engine.request import Request
 
@@ -182,6 +183,7 @@ class DistributedEngine(Engine):
                     self.distributed.ranks_state(),
                 )
                 return
+        _wait_for_os_thread_exit(self._thread.native_id)  # as Engine.close does after its join
         super().close()
 
     def _close_ranks(self) -> None:
