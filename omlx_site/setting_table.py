@@ -270,9 +270,10 @@ SETTINGS: tuple[Setting, ...] = (
         "OMLX_DISTRIBUTED_TIMEOUT",
         NUMBER,
         120.0,
-        "seconds an exchange of a step may wait for the other ranks of --distributed (loads and "
-        "closes are not timed): past it a rank is taken as hung, its requests fail and the model is "
-        "down. See docs/operations.md",
+        "seconds an exchange of a step, or of a model's close (each rank writing its RAM blocks "
+        "down), may wait for the other ranks of --distributed (loads are not timed): past it a rank "
+        "is taken as hung, its requests fail and the model is down, or the close goes on without "
+        "it. See docs/operations.md",
         flag="--distributed-timeout",
         check=checks.positive,
         console_editable=False,

@@ -75,15 +75,18 @@ def cards_context(history: History) -> dict:
 
 
 def ranks_context() -> List[dict]:
-    """A model split across machines: one row per rank, from the figures rank 0 last asked."""
+    """A model split across machines: one row per rank, from the figures rank 0 last asked, with
+    how the model is cut and what the rank holds of it."""
     rows = []
-    for model_id, ranks in sorted(metrics.rank_figures().items()):
+    for model_id, (parallel, ranks) in sorted(metrics.rank_figures().items()):
         for rank, f in enumerate(ranks):
             looked = f["lookup_tokens"]
             rows.append(
                 {
                     "model": model_id,
+                    "parallel": f"{parallel}, {len(ranks)} ranks",
                     "rank": rank,
+                    "holds": metrics.rank_holds(f),
                     "memory": format_bytes(f["memory_bytes"]) if f["memory_bytes"] else "–",
                     "mlx": format_bytes(f["mlx_bytes"]),
                     "hot": format_bytes(f["hot_bytes"]),

@@ -19,22 +19,27 @@ up for everything else.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Optional
 
 from cache.prefix_cache import PrefixCache
 from inference.engine.engine import Engine
 from inference.engine.engine_cache import block_cache_for
+from inference.engine.engine_thread import _wait_for_os_thread_exit
 from inference.engine.model_loader import LoadedModel, ModelLoadError, load_model
 from inference.engine.request import Request
 
 from .group import DistributedGroup
 from .leader_runner import LeaderRunner
+from . import plan_channel
 from .plan_channel import GroupLost, PlanChannel
 from .rank_cache import AgreedBlockCache, cache_settings
 from .rank_stats import RankFigures
 from .tensor import part_component, sharder
 
 logger = logging.getLogger("omlx.distributed")
+
+CLOSE_GRACE = 3.0  # seconds past the watchdog's timeout that close() waits for a hung exchange
 
 
 class DistributedEngine(Engine):
@@ -47,7 +52,9 @@ class DistributedEngine(Engine):
         self.channel = PlanChannel(group.group)
         self.lost: Optional[str] = None
         self.split = None  # what this rank holds, once loaded: its LayerSplit or TensorShard
-        self.rank_figures = RankFigures()  # every rank's cache and memory figures (status, /metrics)
+        # Every rank's cache and memory figures and what it holds (status page, /metrics).
+        self.rank_figures = RankFigures(group.parallel)
+        self.abandoned = False  # whether close() left the engine's thread waiting for the ranks
         try:
             super().__init__(model_path, config, **settings)
         except BaseException:
@@ -115,14 +122,22 @@ class DistributedEngine(Engine):
         super()._keep_kv(request)
 
     def _make_runner(self, block_size) -> LeaderRunner:
-        return LeaderRunner(self.loaded, self.channel, self.clock)
+        # block_size: snapshots at block boundaries for sliding windows, as on every rank. Its
+        # checks run forward passes: every rank's too.
+        runner = LeaderRunner(self.loaded, self.channel, self.clock, block_size)
+        # Once loaded, every rank's figures: the status page shows what each holds from now.
+        self.rank_figures.collect(self.channel, self.prefix_cache, self.split)
+        return runner
 
     def _step(self) -> None:
         try:
+            had = self.scheduler.has_work()
             super()._step()
-            # Every EVERY seconds while it works, and when the work ends (fresh while idle).
-            if self.rank_figures.due() or not self.scheduler.has_work():
-                self.rank_figures.collect(self.channel, self.prefix_cache)
+            # Every EVERY seconds while it works, and after the step that ends the work (fresh
+            # while idle); never on an idle step (a call between steps: nothing changed).
+            busy = self.scheduler.has_work()
+            if (busy and self.rank_figures.due()) or (had and not busy):
+                self.rank_figures.collect(self.channel, self.prefix_cache, self.split)
         except GroupLost as exc:
             self.lost = f"a machine of the distributed group stopped answering ({exc}); the model is down"
             logger.error("%s: %s", self.loaded.path.name, self.lost)
@@ -137,10 +152,54 @@ class DistributedEngine(Engine):
             super()._main(model_path)
         finally:
             if self.lost is None and self.loaded is not None:
-                try:
-                    self.channel.send({"op": "close"})
-                    # Once every rank has written its hot blocks down: a restart finds them.
-                    self.channel.agree_min(0, watched=False)
-                except GroupLost:
-                    pass
+                self._close_ranks()
             self.distributed.release(self)
+
+    def close(self) -> None:
+        """As ``Engine.close``, but a wait for the other ranks does not hold it for ever: when
+        the engine's thread has waited in one exchange with them for the watchdog's timeout and
+        ``CLOSE_GRACE`` seconds more (the watchdog has shut the ring connections, and the
+        exchange still has not failed: MLX's ring backend may never return from a collective
+        whose peer died before it began), the thread is left where it waits (a daemon thread:
+        the process exits without it), ``abandoned`` is set and the log says which rank."""
+        watchdog = self.distributed.watchdog
+        if watchdog is None or not self._thread.is_alive():
+            return super().close()
+        limit = watchdog.timeout + CLOSE_GRACE
+        self._inbox.put(("close", None))
+        while self._thread.is_alive():
+            self._thread.join(0.1)
+            since = plan_channel.waiting_since()
+            if since is not None and time.monotonic() - since > limit and self._thread.is_alive():
+                self._closer.detach()  # neither now nor at exit: it would wait for ever
+                self.abandoned = True
+                self.distributed.broken = "an exchange with the other ranks never ended"
+                self.distributed.release(self)
+                logger.error(
+                    "%s: an exchange with the other ranks has not ended %g s after it began, and "
+                    "the ring backend still waits for them (%s): closed without them",
+                    self.loaded.path.name,
+                    limit,
+                    self.distributed.ranks_state(),
+                )
+                return
+        _wait_for_os_thread_exit(self._thread.native_id)  # as Engine.close does after its join
+        super().close()
+
+    def _close_ranks(self) -> None:
+        """Tell the other ranks to close the model and wait until every one has written its hot
+        blocks down (a restart then finds them). Timed as a step is (the watchdog's
+        ``OMLX_DISTRIBUTED_TIMEOUT``): a rank that died or hangs does not hold the close, nor
+        the server's exit; the log says so. A rank still writing then finishes on its own (each
+        block file whole or absent) and exits when it finds rank 0 gone."""
+        try:
+            self.channel.send({"op": "close"})
+            self.channel.agree_min(0)
+        except GroupLost as exc:
+            logger.error(
+                "%s: closed without the other ranks' confirmation (%s; %s): their hot blocks may "
+                "not all be on their SSD tiers",
+                self.loaded.path.name,
+                exc,
+                self.distributed.ranks_state(),
+            )

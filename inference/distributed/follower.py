@@ -54,9 +54,14 @@ class Follower:
     def __init__(self, loaded, split, channel: PlanChannel, config):
         self.channel = channel
         self.loaded = loaded
-        self.runner = ModelRunner(self.loaded)  # its checks run forward passes: every rank's too
-        self.requests: Dict[str, Request] = {}
+        self.split = split  # its LayerSplit or TensorShard
         self.cache = block_cache_for(self.loaded, config, part_component(split), rows=False)
+        # As rank 0's: with the block cache, a model with sliding windows takes its snapshots at
+        # block boundaries (and before a prompt's last token). Its checks run forward passes:
+        # every rank's too.
+        block_size = config.cache_block_size if self.cache.wants_kv else None
+        self.runner = ModelRunner(self.loaded, block_size)
+        self.requests: Dict[str, Request] = {}
         self.pending: deque = deque()
         self.snapshots: dict = {}
 
@@ -194,7 +199,7 @@ class Follower:
 
     def _figures(self) -> None:
         """Rank 0 asks for every rank's figures (inference.distributed.rank_stats)."""
-        exchange(self.channel.group, own_figures(self.cache))
+        exchange(self.channel.group, own_figures(self.cache, self.split))
 
     def _drop(self, message: dict) -> None:
         ids = message.get("ids")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -51,6 +52,7 @@ class DistributedGroup:
         ring_file.write_text(ring)
         dirs = [arg for d in model_dirs for arg in ("--model-dir", str(d))]
         self.processes = []
+        self.local: List[bool] = []  # whether each of them is a local process (else ssh)
         for rank, host in enumerate(hosts[1:], start=1):
             argv = [sys.executable, "-m", "inference.distributed.follower", *dirs]
             # The host's own folder, or rank 0's at the same path on its disk; each rank's blocks
@@ -70,16 +72,37 @@ class DistributedGroup:
                 proc = subprocess.Popen(["ssh", host.ssh, script], stdout=log, stderr=subprocess.STDOUT)
             log.close()  # the child has its own descriptor
             self.processes.append(proc)
+            self.local.append(host.local)
         os.environ["MLX_HOSTFILE"], os.environ["MLX_RANK"] = str(ring_file), "0"
         self.group = mx.distributed.init(strict=True, backend="ring")
         # A rank that hangs (stopped, not dead) is found by a timeout on the steps' exchanges.
         self.watchdog = Watchdog(hosts, timeout) if timeout else None
         self._lock = threading.Lock()
         self._holder: Optional[object] = None
+        self.broken: Optional[str] = None  # why no model can be served on it any more
+
+    def ranks_state(self) -> str:
+        """How the processes of the other ranks are (the log line of a close that failed): a
+        local rank's pid and whether it runs or how it ended; a remote one's ssh session."""
+        states = []
+        for rank, proc in enumerate(self.processes, start=1):
+            code = proc.poll()
+            if code is None:
+                state = "still running (it hangs, or is busy)"
+            elif code < 0:
+                state = f"killed by signal {-code} ({_signal_name(-code)})"
+            else:
+                state = f"exited with code {code}"
+            where = "process" if self.local[rank - 1] else "ssh session"
+            states.append(f"rank {rank} ({where} {proc.pid}): {state}")
+        return "; ".join(states)
 
     def claim(self, holder) -> None:
-        """Make ``holder`` (an engine) the group's one user; ValueError while another holds it."""
+        """Make ``holder`` (an engine) the group's one user; ValueError while another holds it
+        or once the group is ``broken``."""
         with self._lock:
+            if self.broken is not None:
+                raise ValueError(f"the distributed group is broken ({self.broken}): restart omlx serve")
             if self._holder is not None:
                 raise ValueError("the distributed group serves one model at a time: unload the other first")
             self._holder = holder
@@ -88,6 +111,13 @@ class DistributedGroup:
         with self._lock:
             if self._holder is holder:
                 self._holder = None
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
 
 
 _started: Optional[DistributedGroup] = None

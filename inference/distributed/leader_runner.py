@@ -39,8 +39,8 @@ class LeaderRunner(ModelRunner):
     the ids of the requests the other ranks hold (sent with their first prefill, forgotten
     with their drop)."""
 
-    def __init__(self, loaded, channel: PlanChannel, clock=None):
-        super().__init__(loaded, None, clock)
+    def __init__(self, loaded, channel: PlanChannel, clock=None, block_size: Optional[int] = None):
+        super().__init__(loaded, block_size, clock)
         self.channel: Optional[PlanChannel] = channel  # None once the group is lost: nothing is sent
         self.known: Set[str] = set()
 

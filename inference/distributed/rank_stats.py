@@ -1,11 +1,13 @@
 """Every rank's figures for rank 0's /metrics and status page (a model split across machines).
 
 Each rank keeps its own layers' blocks in its own tiers (``rank_cache``), so its hits, its RAM
-and SSD tier and its memory are its own. Rank 0 asks for them between steps: at its first step, every
-``EVERY`` seconds while its engine works, and after the step that ends its work. It sends ``{"op":
-"figures"}`` over the plan channel, and every rank, rank 0 included, gives ``FIELDS`` in one
-``all_gather`` of int64 (no JSON back: a rank can only send numbers). Rank 0 keeps the last
-answer (``RankFigures.ranks``, one dict per rank, rank order); nothing is asked while the
+and SSD tier and its memory are its own; each also says what it holds of the model (its layers,
+and how many ranks share their heads: 1 in pipeline parallel, every rank in tensor parallel).
+Rank 0 asks for them between steps: once the model is loaded, every ``EVERY`` seconds while its
+engine works, and after the step that ends its work. It sends ``{"op": "figures"}`` over the
+plan channel, and every rank, rank 0 included, gives ``FIELDS`` in one ``all_gather`` of int64
+(no JSON back: a rank can only send numbers). Rank 0 keeps the last answer (``RankFigures.ranks``,
+one dict per rank, rank order, with the group's ``parallel`` mode); nothing is asked while the
 engine is idle (the figures do not change then, but for memory).
 """
 
@@ -30,11 +32,16 @@ FIELDS = (
     "cold_bytes",  # its SSD tier's block files
     "memory_bytes",  # resident memory of its process (0: unknown)
     "mlx_bytes",  # MLX's active memory (weights and KV of its layers)
+    "layer_start",  # the first decoder layer it runs
+    "layer_end",  # one past the last
+    "num_layers",  # of the model's
+    "head_shards",  # ranks that share the heads of each of its layers (1: it holds them all)
 )
 
 
-def own_figures(cache) -> List[int]:
-    """This rank's ``FIELDS``, from its block cache (None: caching off) and process."""
+def own_figures(cache, part) -> List[int]:
+    """This rank's ``FIELDS``, from its block cache (None: caching off), what it holds of the
+    model (``part``: a pipeline ``LayerSplit`` or a tensor ``TensorShard``) and its process."""
     read = getattr(cache, "snapshot", None)
     snapshot = read() if read is not None else {}
     lookups, hot, cold = (snapshot.get(k) or {} for k in ("lookups", "hot", "cold"))
@@ -52,8 +59,16 @@ def own_figures(cache) -> List[int]:
         cold.get("bytes", 0),
         rss,
         mx.get_active_memory(),
+        *held(part),
     ]
     return [max(0, int(v)) for v in values]
+
+
+def held(part) -> List[int]:
+    """``part``'s layer start, end, layer count and head shards (the last four ``FIELDS``)."""
+    if hasattr(part, "start"):  # a LayerSplit: its slice of the layers, every head of them
+        return [part.start, part.end, part.num_layers, 1]
+    return [0, part.num_layers, part.num_layers, part.size]  # a TensorShard: 1/size of every layer
 
 
 def exchange(group, values: List[int]) -> List[List[int]]:
@@ -65,10 +80,11 @@ def exchange(group, values: List[int]) -> List[List[int]]:
 
 
 class RankFigures:
-    """Rank 0's side: ``collect`` asks every rank when ``EVERY`` seconds have passed; ``ranks``
-    is the last answer (any thread)."""
+    """Rank 0's side: ``collect`` asks every rank (the engine says when); ``ranks`` is the last
+    answer (any thread); ``parallel``: how the model is cut ("pipeline" or "tensor")."""
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, parallel: str, clock=time.monotonic):
+        self.parallel = parallel
         self._clock = clock
         self._at: Optional[float] = None
         self._lock = threading.Lock()
@@ -77,11 +93,11 @@ class RankFigures:
     def due(self) -> bool:
         return self._at is None or self._clock() - self._at >= EVERY
 
-    def collect(self, channel, cache) -> None:
-        """Ask every rank for its figures (engine thread, between steps); GroupLost as any
-        exchange."""
+    def collect(self, channel, cache, part) -> None:
+        """Ask every rank for its figures (engine thread, between steps); ``cache`` and
+        ``part``: rank 0's (``own_figures``). GroupLost as any exchange."""
         channel.send({"op": OP})
-        rows = exchange(channel.group, own_figures(cache))
+        rows = exchange(channel.group, own_figures(cache, part))
         with self._lock:
             self._ranks = [dict(zip(FIELDS, row)) for row in rows]
             self._at = self._clock()

@@ -7,8 +7,10 @@ only for the other ranks' share of that step, so one that waits longer than
 ``OMLX_DISTRIBUTED_TIMEOUT`` seconds means a rank is not answering. The watchdog then shuts down
 rank 0's ring connections (its TCP sockets to the other ranks' ring ports): the collective fails
 as when a rank dies (``GroupLost``), the requests in flight end with the error that says so, and
-the model is down until the server restarts. Loading a model and writing the block cache down at
-its close are not timed (``watched=False``): they may take long on a large model.
+the model is down until the server restarts. Loading a model is not timed (``watched=False``):
+it may take long on a large model. Closing one is (``DistributedEngine._close_ranks``): a rank
+has the timeout to write its RAM blocks down and confirm, and one that died or hangs does not
+hold up the server's exit.
 """
 
 from __future__ import annotations

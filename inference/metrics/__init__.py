@@ -32,6 +32,7 @@ from .definitions import CONTENT_TYPE, HTTP_REQUESTS, REGISTRY, UNLOAD_REASONS, 
 from .keys import ADMIN_LABELS, count_request, key_counts
 from .observer import GenerationObserver, recent_ttfts
 from .ranks import RankCollector, rank_figures
+from .ranks import holds as rank_holds
 from .workers import WorkerCollector
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "model_loaded",
     "model_unloaded",
     "rank_figures",
+    "rank_holds",
     "recent_ttfts",
     "render",
     "totals",

@@ -72,8 +72,16 @@ def test_tensor_parallel_serves_a_mixed_batch_as_one_process_and_hits_its_cache(
         )
         texts, cached = _served(server.url, "llama", CACHED)  # the group serves the next model
         again, cached_again = _served(server.url, "llama", CACHED)
+        page = httpx.get(server.url + "/admin/status/", timeout=30).text
+        metrics = httpx.get(server.url + "/metrics", timeout=30).text
     finally:
         server.stop()
+    # The status page and /metrics say how the model is cut: every layer, half the heads each.
+    assert page.count('<td class="rank-parallel">tensor, 2 ranks</td>') == 2
+    assert page.count('<td class="rank-holds">all 2 layers, 1/2 of the heads</td>') == 2
+    for rank in range(2):
+        labels = f'heads="1/2",layers="0-1",layers_total="2",model="llama",parallel="tensor",rank="{rank}"'
+        assert f"omlx_rank_info{{{labels}}} 1.0" in metrics
     message = refused.json()["error"]["message"]
     assert "cannot shard llama for tensor parallel: its num_attention_heads (3) does not divide" in message
     assert texts == _one_process(llama, CACHED)
@@ -97,4 +105,52 @@ def test_tensor_parallel_hits_its_ssd_blocks_after_a_restart_of_both_ranks(llama
         finally:
             server.stop()
         assert texts == reference
+        assert cached == [0, 0] if start == 0 else all(c > 0 for c in cached), cached
+
+
+# A prompt that starts with CACHED's first one: a hit on that prefix, the rest computed.
+EXTENDED = (PROMPTS[0] * 3 + [60, 61, 62, 63], 6, {"temperature": 0})
+
+
+@pytest.mark.parametrize(
+    "arch",
+    [
+        "qwen2",
+        pytest.param("qwen3_moe", marks=pytest.mark.slow),  # ~40 s here: the sharded experts
+        pytest.param("gpt_oss", marks=pytest.mark.slow),  # ~40 s here: sliding windows, sinks, experts
+    ],
+)
+def test_tensor_parallel_block_cache_of_other_families(arch, tmp_path_factory, tmp_path):
+    """Served sharded across two ranks with the block cache, as llama is above: one process's
+    texts in a mixed batch; the same again and a prompt that extends one of them hit the RAM
+    tier of both ranks (each its own heads' blocks), with one process's texts."""
+    model = _model(tmp_path_factory, arch)
+    name = model.name
+    reference = _one_process(model, CACHED + [EXTENDED])
+    server = _tensor_server(model, tmp_path)
+    try:
+        texts, cached = _served(server.url, name, CACHED)
+        again, cached_again = _served(server.url, name, CACHED + [EXTENDED])
+    finally:
+        server.stop()
+    assert texts == reference[:2] and cached == [0, 0], cached
+    assert again == reference and all(c > 0 for c in cached_again), cached_again
+    parts = {json.loads(info.read_text())["part"] for info in (tmp_path / "cache").glob("*/model.json")}
+    assert parts == {"tensor:0/2", "tensor:1/2"}
+
+
+@pytest.mark.slow  # ~40 s here per family: two starts of a server and its ranks
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3_moe", "gpt_oss"])
+def test_tensor_parallel_cold_hits_of_other_families_after_a_restart(arch, tmp_path_factory, tmp_path):
+    """After a restart of the server and both ranks, the prompts (and one that extends one of
+    them) are served from each rank's SSD blocks of its heads, with one process's texts."""
+    model = _model(tmp_path_factory, arch)
+    reference = _one_process(model, CACHED + [EXTENDED])
+    for start, requests in enumerate([CACHED, CACHED + [EXTENDED]]):
+        server = _tensor_server(model, tmp_path)
+        try:
+            texts, cached = _served(server.url, model.name, requests)
+        finally:
+            server.stop()
+        assert texts == reference[: len(requests)]
         assert cached == [0, 0] if start == 0 else all(c > 0 for c in cached), cached
