@@ -57,6 +57,8 @@ class SpeculativeSteps:
         emitted = verify_step(
             forward, inputs, drafts, self._states, self._cache, self.counters, self.padding_ok
         )
+        # Its rollback (a roll of the rows that kept fewer tokens) is this step's cost too.
+        mx.eval([a for c in leaves(self._cache) for a in cache_arrays(c)])
         self.passes += 1
         self.verified = True
         snapshots = []
