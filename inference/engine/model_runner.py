@@ -101,7 +101,8 @@ class DecodeBatch(SpeculativeSteps):
         self.kv_len: List[int] = []
         self.deltas: List[int] = []
         self._states: List[RowState] = []
-        self._cache: Optional[list] = None
+        self._caches: Optional[list] = None  # the batch caches (read them through ``_cache``)
+        self._joining: List[list] = []  # the caches of rows that joined since: see ``join``
         self._inputs: Optional[mx.array] = None
         self._kinds: List[str] = []  # whether inputs[i] was reported: NEW or REPORTED
         self._logprobs: List[Optional[tuple]] = []
@@ -113,17 +114,30 @@ class DecodeBatch(SpeculativeSteps):
     def padded_length(self) -> int:
         return self._cache[0].size() if self._cache else 0
 
+    @property
+    def _cache(self) -> Optional[list]:
+        """The batch caches (one per layer), the rows that joined since the last read merged in."""
+        if self._joining:
+            joining, self._joining = self._joining, []
+            # One merge of the newcomers and one extend of the batch: extending the batch once
+            # per row would copy all of its KV once per row (16 rows joining at 3K tokens each
+            # cost more than 20 plain steps on the CPU; the first pass after them paid it).
+            merged = [type(layer[0]).merge(list(layer)) for layer in zip(*joining)]
+            if self._caches is None:
+                self._caches = merged
+            else:
+                for batch_cache, cache in zip(self._caches, merged):
+                    batch_cache.extend(cache)
+        return self._caches
+
     def join(self, request: Request, state: RowState) -> None:
-        """Add a request whose caches hold all its tokens but the last, a reported one."""
-        caches = [type(c).merge([c]) for c in request.cache]
+        """Add a request whose caches hold all its tokens but the last, a reported one. Its
+        caches are merged into the batch's when they are next read (``_cache``): the rows that
+        join in one step are merged together."""
+        self._joining.append(request.cache)
         request.cache = None
         token = mx.array([request.all_token_ids[-1]], dtype=mx.uint32)
-        if self._cache is None:
-            self._cache, self._inputs = caches, token
-        else:
-            for batch_cache, cache in zip(self._cache, caches):
-                batch_cache.extend(cache)
-            self._inputs = mx.concatenate([self._inputs, token])
+        self._inputs = token if self._inputs is None else mx.concatenate([self._inputs, token])
         self.rows.append(request)
         self.kv_len.append(request.num_tokens - 1)
         self.deltas.append(request.vision.rope_delta if request.vision is not None else 0)

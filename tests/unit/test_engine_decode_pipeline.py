@@ -7,6 +7,7 @@ import threading
 
 import mlx.core as mx
 import pytest
+from mlx_lm.models.cache import BatchKVCache
 
 from inference.engine import LLM, SamplingParams
 from tests.support.engine_control import hold
@@ -154,3 +155,45 @@ def test_structured_and_background_rows_decode_as_alone(llm, background):
     assert json.loads(mixed[1].text)["color"] in ("red", "green", "blue")
     assert mixed[1].finish_reason == "stop" and mixed[2].finish_reason == "length"
     assert len(mixed[1].token_ids) > 5 and len(mixed[2].token_ids) == 5
+
+
+def test_rows_joining_in_one_step_are_merged_into_the_batch_once(llm, monkeypatch):
+    """The rows that join the decode batch in one step are merged into its caches together:
+    one merge of the newcomers per layer, and at most one extend of the batch per layer and
+    step. (Extending the batch once per joining row copied all of its KV once per row: 16 edit
+    streams joining at 3K tokens each cost the first pass after them more than 20 plain steps
+    on the CPU, and a verify pass there was priced by it.) Outputs as each row alone."""
+    merges, extends = [], []
+    merge, extend = BatchKVCache.merge.__func__, BatchKVCache.extend
+
+    def counting_merge(cls, caches):
+        merges.append(len(caches))
+        return merge(cls, caches)
+
+    def counting_extend(self, other):
+        extends.append(self)
+        return extend(self, other)
+
+    prompts = [[9, 8, 7, i] for i in range(6)]
+    alone = [llm.generate([p], SamplingParams(max_tokens=6, **GREEDY))[0].token_ids for p in prompts[:3]]
+    monkeypatch.setattr(BatchKVCache, "merge", classmethod(counting_merge))
+    monkeypatch.setattr(BatchKVCache, "extend", counting_extend)
+    tokens = {f"join-{i}": [] for i in range(len(prompts))}
+    ended = []
+    done = threading.Event()
+
+    def on_event(event):
+        tokens[event.request_id] += event.token_ids
+        if event.finished:
+            ended.append(event.request_id)
+            if len(ended) == len(prompts):
+                done.set()
+
+    release = hold(llm.engine)  # the six are admitted, and join, in one step
+    for (request_id, _), p in zip(tokens.items(), prompts):
+        llm.engine.submit(p, SamplingParams(max_tokens=6, **GREEDY), request_id=request_id, callback=on_event)
+    release.set()
+    assert done.wait(60)
+    assert merges and all(n == len(prompts) for n in merges)  # (the prefill merges the six too)
+    assert extends == []
+    assert list(tokens.values())[:3] == alone

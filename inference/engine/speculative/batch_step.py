@@ -11,8 +11,9 @@ from typing import List, Optional, Tuple
 import mlx.core as mx
 
 from .. import cache_io
+from ..cache_io import leaves
 from ..request import Request, TokenLogprob
-from .rollback import can_roll_back
+from .rollback import cache_arrays, can_roll_back
 from .verify import verify_step
 
 NEW = "new"  # a generated token the host has not seen yet
@@ -38,7 +39,10 @@ class SpeculativeSteps:
         proposals took before it (counted in the step's cost)."""
         began = perf_counter()
         inputs = self._inputs.tolist()
-        waited = perf_counter()  # (the last pipelined pass: not this step's cost)
+        # Work queued on the caches before this step (the last pipelined pass; rows that just
+        # joined, merged in) is not the verify pass's cost: the policy prices passes by it.
+        mx.eval([a for c in leaves(self._cache) for a in cache_arrays(c)])
+        waited = perf_counter()
         self.clock.device_wait += waited - began
         pending = [token if behind else None for token, behind in zip(inputs, late)]
         drafts = self.speculation.drafts(self.rows, self.context_length, pending)
@@ -53,6 +57,8 @@ class SpeculativeSteps:
         emitted = verify_step(
             forward, inputs, drafts, self._states, self._cache, self.counters, self.padding_ok
         )
+        # Its rollback (a roll of the rows that kept fewer tokens) is this step's cost too.
+        mx.eval([a for c in leaves(self._cache) for a in cache_arrays(c)])
         self.passes += 1
         self.verified = True
         snapshots = []
