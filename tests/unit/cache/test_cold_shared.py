@@ -9,7 +9,10 @@ import os
 import pytest
 
 from cache import cold_kids, cold_usage, gc
-from cache.block_cache import BlockCache
+import mlx.core as mx
+
+from cache.block_cache import REMEASURE_EVERY, BlockCache
+from cache.prefix_cache import KVSnapshot
 from tests.support.cache.cold_blocks import FP, assert_same_kv, make_block, make_chain, path_of, write_all
 from tests.support.cache.cold_blocks import tiers  # noqa: F401  (a fixture)
 
@@ -75,3 +78,42 @@ def test_gc_and_clear_remove_the_markers_of_removed_blocks(tiers, tmp_path):
     assert kids.exists()
     cold_usage.clear(tmp_path / "cold", [FP.hex])
     assert not kids.exists() and not again.dir.exists()
+
+
+def _poisoned(cache):
+    """One slow read measured: restoring looks slower than computing every block."""
+    cache.speeds.read_bytes_per_s, cache.speeds.prefill_tokens_per_s = 1.0, 1e9
+    return cache
+
+
+def test_a_worker_keeps_in_ram_what_it_computed_for_blocks_another_worker_wrote(tiers):
+    """A block on the shared tier that the lookup did not restore (recomputing looked faster) is
+    computed; the store must keep that KV in RAM, else every later lookup of this worker, its own
+    conversations' next turns included, meets the same block on disk first and computes it all."""
+    reader, writer = tiers(), tiers()
+    chain = make_chain(FP, 2)
+    write_all(writer, chain)
+    cache = _poisoned(BlockCache(FP, 1 << 20, cold=reader))
+    prompt = tuple(range(8)) + (70, 71)
+    assert cache.lookup(prompt, len(prompt)) is None  # recomputed instead
+    layers = [
+        tuple(mx.concatenate([b.layers[i][j] for b in chain], axis=2) for j in range(2)) + (0,)
+        for i in range(2)
+    ]
+    cache.store(prompt[:8], [KVSnapshot(8, layers)])
+    hit = cache.lookup(prompt, len(prompt))
+    assert hit is not None and hit.num_tokens == 8 and hit.hot_tokens == 8
+    assert writer.stats.writes == 2 and reader.stats.writes == 0  # nothing written twice
+
+
+def test_one_slow_read_does_not_stop_restores_for_good(tiers):
+    """Reads are measured only when they happen: a refused block is restored now and then anyway,
+    which measures the disk again."""
+    reader, writer = tiers(), tiers()
+    write_all(writer, make_chain(FP, 2))
+    cache = _poisoned(BlockCache(FP, 1 << 20, cold=reader))
+    prompt = tuple(range(8)) + (70, 71)
+    hits = [cache.lookup(prompt, len(prompt)) for _ in range(REMEASURE_EVERY)]
+    assert hits[0] is None
+    restored = [h for h in hits if h is not None]
+    assert restored and restored[0].cold_tokens == 4 and cache.speeds.read_bytes_per_s > 1.0
