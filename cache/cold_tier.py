@@ -30,8 +30,9 @@ class ColdTier:
 
     The in-memory index (``entries``, cache/cold_entries.py) answers ``contains``, ``entry`` and
     ``children``. At start it is built from the block files present (cache/cold_reconcile.py).
-    Afterwards it gains the blocks this instance writes, and those ``contains`` finds on disk
-    (written by another process sharing the folder; one failed open per miss), and loses those it
+    Afterwards it gains the blocks this instance writes, and those ``contains`` and ``children``
+    find on disk (written by another process sharing the folder: one failed open per miss, and the
+    child markers of cache/cold_kids.py for the last block of a chain), and loses those it
     finds bad and those GC removes. ``put`` never blocks the caller: a writer thread
     (cache/cold_writer.py) drains a bounded queue, drops blocks when it is full, starts no write
     while the engine computes prompts (``defer_writes``), and writes crash-safely: temp file ->
