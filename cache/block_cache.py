@@ -16,6 +16,10 @@ from .prefix_cache import KVSnapshot, PrefixCache, PrefixHit
 
 logger = logging.getLogger("omlx.cache")
 
+# Restores win until this many reads are measured: the first read of a process is the slowest
+# (MLX's first load), and one small block read while the machine is busy would otherwise stop
+# every restore, a whole system prompt on a shared tier included.
+MIN_READS = 4
 REMEASURE_EVERY = 16  # a cold block is restored after this many refused in a row, to measure again
 
 
@@ -41,24 +45,27 @@ class SpeedEstimate:
 
     Reading a block from the SSD tier is usually far faster than recomputing its tokens, but
     not on every disk and model: a cold block is used only while its estimated read time is
-    below the estimated prefill time of its tokens. Until both are measured, restore wins.
+    below the estimated prefill time of its tokens. Until both are measured (reads: ``MIN_READS``
+    of them), restore wins.
     """
 
     read_bytes_per_s: float = 0.0
     prefill_tokens_per_s: float = 0.0
     alpha: float = 0.3
     refused: int = 0  # cold blocks refused in a row (``restore_wins``)
+    reads: int = 0  # reads measured
 
     def observe_read(self, nbytes: int, seconds: float) -> None:
         if seconds > 0 and nbytes > 0:
             self.read_bytes_per_s = self._mix(self.read_bytes_per_s, nbytes / seconds)
+            self.reads += 1
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         if seconds > 0 and tokens > 0:
             self.prefill_tokens_per_s = self._mix(self.prefill_tokens_per_s, tokens / seconds)
 
     def restore_is_faster(self, nbytes: int, tokens: int) -> bool:
-        if not self.read_bytes_per_s or not self.prefill_tokens_per_s:
+        if self.reads < MIN_READS or not self.prefill_tokens_per_s:
             return True
         return nbytes / self.read_bytes_per_s < tokens / self.prefill_tokens_per_s
 

@@ -11,7 +11,7 @@ import pytest
 from cache import cold_kids, cold_usage, gc
 import mlx.core as mx
 
-from cache.block_cache import REMEASURE_EVERY, BlockCache
+from cache.block_cache import MIN_READS, REMEASURE_EVERY, BlockCache
 from cache.prefix_cache import KVSnapshot
 from tests.support.cache.cold_blocks import FP, assert_same_kv, make_block, make_chain, path_of, write_all
 from tests.support.cache.cold_blocks import tiers  # noqa: F401  (a fixture)
@@ -83,6 +83,7 @@ def test_gc_and_clear_remove_the_markers_of_removed_blocks(tiers, tmp_path):
 def _poisoned(cache):
     """One slow read measured: restoring looks slower than computing every block."""
     cache.speeds.read_bytes_per_s, cache.speeds.prefill_tokens_per_s = 1.0, 1e9
+    cache.speeds.reads = MIN_READS
     return cache
 
 
