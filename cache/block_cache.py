@@ -16,6 +16,12 @@ from .prefix_cache import KVSnapshot, PrefixCache, PrefixHit
 
 logger = logging.getLogger("omlx.cache")
 
+# Restores win until this many reads are measured: the first read of a process is the slowest
+# (MLX's first load), and one small block read while the machine is busy would otherwise stop
+# every restore, a whole system prompt on a shared tier included.
+MIN_READS = 4
+REMEASURE_EVERY = 16  # a cold block is restored after this many refused in a row, to measure again
+
 
 @dataclass
 class CacheStats:
@@ -39,25 +45,43 @@ class SpeedEstimate:
 
     Reading a block from the SSD tier is usually far faster than recomputing its tokens, but
     not on every disk and model: a cold block is used only while its estimated read time is
-    below the estimated prefill time of its tokens. Until both are measured, restore wins.
+    below the estimated prefill time of its tokens. Until both are measured (reads: ``MIN_READS``
+    of them), restore wins.
     """
 
     read_bytes_per_s: float = 0.0
     prefill_tokens_per_s: float = 0.0
     alpha: float = 0.3
+    refused: int = 0  # cold blocks refused in a row (``restore_wins``)
+    reads: int = 0  # reads measured
 
     def observe_read(self, nbytes: int, seconds: float) -> None:
         if seconds > 0 and nbytes > 0:
             self.read_bytes_per_s = self._mix(self.read_bytes_per_s, nbytes / seconds)
+            self.reads += 1
 
     def observe_prefill(self, tokens: int, seconds: float) -> None:
         if seconds > 0 and tokens > 0:
             self.prefill_tokens_per_s = self._mix(self.prefill_tokens_per_s, tokens / seconds)
 
     def restore_is_faster(self, nbytes: int, tokens: int) -> bool:
-        if not self.read_bytes_per_s or not self.prefill_tokens_per_s:
+        if self.reads < MIN_READS or not self.prefill_tokens_per_s:
             return True
         return nbytes / self.read_bytes_per_s < tokens / self.prefill_tokens_per_s
+
+    def restore_wins(self, nbytes: int, tokens: int) -> bool:
+        """``restore_is_faster``, except that every ``REMEASURE_EVERY``-th cold block refused in a
+        row is restored anyway: reads are measured only when they happen, so without this one
+        slow read (a busy disk, a machine loaded for a moment) would stop every later restore
+        for good, and the blocks other workers wrote to a shared tier would never be used."""
+        if self.restore_is_faster(nbytes, tokens):
+            self.refused = 0
+            return True
+        self.refused += 1
+        if self.refused >= REMEASURE_EVERY:
+            self.refused = 0
+            return True
+        return False
 
     def _mix(self, old: float, new: float) -> float:
         return new if not old else (1 - self.alpha) * old + self.alpha * new
@@ -166,16 +190,23 @@ class BlockCache(PrefixCache):
         for start in range(0, len(tokens), self.block_size):
             part = tokens[start : start + self.block_size]
             key = self.key_fn(parent, part)
-            block = self.hot.get(key)
+            block, on_disk = self.hot.get(key), None
             if block is None and self.cold is not None and self.cold.contains(key):
-                block = self.cold.entry(key)
-            if block is not None and block.token_ids != part:
+                on_disk = self.cold.entry(key)
+            if (block or on_disk) is not None and (block or on_disk).token_ids != part:
                 self.stats.collisions += 1
                 break  # never chain new blocks under a key that names other tokens
             if block is None:
+                # Also a block on disk (written earlier, or by another worker on a shared tier)
+                # that the lookup did not restore: what was just computed stays in RAM, so this
+                # worker's next lookups find it there (the cold tier skips its write).
                 layers = _payload(specs, snapshots, start, start + len(part))
                 if layers is None:
-                    break  # the snapshots cannot fill this block, so no later one either
+                    if on_disk is None:
+                        break  # the snapshots cannot fill this block, so no later one either
+                    chain.append(on_disk)
+                    parent = key
+                    continue
                 block = KVBlock(key, parent, part, layers, 0)
                 new.append(block)
             chain.append(block)
@@ -266,7 +297,7 @@ class BlockCache(PrefixCache):
                         "block key collision caught by token verification (key %s)", key.hex()[:16]
                     )
                 break
-            if from_cold and for_lookup and not self.speeds.restore_is_faster(block.nbytes, block.num_tokens):
+            if from_cold and for_lookup and not self.speeds.restore_wins(block.nbytes, block.num_tokens):
                 self.stats.recomputed_instead += 1
                 break
             chain.append((block, self.block_size, from_cold))
@@ -284,7 +315,7 @@ class BlockCache(PrefixCache):
             if n and rank > best_rank:
                 best, best_n, best_cold, best_rank = block, n, from_cold, rank
         if best is not None:
-            if best_cold and for_lookup and not self.speeds.restore_is_faster(best.nbytes, best_n):
+            if best_cold and for_lookup and not self.speeds.restore_wins(best.nbytes, best_n):
                 self.stats.recomputed_instead += 1
             else:
                 chain.append((best, best_n, best_cold))

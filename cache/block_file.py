@@ -6,6 +6,8 @@ Layout under the cold-cache root::
     <fingerprint.hex>/<key_hex[:2]>/<key_hex>.<host>.<pid>-<n>.tmp a write in progress (or a
                                                                crash's leftover); <host>: a tag of
                                                                the writer's host name
+    <fingerprint.hex>/kids/<parent_hex[:2]>/<parent_hex>/<key_hex>  an empty marker: the block
+                                                               exists (cache/cold_kids.py)
     <fingerprint.hex>/model.json                                   which model folder wrote the blocks
                                                                    (for people: `omlx cache`;
                                                                    never read by lookups)

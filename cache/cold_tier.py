@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 import mlx.core as mx
 
-from . import block_file, cold_index, durable, gc
+from . import block_file, cold_index, cold_kids, durable, gc
 from .block_file import BlockHeader, InvalidBlockFile
 from .block_key import ModelFingerprint
 from .block_pool import KVBlock
@@ -30,8 +30,9 @@ class ColdTier:
 
     The in-memory index (``entries``, cache/cold_entries.py) answers ``contains``, ``entry`` and
     ``children``. At start it is built from the block files present (cache/cold_reconcile.py).
-    Afterwards it gains the blocks this instance writes, and those ``contains`` finds on disk
-    (written by another process sharing the folder; one failed open per miss), and loses those it
+    Afterwards it gains the blocks this instance writes, and those ``contains`` and ``children``
+    find on disk (written by another process sharing the folder: one failed open per miss, and the
+    child markers of cache/cold_kids.py for the last block of a chain), and loses those it
     finds bad and those GC removes. ``put`` never blocks the caller: a writer thread
     (cache/cold_writer.py) drains a bounded queue, drops blocks when it is full, starts no write
     while the engine computes prompts (``defer_writes``), and writes crash-safely: temp file ->
@@ -91,15 +92,22 @@ class ColdTier:
     def contains(self, key: bytes) -> bool:
         return key in self.entries or (self.enabled and self._discover(key))
 
-    def _discover(self, key: bytes) -> bool:
+    def _discover(self, key: bytes, parent: Optional[bytes] = None) -> bool:
         """Whether another process sharing the folder (a worker on another machine: docs/
         operations.md) wrote this block since the index was built: one failed open when not. A
-        block found is indexed in memory (its row waits for the next start's reconciliation)."""
+        block found is indexed in memory (its row waits for the next start's reconciliation).
+        With ``parent`` (the block was named by a child marker), a block under another parent is
+        not indexed, and the marker of a block whose file is gone or unusable is removed."""
         key_hex = key.hex()
         path = self.dir / key_hex[:2] / f"{key_hex}{block_file.SUFFIX}"
         try:
-            h = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds)
-        except (OSError, InvalidBlockFile):  # absent (the usual miss), or not usable: a miss
+            h = block_file.read_header(path, self.fingerprint_hex, key_hex, self.kinds, self.kv)
+        except (OSError, InvalidBlockFile) as err:  # absent (the usual miss), or not usable: a miss
+            if parent is not None and isinstance(err, (FileNotFoundError, InvalidBlockFile)):
+                cold_kids.unlink(self.dir, parent, key)
+            return False
+        if parent is not None and h.parent != parent:  # a marker in the wrong place
+            cold_kids.unlink(self.dir, parent, key)
             return False
         with self.entries.lock:
             self.entries.add(
@@ -112,6 +120,12 @@ class ColdTier:
         return e.block if e is not None else None
 
     def children(self, parent: bytes) -> List[KVBlock]:
+        """The indexed blocks under ``parent``, and those other processes sharing the folder
+        wrote there since (their child markers, cache/cold_kids.py: one failed open when none)."""
+        if self.enabled:
+            for child in cold_kids.listed(self.dir, parent):
+                if child not in self.entries:
+                    self._discover(child, parent)
         return self.entries.children(parent)
 
     # -- reads ------------------------------------------------------------------------------------

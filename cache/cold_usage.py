@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-from . import block_file, cold_index, durable, gc
+from . import block_file, cold_index, cold_kids, durable, gc
 from .block_file import BLOCK_NAME, FINGERPRINT_DIR, MODEL_INFO, SHARD_DIR, TMP_NAME
 
 
@@ -151,6 +151,7 @@ def _tidy(directory: Path) -> None:
                 os.rmdir(shard.path)
             except OSError:
                 pass
+    cold_kids.sweep(directory)  # the markers of the removed blocks
     if not any(SHARD_DIR.match(e.name) for e in durable.scandir(directory)):
         durable.remove(directory / MODEL_INFO)
         for e in durable.scandir(directory):  # model.json temp files of crashed writers

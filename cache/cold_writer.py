@@ -19,7 +19,7 @@ from typing import List, Optional
 
 import mlx.core as mx
 
-from . import block_file, durable
+from . import block_file, cold_kids, durable
 from .block_key import block_key
 from .block_pool import KVBlock
 from .cold_index import Row
@@ -180,6 +180,10 @@ class ColdWriter:
             tier.log_once("write", err)
             tier.stats.write_errors += 1
             return
+        try:  # after the file: other processes find the block through its parent (cold_kids.py)
+            cold_kids.link(tier.dir, block.parent, block.key)
+        except OSError as err:  # only a hint lost: they miss it until their next start
+            tier.log_once("marker", err)
         now = time.time()
         entry = KVBlock(
             block.key,

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from . import cold_index
+from . import cold_index, cold_kids
 from .block_file import BLOCK_NAME, FINGERPRINT_DIR, SHARD_DIR
 
 logger = logging.getLogger("omlx.cache.gc")
@@ -183,6 +183,9 @@ def collect(
         removed.setdefault(b.fingerprint, []).append(b.key)
         result.removed_bytes += b.size
         del blocks[b.key]
+    if removed:  # the child markers of removed blocks (cache/cold_kids.py)
+        for fp in removed:
+            cold_kids.sweep(root / fp)
     dead_rows = stale + [k for keys in removed.values() for k in keys]
     if dead_rows and index is not None:
         try:

@@ -90,12 +90,15 @@ def test_negative_capacity_is_an_error():
 
 
 def test_speed_estimate_weighs_restore_against_recompute():
-    from cache.block_cache import SpeedEstimate
+    from cache.block_cache import MIN_READS, SpeedEstimate
 
     speeds = SpeedEstimate()
     assert speeds.restore_is_faster(10**9, 1)  # nothing measured yet: restore
     speeds.observe_prefill(1000, 1.0)  # 1000 tokens/s
-    speeds.observe_read(10**6, 1.0)  # 1 MB/s: a slow disk
+    speeds.observe_read(10**6, 1.0)  # 1 MB/s: a slow disk, or one slow read
+    assert speeds.restore_is_faster(10**6, 100)  # one read is not a measurement yet
+    for _ in range(MIN_READS - 1):
+        speeds.observe_read(10**6, 1.0)
     assert not speeds.restore_is_faster(10**6, 100)  # 1 s to read vs 0.1 s to compute
     assert speeds.restore_is_faster(10**4, 100)  # 0.01 s to read
     for _ in range(20):
