@@ -64,6 +64,9 @@ def run_worker(threads: int = 2) -> int:
         max_delay=1.0,
         check_worker_health=True,
     )
+    # Announced (its first heartbeat written) before it says it takes requests: the consumer's
+    # threads announce it too, but only once running, and a server checks for a live worker first.
+    worker_presence.start_heartbeat()
     print(f"omlx worker {os.getpid()} taking requests from {_redacted(settings.OMLX_REDIS_URL)}", flush=True)
     try:
         consumer.run()

@@ -72,15 +72,20 @@ def start_heartbeat() -> None:
     ttl = max(1, int(round(settings.OMLX_WORKER_HEARTBEAT_SECONDS)))
     key = KEY_PREFIX + worker_id()
 
+    def announce(client):
+        try:
+            client.set(key, str(time.time()), ex=ttl)
+        except Exception as exc:  # Redis away for a moment: try again
+            logger.warning("worker heartbeat failed: %s", exc)
+
     def beat():
         client = _client()
-        while not _stopped.is_set():
-            try:
-                client.set(key, str(time.time()), ex=ttl)
-            except Exception as exc:  # Redis away for a moment: try again
-                logger.warning("worker heartbeat failed: %s", exc)
-            _stopped.wait(ttl / 3)
+        while not _stopped.wait(ttl / 3):
+            announce(client)
 
+    # The first beat before this returns: a worker that says it takes requests is seen by the
+    # servers from then on (a thread's first beat could come after the first request's check).
+    announce(_client())
     threading.Thread(target=beat, name="omlx-heartbeat", daemon=True).start()
 
 

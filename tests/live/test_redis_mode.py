@@ -5,6 +5,7 @@ official OpenAI SDK with strict response validation."""
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 
@@ -347,8 +348,16 @@ def test_manage_py_run_huey_is_a_worker_too(setup, server, worker, client):
 def test_a_killed_worker_ends_its_streams_with_an_error(setup, server, worker):
     """SIGKILL leaves no abort event behind: the view notices the worker's heartbeat is gone and
     ends the stream with an error instead of waiting forever; the next request gets a 503."""
+    import redis
+
+    from inference.dispatch.worker_presence import KEY_PREFIX
+
     worker.stop()  # earlier tests may have replaced it; start one of our own
     doomed = start_worker(setup)
+    # A worker that says it takes requests has announced itself already (else a request sent at
+    # once could get "no worker": its consumer's threads announce it only once they run).
+    key = f"{KEY_PREFIX}{socket.gethostname()}:{doomed.process.pid}"
+    assert redis.Redis.from_url(setup["redis_url"]).exists(key)
     body = {"model": "tiny", "prompt": "Go on", "max_tokens": 4000, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
         assert response.status_code == 200
