@@ -354,20 +354,23 @@ def test_a_killed_worker_ends_its_streams_with_an_error(setup, server, worker):
 
     worker.stop()  # earlier tests may have replaced it; start one of our own
     doomed = start_worker(setup)
-    # A worker that says it takes requests has announced itself already (else a request sent at
-    # once could get "no worker": its consumer's threads announce it only once they run).
-    key = f"{KEY_PREFIX}{socket.gethostname()}:{doomed.process.pid}"
-    assert redis.Redis.from_url(setup["redis_url"]).exists(key)
-    body = {"model": "tiny", "prompt": "Go on", "max_tokens": 4000, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()
-        assert next(line for line in lines if line.startswith("data: "))
-        doomed.process.kill()
-        doomed.process.wait()
-        rest = [line for line in lines if line.startswith("data: ")]
-    assert rest, "the stream ended without a word"
-    last = json.loads(rest[-1][6:])
+    try:
+        # A worker that says it takes requests has announced itself already (else a request sent at
+        # once could get "no worker": its consumer's threads announce it only once they run).
+        key = f"{KEY_PREFIX}{socket.gethostname()}:{doomed.process.pid}"
+        assert redis.Redis.from_url(setup["redis_url"]).exists(key)
+        body = {"model": "tiny", "prompt": "Go on", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            doomed.process.kill()
+            doomed.process.wait()
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest, "the stream ended without a word"
+        last = json.loads(rest[-1][6:])
+    finally:  # a failed assertion must not leave the process behind
+        doomed.stop()
     assert "stopped" in last["error"]["message"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
