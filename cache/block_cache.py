@@ -193,7 +193,8 @@ class BlockCache(PrefixCache):
             block, on_disk = self.hot.get(key), None
             if block is None and self.cold is not None and self.cold.contains(key):
                 on_disk = self.cold.entry(key)
-            if (block or on_disk) is not None and (block or on_disk).token_ids != part:
+            found = block if block is not None else on_disk
+            if found is not None and found.token_ids != part:
                 self.stats.collisions += 1
                 break  # never chain new blocks under a key that names other tokens
             if block is None:
