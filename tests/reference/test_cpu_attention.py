@@ -39,8 +39,17 @@ def _masks(B, H, L, Lk):
     }
 
 
+@pytest.fixture(params=["mlx softmax", "numpy softmax"])
+def softmax_path(request, monkeypatch):
+    """Both softmax paths of ``cpu_attention.softmax``: the threshold moved so that every score
+    tensor of the test takes the path named (the NumPy one serves large tensors)."""
+    numpy = request.param == "numpy softmax"
+    monkeypatch.setattr(cpu_attention, "SOFTMAX_NUMPY_MIN", 0 if numpy else 10**12)
+    return numpy
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_attention_equals_mlx_fast_attention(shape):
+def test_attention_equals_mlx_fast_attention(shape, softmax_path):
     B, H, KV, L, Lk, D = shape
     q = mx.random.normal((B, H, L, D), key=mx.random.key(1))
     k = mx.random.normal((B, KV, Lk, D), key=mx.random.key(2))
@@ -51,6 +60,29 @@ def test_attention_equals_mlx_fast_attention(shape):
         got = cpu_attention.attention(q, k, v, scale, mask)
         assert got.shape == want.shape, name
         assert mx.max(mx.abs(got - want)).item() < 1e-5, name
+
+
+@pytest.mark.parametrize(
+    "dtype,tolerance", [(mx.float32, 1e-6), (mx.bfloat16, 1e-2)], ids=["float32", "bfloat16"]
+)
+def test_softmax_agrees_with_float64(dtype, tolerance):
+    """``cpu_attention.softmax`` on a tensor large enough for NumPy's path, against a float64
+    softmax: rows with masked keys (the dtype's smallest value, as ``attention`` masks) and a
+    row masked whole (uniform, as MLX's softmax gives it)."""
+    import numpy as np
+
+    low = mx.finfo(dtype).min
+    scores = (mx.random.normal((2, 2, 70, 600), key=mx.random.key(7)) * 25).astype(dtype)
+    scores = mx.where(mx.arange(600) < 550, scores, mx.array(low, dtype))
+    scores = mx.concatenate([scores[:, :, :69], mx.full((2, 2, 1, 600), low, dtype)], axis=2)
+    assert scores.size >= cpu_attention.SOFTMAX_NUMPY_MIN
+    a = np.array(scores.astype(mx.float32), dtype=np.float64)
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    truth = e / e.sum(axis=-1, keepdims=True)
+    got = cpu_attention.softmax(scores)
+    assert got.dtype == dtype
+    assert np.max(np.abs(np.array(got.astype(mx.float32), dtype=np.float64) - truth)) < tolerance
+    assert np.allclose(np.array(got.astype(mx.float32))[:, :, -1], 1 / 600, rtol=tolerance)
 
 
 def test_masked_keys_get_no_weight():
@@ -122,10 +154,10 @@ def test_load_check_sees_a_wrong_mask_in_a_batch(model_dir, monkeypatch):
     assert not cpu_attention.agrees(model)
 
 
-def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch):
+def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch, softmax_path):
     """A GQA model (4 query heads over 2) in the engine: the check at load passes, the engine's
     thread computes attention here, and greedy output equals mlx-lm's generate_step (which, on
-    this test's thread, runs mlx-lm's own attention in the same process)."""
+    this test's thread, runs mlx-lm's own attention in the same process), with either softmax."""
     path = model_dir()
     calls = _count_calls(monkeypatch)
     prompts = [[5, 9, 33, 7, 100, 12, 48, 3, 77], list(range(40, 71))]
