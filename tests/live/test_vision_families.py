@@ -12,7 +12,6 @@ Qwen2.5-VL's code path; the engine tests, tests/reference/test_vision_engine.py,
 - ``/v1/models`` says which models read images.
 """
 
-import base64
 import io
 
 import anthropic
@@ -20,7 +19,14 @@ import numpy as np
 import openai
 import pytest
 
-from tests.support.vision_pictures import PROMPT, SERVED_MODELS, data_url, image_message, noise_png
+from tests.support.vision_pictures import (
+    PROMPT,
+    SERVED_MODELS,
+    anthropic_image_reply,
+    data_url,
+    image_message,
+    noise_png,
+)
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")
 MAX_TOKENS = 12
@@ -141,31 +147,8 @@ def test_responses_and_anthropic_images(server, client, images, reference, famil
         ],
     )
     assert response.output_text == reference(family, images[1])
-    with anthropic.Anthropic(
-        base_url=server.url, api_key="unused", max_retries=0, timeout=300, _strict_response_validation=True
-    ) as c:
-        messages = [
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "image",
-                        "source": {
-                            "type": "base64",
-                            "media_type": "image/png",
-                            "data": base64.b64encode(images[0].read_bytes()).decode(),
-                        },
-                    },
-                    {"type": "text", "text": PROMPT},
-                ],
-            }
-        ]
-        message = c.messages.create(
-            model=family, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=messages
-        )
-        count = c.messages.count_tokens(model=family, messages=messages)  # the processor's image tokens
-    assert "".join(b.text for b in message.content if b.type == "text") == reference(family, images[0])
-    assert count.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
+    reply = anthropic_image_reply(server.url, family, images[0].read_bytes(), MAX_TOKENS)
+    assert reply == reference(family, images[0])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
