@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.redis_server import REDIS, SECRET, SKIP_REASON, Process, RedisServer
+from tests.support.redis_server import start_worker as redis_worker
 from tests.support.sdk_clients import openai_client
 from tests.support.server import ServerProcess
 from tests.support.sse_client import leave_endless_stream
@@ -52,17 +53,7 @@ def setup(tmp_path_factory, model_dir, redis_url):
 
 
 def start_worker(setup):
-    argv = [
-        sys.executable,
-        "-m",
-        "omlx_site.cli",
-        "worker",
-        "--redis-url",
-        setup["redis_url"],
-        "--model-dir",
-        str(setup["models"]),
-    ]
-    return Process(argv, setup["env"], "taking requests from")
+    return redis_worker(setup["redis_url"], setup["models"], setup["env"])
 
 
 @pytest.fixture(scope="module")
