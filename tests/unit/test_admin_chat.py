@@ -12,17 +12,8 @@ from admin_panel.chat import parse_form
 from inference.api.common import limits
 from inference.generation import GenerationJob
 from inference.pool import get_pool
-from tests.support.admin_chat_page import (  # noqa: F401  (chat, chat_models: fixtures)
-    SYSTEM,
-    assert_stopped,
-    chat,
-    chat_models,
-    open_page,
-    run,
-    stats,
-    stop_answer,
-    text_parts,
-)
+from tests.support.chat_page import SYSTEM, assert_stopped, open_page, run, stats, stop_answer, text_parts
+from tests.support.chat_page import chat, chat_models  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

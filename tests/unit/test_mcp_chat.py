@@ -18,17 +18,8 @@ from django.test import AsyncClient
 
 from inference.mcp import config as mcp_config
 from inference.mcp import manager as mcp_manager
-from tests.support.admin_chat_page import (  # noqa: F401  (chat, chat_models: fixtures)
-    SYSTEM,
-    assert_stopped,
-    chat,
-    chat_models,
-    open_page,
-    run,
-    stats,
-    stop_answer,
-    text_parts,
-)
+from tests.support.chat_page import SYSTEM, assert_stopped, open_page, run, stats, stop_answer, text_parts
+from tests.support.chat_page import chat, chat_models  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
