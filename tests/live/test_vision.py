@@ -19,7 +19,14 @@ import httpx
 import openai
 import pytest
 
-from tests.support.vision_pictures import PROMPT, anthropic_image_reply, data_url, image_message, noise_png
+from tests.support.sdk_clients import openai_client
+from tests.support.vision_pictures import (
+    PROMPT,
+    anthropic_image_reply,
+    data_url,
+    image_message,
+    write_pictures,
+)
 
 MAX_TOKENS = 12
 
@@ -37,20 +44,14 @@ def server(vision_server):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300) as c:
+    with openai_client(server.url, timeout=300, strict=False) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def images(vision_server):
     folder = vision_server[1] / "vision"  # inside the server's --image-dir
-    folder.mkdir()
-    paths = []
-    for seed in (1, 2):
-        path = folder / f"image{seed}.png"
-        path.write_bytes(noise_png(seed))
-        paths.append(path)
-    return paths
+    return write_pictures(folder, [(60, 60), (60, 60)])
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,16 @@ import io
 
 import anthropic
 import numpy as np
-import openai
 import pytest
 
+from tests.support.sdk_clients import openai_client
 from tests.support.vision_pictures import (
     PROMPT,
     SERVED_MODELS,
     anthropic_image_reply,
     data_url,
     image_message,
-    noise_png,
+    write_pictures,
 )
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")
@@ -59,7 +59,7 @@ def server(vision_server):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300) as c:
+    with openai_client(server.url, timeout=300, strict=False) as c:
         yield c
 
 
@@ -67,14 +67,7 @@ def client(server):
 def images(vision_server):
     """Two pictures of different sizes (another grid: other image token counts and positions),
     in the server's --image-dir."""
-    folder = vision_server[1] / "families"
-    folder.mkdir()
-    paths = []
-    for seed, shape in ((1, (60, 60)), (2, (60, 120))):
-        path = folder / f"image{seed}.png"
-        path.write_bytes(noise_png(seed, shape))
-        paths.append(path)
-    return paths
+    return write_pictures(vision_server[1] / "families", [(60, 60), (60, 120)])
 
 
 @pytest.fixture(scope="module")

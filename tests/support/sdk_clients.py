@@ -6,14 +6,15 @@ import anthropic
 import openai
 
 
-def openai_client(url, api_key="unused", timeout=120) -> openai.OpenAI:
-    """The OpenAI SDK on the server at ``url`` (its /v1)."""
+def openai_client(url, api_key="unused", timeout=120, strict=True) -> openai.OpenAI:
+    """The OpenAI SDK on the server at ``url`` (its /v1); ``strict=False``: the SDK's default
+    lenient validation."""
     return openai.OpenAI(
         base_url=url + "/v1",
         api_key=api_key,
         max_retries=0,
         timeout=timeout,
-        _strict_response_validation=True,
+        _strict_response_validation=strict,
     )
 
 

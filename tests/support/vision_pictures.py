@@ -26,6 +26,18 @@ def noise_png(seed: int, shape=(60, 60)) -> bytes:
     return out.getvalue()
 
 
+def write_pictures(folder, shapes) -> list:
+    """``noise_png(seed, shape)`` for seeds 1, 2, ... and ``shapes``, written into ``folder``
+    (made here) as image{seed}.png: their paths."""
+    folder.mkdir()
+    paths = []
+    for seed, shape in enumerate(shapes, start=1):
+        path = folder / f"image{seed}.png"
+        path.write_bytes(noise_png(seed, shape))
+        paths.append(path)
+    return paths
+
+
 def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
