@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_servers import free_port, wait_until_up  # noqa: E402
+from benchmarks.bench_servers import omlx_server  # noqa: E402
 
 
 def _stream(client, url: str, body: dict):
@@ -115,34 +113,8 @@ def main() -> int:
             models = work / "models"
             models.mkdir()
             build_model(models / "model", preset=args.model_preset)
-            env = dict(
-                os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO), OMLX_API_HANDOFF=args.handoff
-            )
-            env.pop("OMLX_API_KEY", None)
-            port = free_port()
-            server = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "omlx_site.cli",
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--model-dir",
-                    str(models),
-                ],
-                env=env,
-                cwd=REPO,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                url = f"http://127.0.0.1:{port}"
-                wait_until_up(url, server)
+            with omlx_server(models, work, OMLX_API_HANDOFF=args.handoff) as (_, url):
                 results = measure(url, "model", args.requests, args.decode_tokens)
-            finally:
-                server.terminate()
-                server.wait(60)
     print(f"model {args.model_preset}, handoff {args.handoff}, {args.requests} requests each (ms)")
     print("| figure | p50 | p90 |\n|---|---:|---:|")
     for name, values in results.items():

@@ -32,7 +32,6 @@ import os
 import queue
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,7 +42,7 @@ from typing import List, Tuple
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_servers import free_port, wait_until_up  # noqa: E402
+from benchmarks.bench_servers import omlx_server  # noqa: E402
 from benchmarks.rounds import Comparison, ratio_table, run_rounds  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -160,72 +159,49 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="omlx-bench-embed-") as tmp:
         work = Path(tmp)
         path = build_model(work / "models" / "embed", arch=args.arch, preset=args.preset)
-        env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO), OMLX_HF_CACHE="off")
-        env.pop("OMLX_API_KEY", None)
-        port = free_port()
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "omlx_site.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--model-dir",
-                str(work / "models"),
-                "--max-batch-wait-ms",
-                str(args.batch_wait_ms),
-            ],
-            env=env,
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        clients = None
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_until_up(url, server)
-            from sentence_transformers import SentenceTransformer
+        flags = ("--max-batch-wait-ms", str(args.batch_wait_ms))
+        with omlx_server(work / "models", work, *flags, OMLX_HF_CACHE="off") as (server, url):
+            clients = None
+            try:
+                from sentence_transformers import SentenceTransformer
 
-            reference = SentenceTransformer(str(path), device="cpu")
-            reference.encode(items[:k], batch_size=k)  # warm
-            clients = Clients(url, "embed", k)
-            clients.run(items[:2], 1)  # warm: the model loads on the first request
-            clients.run(items[:k], k)
-            rounds_done = {side: 0 for side in sides}
+                reference = SentenceTransformer(str(path), device="cpu")
+                reference.encode(items[:k], batch_size=k)  # warm
+                clients = Clients(url, "embed", k)
+                clients.run(items[:2], 1)  # warm: the model loads on the first request
+                clients.run(items[:k], k)
+                rounds_done = {side: 0 for side in sides}
 
-            def run_one(side):
-                r = rounds_done[side]
-                rounds_done[side] += 1
-                part = items[r * share : (r + 1) * share]
-                if side == "st 1":
-                    part = part[: max(1, int(len(part) * args.st_share))]
-                passes0, seqs0 = clients.batches()
-                cpu0, server0 = own_cpu(), process_cpu(server.pid)
-                began = time.perf_counter()
-                if side.startswith("omlx"):
-                    clients.run(part, 1 if side == "omlx 1" else k)
-                else:
-                    reference.encode(part, batch_size=1 if side == "st 1" else k)
-                seconds = time.perf_counter() - began
-                client_cpu = own_cpu() - cpu0
-                server_cpu = process_cpu(server.pid) - server0 if side.startswith("omlx") else 0.0
-                passes, seqs = (a - b for a, b in zip(clients.batches(), (passes0, seqs0)))
-                return {
-                    "rate": len(part) / seconds,
-                    "cpu_ms": 1000 * (client_cpu + server_cpu) / len(part),
-                    "server_ms": 1000 * server_cpu / len(part),
-                    "client_ms": 1000 * client_cpu / len(part),
-                    "batch": seqs / passes if passes else None,
-                    "load": os.getloadavg()[0],
-                }
+                def run_one(side):
+                    r = rounds_done[side]
+                    rounds_done[side] += 1
+                    part = items[r * share : (r + 1) * share]
+                    if side == "st 1":
+                        part = part[: max(1, int(len(part) * args.st_share))]
+                    passes0, seqs0 = clients.batches()
+                    cpu0, server0 = own_cpu(), process_cpu(server.pid)
+                    began = time.perf_counter()
+                    if side.startswith("omlx"):
+                        clients.run(part, 1 if side == "omlx 1" else k)
+                    else:
+                        reference.encode(part, batch_size=1 if side == "st 1" else k)
+                    seconds = time.perf_counter() - began
+                    client_cpu = own_cpu() - cpu0
+                    server_cpu = process_cpu(server.pid) - server0 if side.startswith("omlx") else 0.0
+                    passes, seqs = (a - b for a, b in zip(clients.batches(), (passes0, seqs0)))
+                    return {
+                        "rate": len(part) / seconds,
+                        "cpu_ms": 1000 * (client_cpu + server_cpu) / len(part),
+                        "server_ms": 1000 * server_cpu / len(part),
+                        "client_ms": 1000 * client_cpu / len(part),
+                        "batch": seqs / passes if passes else None,
+                        "load": os.getloadavg()[0],
+                    }
 
-            runs = run_rounds(sides, args.rounds, run_one)
-        finally:
-            if clients is not None:
-                clients.close()
-            server.terminate()
-            server.wait(60)
+                runs = run_rounds(sides, args.rounds, run_one)
+            finally:
+                if clients is not None:
+                    clients.close()
 
     def values(side, key):
         return [run[key] for run in runs[side]]

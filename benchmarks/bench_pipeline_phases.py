@@ -12,7 +12,8 @@ its own (which adds a few evaluations to the pass; the totals are what matters):
   where it waits for the ranks after it);
 - ``head``: the final norm, the LM head and the argmax, on every rank.
 
-The model is bench_tensor_parallel.py's (the testkit's llama widened, 8 layers, float32).
+The model is bench_tensor_parallel.py's default (benchmarks/ring_ranks.py: the testkit's llama
+widened, 8 layers, float32).
 
     .venv/bin/python benchmarks/bench_pipeline_phases.py [--steps 24] [--port 18560]
 """
@@ -21,32 +22,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+
+from benchmarks.ring_ranks import add_options, launch, model_folder, rank_model  # noqa: E402
 
 PHASES = ("wait", "layers", "hand on", "head")
 
 
 def rank_main(args) -> int:
-    import inference  # noqa: F401  (fast BLAS before mlx)
+    group, model = rank_model(args.model, args.rank)  # imports inference first: fast BLAS before mlx
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
     from inference.distributed import pipeline
-    from inference.distributed.tensor import sharder
-    from inference.engine.model_loader import load_model
 
-    group = mx.distributed.init()
-    parts = []
-    shard = sharder(args.rank, group, parts) if group.size() > 1 else None
-    model = load_model(args.model, "float32", shard=shard).model
     phases = dict.fromkeys(PHASES, 0.0)
 
     def timed(phase, arrays):
@@ -95,46 +89,25 @@ def rank_main(args) -> int:
     return 0
 
 
-def launch(args, parallel, port: int) -> list:
-    argv = [sys.executable, __file__, "--rank", parallel or "pipeline", "--model", str(args.model)]
-    argv += ["--steps", str(args.steps)]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    ranks = 1 if parallel is None else 2
-    if ranks > 1:
-        hostfile = Path(args.work) / f"ring-phases-{parallel}.json"
-        hostfile.write_text(json.dumps([[f"127.0.0.1:{port + r}"] for r in range(ranks)]))
-        env["MLX_HOSTFILE"] = str(hostfile)
-    procs = [
-        subprocess.Popen(
-            argv, env=dict(env, MLX_RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for r in range(ranks)
-    ]
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"{parallel or 'one process'} failed:\n" + "\n".join(outs))
-    return [json.loads(next(x for x in o.splitlines() if x.startswith("RESULT "))[7:]) for o in outs]
+def run_config(args, parallel, port: int) -> list:
+    """Run ``rank_main`` as one process (``parallel`` None) or two ranks; each rank's figures."""
+    hostfile = Path(args.work) / f"ring-phases-{parallel}.json"
+    return launch(__file__, args.model, ["--steps", str(args.steps)], parallel, port, hostfile)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a model folder (default: bench_tensor_parallel's)")
-    parser.add_argument("--work", default="/tmp/omlx-bench-tp", help="where the default model is built")
+    add_options(parser, port=18560)
     parser.add_argument("--steps", type=int, default=24, help="decode steps timed")
-    parser.add_argument("--port", type=int, default=18560, help="first ring port (two per run)")
-    parser.add_argument("--rank", choices=("pipeline", "tensor"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank is not None:
         return rank_main(args)
-    import bench_tensor_parallel
-
-    Path(args.work).mkdir(parents=True, exist_ok=True)
-    args.model = Path(args.model) if args.model else bench_tensor_parallel.default_model(Path(args.work))
+    args.model = model_folder(args)
     print(f"{args.steps} decode steps of one row, ms per step; cores: CPU seconds / wall seconds")
     print(f"{'':22} {'wall':>6} {'cores':>6} " + " ".join(f"{p:>8}" for p in PHASES))
     configs = [("one process", None), ("pipeline", "pipeline"), ("tensor", "tensor")]
     for i, (name, parallel) in enumerate(configs):
-        for r in launch(args, parallel, args.port + 2 * i):
+        for r in run_config(args, parallel, args.port + 2 * i):
             per = lambda s: 1000 * s / args.steps  # noqa: E731
             cells = " ".join(f"{per(r[p]):8.1f}" if parallel == "pipeline" else f"{'':>8}" for p in PHASES)
             label = name if parallel is None else f"{name}, rank {r['rank']}"

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,37 +65,68 @@ def wait_until_up(url: str, process, timeout=180.0) -> None:
     raise RuntimeError(f"nothing answers at {url}")
 
 
+def server_env(work: Path, **extra) -> dict:
+    """A benchmarked server's environment: this one with OMLX_HOME ``work``/home, the repository
+    importable, ``extra`` set, and no API key."""
+    env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO), **extra)
+    env.pop("OMLX_API_KEY", None)
+    return env
+
+
+def omlx_serve_argv(port: int, models: Path, *flags) -> list:
+    """`omlx serve` of the folders in ``models`` on ``port``, with more ``flags``."""
+    return [
+        sys.executable,
+        "-m",
+        "omlx_site.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--model-dir",
+        str(models),
+        *flags,
+    ]
+
+
+def mlx_lm_argv(port: int, folder: Path) -> list:
+    """mlx-lm's own server (mlx_lm.server, the fast BLAS preloaded) on ``folder`` and ``port``."""
+    argv = [sys.executable, "-c", MLX_LM_SERVER, "--model", str(folder), "--port", str(port)]
+    return argv + ["--log-level", "WARNING"]
+
+
+@contextmanager
+def running(argv_for, env=None, cwd=None):
+    """The server ``argv_for(port)`` starts on a free port (output dropped), up and answering:
+    yields (process, URL); stopped on leaving."""
+    port = free_port()
+    process = subprocess.Popen(
+        argv_for(port), env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_up(url, process)
+        yield process, url
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def omlx_server(models: Path, work: Path, *flags, **env):
+    """`omlx serve` of ``models`` (``flags``: more arguments; ``env``: more environment, see
+    ``server_env``) as ``running`` starts it: yields (process, URL)."""
+    return running(lambda port: omlx_serve_argv(port, models, *flags), server_env(work, **env), REPO)
+
+
 def start_servers(folder: Path, work: Path, names=("omlx", "mlx-lm"), omlx_args=()):
     """The servers ``names`` (omlx, mlx-lm) on ``folder``: name -> (process, URL, model name).
     ``omlx_args``: more `omlx serve` arguments."""
-    env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO))
-    env.pop("OMLX_API_KEY", None)
+    env = server_env(work)
     models = work / "models"
     models.mkdir()
     os.symlink(folder, models / "model")
     commands = {
-        "omlx": lambda port: [
-            sys.executable,
-            "-m",
-            "omlx_site.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--model-dir",
-            str(models),
-            *omlx_args,
-        ],
-        "mlx-lm": lambda port: [
-            sys.executable,
-            "-c",
-            MLX_LM_SERVER,
-            "--model",
-            str(folder),
-            "--port",
-            str(port),
-            "--log-level",
-            "WARNING",
-        ],
+        "omlx": lambda port: omlx_serve_argv(port, models, *omlx_args),
+        "mlx-lm": lambda port: mlx_lm_argv(port, folder),
     }
     model_names = {"omlx": "model", "mlx-lm": "default_model"}
     servers = {}

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,38 +30,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.ring_ranks import add_options, launch, model_folder, rank_model  # noqa: E402
+
 CONFIGS = [("one process", None), ("pipeline, 2 ranks", "pipeline"), ("tensor, 2 ranks", "tensor")]
-WIDE = dict(
-    hidden_size=512,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    intermediate_size=1536,
-    num_hidden_layers=8,
-)
-
-
-def default_model(work: Path) -> Path:
-    from inference.testkit.registry import build_model
-
-    folder = work / "llama-wide-512"
-    if not (folder / "config.json").exists():
-        build_model(folder, "llama", "small", **WIDE)
-    return folder
 
 
 def rank_main(args) -> int:
     """One rank's (or the one process's) timings; rank 0 prints them as JSON."""
-    import inference  # noqa: F401  (fast BLAS before mlx)
+    group, model = rank_model(args.model, args.rank)  # imports inference first: fast BLAS before mlx
     import mlx.core as mx
     from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
-    from inference.distributed.tensor import sharder
-    from inference.engine.model_loader import load_model
-
-    group = mx.distributed.init()
-    parts = []
-    shard = sharder(args.parallel, group, parts) if group.size() > 1 else None
-    model = load_model(args.model, "float32", shard=shard).model
     prompt = mx.array([[(7 * i) % 1000 + 1 for i in range(args.prompt)]])
 
     def prefill():
@@ -95,49 +72,28 @@ def rank_main(args) -> int:
     return 0
 
 
-def launch(args, parallel, port: int) -> dict:
+def run_config(args, parallel, port: int) -> dict:
     """Run ``rank_main`` as one process (``parallel`` None) or two ranks; rank 0's figures."""
-    argv = [sys.executable, __file__, "--rank", parallel or "pipeline", "--model", str(args.model)]
-    argv += ["--prompt", str(args.prompt), "--steps", str(args.steps), "--rows", str(args.rows)]
-    argv += ["--rounds", str(args.rounds)]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    ranks = 1 if parallel is None else 2
-    if ranks > 1:
-        hostfile = Path(args.work) / f"ring-{parallel}.json"
-        hostfile.write_text(json.dumps([[f"127.0.0.1:{port + r}"] for r in range(ranks)]))
-        env["MLX_HOSTFILE"] = str(hostfile)
-    procs = [
-        subprocess.Popen(
-            argv, env=dict(env, MLX_RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        for r in range(ranks)
-    ]
-    outs = [p.communicate(timeout=1800)[0] for p in procs]
-    if any(p.returncode for p in procs):
-        raise SystemExit(f"{parallel or 'one process'} failed:\n" + "\n".join(outs))
-    line = next(line for line in outs[0].splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
+    options = ["--prompt", str(args.prompt), "--steps", str(args.steps), "--rows", str(args.rows)]
+    options += ["--rounds", str(args.rounds)]
+    hostfile = Path(args.work) / f"ring-{parallel}.json"
+    return launch(__file__, args.model, options, parallel, port, hostfile)[0]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a model folder (default: the widened testkit llama)")
-    parser.add_argument("--work", default="/tmp/omlx-bench-tp", help="where the default model is built")
+    add_options(parser, port=18550)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens of the prefill")
     parser.add_argument("--steps", type=int, default=16, help="decode steps a round")
     parser.add_argument("--rows", type=int, default=4, help="rows of the batched decode")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--port", type=int, default=18550, help="first ring port (two per run)")
-    parser.add_argument("--rank", choices=("pipeline", "tensor"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank is not None:
-        args.parallel = args.rank
         return rank_main(args)
-    Path(args.work).mkdir(parents=True, exist_ok=True)
-    args.model = Path(args.model) if args.model else default_model(Path(args.work))
+    args.model = model_folder(args)
     results = {}
     for i, (name, parallel) in enumerate(CONFIGS):
-        results[name] = launch(args, parallel, args.port + 2 * i)
+        results[name] = run_config(args, parallel, args.port + 2 * i)
     one, pipe = results["one process"], results["pipeline, 2 ranks"]
     print(
         f"model {args.model.name}: prompt {args.prompt}, {args.steps} steps, {args.rows} rows, "

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.support.anthropic_clients import WEATHER, client, envelope, http  # noqa: F401  (fixtures)
+from tests.support.sdk_clients import anthropic_client
 from tests.support.server import ServerProcess
 
 GREEDY = {"extra_body": {"temperature": 0}}  # this SDK has no temperature argument any more
@@ -405,13 +406,7 @@ def test_openapi_schema_lists_the_routes(http):
 
 
 def test_qwen3_thinking_blocks(keyed_server):
-    with anthropic.Anthropic(
-        base_url=keyed_server.url,
-        api_key="s3cret",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with anthropic_client(keyed_server.url, api_key="s3cret") as c:
         thinking = {"type": "enabled", "budget_tokens": 1024}
         message = c.messages.create(model="qwen3", max_tokens=12, messages=USER, thinking=thinking, **GREEDY)
         assert [b.type for b in message.content] == ["thinking"]  # a random model never closes </think>

@@ -13,6 +13,7 @@ import jsonschema
 import openai
 import pytest
 
+from tests.support.sdk_clients import openai_client
 
 FAMILIES = ("qwen2", "qwen3", "llama", "mistral")
 TOOLS = [
@@ -64,13 +65,7 @@ def server(serve):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with openai.OpenAI(
-        base_url=server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(server.url) as c:
         yield c
 
 

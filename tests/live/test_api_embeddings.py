@@ -13,8 +13,9 @@ import numpy as np
 import openai
 import pytest
 
-from tests.support.server import ServerProcess
 from tests.reference.test_embedding_models import DOCS, QUERY, TEXTS, cosines, qwen3_reranker_reference
+from tests.support.sdk_clients import openai_client
+from tests.support.server import ServerProcess
 
 st = pytest.importorskip("sentence_transformers")
 
@@ -52,13 +53,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def strict(server):
-    with openai.OpenAI(
-        base_url=server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(server.url) as c:
         yield c
 
 

@@ -1,27 +1,22 @@
 """The end-to-end path: a real `omlx serve` (Daphne, the Huey consumer in the process, the
 in-memory channel layer) driven by the official OpenAI SDK, with strict response validation."""
 
-import json
 import signal
 
 import httpx
 import openai
 import pytest
 
+from tests.support.sdk_clients import openai_client
 from tests.support.server import ServerProcess
+from tests.support.sse_client import leave_endless_stream
 
 CHAT = [{"role": "user", "content": "Tell me about caching."}]
 
 
 @pytest.fixture(scope="module")
 def client(omlx_server):
-    with openai.OpenAI(
-        base_url=omlx_server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(omlx_server.url) as c:
         yield c
 
 
@@ -180,18 +175,7 @@ def test_malformed_json_and_too_long_prompt(omlx_server):
 
 
 def test_client_disconnect_aborts_the_request(omlx_server):
-    body = {
-        "model": "tiny",
-        "prompt": "Go on forever",
-        "max_tokens": 100000,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    with httpx.stream("POST", omlx_server.url + "/v1/completions", json=body, timeout=60) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()
-        first = next(line for line in lines if line.startswith("data: "))
-        request_id = json.loads(first[6:])["id"]
+    request_id = leave_endless_stream(omlx_server.url)
     assert omlx_server.wait_for_output(f"{request_id}-0 ended: abort")
 
 

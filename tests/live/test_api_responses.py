@@ -9,20 +9,14 @@ import openai
 import pytest
 
 from tests.support.responses_tools import WEATHER
-
+from tests.support.sdk_clients import openai_client
 
 # -- the live server ----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def client(omlx_server):
-    with openai.OpenAI(
-        base_url=omlx_server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(omlx_server.url) as c:
         yield c
 
 
@@ -223,13 +217,7 @@ def test_qwen3_reasoning_item(serve):
     output is reasoning, unless reasoning.effort is "none" (enable_thinking false)."""
     # The server of tests/live/test_api_chat_tools.py (one test model per family), shared.
     server = serve(models={arch: (arch, "tiny") for arch in ("qwen2", "qwen3", "llama", "mistral")})
-    with openai.OpenAI(
-        base_url=server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as client:
+    with openai_client(server.url) as client:
         kwargs = dict(model="qwen3", input="Why is the sky blue?", max_output_tokens=12, temperature=0)
         response = client.responses.create(**kwargs)
         reasoning = response.output[0]

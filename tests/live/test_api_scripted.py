@@ -11,11 +11,10 @@ The qwen3 template opens ``<think>`` in the prompt, so both outputs start as rea
 import json
 import shutil
 
-import anthropic
-import openai
 import pytest
 
 from inference.testkit.scripted import build_scripted_model
+from tests.support.sdk_clients import anthropic_client, openai_client
 from tests.support.server import ServerProcess
 
 ARGS = {"city": "Paris", "unit": "c"}
@@ -65,21 +64,13 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def oai(server):
-    with openai.OpenAI(
-        base_url=server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(server.url) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def claude(server):
-    with anthropic.Anthropic(
-        base_url=server.url, api_key="unused", max_retries=0, timeout=120, _strict_response_validation=True
-    ) as c:
+    with anthropic_client(server.url) as c:
         yield c
 
 

@@ -8,13 +8,12 @@ Also the ``tool_parser`` setting through GET / PATCH /v1/models/{id}/settings.""
 import json
 import shutil
 
-import anthropic
 import httpx
-import openai
 import pytest
 from transformers import AutoTokenizer
 
 from inference.chat.template import template_messages
+from tests.support.sdk_clients import anthropic_client, openai_client
 from tests.support.server import ServerProcess
 from tests.support.tool_family_templates import CHAT_TEMPLATES
 
@@ -81,21 +80,13 @@ def server(models, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with openai.OpenAI(
-        base_url=server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(server.url) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def claude(server):
-    with anthropic.Anthropic(
-        base_url=server.url, api_key="unused", max_retries=0, timeout=120, _strict_response_validation=True
-    ) as c:
+    with anthropic_client(server.url) as c:
         yield c
 
 

@@ -5,8 +5,6 @@ reports, in-process and over HTTP against a live `omlx serve` and a live mlx-lm 
 
 import json
 import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -281,32 +279,11 @@ def test_url_errors(omlx_server):
 @pytest.fixture(scope="module")
 def mlx_lm_server(model_dir, tmp_path_factory):
     """mlx-lm's own server (mlx_lm.server) on the tiny model, as benchmarks/bench_agentic.py runs it."""
-    from benchmarks.bench_servers import MLX_LM_SERVER, free_port, wait_until_up
+    from benchmarks.bench_servers import mlx_lm_argv, running
 
     folder = model_dir("qwen2", "tiny")
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            MLX_LM_SERVER,
-            "--model",
-            str(folder),
-            "--port",
-            str(port),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_up(url, process)
+    with running(lambda port: mlx_lm_argv(port, folder)) as (_, url):
         yield url, folder
-    finally:
-        process.terminate()
-        process.wait(60)
 
 
 def test_url_mlx_lm_server(mlx_lm_server):

@@ -10,11 +10,13 @@ import sys
 import time
 
 import httpx
-import openai
 import pytest
 
 from tests.support.redis_server import REDIS, SECRET, SKIP_REASON, Process, RedisServer
+from tests.support.redis_server import start_worker as redis_worker
+from tests.support.sdk_clients import openai_client
 from tests.support.server import ServerProcess
+from tests.support.sse_client import leave_endless_stream
 
 pytestmark = pytest.mark.skipif(REDIS is None, reason=SKIP_REASON)
 
@@ -51,17 +53,7 @@ def setup(tmp_path_factory, model_dir, redis_url):
 
 
 def start_worker(setup):
-    argv = [
-        sys.executable,
-        "-m",
-        "omlx_site.cli",
-        "worker",
-        "--redis-url",
-        setup["redis_url"],
-        "--model-dir",
-        str(setup["models"]),
-    ]
-    return Process(argv, setup["env"], "taking requests from")
+    return redis_worker(setup["redis_url"], setup["models"], setup["env"])
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +95,7 @@ def worker(setup, server):
 
 @pytest.fixture(scope="module")
 def client(server, worker):
-    with openai.OpenAI(
-        base_url=server.url + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with openai_client(server.url) as c:
         yield c
 
 
@@ -289,18 +275,7 @@ def test_a_forged_abort_on_the_channel_layer_is_dropped(setup, server, worker):
 
 
 def test_client_disconnect_aborts_in_the_worker(server, worker):
-    body = {
-        "model": "tiny",
-        "prompt": "Go on forever",
-        "max_tokens": 100000,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=60) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()
-        first = next(line for line in lines if line.startswith("data: "))
-        request_id = json.loads(first[6:])["id"]
+    request_id = leave_endless_stream(server.url)
     assert worker.wait_for_output(f"{request_id}-0 ended: abort")
     assert not any(request_id in line for line in server.output)
 

@@ -10,14 +10,13 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-from tests.support.redis_server import REDIS, SECRET, Process, RedisServer
+from tests.support.redis_server import REDIS, SECRET, RedisServer, start_worker
 from tests.support.server import ServerProcess
 
 # About a minute (a server and a worker start, Redis restarts four times): not the default run.
@@ -54,17 +53,7 @@ def server(tmp_path_factory, model_dir, redis):
     worker_env.update({k: v for k, v in env.items() if v is not None}, PYTHONUNBUFFERED="1")
     for name in ("OMLX_API_KEY", "OMLX_HUEY_WORKERS", "OMLX_API_HANDOFF"):
         worker_env.pop(name, None)
-    argv = [
-        sys.executable,
-        "-m",
-        "omlx_site.cli",
-        "worker",
-        "--redis-url",
-        redis.url,
-        "--model-dir",
-        str(models),
-    ]
-    worker = Process(argv, worker_env, "taking requests from")
+    worker = start_worker(redis.url, models, worker_env)
     served.worker = worker
     yield served
     worker.stop(signal.SIGKILL)

@@ -15,12 +15,18 @@ anthropic SDKs.
 
 import base64
 
-import anthropic
 import httpx
 import openai
 import pytest
 
-from tests.support.vision_pictures import PROMPT, data_url, image_message, noise_png
+from tests.support.sdk_clients import openai_client
+from tests.support.vision_pictures import (
+    PROMPT,
+    anthropic_image_reply,
+    data_url,
+    image_message,
+    write_pictures,
+)
 
 MAX_TOKENS = 12
 
@@ -38,20 +44,14 @@ def server(vision_server):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300) as c:
+    with openai_client(server.url, timeout=300, strict=False) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 def images(vision_server):
     folder = vision_server[1] / "vision"  # inside the server's --image-dir
-    folder.mkdir()
-    paths = []
-    for seed in (1, 2):
-        path = folder / f"image{seed}.png"
-        path.write_bytes(noise_png(seed))
-        paths.append(path)
-    return paths
+    return write_pictures(folder, [(60, 60), (60, 60)])
 
 
 @pytest.fixture(scope="module")
@@ -156,31 +156,8 @@ def test_text_only_requests_keep_the_block_cache(client):
 
 
 def test_anthropic_base64_image_block(server, images, reference):
-    with anthropic.Anthropic(
-        base_url=server.url, api_key="unused", max_retries=0, timeout=300, _strict_response_validation=True
-    ) as c:
-        messages = [
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "image",
-                        "source": {
-                            "type": "base64",
-                            "media_type": "image/png",
-                            "data": base64.b64encode(images[0].read_bytes()).decode(),
-                        },
-                    },
-                    {"type": "text", "text": PROMPT},
-                ],
-            }
-        ]
-        message = c.messages.create(
-            model="vlm", max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=messages
-        )
-        count = c.messages.count_tokens(model="vlm", messages=messages)  # the processor's image tokens
-    assert "".join(b.text for b in message.content if b.type == "text") == reference(images[0])
-    assert count.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
+    reply = anthropic_image_reply(server.url, "vlm", images[0].read_bytes(), MAX_TOKENS)
+    assert reply == reference(images[0])
 
 
 def test_responses_input_image(client, images, reference):

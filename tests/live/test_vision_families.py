@@ -12,15 +12,21 @@ Qwen2.5-VL's code path; the engine tests, tests/reference/test_vision_engine.py,
 - ``/v1/models`` says which models read images.
 """
 
-import base64
 import io
 
 import anthropic
 import numpy as np
-import openai
 import pytest
 
-from tests.support.vision_pictures import PROMPT, SERVED_MODELS, data_url, image_message, noise_png
+from tests.support.sdk_clients import openai_client
+from tests.support.vision_pictures import (
+    PROMPT,
+    SERVED_MODELS,
+    anthropic_image_reply,
+    data_url,
+    image_message,
+    write_pictures,
+)
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "gemma3", "mistral3")
 MAX_TOKENS = 12
@@ -53,7 +59,7 @@ def server(vision_server):
 
 @pytest.fixture(scope="module")
 def client(server):
-    with openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300) as c:
+    with openai_client(server.url, timeout=300, strict=False) as c:
         yield c
 
 
@@ -61,14 +67,7 @@ def client(server):
 def images(vision_server):
     """Two pictures of different sizes (another grid: other image token counts and positions),
     in the server's --image-dir."""
-    folder = vision_server[1] / "families"
-    folder.mkdir()
-    paths = []
-    for seed, shape in ((1, (60, 60)), (2, (60, 120))):
-        path = folder / f"image{seed}.png"
-        path.write_bytes(noise_png(seed, shape))
-        paths.append(path)
-    return paths
+    return write_pictures(vision_server[1] / "families", [(60, 60), (60, 120)])
 
 
 @pytest.fixture(scope="module")
@@ -141,31 +140,8 @@ def test_responses_and_anthropic_images(server, client, images, reference, famil
         ],
     )
     assert response.output_text == reference(family, images[1])
-    with anthropic.Anthropic(
-        base_url=server.url, api_key="unused", max_retries=0, timeout=300, _strict_response_validation=True
-    ) as c:
-        messages = [
-            {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "image",
-                        "source": {
-                            "type": "base64",
-                            "media_type": "image/png",
-                            "data": base64.b64encode(images[0].read_bytes()).decode(),
-                        },
-                    },
-                    {"type": "text", "text": PROMPT},
-                ],
-            }
-        ]
-        message = c.messages.create(
-            model=family, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=messages
-        )
-        count = c.messages.count_tokens(model=family, messages=messages)  # the processor's image tokens
-    assert "".join(b.text for b in message.content if b.type == "text") == reference(family, images[0])
-    assert count.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
+    reply = anthropic_image_reply(server.url, family, images[0].read_bytes(), MAX_TOKENS)
+    assert reply == reference(family, images[0])
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -2,20 +2,15 @@
 error envelope checked): the official SDK (strict response validation)
 and httpx, both on the session's shared `omlx serve` (tests/conftest.py's ``omlx_server``)."""
 
-import anthropic
 import httpx
 import pytest
+
+from tests.support.sdk_clients import anthropic_client
 
 
 @pytest.fixture(scope="module")
 def client(omlx_server):
-    with anthropic.Anthropic(
-        base_url=omlx_server.url,
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with anthropic_client(omlx_server.url) as c:
         yield c
 
 

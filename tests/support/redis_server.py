@@ -1,13 +1,14 @@
 """A real redis-server for the Redis-mode tests (tests/live/test_redis_*.py, the browser's Redis
 chat, the soak load): ``RedisServer(workdir)`` on a free port of 127.0.0.1, no persistence, that a
 test may kill and start again on the same port; ``Process``, a subprocess whose output lines are
-collected (the server's `omlx worker`s use it too)."""
+collected (the server's `omlx worker`s use it too: ``start_worker``)."""
 
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -60,6 +61,13 @@ class Process:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def start_worker(redis_url, models, env) -> Process:
+    """An `omlx worker` of the folders in ``models`` on ``redis_url`` with environment ``env``,
+    once it says it takes requests."""
+    argv = [sys.executable, "-m", "omlx_site.cli", "worker", "--redis-url", redis_url]
+    return Process(argv + ["--model-dir", str(models)], env, "taking requests from")
 
 
 class RedisServer:

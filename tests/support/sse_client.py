@@ -1,8 +1,11 @@
-"""Streaming chat clients for the load and soak tests (tests/soak/test_load.py, tests/live/test_soak.py):
-a chat completion streamed to its end and checked chunk by chunk, or left part way."""
+"""Streaming clients for the live, load and soak tests (tests/soak/test_load.py, tests/live/test_soak.py):
+a chat completion streamed to its end and checked chunk by chunk, or left part way; an endless
+completion left after its first chunk."""
 
 import json
 import time
+
+import httpx
 
 MAX_TOKENS = 24
 
@@ -94,3 +97,20 @@ def stream_then_leave(client, url, prompt, after_chunks, max_tokens):
     # Leaving the block closes the connection mid-stream.
     assert len(ids) == 1, ids
     return ids.pop()
+
+
+def leave_endless_stream(url) -> str:
+    """Start a streamed completion of the "tiny" model at ``url`` that would never end and close
+    the connection after its first chunk (the server must abort the request). Returns its id."""
+    body = {
+        "model": "tiny",
+        "prompt": "Go on forever",
+        "max_tokens": 100000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        return json.loads(first[6:])["id"]

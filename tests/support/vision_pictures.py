@@ -1,5 +1,6 @@
 """Pictures and chat messages for the vision tests: random-noise PNGs made from a seed (of any
-size: another size is another image grid), data URLs, an OpenAI image_url message."""
+size: another size is another image grid), data URLs, an OpenAI image_url message, an Anthropic
+image block and a greedy reply to it."""
 
 import base64
 import io
@@ -25,6 +26,18 @@ def noise_png(seed: int, shape=(60, 60)) -> bytes:
     return out.getvalue()
 
 
+def write_pictures(folder, shapes) -> list:
+    """``noise_png(seed, shape)`` for seeds 1, 2, ... and ``shapes``, written into ``folder``
+    (made here) as image{seed}.png: their paths."""
+    folder.mkdir()
+    paths = []
+    for seed, shape in enumerate(shapes, start=1):
+        path = folder / f"image{seed}.png"
+        path.write_bytes(noise_png(seed, shape))
+        paths.append(path)
+    return paths
+
+
 def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
@@ -36,6 +49,27 @@ def image_message(url: str, text: str = PROMPT) -> list:
             "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
         }
     ]
+
+
+def anthropic_image_message(png: bytes, text: str = PROMPT) -> list:
+    """An Anthropic Messages user turn: the PNG as a base64 image block, then ``text``."""
+    image = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png).decode()}
+    return [{"role": "user", "content": [{"type": "image", "source": image}, {"type": "text", "text": text}]}]
+
+
+def anthropic_image_reply(url: str, model: str, png: bytes, max_tokens: int) -> str:
+    """The text of ``model``'s greedy reply (Anthropic SDK) to the PNG and PROMPT at ``url``; its
+    input tokens are what count_tokens says (the processor's image tokens counted alike)."""
+    from tests.support.sdk_clients import anthropic_client
+
+    messages = anthropic_image_message(png)
+    with anthropic_client(url, timeout=300) as c:
+        message = c.messages.create(
+            model=model, max_tokens=max_tokens, extra_body={"temperature": 0}, messages=messages
+        )
+        count = c.messages.count_tokens(model=model, messages=messages)
+    assert count.input_tokens == message.usage.input_tokens + message.usage.cache_read_input_tokens
+    return "".join(b.text for b in message.content if b.type == "text")
 
 
 def bomb_png(width: int, height: int) -> bytes:

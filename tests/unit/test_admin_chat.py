@@ -3,94 +3,21 @@
 channel layer. The browser side is tests/e2e/test_chat.py."""
 
 import asyncio
-import html
 import json
-import re
-import shutil
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient, Client, override_settings
 
 from admin_panel.chat import parse_form
 from inference.api.common import limits
 from inference.generation import GenerationJob
-from inference.pool import close_pool, get_pool
+from inference.pool import get_pool
+from tests.support.chat_page import SYSTEM, assert_stopped, open_page, run, stats, stop_answer, text_parts
+from tests.support.chat_page import chat, chat_models  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LONG = "Tell me a very long story."  # greedy, the tiny model repeats itself for all of 3000 tokens
-SYSTEM = "You are a terse assistant. Answer in one short line, and never use more words than needed."
-
-
-@pytest.fixture(scope="module")
-def chat_models(tmp_path_factory, model_dir):
-    models = tmp_path_factory.mktemp("chat-models")
-    shutil.copytree(model_dir("qwen2", "tiny"), models / "tiny")
-    shutil.copytree(model_dir("qwen3", "tiny"), models / "thinker")  # its prompt opens <think>
-    return models
-
-
-@pytest.fixture
-def chat(chat_models, tmp_path):
-    close_pool()
-    with override_settings(
-        OMLX_MODEL_DIR=chat_models,
-        OMLX_API_HANDOFF="direct",
-        OMLX_API_KEY=None,
-        OMLX_COLD_CACHE_DIR=tmp_path / "cold",
-    ):
-        yield
-    close_pool()
-
-
-class Page:
-    """One chat socket, as the page uses it: sends the form's fields, collects the fragments."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.received = []
-
-    async def send(self, **fields):
-        form = {"model": "tiny", "system": SYSTEM, "temperature": "0", "max_tokens": "8", "message": "hello"}
-        form.update(fields)
-        form["HEADERS"] = {"HX-Request": "true"}
-        await self.comm.send_to(text_data=json.dumps(form))
-
-    async def until(self, pattern, timeout=120):
-        """Fragments received until one matches ``pattern``; that one last."""
-        got = []
-        while True:
-            message = await self.comm.receive_from(timeout)
-            self.received.append(message)
-            got.append(message)
-            if re.search(pattern, message):
-                return got
-
-
-async def open_page():
-    from omlx_site.asgi import application
-
-    comm = WebsocketCommunicator(application, "/ws/admin/chat/")
-    connected, _ = await comm.connect()
-    assert connected
-    page = Page(comm)
-    await page.until(r'id="chat-controls"')  # the empty log, then the controls
-    return page
-
-
-def text_parts(fragments, turn, part="text"):
-    """The model text appended to answer ``turn`` (unescaped), fragment by fragment."""
-    pattern = rf'<span id="answer-{turn}-{part}"[^>]*>(.*?)</span>'
-    return [html.unescape(m) for f in fragments for m in re.findall(pattern, f, re.S)]
-
-
-def stats(fragment):
-    return {k: int(v) for k, v in re.findall(r'data-(prompt|hot|cold|computed|generated)="(\d+)"', fragment)}
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def api_answer(messages, max_tokens=8, **extra):
@@ -248,17 +175,9 @@ def test_stop_aborts_the_answer(chat):
     async def go():
         page = await open_page()
         await page.send(max_tokens="3000", system="", message=LONG)  # greedy: no end in sight
-        await page.until(r'<span id="answer-1-text"')
-        await page.send(action="stop")
-        fragments = await page.until(r'id="answer-1-stats"[^>]*data-prompt')
-        controls = (await page.until(r'id="chat-controls"'))[-1]
-        await page.comm.disconnect()
-        return fragments, controls
+        return await stop_answer(page, r'<span id="answer-1-text"')
 
-    fragments, controls = run(go())
-    assert "stopped" in fragments[-1] and stats(fragments[-1])["generated"] < 3000
-    assert 'id="chat-stop" ws-send name="action" value="stop" disabled' in controls
-    assert limits.in_flight("tiny") == 0
+    assert_stopped(*run(go()))
 
 
 def test_a_closed_socket_aborts_its_answer(chat):

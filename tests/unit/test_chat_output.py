@@ -8,33 +8,14 @@ from transformers import AutoTokenizer
 
 from inference.chat.output import OutputParser, ParsedDelta, ToolChoiceParser
 from inference.chat.tool_parsers import FORMATS, detect_tool_format
+from tests.support.parsed_stream import names_and_args, parse_parts, splits
 
 THINK = ("<think>", "</think>")
 WEATHER = {"city": "Paris", "unit": "celsius", "note": 'naïve "quotes" <tags>'}
 
 
 def parse(parts, **kwargs):
-    parser, out, deltas = OutputParser(**kwargs), ParsedDelta(), []
-    for part in parts:
-        delta = parser.feed(part)
-        deltas.append(delta)
-        out += delta
-    last = parser.finish()
-    deltas.append(last)
-    out += last
-    return out, deltas
-
-
-def splits(text):
-    """Every way to cut text in two, and the text one character at a time."""
-    yield [text]
-    yield list(text)
-    for i in range(1, len(text)):
-        yield [text[:i], text[i:]]
-
-
-def names_and_args(out):
-    return [(c.name, json.loads(c.arguments)) for c in out.tool_calls]
+    return parse_parts(OutputParser(**kwargs), parts)
 
 
 def assert_no_markup(out):

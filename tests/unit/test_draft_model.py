@@ -5,7 +5,6 @@ accepted), a draft of another tokenizer is refused with the reason, and the pool
 draft as a model, counts it and keeps it loaded while its target is."""
 
 import shutil
-import threading
 
 import pytest
 
@@ -15,8 +14,8 @@ from inference.engine.request import Request
 from inference.engine.speculative import SpeculationPolicy
 from inference.engine.speculative.draft_model import DraftModel
 from inference.engine.step_costs import StepCosts
-from inference.generation import GenerationJob, run_job
 from inference.pool import ModelBusy, ModelPool
+from tests.support.jobs import job_events
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 PROMPTS = [[20, 21, 22, 23, 20, 21], [5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9], [30, 31, 32, 33, 34, 30, 31]]
@@ -147,7 +146,7 @@ def test_the_pool_loads_counts_and_keeps_the_draft_model(tmp_path, folders, monk
             pool.update_settings("target", {"draft_model": "nowhere"})
         pool.engine("target")
         assert pool.loaded("draft") is not None and pool.used_bytes() == size["target"] + size["draft"]
-        events = run(pool, "target", PROMPTS[1], max_tokens=12, **GREEDY)
+        events = job_events("target", PROMPTS[1], max_tokens=12, **GREEDY)
         assert events[-1]["usage"]["completion_tokens"] == 12
         assert pool.loaded("target").stats().speculative["drafted_tokens"] > 0
         with pytest.raises(ModelBusy, match="drafts for 'target'"):
@@ -158,22 +157,8 @@ def test_the_pool_loads_counts_and_keeps_the_draft_model(tmp_path, folders, monk
         assert pool.unload("draft")  # released with its target
         pool.update_settings("third", {"draft_model": "other"})  # taken at its next load
         assert pool.unload("third")
-        events = run(pool, "third", PROMPTS[0], max_tokens=4, speculative="draft")
+        events = job_events("third", PROMPTS[0], max_tokens=4, speculative="draft")
         assert events[-1]["kind"] == "error" and events[-1]["status"] == 400
         assert "another tokenizer" in events[-1]["message"]
     finally:
         pool.close()
-
-
-def run(pool, model, prompt, **params):
-    """A completion job through the worker's run_job; its events."""
-    events, done = [], threading.Event()
-
-    def publish(group, event):
-        events.append(event)
-        if event["kind"] == "error" or event.get("finish_reason"):
-            done.set()
-
-    run_job(GenerationJob("job", model, params, prompts=[prompt]), publish)
-    assert done.wait(120)
-    return events

@@ -4,17 +4,13 @@ done. Counts of steps and the order of events, never wall-clock times."""
 
 import threading
 
-import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
 from tests.support.engine_control import hold
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +56,7 @@ def test_more_urgent_requests_are_admitted_first(path):
         rec = Recorder(llm.engine)
         release = hold(llm.engine)
         for i, priority in enumerate([5, 0, 9, -2, 0]):
-            rec.submit(f"r{i}", _ids(12, i), max_tokens=3, priority=priority)
+            rec.submit(f"r{i}", random_ids(12, i), max_tokens=3, priority=priority)
         release.set()
         rec.wait()
     # Lower first; arrival order among equals.
@@ -82,7 +78,7 @@ def test_aging_lets_a_background_request_through(path):
                 i = count[0]
                 count[0] += 1
                 llm.engine.submit(
-                    _ids(10, i),
+                    random_ids(10, i),
                     SamplingParams(max_tokens=2, priority=0, **GREEDY),
                     request_id=f"chat{i}",
                     callback=on_event(f"chat{i}"),
@@ -101,7 +97,7 @@ def test_aging_lets_a_background_request_through(path):
 
             release = hold(llm.engine)
             llm.engine.submit(
-                _ids(10, 99),
+                random_ids(10, 99),
                 SamplingParams(max_tokens=2, priority=10, **GREEDY),
                 request_id="background",
                 callback=on_event("background"),
@@ -116,7 +112,7 @@ def test_aging_lets_a_background_request_through(path):
 
 
 def test_preemption_takes_the_least_urgent_request(path):
-    prompts = [_ids(40, 1), _ids(40, 2), _ids(40, 3)]
+    prompts = [random_ids(40, 1), random_ids(40, 2), random_ids(40, 3)]
     with LLM(path, prefix_cache=False) as off:
         expected = [r.token_ids for r in off.generate(prompts, SamplingParams(max_tokens=20, **GREEDY))]
     with LLM(path, max_kv_tokens=140, max_concurrent_requests=3, prefix_cache=False) as llm:
@@ -139,7 +135,7 @@ def test_batch_wait_holds_new_requests_until_due_or_a_batch_is_full(path):
         now = [1000.0]
         llm.engine.call(lambda e: setattr(e.scheduler, "clock", lambda: now[0]))
         rec = Recorder(llm.engine)
-        rec.submit("a", _ids(10, 1), max_tokens=2)
+        rec.submit("a", random_ids(10, 1), max_tokens=2)
         # However long real time runs, the stepping clock has not moved: "a" is held.
         assert not rec.done["a"].wait(1.0)
         assert llm.engine.call(lambda e: [r.request_id for r in e.scheduler.waiting]) == ["a"]
@@ -150,7 +146,7 @@ def test_batch_wait_holds_new_requests_until_due_or_a_batch_is_full(path):
         # Three waiting requests fill the three free slots: admitted at once, together.
         release = hold(llm.engine)
         for name in ("b", "c", "d"):
-            rec.submit(name, _ids(10, ord(name)), max_tokens=2)
+            rec.submit(name, random_ids(10, ord(name)), max_tokens=2)
         release.set()
         rec.wait()
         assert set(rec.order("end")) == {"a", "b", "c", "d"}
@@ -192,7 +188,7 @@ def test_first_token_is_sent_when_its_prompt_is_done(path):
         release = hold(llm.engine)
         for name, size in (("one", 10), ("two", 30)):
             llm.engine.submit(
-                _ids(size, size),
+                random_ids(size, size),
                 SamplingParams(max_tokens=3, **GREEDY),
                 request_id=name,
                 callback=callback(name),
@@ -229,7 +225,7 @@ def test_background_prefill_gives_way_to_an_urgent_arrival(path):
     interactive prompt, and the background prompt goes on afterwards, still giving the tokens
     it gives alone. The interactive request is submitted from inside the first forward pass, so
     the order of passes, not timing, decides."""
-    background, interactive = _ids(600, 1), _ids(20, 2)
+    background, interactive = random_ids(600, 1), random_ids(20, 2)
     settings = dict(prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048)
     with LLM(path, **settings) as llm:
         alone = llm.generate([background], SamplingParams(max_tokens=4, **GREEDY))[0].token_ids
@@ -256,7 +252,7 @@ def test_after_giving_way_the_step_does_not_decode(path):
     """The same next to a background stream that decodes: the step that gave way ends without
     its decode pass, so the next pass is the interactive prompt; both background requests give
     the tokens they give alone."""
-    background, interactive, stream = _ids(600, 1), _ids(20, 2), _ids(8, 3)
+    background, interactive, stream = random_ids(600, 1), random_ids(20, 2), random_ids(8, 3)
     settings = dict(prefix_cache=False, prefill_chunk_size=512, step_token_budget=2048)
     with LLM(path, **settings) as llm:
         alone = [
@@ -287,7 +283,7 @@ def test_background_rows_decode_the_same_without_sampling_ahead(path):
     """While background rows decode, the batch does not sample ahead (each step's tokens are
     waited for): greedy and structured output are the same as at the default priority."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    prompts = [_ids(12, 4), _ids(30, 5)]
+    prompts = [random_ids(12, 4), random_ids(30, 5)]
     got = {}
     for priority in (0, 10):
         with LLM(path, prefix_cache=False) as llm:

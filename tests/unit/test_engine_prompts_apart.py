@@ -5,17 +5,13 @@ chunks, never wall-clock times."""
 
 import threading
 
-import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
 from tests.support.engine_control import hold
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +48,14 @@ class Steps:
 def _measured(llm):
     """A request with a few decode steps, then one with a prompt next to a stream: the decode
     step, a pass and a prompt token are measured (the rule needs all three)."""
-    llm.generate([_ids(20, 5)], SamplingParams(max_tokens=6, **GREEDY))
+    llm.generate([random_ids(20, 5)], SamplingParams(max_tokens=6, **GREEDY))
     done = threading.Event()
     llm.engine.submit(
-        _ids(20, 6), SamplingParams(max_tokens=40, **GREEDY), callback=lambda e: e.finished and done.set()
+        random_ids(20, 6),
+        SamplingParams(max_tokens=40, **GREEDY),
+        callback=lambda e: e.finished and done.set(),
     )
-    llm.generate([_ids(200, 7)], SamplingParams(max_tokens=2, **GREEDY))
+    llm.generate([random_ids(200, 7)], SamplingParams(max_tokens=2, **GREEDY))
     assert done.wait(60)
     assert llm.engine.call(lambda e: e.scheduler.costs.measured())
 
@@ -69,7 +67,7 @@ def _together(llm, names, stream=None):
     b_done = threading.Event()
     if stream is not None:
         llm.engine.submit(
-            _ids(20, 2),
+            random_ids(20, 2),
             SamplingParams(max_tokens=300, **GREEDY),
             request_id=stream,
             callback=lambda e: e.finished and b_done.set(),
@@ -78,7 +76,7 @@ def _together(llm, names, stream=None):
     release = hold(llm.engine)
     for i, name in enumerate(names):
         llm.engine.submit(
-            _ids(300, 10 + i),
+            random_ids(300, 10 + i),
             SamplingParams(max_tokens=4, **GREEDY),
             request_id=name,
             callback=lambda e, d=done[name]: e.finished and d.set(),

@@ -3,23 +3,19 @@ wait for the first one's prefill and reuse its KV from the block cache."""
 
 import threading
 
-import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
 from inference.engine.request import RequestStatus
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 BLOCK = 8
 
 
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
-
-
 def _distinct_suffixes(lengths, seed):
     """Suffixes that all start with a different token, so the shared part ends where it should."""
-    suffixes = [_ids(k, seed + i) for i, k in enumerate(lengths)]
+    suffixes = [random_ids(k, seed + i) for i, k in enumerate(lengths)]
     for i, s in enumerate(suffixes):
         s[0] = 900 + i
     return suffixes
@@ -52,7 +48,7 @@ def _computed(results):
 def test_identical_prompts_compute_the_prompt_once(path, uncached, chunking):
     # 37 tokens: in chunks of 16 the last chunk is 4 tokens, less than a block: followers still
     # wait for it, since it is the owner's last.
-    prompt = _ids(37, 1)
+    prompt = random_ids(37, 1)
     expected = _alone(uncached, [prompt])[0]
     with LLM(path, cache_block_size=BLOCK, **chunking) as llm:
         results = _run(llm, [prompt] * 4)
@@ -65,7 +61,7 @@ def test_identical_prompts_compute_the_prompt_once(path, uncached, chunking):
 
 
 def test_switched_off_each_request_computes_its_own(path):
-    prompt = _ids(37, 1)
+    prompt = random_ids(37, 1)
     for settings in (dict(share_inflight_prefixes=False), dict(prefix_cache=False)):
         with LLM(path, cache_block_size=BLOCK, **settings) as llm:
             results = _run(llm, [prompt] * 4)
@@ -74,7 +70,7 @@ def test_switched_off_each_request_computes_its_own(path):
 
 
 def test_a_shared_system_prompt_is_computed_once(path, uncached):
-    system = _ids(40, 2)
+    system = random_ids(40, 2)
     prompts = [system + s for s in _distinct_suffixes([5, 11, 3, 17, 9], 20)]
     expected = _alone(uncached, prompts)
     with LLM(path, cache_block_size=BLOCK) as llm:
@@ -89,7 +85,7 @@ def test_a_shared_system_prompt_is_computed_once(path, uncached):
 def test_less_than_a_block_in_common_does_not_wait(path, chunking):
     """Seven shared tokens (a chat template's opening, say), with an owner whose prefill ends
     in this step or is still many chunks from its end: both start at once."""
-    system = _ids(7, 3)
+    system = random_ids(7, 3)
     prompts = [system + s for s in _distinct_suffixes([60, 30], 30)]
     with LLM(path, cache_block_size=BLOCK, **chunking) as llm:
         results = _run(llm, prompts)
@@ -104,8 +100,8 @@ def test_less_than_a_block_in_common_does_not_wait(path, chunking):
     ],
 )
 def test_chunked_prefill_shares_and_matches(path, uncached, chunking):
-    system = _ids(48, 4)
-    prompts = [system + s for s in _distinct_suffixes([20, 4, 13, 9], 40)] + [_ids(30, 5)]
+    system = random_ids(48, 4)
+    prompts = [system + s for s in _distinct_suffixes([20, 4, 13, 9], 40)] + [random_ids(30, 5)]
     expected = _alone(uncached, prompts)
     with LLM(path, cache_block_size=BLOCK, **chunking) as llm:
         results = _run(llm, prompts)
@@ -118,7 +114,7 @@ def test_followers_start_once_the_shared_blocks_are_stored(path, uncached):
     """The first prompt is long; the second shares only its first 40 tokens. The first one's
     whole blocks are stored after each chunk, so the second starts (and streams its first
     token) while the first is still prefilling, and still reuses the shared part."""
-    system = _ids(40, 6)
+    system = random_ids(40, 6)
     long_prompt, short_prompt = (system + s for s in _distinct_suffixes([200, 2], 60))
     expected = _alone(uncached, [long_prompt, short_prompt])
     with LLM(
@@ -155,7 +151,7 @@ def _until(llm, condition, action):
 
 
 def test_followers_go_on_when_the_owner_is_aborted(path, uncached):
-    system = _ids(200, 7)
+    system = random_ids(200, 7)
     owner_prompt, *follower_prompts = (system + s for s in _distinct_suffixes([10, 6, 9], 70))
     expected = _alone(uncached, follower_prompts)
     with LLM(
@@ -189,8 +185,8 @@ def test_followers_go_on_when_the_owner_is_aborted(path, uncached):
 def test_followers_go_on_when_the_owner_is_preempted(path, uncached):
     """A long decoding request grows until the KV capacity forces out the newest running one:
     the owner, in the middle of its prefill, with followers waiting for it."""
-    decoder = _ids(100, 8)
-    system = _ids(48, 9)
+    decoder = random_ids(100, 8)
+    system = random_ids(48, 9)
     owner_prompt, *follower_prompts = (system + s for s in _distinct_suffixes([12, 6, 9], 80))
     prompts = [decoder, owner_prompt, *follower_prompts]
     expected = _alone(uncached, prompts, n=12)

@@ -7,18 +7,14 @@ changes while the engine runs. Counts of tokens per step, never wall-clock asser
 
 import threading
 
-import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
 from inference.engine.step_costs import StepCosts
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 MIN = StepCosts.MIN_PREFILL_TOKENS
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +105,15 @@ def _long_prompt_while_streams_decode(llm):
 
     for name in ("a", "b"):
         engine.submit(
-            _ids(20, ord(name)),
+            random_ids(20, ord(name)),
             SamplingParams(max_tokens=400, **GREEDY),
             request_id=name,
             callback=stream(name),
         )
     assert all(t.wait(60) for t in tokens.values())
-    engine.submit(_ids(300, 9), SamplingParams(max_tokens=2, **GREEDY), request_id="long", callback=long_done)
+    engine.submit(
+        random_ids(300, 9), SamplingParams(max_tokens=2, **GREEDY), request_id="long", callback=long_done
+    )
     assert done.wait(120)
     still = llm.engine.call(lambda e: [r.request_id for r in e.scheduler.decoding])
     for name in ("a", "b"):
@@ -155,7 +153,7 @@ def test_urgent_prefills_take_the_step_budget_first(path):
     def submit_interactive(engine, steps):
         if len(steps) == 1:  # the background prompt's first chunk: it is now prefilling
             engine.submit(
-                _ids(100, 2),
+                random_ids(100, 2),
                 SamplingParams(max_tokens=1, priority=0, **GREEDY),
                 request_id="interactive",
                 callback=lambda e: e.finished and done.set(),
@@ -167,7 +165,7 @@ def test_urgent_prefills_take_the_step_budget_first(path):
     ) as llm:
         chunks = Chunks(llm.engine, submit_interactive)
         background = llm.engine.submit(
-            _ids(100, 1), SamplingParams(max_tokens=1, priority=10, **GREEDY), request_id="background"
+            random_ids(100, 1), SamplingParams(max_tokens=1, priority=10, **GREEDY), request_id="background"
         )
         assert done.wait(60)
         list(background)
@@ -181,7 +179,7 @@ def test_urgent_prefills_take_the_step_budget_first(path):
 
 def _measure_costs(llm):
     """One request with a few decode steps, so both speeds are known; returns when it ended."""
-    llm.generate([_ids(20, 5)], SamplingParams(max_tokens=6, **GREEDY))
+    llm.generate([random_ids(20, 5)], SamplingParams(max_tokens=6, **GREEDY))
     costs = llm.engine.call(lambda e: e.scheduler.costs.snapshot())
     assert costs["decode_step_seconds"] and costs["prefill_tokens_per_second"]
 
@@ -194,7 +192,7 @@ def test_background_prefill_keeps_to_the_target_even_with_nothing_decoding(path)
         _measure_costs(llm)
         chunks = Chunks(llm.engine)
         background, interactive = llm.generate(
-            [_ids(100, 6), _ids(100, 7)],
+            [random_ids(100, 6), random_ids(100, 7)],
             [SamplingParams(max_tokens=1, priority=5, **GREEDY), SamplingParams(max_tokens=1, **GREEDY)],
         )
     ids = [s[0][0] for s in chunks.steps]
@@ -218,15 +216,15 @@ def test_an_urgent_prompt_is_not_held_back_by_background_streams(path):
                 started.set()
 
         engine.submit(
-            _ids(20, 8),
+            random_ids(20, 8),
             SamplingParams(max_tokens=400, priority=5, **GREEDY),
             request_id="stream",
             callback=on_event,
         )
         assert started.wait(60)
         chunks = Chunks(engine)
-        llm.generate([_ids(200, 9)], SamplingParams(max_tokens=1, priority=0, **GREEDY))
-        llm.generate([_ids(200, 10)], SamplingParams(max_tokens=1, priority=5, **GREEDY))
+        llm.generate([random_ids(200, 9)], SamplingParams(max_tokens=1, priority=0, **GREEDY))
+        llm.generate([random_ids(200, 10)], SamplingParams(max_tokens=1, priority=5, **GREEDY))
         still = engine.call(lambda e: [r.request_id for r in e.scheduler.decoding])
         engine.abort("stream")
     assert "stream" in still

@@ -7,19 +7,15 @@ import asyncio
 import json
 import shutil
 
-import numpy as np
 import pytest
 from django.test import AsyncClient, override_settings
 
 from inference.engine import LLM, EngineConfig, SamplingParams
 from inference.engine.step_trace import StepClock, StepRecord, StepTrace
 from inference.pool import close_pool
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +86,7 @@ def _check_shape(records, steps):
 
 def test_one_stream_is_one_prefill_pass_then_one_row_a_step(path):
     with LLM(path, prefix_cache=False, step_trace=1000) as llm:
-        _run(llm, _ids(40, 1), 6)
+        _run(llm, random_ids(40, 1), 6)
         engine = llm.engine
         records = engine.step_trace()
         _check_shape(records, engine.steps)
@@ -113,7 +109,7 @@ def test_two_prompts_share_the_step_and_then_decode_as_two_rows(path):
     with LLM(
         path, prefix_cache=False, step_trace=1000, max_concurrent_requests=2, max_batch_wait_ms=10_000
     ) as llm:  # both waiting fill the slots: admitted together
-        _run(llm, [_ids(30, 2), _ids(50, 3)], 5)
+        _run(llm, [random_ids(30, 2), random_ids(50, 3)], 5)
         records = llm.engine.step_trace()
         _check_shape(records, llm.engine.steps)
         (prefill,) = [r for r in records if r.prompt_tokens]
@@ -126,10 +122,10 @@ def test_two_prompts_share_the_step_and_then_decode_as_two_rows(path):
 def test_a_cached_prefix_is_restored_not_computed(path):
     with LLM(path, step_trace=1000, cache_block_size=16) as llm:
         engine = llm.engine
-        first = _ids(40, 4)
+        first = random_ids(40, 4)
         _run(llm, first, 3)
         before = engine.steps
-        (result,) = _run(llm, first + _ids(20, 5), 3)
+        (result,) = _run(llm, first + random_ids(20, 5), 3)
         cached = result.usage.cached_tokens
         assert cached >= 32  # two whole blocks at least
         records = [r for r in engine.step_trace() if r.step > before]
@@ -140,7 +136,7 @@ def test_a_cached_prefix_is_restored_not_computed(path):
 
 def test_the_engine_keeps_only_the_last_n_steps(path):
     with LLM(path, prefix_cache=False, step_trace=3) as llm:
-        _run(llm, _ids(20, 6), 10)
+        _run(llm, random_ids(20, 6), 10)
         records = llm.engine.step_trace()
         assert len(records) == 3
         _check_shape(records, llm.engine.steps)
@@ -152,7 +148,7 @@ def test_off_builds_no_record(path, monkeypatch):
 
     monkeypatch.setattr("inference.engine.engine.StepRecord", planted)
     with LLM(path, prefix_cache=False) as llm:
-        _run(llm, _ids(20, 7), 5)  # a record would fail the step, and the request with it
+        _run(llm, random_ids(20, 7), 5)  # a record would fail the step, and the request with it
         assert llm.engine.step_trace() == [] and llm.engine.steps > 0
 
 
@@ -190,7 +186,7 @@ def test_the_route_returns_the_loaded_models_steps(api):
     assert _get("/v1/engine/step_trace")[0] == 401
     assert _get("/v1/engine/step_trace?model=tiny", **auth)[0] == 404  # not loaded
     with get_pool().lease("tiny") as engine:
-        stream = engine.submit(_ids(10, 8), SamplingParams(max_tokens=4, **GREEDY))
+        stream = engine.submit(random_ids(10, 8), SamplingParams(max_tokens=4, **GREEDY))
         list(stream)
     status, body = _get("/v1/engine/step_trace?model=tiny&last=2", **auth)
     assert status == 200, body

@@ -8,7 +8,6 @@ grammar as the API's tool_choice "required"): the call, its arguments included, 
 own output. Everything after that is the real loop: the call runs on the MCP server, its result is
 rendered back into the prompt through the chat template and the model generates again."""
 
-import asyncio
 import json
 import re
 import sys
@@ -19,7 +18,8 @@ from django.test import AsyncClient
 
 from inference.mcp import config as mcp_config
 from inference.mcp import manager as mcp_manager
-from tests.unit.test_admin_chat import SYSTEM, chat, chat_models, open_page, stats, text_parts  # noqa: F401
+from tests.support.chat_page import SYSTEM, assert_stopped, open_page, run, stats, stop_answer, text_parts
+from tests.support.chat_page import chat, chat_models  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,10 +38,6 @@ def mcp_tools(request, tmp_path):
         yield manager
     finally:
         mcp_manager.stop()
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 async def answer(page, **fields):
@@ -158,8 +154,6 @@ def test_use_tools_without_mcp_servers_is_a_notice(chat):
 
 @pytest.mark.parametrize("mcp_tools", [["forecast"]], indirect=True)
 def test_stop_ends_the_answer_after_a_tool_call(chat, mcp_tools):
-    from inference.api.common import limits
-
     async def go():
         page = await open_page()
         await page.send(
@@ -170,14 +164,6 @@ def test_stop_ends_the_answer_after_a_tool_call(chat, mcp_tools):
             message="Tell me a very long story about the weather in Oslo.",
         )
         await page.until(r'id="answer-1-step-1-result"[^>]*data-error')  # the tool ran
-        await page.until(r'<span id="answer-1-text-2"')  # the next round writes
-        await page.send(action="stop")
-        fragments = await page.until(r'id="answer-1-stats"[^>]*data-prompt')
-        controls = (await page.until(r'id="chat-controls"'))[-1]
-        await page.comm.disconnect()
-        return fragments, controls
+        return await stop_answer(page, r'<span id="answer-1-text-2"')  # once the next round writes
 
-    fragments, controls = run(go())
-    assert "stopped" in fragments[-1] and stats(fragments[-1])["generated"] < 3000
-    assert 'id="chat-stop" ws-send name="action" value="stop" disabled' in controls
-    assert limits.in_flight("tiny") == 0
+    assert_stopped(*run(go()))

@@ -10,6 +10,7 @@ import pytest
 from inference.engine import SamplingParams
 from inference.generation import GenerationJob, run_job
 from inference.pool import InsufficientMemory, ModelBusy, ModelPool
+from tests.support.jobs import job_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -138,20 +139,11 @@ def test_ttl_unloads_an_idle_model(pool_dirs, monkeypatch):
 
 
 def run(pool, model, prompt, monkeypatch, **params):
-    """A completion job through the worker's run_job; the final usage of choice 0."""
+    """A completion job through the worker's run_job; its events."""
     from inference import pool as pool_module
 
     monkeypatch.setattr(pool_module, "_pool", pool)
-    events, done = [], threading.Event()
-
-    def publish(group, event):
-        events.append(event)
-        if event["kind"] == "error" or event.get("finish_reason"):
-            done.set()
-
-    run_job(GenerationJob("job", model, params, prompts=[prompt]), publish)
-    assert done.wait(120)
-    return events
+    return job_events(model, prompt, **params)
 
 
 def test_unloaded_model_prefix_comes_back_as_a_cold_hit(pool_dirs, monkeypatch):

@@ -10,10 +10,11 @@ from transformers import AutoTokenizer
 
 from inference.chat.capabilities import capabilities, check_tool_parser
 from inference.chat.harmony_output import HarmonyParser
-from inference.chat.output import OutputParser, ParsedDelta
+from inference.chat.output import OutputParser
 from inference.chat.reasoning import prompt_opens_reasoning
 from inference.chat.template import template_messages
 from inference.chat.tool_parsers import FORMATS, detect_tool_format
+from tests.support.parsed_stream import names_and_args, parse_parts, splits
 from tests.support.tool_family_templates import CHAT_TEMPLATES
 
 THINK = ("<think>", "</think>")
@@ -119,27 +120,6 @@ def parser_for(family, prompt, **kwargs):
     )
 
 
-def parse(parser, parts):
-    out, deltas = ParsedDelta(), []
-    for part in parts:
-        deltas.append(parser.feed(part))
-        out += deltas[-1]
-    deltas.append(parser.finish())
-    out += deltas[-1]
-    return out, deltas
-
-
-def splits(text):
-    yield [text]
-    yield list(text)
-    for i in range(1, len(text)):
-        yield [text[:i], text[i:]]
-
-
-def names_and_args(out):
-    return [(c.name, json.loads(c.arguments)) for c in out.tool_calls]
-
-
 def assert_no_markup(out):
     for marker in MARKUP:
         assert marker not in out.text and marker not in out.reasoning, marker
@@ -162,7 +142,7 @@ def test_rendered_calls_parse_at_every_split_point(tokenizer, family, case):
     output, prompt = rendered_output(tokenizer, family, content, calls, reasoning)
     assert detect_tool_format(CHAT_TEMPLATES[family], {}) is FORMATS[family]
     for parts in splits(output):
-        out, deltas = parse(parser_for(family, prompt), parts)
+        out, deltas = parse_parts(parser_for(family, prompt), parts)
         assert names_and_args(out) == calls, (family, parts)
         assert out.text.strip() == content, parts
         assert out.reasoning.strip() == (reasoning or ""), parts
@@ -173,7 +153,7 @@ def test_rendered_calls_parse_at_every_split_point(tokenizer, family, case):
             "gemma3",
         ):  # one block, all calls
             assert all(len(d.tool_calls) <= 1 for d in deltas)  # each call as soon as it is closed
-    one_call, _ = parse(parser_for(family, prompt, max_calls=1), [output])
+    one_call, _ = parse_parts(parser_for(family, prompt, max_calls=1), [output])
     assert names_and_args(one_call) == calls[:1]
 
 
@@ -231,7 +211,7 @@ REFERENCES = {
 def test_reference_examples_parse(family):
     output, calls = REFERENCES[family]
     for parts in splits(output):
-        out, _ = parse(parser_for(family, ""), parts)
+        out, _ = parse_parts(parser_for(family, ""), parts)
         assert names_and_args(out) == calls, parts
         assert out.text == ""
         assert_no_markup(out)
@@ -255,7 +235,7 @@ def test_text_arguments_are_typed_by_the_schema():
             }
         }
     }
-    out, _ = parse(OutputParser(FORMATS["qwen3_xml"], schemas=schemas), [xml])
+    out, _ = parse_parts(OutputParser(FORMATS["qwen3_xml"], schemas=schemas), [xml])
     assert names_and_args(out) == [
         ("f", {"n": 7, "s": "007", "x": 2.5, "o": {"a": [1]}, "maybe": None, "bad": "many", "free": "12"})
     ]
@@ -263,7 +243,7 @@ def test_text_arguments_are_typed_by_the_schema():
         "<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>007</arg_value>\n"
         "<arg_key>free</arg_key>\n<arg_value>12</arg_value>\n</tool_call>"
     )
-    out, _ = parse(OutputParser(FORMATS["glm45"], schemas=schemas), [glm])
+    out, _ = parse_parts(OutputParser(FORMATS["glm45"], schemas=schemas), [glm])
     assert names_and_args(out) == [("f", {"s": "007", "free": 12})]  # GLM writes non-strings as JSON
 
 
@@ -294,7 +274,7 @@ def test_text_arguments_are_typed_by_the_schema():
 )
 def test_malformed_calls_come_back_as_text(family, output):
     for parts in splits(output):
-        out, _ = parse(OutputParser(FORMATS[family]), parts)
+        out, _ = parse_parts(OutputParser(FORMATS[family]), parts)
         assert out.tool_calls == [] and out.text == output, parts
 
 
@@ -304,7 +284,7 @@ def test_harmony_channels():
         "<|end|><|start|>assistant<|channel|>final<|message|>It is sunny <b>."
     )
     for parts in splits(final):
-        out, _ = parse(HarmonyParser(), parts)
+        out, _ = parse_parts(HarmonyParser(), parts)
         assert (out.reasoning, out.text, out.tool_calls) == ("Think.", "Checking.It is sunny <b>.", []), parts
     call = '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1}<|call|>'
     no_end = (
@@ -312,24 +292,24 @@ def test_harmony_channels():
         'commentary json<|message|>{"zone": "CET"}'
     )  # a message may end where the next starts
     for parts in splits(no_end):
-        out, _ = parse(HarmonyParser(), parts)
+        out, _ = parse_parts(HarmonyParser(), parts)
         assert (out.text, names_and_args(out)) == ("Checking.", [("get_time", {"zone": "CET"})]), parts
     invented = (
         call + '<|start|>functions.f to=assistant<|channel|>commentary<|message|>{"t": 9}<|end|>'
         "<|start|>assistant<|channel|>final<|message|>Done."
     )  # <|call|> did not stop generation
     for parts in splits(invented):
-        out, _ = parse(HarmonyParser(), parts)
+        out, _ = parse_parts(HarmonyParser(), parts)
         assert (out.text, names_and_args(out)) == ("Done.", [("f", {"a": 1})]), parts
-    out, _ = parse(HarmonyParser(), ["Plain text, no header <|end"])  # the model ignored the format
+    out, _ = parse_parts(HarmonyParser(), ["Plain text, no header <|end"])  # the model ignored the format
     assert out.text == "Plain text, no header <|end"
-    out, _ = parse(HarmonyParser(), ["<|channel|>analysis<|message|>cut short", ""])
+    out, _ = parse_parts(HarmonyParser(), ["<|channel|>analysis<|message|>cut short", ""])
     assert (out.reasoning, out.text) == ("cut short", "")
-    out, _ = parse(HarmonyParser(), ["<|channel|>analysis<|message|>A<|end|><|start|>assistant<|chan"])
+    out, _ = parse_parts(HarmonyParser(), ["<|channel|>analysis<|message|>A<|end|><|start|>assistant<|chan"])
     assert (out.reasoning, out.text) == ("A", "")  # a header cut short says nothing
-    out, _ = parse(HarmonyParser(parse_tools=False), [call])
+    out, _ = parse_parts(HarmonyParser(parse_tools=False), [call])
     assert out.tool_calls == [] and out.text == call[: -len("<|call|>")]
-    out, _ = parse(HarmonyParser(), [call.replace('{"a": 1}', "{oops")])
+    out, _ = parse_parts(HarmonyParser(), [call.replace('{"a": 1}', "{oops")])
     assert out.tool_calls == [] and "{oops" in out.text
 
 
@@ -422,7 +402,7 @@ def test_the_setting_and_the_request_choose_the_parser_of_a_job():
 
     def output(job, settings):
         found = capabilities(tokenizer, None, settings.get("tool_parser"))
-        out, _ = parse(_parser(job, found, "", None), [call])
+        out, _ = parse_parts(_parser(job, found, "", None), [call])
         return names_and_args(out), out.text
 
     assert output(job, {}) == (REFERENCES["kimi_k2"][1], "")

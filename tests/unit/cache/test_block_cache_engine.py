@@ -1,17 +1,13 @@
 """The block cache inside the engine: outputs with the cache on equal outputs with it off, and
 the cache really saves prefill work."""
 
-import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 BLOCK = 8
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 @pytest.fixture(scope="module", params=["tiny", "tiny-close"])
@@ -32,8 +28,8 @@ def _run(llm, prompts, n=12):
 
 
 def test_shared_prefixes_hit_and_match(path, uncached):
-    system = _ids(45, 1)
-    prompts = [system + _ids(k, 10 + k) for k in (3, 9, 17)]
+    system = random_ids(45, 1)
+    prompts = [system + random_ids(k, 10 + k) for k in (3, 9, 17)]
     expected = [r.token_ids for r in _run(uncached, prompts)]
     with LLM(path, cache_block_size=BLOCK) as llm:
         first = _run(llm, prompts[:1])
@@ -52,7 +48,7 @@ def test_cached_logprobs_equal_computed_ones(path, uncached):
     """A cache that is lossy in any way (KV rounded to a smaller dtype on the way in, a shifted
     position) moves the logits: the log-probabilities of every generated token must equal the
     uncached run's to float32 rounding, not merely give the same argmax."""
-    prompts = [_ids(45, 1) + _ids(k, 10 + k) for k in (3, 9)]
+    prompts = [random_ids(45, 1) + random_ids(k, 10 + k) for k in (3, 9)]
     params = SamplingParams(max_tokens=12, logprobs=0, **GREEDY)
     expected = uncached.generate(prompts, params)
     with LLM(path, cache_block_size=BLOCK) as llm:
@@ -66,17 +62,17 @@ def test_cached_logprobs_equal_computed_ones(path, uncached):
 
 
 def test_divergence_inside_a_block_reuses_the_common_part(path):
-    base = _ids(20, 2)
+    base = random_ids(20, 2)
     with LLM(path, cache_block_size=BLOCK) as llm:
         _run(llm, [base])
-        other = base[:13] + _ids(6, 3)
+        other = base[:13] + random_ids(6, 3)
         r = _run(llm, [other])[0]
         assert r.usage.cached_tokens == 13
 
 
 def test_growing_conversations_recompute_only_new_tokens(path, uncached):
     with LLM(path, cache_block_size=BLOCK) as llm:
-        conversations = [_ids(30, 4), _ids(21, 5)]
+        conversations = [random_ids(30, 4), random_ids(21, 5)]
         for turn in range(4):
             for c, history in enumerate(conversations):
                 got = _run(llm, [history], n=6)[0]
@@ -85,12 +81,12 @@ def test_growing_conversations_recompute_only_new_tokens(path, uncached):
                 if turn > 0:
                     # Everything but the new user tokens (and the last prompt token) was cached.
                     assert got.usage.computed_prompt_tokens <= 7 + 1
-                conversations[c] = history + got.token_ids + _ids(7, 100 * turn + c)
+                conversations[c] = history + got.token_ids + random_ids(7, 100 * turn + c)
 
 
 def test_preemption_and_eviction_pressure(path, uncached):
-    system = _ids(40, 6)
-    prompts = [system + _ids(5 + 3 * i, 20 + i) for i in range(6)]
+    system = random_ids(40, 6)
+    prompts = [system + random_ids(5 + 3 * i, 20 + i) for i in range(6)]
     expected = [r.token_ids for r in _run(uncached, prompts, n=16)]
     block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2  # layers x (k, v) x tokens x head_dim x 4 B x kv heads
     # Not sharing in-flight prefixes, so all six run at once and the KV capacity forces
@@ -112,7 +108,7 @@ def test_preemption_and_eviction_pressure(path, uncached):
 
 
 def test_forced_key_collisions_are_caught(path, uncached):
-    prompts = [_ids(30, 7), _ids(30, 8), _ids(30, 7)[:20] + _ids(9, 9)]
+    prompts = [random_ids(30, 7), random_ids(30, 8), random_ids(30, 7)[:20] + random_ids(9, 9)]
     expected = [r.token_ids for r in _run(uncached, prompts)]
     with LLM(path, cache_block_size=BLOCK) as llm:
         llm.engine.prefix_cache.key_fn = lambda parent, tokens: b"\x01" * 32  # every key collides
@@ -126,8 +122,8 @@ def test_forced_key_collisions_are_caught(path, uncached):
 def test_caching_off(path):
     with LLM(path, prefix_cache=False) as llm:
         assert not llm.engine.prefix_cache.wants_kv
-        _run(llm, [_ids(20, 1)])
-        assert _run(llm, [_ids(20, 1)])[0].usage.cached_tokens == 0
+        _run(llm, [random_ids(20, 1)])
+        assert _run(llm, [random_ids(20, 1)])[0].usage.cached_tokens == 0
 
 
 def test_a_llama_with_sliding_window_layers_is_cached(tmp_path):
@@ -141,7 +137,7 @@ def test_a_llama_with_sliding_window_layers_is_cached(tmp_path):
     config = json.loads((model / "config.json").read_text())
     config.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     (model / "config.json").write_text(json.dumps(config))
-    prompts = [_ids(40, 1), _ids(40, 1)[:33] + _ids(6, 2), _ids(9, 3)]
+    prompts = [random_ids(40, 1), random_ids(40, 1)[:33] + random_ids(6, 2), random_ids(9, 3)]
     with LLM(model, prefix_cache=False) as off:
         expected = [r.token_ids for r in _run(off, prompts)]
     with LLM(model, cache_block_size=BLOCK) as llm:
@@ -166,8 +162,8 @@ def test_pressure_on_both_tiers(path, uncached, tmp_path):
     tiers and from recomputing what GC removed, and outputs never change."""
     from cache import gc
 
-    system = _ids(40, 12)
-    prompts = [system + _ids(6 + 2 * i, 40 + i) for i in range(5)]
+    system = random_ids(40, 12)
+    prompts = [system + random_ids(6 + 2 * i, 40 + i) for i in range(5)]
     expected = [r.token_ids for r in _run(uncached, prompts, n=10)]
     block_bytes = 2 * 2 * BLOCK * 16 * 4 * 2
     root = tmp_path / "ssd"

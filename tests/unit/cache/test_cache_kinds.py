@@ -14,14 +14,11 @@ import numpy as np
 import pytest
 
 from inference.engine import LLM, SamplingParams
+from tests.support.token_ids import random_ids
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 BLOCK = 8
 FAMILIES = ["qwen2", "gemma3_text", "gpt_oss", "qwen3_5", "nemotron_h", "qwen3_5-4bit"]
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +58,10 @@ def test_cache_on_equals_off(family, family_dir, tmp_path):
     8-turn conversation: the same tokens as without the cache, and the hits that the layout
     allows (a recurrent layer's state exists only at block ends)."""
     path = family_dir(family)
-    system = _ids(45, 1)
-    prompts = [system + _ids(k, 10 + k) for k in (3, 11, 20)]
-    inside = system[:29] + _ids(9, 3)  # diverges 5 tokens into the fourth block
-    conversation, turns = _ids(30, 4), []
+    system = random_ids(45, 1)
+    prompts = [system + random_ids(k, 10 + k) for k in (3, 11, 20)]
+    inside = system[:29] + random_ids(9, 3)  # diverges 5 tokens into the fourth block
+    conversation, turns = random_ids(30, 4), []
     with LLM(path, prefix_cache=False) as off:
         expected = _tokens(_run(off, prompts))
         expected_inside = _tokens(_run(off, [inside]))[0]
@@ -72,7 +69,7 @@ def test_cache_on_equals_off(family, family_dir, tmp_path):
         for turn in range(8):
             answer = _run(off, [history], n=6)[0].token_ids
             turns.append((list(history), answer))
-            history = history + answer + _ids(7, 100 + turn)
+            history = history + answer + random_ids(7, 100 + turn)
     with LLM(path, cache_block_size=BLOCK) as llm:
         first = _run(llm, prompts[:1])[0]
         assert first.usage.cached_tokens == 0
@@ -107,8 +104,8 @@ def test_preemption_and_pressure_on_both_tiers(family, family_dir, tmp_path):
     from cache import gc
 
     path = family_dir(family)
-    system = _ids(40, 12)
-    prompts = [system + _ids(6 + 3 * i, 40 + i) for i in range(5)]
+    system = random_ids(40, 12)
+    prompts = [system + random_ids(6 + 3 * i, 40 + i) for i in range(5)]
     with LLM(path, prefix_cache=False) as off:
         expected = _tokens(_run(off, prompts, n=14))
     root = tmp_path / "ssd"
@@ -165,7 +162,7 @@ def _child(path, root, prompts):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_restart_in_a_new_process_is_a_cold_hit(family, family_dir, tmp_path):
     path = family_dir(family)
-    prompts = [_ids(37, 5), _ids(37, 5)[:30] + _ids(8, 6)]
+    prompts = [random_ids(37, 5), random_ids(37, 5)[:30] + random_ids(8, 6)]
     with LLM(path, prefix_cache=False) as off:
         expected = _tokens(_run(off, prompts))
     root = tmp_path / "ssd"
@@ -223,7 +220,7 @@ def test_restored_caches_are_bit_identical(family, family_dir, tmp_path):
     """KV and recurrent state restored from the hot tier, and from the SSD tier by another
     engine, equal what the engine stored, array for array (not only in the tokens they give)."""
     path = family_dir(family)
-    prompt = _ids(44, 7)
+    prompt = random_ids(44, 7)
     root = tmp_path / "ssd"
     with LLM(path, cache_block_size=BLOCK, paged_ssd_cache_dir=str(root)) as llm:
         recorded = llm.engine.call(lambda e: _spy(e.prefix_cache))
@@ -263,7 +260,7 @@ def test_a_changed_layout_never_hits(family_dir, tmp_path):
     config = json.loads((other / "config.json").read_text())
     config["sliding_window"] = config["sliding_window"] * 2
     (other / "config.json").write_text(json.dumps(config))
-    prompt = _ids(40, 8)
+    prompt = random_ids(40, 8)
     root = tmp_path / "ssd"
     for path, expect_cached in ((src, 0), (src, 39), (other, 0)):
         with LLM(path, cache_block_size=BLOCK, paged_ssd_cache_dir=str(root)) as llm:

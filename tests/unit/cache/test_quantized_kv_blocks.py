@@ -13,6 +13,7 @@ from cache import block_file
 from cache.block_file import InvalidBlockFile
 from inference.engine import LLM, SamplingParams
 from tests.support.cache.cold_blocks import path_of
+from tests.support.token_ids import random_ids
 
 QUANT = dict(kv_bits=4, kv_group_size=32)
 BLOCK = 8
@@ -25,10 +26,6 @@ def path(model_dir):
     return model_dir(
         arch="qwen2", preset="tiny", hidden_size=128, num_attention_heads=2, num_key_value_heads=1
     )
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 def _mlx_lm_kv(model, tokens):
@@ -52,7 +49,7 @@ def _look(prompt):
 
 @pytest.mark.django_db(transaction=True)
 def test_blocks_restore_bit_identical_from_both_tiers(path, tmp_path):
-    prompt = _ids(44, 7)
+    prompt = random_ids(44, 7)
     root = tmp_path / "ssd"
     params = SamplingParams(max_tokens=9, **GREEDY)
     with LLM(path, cache_block_size=BLOCK, paged_ssd_cache_dir=str(root), **QUANT) as llm:
@@ -82,7 +79,7 @@ def test_blocks_restore_bit_identical_from_both_tiers(path, tmp_path):
 def test_float_and_quantized_blocks_never_meet(path, tmp_path):
     """One SSD folder, one model, four KV formats (float, 4 and 8 bits, float with an 8-bit SSD
     tier): each finds only its own blocks (and leaves the others' files alone)."""
-    prompt = _ids(40, 8)
+    prompt = random_ids(40, 8)
     root = tmp_path / "ssd"
     params = SamplingParams(max_tokens=4, **GREEDY)
     formats = [{}, QUANT, dict(kv_bits=8, kv_group_size=32), dict(paged_ssd_cache_bits=8)]
@@ -134,7 +131,7 @@ def test_memory_figures_are_the_bytes_of_the_arrays(path):
     from inference.engine.kv_quant import KVQuant
     from inference.pool import memory
 
-    prompt = _ids(40, 9)
+    prompt = random_ids(40, 9)
     with LLM(path, cache_block_size=BLOCK, **QUANT) as llm:
         llm.generate([prompt], SamplingParams(max_tokens=3, **GREEDY))
         loaded = llm.engine.loaded
@@ -158,7 +155,7 @@ def test_float_model_with_a_quantized_ssd_tier_restores_close_logits(path, tmp_p
     """``paged_ssd_cache_bits``: a float model's blocks are 8-bit on disk (288 bytes a token
     instead of float32's 1,024) and dequantized on restore: the logits after a cold hit are
     close to the uncached run's, not equal."""
-    prompt = _ids(44, 11)
+    prompt = random_ids(44, 11)
     params = SamplingParams(max_tokens=8, logprobs=0, **GREEDY)
     with LLM(path, prefix_cache=False) as off:
         expected = off.generate([prompt], params)[0]

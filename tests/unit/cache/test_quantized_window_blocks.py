@@ -12,6 +12,7 @@ from mlx_lm.models.cache import QuantizedKVCache
 from cache import block_file
 from inference.engine import LLM, SamplingParams
 from tests.support.cache.cold_blocks import path_of
+from tests.support.token_ids import random_ids
 from tests.unit.cache.test_quantized_kv_blocks import _look
 
 QUANT = dict(kv_bits=4, kv_group_size=32)
@@ -24,10 +25,6 @@ GREEDY = dict(temperature=0, ignore_eos=True)
 def path(model_dir):
     """The tiny gemma3_text (sliding window 16 on layers 0 and 2) with head dim 32."""
     return model_dir(arch="gemma3_text", preset="tiny", head_dim=32)
-
-
-def _ids(n, seed):
-    return np.random.default_rng(seed).integers(10, 900, size=n).tolist()
 
 
 def _layers(caches, model, n):
@@ -64,7 +61,7 @@ def _engine_kv(loaded, tokens):
 
 @pytest.mark.django_db(transaction=True)
 def test_sliding_blocks_restore_bit_identical_from_both_tiers(path, tmp_path):
-    prompt = _ids(44, 7)
+    prompt = random_ids(44, 7)
     root = tmp_path / "ssd"
     params = SamplingParams(max_tokens=9, **GREEDY)
     with LLM(path, cache_block_size=BLOCK, paged_ssd_cache_dir=str(root), **QUANT) as llm:
@@ -98,7 +95,7 @@ def test_sliding_formats_never_meet(path, tmp_path):
     """One SSD folder, the sliding-window model in three KV formats (float, 4 bits, float with an
     8-bit SSD tier, whose sliding layers are quantized on disk too): each finds only its own
     blocks."""
-    prompt = _ids(40, 8)
+    prompt = random_ids(40, 8)
     root = tmp_path / "ssd"
     params = SamplingParams(max_tokens=4, **GREEDY)
     formats = [{}, QUANT, dict(paged_ssd_cache_bits=8, kv_group_size=32)]
@@ -121,7 +118,7 @@ def test_memory_figures_are_the_bytes_of_the_arrays(path):
     from inference.engine.kv_quant import KVQuant
     from inference.pool import memory
 
-    prompt = _ids(40, 9)
+    prompt = random_ids(40, 9)
     with LLM(path, cache_block_size=BLOCK, **QUANT) as llm:
         llm.generate([prompt], SamplingParams(max_tokens=3, **GREEDY))
         loaded = llm.engine.loaded
