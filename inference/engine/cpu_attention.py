@@ -23,6 +23,10 @@ engine's thread, a benchmark's bare mlx-lm in the same process), and always for 
 cache or attention sinks (there through sink_attention's function: mlx-lm's, or quantized KV with
 sinks). On a GPU (Metal, CUDA) nothing is installed: the fast kernel is the
 right one there.
+
+Large tensors of the softmax here, and of the model's SwiGLU (the same router rebinds mlx-lm's
+``swiglu`` in the model's modules), go through NumPy: MLX's CPU ``exp`` is scalar code, and in
+a prompt's pass these two cost more than the matrix products around them (``cpu_numpy``).
 """
 
 from __future__ import annotations
@@ -33,12 +37,11 @@ import threading
 from typing import Optional
 
 import mlx.core as mx
-import numpy as np
 import mlx.nn as nn
 from mlx_lm.models import base
 from mlx_lm.models.cache import make_prompt_cache
 
-from . import sink_attention
+from . import cpu_numpy, sink_attention
 
 logger = logging.getLogger("omlx.engine")
 
@@ -68,32 +71,8 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
         else:
             scores = scores + mask
         scores = scores.reshape(B, KV, R * L, Lk)
-    weights = softmax(scores)
+    weights = cpu_numpy.softmax(scores)  # NumPy's for large tensors: MLX's CPU exp is scalar
     return (weights @ values).reshape(B, H, L, values.shape[-1])
-
-
-# Scores from this many elements on go through NumPy's softmax (see ``softmax``).
-SOFTMAX_NUMPY_MIN = 65536
-
-
-def softmax(scores: mx.array) -> mx.array:
-    """Softmax over the last axis, in float32 precision, in the scores' dtype.
-
-    MLX's CPU ``exp`` is scalar code: about 13 ns an element here, so the softmax of a
-    147-token prompt's scores over 1,347 keys ([1, 2, 1029, 1347], one layer of a Qwen2.5-0.5B)
-    took 36-50 ms of the layer's 43 ms of attention, more than both matrix products. NumPy's
-    vectorised ``exp`` does the same in about 1.4 ms, and its float32 softmax is closer to a
-    float64 one (3e-7 against MLX's 5e-6 to 1e-5, measured). Large score tensors (prefill
-    chunks, verify passes, wide decode batches) go through NumPy: this evaluates the scores
-    (a sync in the middle of the layer's graph, which costs more than it saves on small
-    tensors: those stay lazy, with MLX's softmax)."""
-    if scores.size >= SOFTMAX_NUMPY_MIN:
-        a = np.asarray(scores.astype(mx.float32))
-        e = a - a.max(axis=-1, keepdims=True)
-        np.exp(e, out=e)
-        e /= e.sum(axis=-1, keepdims=True)
-        return mx.array(e).astype(scores.dtype)
-    return mx.softmax(scores, axis=-1, precise=True)
 
 
 def _grouped(mask: mx.array, kv_heads: int, repeats: int) -> mx.array:
@@ -113,10 +92,17 @@ def _routed(queries, keys, values, cache, scale, mask, sinks=None):
     )
 
 
+def _routed_swiglu(gate, x):
+    if getattr(_local, "on", False):
+        return cpu_numpy.swiglu(gate, x)
+    return cpu_numpy._ORIGINAL_SWIGLU(gate, x)
+
+
 def install(model: nn.Module) -> bool:
     """Route the attention of ``model``'s modules through ``_routed`` (rebinding the name their
-    modules import from mlx-lm's base). False, and nothing changed, off the CPU or when no module
-    of the model calls mlx-lm's function."""
+    modules import from mlx-lm's base), and their SwiGLU (mlx-lm's ``activations.swiglu``)
+    through ``_routed_swiglu``. False, and nothing changed, off the CPU or when no module of the
+    model calls mlx-lm's attention function."""
     if mx.default_device() != mx.cpu:
         return False
     routed = False
@@ -126,6 +112,11 @@ def install(model: nn.Module) -> bool:
         if bound in (_ORIGINAL, sink_attention.scaled_dot_product_attention):
             owner.scaled_dot_product_attention = _routed
         routed = routed or bound in (_ORIGINAL, _routed)
+    if routed:
+        for _, module in model.named_modules():
+            owner = sys.modules.get(type(module).__module__)
+            if getattr(owner, "swiglu", None) is cpu_numpy._ORIGINAL_SWIGLU:
+                owner.swiglu = _routed_swiglu
     return routed
 
 

@@ -9,10 +9,10 @@ import threading
 import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
-from mlx_lm.models import base
+from mlx_lm.models import activations, base
 from mlx_lm.utils import load as mlx_lm_load
 
-from inference.engine import LLM, SamplingParams, cpu_attention
+from inference.engine import LLM, SamplingParams, cpu_attention, cpu_numpy
 
 # (batch, query heads, key/value heads, queries, keys, head size)
 SHAPES = [
@@ -41,10 +41,10 @@ def _masks(B, H, L, Lk):
 
 @pytest.fixture(params=["mlx softmax", "numpy softmax"])
 def softmax_path(request, monkeypatch):
-    """Both softmax paths of ``cpu_attention.softmax``: the threshold moved so that every score
-    tensor of the test takes the path named (the NumPy one serves large tensors)."""
+    """Both paths of ``cpu_numpy`` (softmax, SwiGLU): the threshold moved so that every tensor of
+    the test takes the path named (the NumPy one serves large tensors)."""
     numpy = request.param == "numpy softmax"
-    monkeypatch.setattr(cpu_attention, "SOFTMAX_NUMPY_MIN", 0 if numpy else 10**12)
+    monkeypatch.setattr(cpu_numpy, "NUMPY_MIN", 0 if numpy else 10**12)
     return numpy
 
 
@@ -66,7 +66,7 @@ def test_attention_equals_mlx_fast_attention(shape, softmax_path):
     "dtype,tolerance", [(mx.float32, 1e-6), (mx.bfloat16, 1e-2)], ids=["float32", "bfloat16"]
 )
 def test_softmax_agrees_with_float64(dtype, tolerance):
-    """``cpu_attention.softmax`` on a tensor large enough for NumPy's path, against a float64
+    """``cpu_numpy.softmax`` on a tensor large enough for NumPy's path, against a float64
     softmax: rows with masked keys (the dtype's smallest value, as ``attention`` masks) and a
     row masked whole (uniform, as MLX's softmax gives it)."""
     import numpy as np
@@ -75,14 +75,43 @@ def test_softmax_agrees_with_float64(dtype, tolerance):
     scores = (mx.random.normal((2, 2, 70, 600), key=mx.random.key(7)) * 25).astype(dtype)
     scores = mx.where(mx.arange(600) < 550, scores, mx.array(low, dtype))
     scores = mx.concatenate([scores[:, :, :69], mx.full((2, 2, 1, 600), low, dtype)], axis=2)
-    assert scores.size >= cpu_attention.SOFTMAX_NUMPY_MIN
+    assert scores.size >= cpu_numpy.NUMPY_MIN
     a = np.array(scores.astype(mx.float32), dtype=np.float64)
     e = np.exp(a - a.max(axis=-1, keepdims=True))
     truth = e / e.sum(axis=-1, keepdims=True)
-    got = cpu_attention.softmax(scores)
+    got = cpu_numpy.softmax(scores)
     assert got.dtype == dtype
     assert np.max(np.abs(np.array(got.astype(mx.float32), dtype=np.float64) - truth)) < tolerance
     assert np.allclose(np.array(got.astype(mx.float32))[:, :, -1], 1 / 600, rtol=tolerance)
+
+
+@pytest.mark.parametrize(
+    "dtype,tolerance", [(mx.float32, 1e-6), (mx.bfloat16, 1e-2)], ids=["float32", "bfloat16"]
+)
+def test_swiglu_agrees_with_float64_and_mlx_lm(dtype, tolerance):
+    """``cpu_numpy.swiglu`` on a tensor large enough for NumPy's path (gates from -120 to 120:
+    exp(-gate) overflows below about -88) against silu(gate) * x in float64 and mlx-lm's own;
+    tensors of different shapes go to mlx-lm's (broadcasting)."""
+    import numpy as np
+
+    gate = mx.concatenate(
+        [mx.linspace(-120, 120, 1000)[None, None], mx.random.normal((1, 69, 1000)) * 4], axis=1
+    )
+    x = mx.random.normal(gate.shape, key=mx.random.key(8))
+    gate, x = gate.astype(dtype), x.astype(dtype)
+    assert gate.size >= cpu_numpy.NUMPY_MIN
+    g, u = (np.array(a.astype(mx.float32), dtype=np.float64) for a in (gate, x))
+    truth = g / (1 + np.exp(-g)) * u
+    got = cpu_numpy.swiglu(gate, x)
+    assert got.dtype == dtype and got.shape == gate.shape
+    assert (
+        np.max(np.abs(np.array(got.astype(mx.float32), dtype=np.float64) - truth) / (1 + np.abs(truth)))
+        < tolerance
+    )
+    mlx_lm = activations.swiglu(gate, x).astype(mx.float32)
+    assert mx.max(mx.abs(got.astype(mx.float32) - mlx_lm) / (1 + mx.abs(mlx_lm))).item() < 10 * tolerance
+    row = x[:, :1]  # broadcast: mlx-lm's function
+    assert mx.array_equal(cpu_numpy.swiglu(gate, row), activations.swiglu(gate, row))
 
 
 def test_masked_keys_get_no_weight():
@@ -138,6 +167,8 @@ def test_routing_by_thread_cache_and_sinks(model_dir, monkeypatch):
     assert calls == ["enabled"]  # neither the quantized cache nor the sinks came here
     assert not cpu_attention.enabled_on_this_thread()
     assert base.scaled_dot_product_attention is cpu_attention._ORIGINAL  # mlx-lm's module untouched
+    assert module.swiglu is cpu_attention._routed_swiglu
+    assert activations.swiglu is cpu_numpy._ORIGINAL_SWIGLU
 
 
 def test_load_check_sees_a_wrong_mask_in_a_batch(model_dir, monkeypatch):
@@ -160,12 +191,15 @@ def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch, softmax_path):
     this test's thread, runs mlx-lm's own attention in the same process), with either softmax."""
     path = model_dir()
     calls = _count_calls(monkeypatch)
+    gated, real_swiglu = [], cpu_numpy.swiglu
+    monkeypatch.setattr(cpu_numpy, "swiglu", lambda g, x: gated.append(1) or real_swiglu(g, x))
     prompts = [[5, 9, 33, 7, 100, 12, 48, 3, 77], list(range(40, 71))]
     with LLM(path, prefix_cache=False) as llm:
         assert llm.engine.runner.cpu_attention is True
         out = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
     assert calls and set(calls) == {"omlx-engine"}
-    del calls[:]
+    assert gated  # the model's SwiGLU came through cpu_numpy on the engine's thread
+    del calls[:], gated[:]
     model, _ = mlx_lm_load(str(path))
     for prompt, result in zip(prompts, out):
         want = [
@@ -173,4 +207,4 @@ def test_engine_uses_it_and_equals_mlx_lm(model_dir, monkeypatch, softmax_path):
             for (token, _), _ in zip(generate_step(mx.array(prompt), model, max_tokens=12), range(12))
         ]
         assert result.token_ids == want
-    assert calls == []
+    assert calls == [] and gated == []
