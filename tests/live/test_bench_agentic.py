@@ -90,7 +90,7 @@ def reference_tokens(folder):
 def check_agentic(results, settings, transcripts, folder, cached="omlx"):
     """What every run has, whoever the target. ``cached``: "omlx" (the whole previous prompt is
     reused on the next turn) or "reported" (a number, whatever it is)."""
-    assert results["version"] == 2 and results["scenario"] == "agentic" and results["errors"] == []
+    assert results["version"] == 3 and results["scenario"] == "agentic" and results["errors"] == []
     assert results["settings"] == settings.to_dict() and results["finished_at"] and results["duration_s"] > 0
     n, turns = settings.conversations, settings.turns
     total = results["summary"]
