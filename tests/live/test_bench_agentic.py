@@ -409,6 +409,8 @@ def test_cli_local_engine(tmp_path, model_dir):
         "small",
         "--mode",
         "burst",
+        "--speculative",
+        "lookup",
         "--output",
         str(tmp_path / "r.json"),
     )
@@ -416,6 +418,8 @@ def test_cli_local_engine(tmp_path, model_dir):
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["target"]["kind"] == "local" and results["summary"]["ok"] == 6
     assert results["settings"]["mode"] == "burst"
+    # every request asked for lookup (the model's setting is off), and the engine's counters say so
+    assert results["speculative"]["method"] == "lookup" and results["speculative"]["drafted_tokens"] > 0
     assert results["summary"]["hot_cached_tokens"] is not None  # the tiers, in-process
     assert "local engine" in out.stdout and "bursts of 2" in out.stdout and "4/4 burst 3/3" in out.stderr
 
