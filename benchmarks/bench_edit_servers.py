@@ -83,8 +83,11 @@ def main(folder: Path, text: str, args) -> None:
         print(ratio_table(table, ours, theirs, f"{ours} / {theirs}", show) + "\n", flush=True)
     for side in SIDES:
         tokens = [r.completion_tokens for r in runs[side]]
-        median = statistics.median(speed(r) for r in runs[side])
-        print(f"{side}: median {median:.1f} decode tok/s, completion tokens per round {tokens}")
+        speeds = [speed(r) for r in runs[side]]
+        print(
+            f"{side}: decode tok/s per round {' '.join(f'{v:.2f}' for v in speeds)} (median "
+            f"{statistics.median(speeds):.2f}), completion tokens per round {tokens}"
+        )
     total = {k: sum(c[k] for c in counts) for k in ("drafted_tokens", "accepted_tokens", "verify_passes")}
     total["emitted_tokens"] = sum(c["emitted_tokens"] for c in counts)
     print(describe(difference(dict.fromkeys(total, 0), total, "lookup")) + " (omlx's /metrics, its rounds)")
