@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from inference.bench.speculation import METHODS
+from inference.bench.speculation import METHODS, describe
 
 # flag -> AgenticSettings field
 FLAGS = {
@@ -195,8 +195,6 @@ def print_summary(results: dict, table) -> None:
         rows,
     )
     if s.get("speculative") is not None or results.get("speculative"):
-        from inference.bench.speculation import describe
-
         print(describe(results.get("speculative")))
     if results["errors"]:
         print("errors: " + "; ".join(results["errors"]))
