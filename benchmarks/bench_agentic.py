@@ -26,10 +26,16 @@ With ``--step-trace N`` omlx records its engine steps (`omlx serve --step-trace 
 composition (decode only, decode with prompt tokens, prompt tokens only): docs/engine.md
 "Step trace". ``--omlx-only`` runs omlx alone (no ratio: for a trace).
 
+``--speculative lookup`` (or suffix) compares omlx with itself instead of with mlx-lm: one
+`omlx serve` (its model's speculative setting off), every request of one side asking for the
+method (the per-request ``speculative`` extension) and every request of the other for ``off``,
+alternating which goes first; the ratio is METHOD / off. Each run also prints what omlx's
+/metrics speculative counters did over it (accepted / drafted tokens, tokens per verify pass).
+
     .venv/bin/python benchmarks/bench_agentic.py [--quick] [--model-preset tiny|small|qwen2.5-0.5b]
         [--model FOLDER] [--rounds 3] [--mode closed|burst]
         [--conversations N --turns T --system-tokens S ...] [--json out.json]
-        [--step-trace 1024] [--omlx-only]
+        [--step-trace 1024] [--omlx-only] [--speculative lookup|suffix]
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ sys.path.insert(0, str(REPO))
 import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
 from inference.bench import AGENTIC_PRESETS, AgenticSettings, OpenAITarget, run_agentic  # noqa: E402
+from inference.bench.speculation import describe  # noqa: E402
 from benchmarks.bench_servers import start_servers, stop_servers  # noqa: E402
 from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
@@ -225,6 +232,11 @@ def main() -> int:
         help="omlx records its last N engine steps; each omlx run prints their composition",
     )
     parser.add_argument("--omlx-only", action="store_true", help="run omlx alone (no mlx-lm, no ratios)")
+    parser.add_argument(
+        "--speculative",
+        choices=("lookup", "suffix"),
+        help="omlx with this speculative method against omlx with speculation off (no mlx-lm)",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
@@ -244,17 +256,21 @@ def main() -> int:
 
             folder = build_model(work / "built", preset=model_preset)
         bias = {str(i): -1e4 for i in eos_ids(folder)}
-        names = ("omlx",) if args.omlx_only else ("omlx", "mlx-lm")
+        names = ("omlx",) if args.omlx_only or args.speculative else ("omlx", "mlx-lm")
         trace_args = ("--step-trace", str(args.step_trace)) if args.step_trace else ()
         servers = start_servers(folder, work, names, omlx_args=trace_args)
+        sides = (args.speculative, "off") if args.speculative else names
+        ours, theirs = sides[0], sides[-1]
 
-        def run_one(name):
+        def run_one(side):
+            name = "omlx" if args.speculative else side
             _, url, model = servers[name]
             extra = {"logit_bias": bias} if name == "mlx-lm" and settings.ignore_eos else None
             before = phase_totals(url) if name == "omlx" else None
             first = last_step(url) if name == "omlx" and args.step_trace else None
+            mine = replace(settings, speculative=side) if args.speculative else settings
             with OpenAITarget(url + "/v1", model, extra_body=extra) as target:
-                run = run_agentic(target, settings)
+                run = run_agentic(target, mine)
             if before is not None:  # the warm-up request of the run counts too
                 run["summary"]["phases_s"] = phase_means(before, phase_totals(url))
             if first is not None:
@@ -265,15 +281,17 @@ def main() -> int:
                     f"(of {last_step(url) - first}) by composition:\n{trace_table(records)}\n",
                     flush=True,
                 )
-            runs_done.append(name)
+            runs_done.append(side)
             shown = ", ".join(f"{n} {_show(v, u)}" for n, (v, u) in figures(run).items())
-            print(f"{name} run {len(runs_done)}: {shown}", file=sys.stderr, flush=True)
+            if name == "omlx":
+                shown += "; " + describe(run["speculative"])
+            print(f"{side} run {len(runs_done)}: {shown}", file=sys.stderr, flush=True)
             return run
 
         runs_done = []
 
         try:
-            runs = run_rounds(list(servers), args.rounds, run_one)
+            runs = run_rounds(list(sides), args.rounds, run_one)
         finally:
             stop_servers(servers)
     s = settings
@@ -287,19 +305,25 @@ def main() -> int:
         + (
             ""
             if args.omlx_only
-            else "; ratio = omlx / mlx-lm, the median of the per-round ratios, next to the two values "
+            else f"; ratio = {ours} / {theirs}, the median of the per-round ratios, next to the two values "
             "of the round that has it"
         )
     )
-    if "mlx-lm" in runs:
+    if len(runs) == 2:
+        label = {"omlx": "omlx", "mlx-lm": "mlx-lm server"}
         table = [
-            compare(name, runs["omlx"], runs["mlx-lm"], lambda run, n=name: figures(run)[n][0])
-            for name in figures(runs["omlx"][0])
+            compare(name, runs[ours], runs[theirs], lambda run, n=name: figures(run)[n][0])
+            for name in figures(runs[ours][0])
         ]
-        show = lambda c, v: _show(v, figures(runs["omlx"][0])[c.name][1])  # noqa: E731
-        print(ratio_table(table, "omlx", "mlx-lm server", "omlx / mlx-lm", show))
-        print("\neach server's own median over rounds (context; a ratio of these is not the figure):\n")
-        print(medians_table(table, "omlx", "mlx-lm server", show))
+        show = lambda c, v: _show(v, figures(runs[ours][0])[c.name][1])  # noqa: E731
+        a, b = label.get(ours, f"omlx {ours}"), label.get(theirs, f"omlx {theirs}")
+        print(ratio_table(table, a, b, f"{ours} / {theirs}", show))
+        print("\neach side's own median over rounds (context; a ratio of these is not the figure):\n")
+        print(medians_table(table, a, b, show))
+        if args.speculative:
+            print("\nspeculative decoding over each side's runs (omlx's /metrics):")
+            for side in sides:
+                print(f"- {side}: " + "; ".join(describe(run["speculative"]) for run in runs[side]))
     else:  # --omlx-only
         print("\nomlx alone, the median over rounds:\n\n| figure | omlx |\n|---|---:|")
         for name, (_, unit) in figures(runs["omlx"][0]).items():
@@ -309,12 +333,14 @@ def main() -> int:
         "\nwhere an omlx request's time went (engine phases, mean seconds per request; from omlx's /metrics, "
         "omlx_request_phase_seconds, over each run; median over rounds):"
     )
-    print("| " + " | ".join(PHASES) + " | TTFT mean (client) |\n|" + "---:|" * (len(PHASES) + 1))
-    phases = [run["summary"]["phases_s"] for run in runs["omlx"]]
-    means = [statistics.median(p[ph] for p in phases if p[ph] is not None) for ph in PHASES]
-    ttft = statistics.median(run["summary"]["ttft_s"]["mean"] for run in runs["omlx"])
-    print("| " + " | ".join(f"{m:.3f}" for m in means) + f" | {ttft:.3f} |")
-    for name in servers:
+    omlx_sides = list(runs) if args.speculative else ["omlx"]
+    print("| side | " + " | ".join(PHASES) + " | TTFT mean (client) |\n|---|" + "---:|" * (len(PHASES) + 1))
+    for side in omlx_sides:
+        phases = [run["summary"]["phases_s"] for run in runs[side]]
+        means = [statistics.median(p[ph] for p in phases if p[ph] is not None) for ph in PHASES]
+        ttft = statistics.median(run["summary"]["ttft_s"]["mean"] for run in runs[side])
+        print(f"| {side} | " + " | ".join(f"{m:.3f}" for m in means) + f" | {ttft:.3f} |")
+    for name in runs:
         totals = [run["summary"] for run in runs[name]]
         cached = [t["cached_tokens"] for t in totals]
         print(

@@ -11,6 +11,9 @@ decoding, not the prompt), on a float32 copy of the weights (``--quantized``: th
   should keep speculation from costing anything;
 - ``edit x16``: 16 edit streams at once (the same file, each asking for its own change), the
   batch speculating together;
+- ``edit-servers`` (only with ``--only edit-servers``): the edit workload over HTTP, `omlx serve`
+  with lookup next to `mlx_lm.server` on the same folder, both real processes
+  (``bench_edit_servers``);
 - ``draft`` (only with ``--only draft``): a draft model next to mlx-lm's own
   ``speculative_generate_step`` with the same pair and k (``bench_draft_model``).
 - ``repeat``: answers that repeat across conversations (an agent re-running a step, sub-agents
@@ -25,7 +28,7 @@ whether the outputs are identical token for token (they must be: greedy). The ra
 figures of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/bench_speculative.py [--tokens 200] [--rounds 2] [--lines 300] [--quantized]
-        [--only edit|free|streams|repeat]
+        [--only edit|free|streams|repeat|draft|edit-servers]
 """
 
 from __future__ import annotations
@@ -84,15 +87,19 @@ def source_file(lines: int, seed: int) -> str:
     return "\n".join(out[:lines])
 
 
-def edit_prompt(tokenizer, lines: int, stream: int = 0) -> list:
+def edit_text(lines: int, stream: int = 0) -> str:
     """The file, then the change asked for (stream ``stream`` asks for its own: the streams
     share the file's KV through the block cache, as an agent's parallel edits would)."""
-    text = source_file(lines, 0)
-    ask = (
-        "Here is a Python file:\n\n```python\n" + text + "\n```\n\n"
+    return (
+        "Here is a Python file:\n\n```python\n" + source_file(lines, 0) + "\n```\n\n"
         f"Copy the whole file exactly as it is, but rename `import math` to `import cmath{stream or ''}`. "
         "Output only the code."
     )
+
+
+def edit_prompt(tokenizer, lines: int, stream: int = 0) -> list:
+    """``edit_text`` as the chat template's prompt tokens."""
+    ask = edit_text(lines, stream)
     return tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True)
 
 
@@ -191,7 +198,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lines", type=int, default=300, help="lines of the file in the edit prompt")
     parser.add_argument("--streams", type=int, default=16)
-    parser.add_argument("--only", choices=("edit", "free", "streams", "repeat", "draft"), action="append")
+    parser.add_argument(
+        "--only", choices=("edit", "free", "streams", "repeat", "draft", "edit-servers"), action="append"
+    )
     parser.add_argument("--k", type=int, default=4, help="draft: num_draft_tokens of both")
     parser.add_argument("--layers", type=int, default=8, help="draft: layers of the smaller draft")
     parser.add_argument("--draft-dir", default="/tmp/omlx-bench-drafts", help="draft: where it is made")
@@ -209,6 +218,11 @@ def main() -> None:
         makers = {name: makers[name] for name in args.draft_workload or makers}
         bench_draft_model.main(folder, makers, args)
         only = [name for name in only if name != "draft"]
+    if "edit-servers" in only:  # (a) over HTTP: omlx serve with lookup next to mlx_lm.server
+        import bench_edit_servers
+
+        bench_edit_servers.main(folder, edit_text(args.lines), args)
+        only = [name for name in only if name != "edit-servers"]
     if not only:
         return
     with LLM(folder, max_concurrent_requests=max(16, args.streams), step_token_budget=4096) as llm:

@@ -33,6 +33,10 @@ What is reported (``run_agentic`` returns plain data, ``AGENTIC_RESULTS_VERSION`
 - ``requests``: per request, in the order they were collected: who sent it (``burst`` or
   ``client``, 1-based, the other None), where its time went (sent at, TTFT, decode time, ended
   at, latency) and its tokens.
+- ``speculative``: what the target's speculative decoding counters did over the run's requests
+  (``speculation.difference``: drafted and accepted tokens, verify passes, acceptance, tokens per
+  pass), None where the target has no counters; ``settings.speculative`` is the method every
+  request asked for (None: the model's own setting).
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Callable, Dict, List, Optional
 
 from .agentic_prompts import PromptBook
+from .speculation import METHODS, difference
 from .stats import summary
 from .targets import StreamResult, Target, TargetError
 
-AGENTIC_RESULTS_VERSION = 2  # 2: mode, client, ended_s, latency_s
+AGENTIC_RESULTS_VERSION = 3  # 2: mode, client, ended_s, latency_s; 3: speculative
 _MAX_ERRORS_KEPT = 10
 Progress = Callable[[int, int, str, dict], None]
 
@@ -62,7 +67,8 @@ class AgenticSettings:
     definitions; context_tokens: each conversation's own context (in its first user message);
     new_tokens: the new user text of every turn; gen_tokens: tokens generated per turn (exactly,
     with ignore_eos where the target knows it); burst: requests in flight (closed: clients;
-    burst: requests sent at once); mode: ``closed`` or ``burst``.
+    burst: requests sent at once); mode: ``closed`` or ``burst``; speculative: the speculative
+    decoding method every request asks for (off, lookup, suffix, draft; None: the model's setting).
     """
 
     conversations: int = 12
@@ -74,6 +80,7 @@ class AgenticSettings:
     burst: int = 4
     ignore_eos: bool = True
     mode: str = "closed"
+    speculative: Optional[str] = None
 
     MODES = ("closed", "burst")
 
@@ -96,6 +103,8 @@ class AgenticSettings:
             raise ValueError("ignore_eos must be true or false")
         if self.mode not in self.MODES:
             raise ValueError(f"mode={self.mode!r}: must be one of {', '.join(self.MODES)}")
+        if self.speculative is not None and self.speculative not in METHODS:
+            raise ValueError(f"speculative={self.speculative!r}: must be one of {', '.join(METHODS)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -271,6 +280,7 @@ def empty_results(target: dict, settings: AgenticSettings) -> dict:
         "summary": None,
         "turns": [],
         "requests": [],
+        "speculative": None,
         "errors": [],
     }
 
@@ -391,7 +401,16 @@ def run_agentic(
     """Run the agentic scenario against ``target``; TargetError when calibration or the warm-up
     request fails (the target cannot serve at all). Errors of single requests are counted.
     ``transcripts``, when given, receives every conversation's messages (the last answer
-    included) as sent and answered."""
+    included) as sent and answered. ``target.speculative`` is ``settings.speculative`` for the
+    run (set back afterwards)."""
+    kept, target.speculative = target.speculative, settings.speculative
+    try:
+        return _run_agentic(target, settings, progress, transcripts)
+    finally:
+        target.speculative = kept
+
+
+def _run_agentic(target: Target, settings: AgenticSettings, progress, transcripts) -> dict:
     results = empty_results(target.describe(), settings)
     started_run = time.perf_counter()
     total = settings.total_steps()
@@ -408,7 +427,9 @@ def run_agentic(
     if progress is not None:
         progress(1, total, "calibrated", results)
     run = _Run(target, settings, book, results, progress, total)
+    before = target.speculative_counters()  # after the warm-up: the run's requests only
     (_run_closed if settings.mode == "closed" else _run_bursts)(run)
+    results["speculative"] = difference(before, target.speculative_counters(), settings.speculative)
     if transcripts is not None:
         transcripts.extend(run.histories)
     results["finished_at"] = _iso_now()

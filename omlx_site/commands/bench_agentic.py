@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from inference.bench.speculation import METHODS, describe
+
 # flag -> AgenticSettings field
 FLAGS = {
     "--conversations": "conversations",
@@ -14,6 +16,7 @@ FLAGS = {
     "--new-tokens": "new_tokens",
     "--burst": "burst",
     "--mode": "mode",
+    "--speculative": "speculative",
 }
 # flags of the default scenario that mean nothing here
 DEFAULT_ONLY = {
@@ -55,6 +58,14 @@ def add_arguments(p) -> None:
         help="closed (default): each client sends "
         "its conversation's next turn as soon as its own answer has ended; burst: --burst "
         "requests at once, the next burst when all have answered",
+    )
+    group.add_argument(
+        "--speculative",
+        choices=METHODS,
+        help="the speculative decoding method every request asks for (omlx's per-request "
+        "override; default: none sent, the model's own setting); the summary then says how many "
+        "drafted tokens were accepted and the tokens per verify pass (the local engine's "
+        "counters, or omlx's /metrics with --url; n/a for other servers)",
     )
 
 
@@ -183,6 +194,8 @@ def print_summary(results: dict, table) -> None:
         ("turn", "ok", "prompt tokens", "cached", "growth", "TTFT p50 ms", "p95"),
         rows,
     )
+    if s.get("speculative") is not None or results.get("speculative"):
+        print(describe(results.get("speculative")))
     if results["errors"]:
         print("errors: " + "; ".join(results["errors"]))
     sys.stdout.flush()

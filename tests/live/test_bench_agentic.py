@@ -88,7 +88,7 @@ def reference_tokens(folder):
 def check_agentic(results, settings, transcripts, folder, cached="omlx"):
     """What every run has, whoever the target. ``cached``: "omlx" (the whole previous prompt is
     reused on the next turn) or "reported" (a number, whatever it is)."""
-    assert results["version"] == 2 and results["scenario"] == "agentic" and results["errors"] == []
+    assert results["version"] == 3 and results["scenario"] == "agentic" and results["errors"] == []
     assert results["settings"] == settings.to_dict() and results["finished_at"] and results["duration_s"] > 0
     n, turns = settings.conversations, settings.turns
     total = results["summary"]
@@ -386,6 +386,8 @@ def test_cli_local_engine(tmp_path, model_dir):
         "small",
         "--mode",
         "burst",
+        "--speculative",
+        "lookup",
         "--output",
         str(tmp_path / "r.json"),
     )
@@ -393,6 +395,8 @@ def test_cli_local_engine(tmp_path, model_dir):
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["target"]["kind"] == "local" and results["summary"]["ok"] == 6
     assert results["settings"]["mode"] == "burst"
+    # every request asked for lookup (the model's setting is off), and the engine's counters say so
+    assert results["speculative"]["method"] == "lookup" and results["speculative"]["drafted_tokens"] > 0
     assert results["summary"]["hot_cached_tokens"] is not None  # the tiers, in-process
     assert "local engine" in out.stdout and "bursts of 2" in out.stdout and "4/4 burst 3/3" in out.stderr
 
