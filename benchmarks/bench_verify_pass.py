@@ -8,7 +8,11 @@ bare mlx-lm (the same caches, mlx-lm's attention), plus what the steps around a 
   of one row, extend of the batch, per row: the decode batch before issue 27's fix) or
   merged together (one merge, as it is now); the joins are lazy, so the first pass pays them;
 - ``rollback with a shift``: rows that kept different numbers of drafted tokens (a trim, and a
-  roll of the rows that kept fewer, ``speculative.rollback``), evaluated on its own.
+  roll of the rows that kept fewer: the rollback before issue 27's holes), evaluated on its own;
+- ``rollback with holes``: the same rollback as the engine does it now (a trim, the rejected
+  positions of the rows that kept fewer masked as holes, ``speculative.holes``), and the
+  [B, 1] pass that follows it (attending over the holes, masked), and the holes' compaction
+  (one gather of the buffer, run once the holes pass a threshold).
 
 Alternating rounds, median seconds and the ratio to a [B, 1] pass.
 
@@ -95,7 +99,7 @@ def main() -> None:
     lengths = [args.context - 512 + (r * 31) % 512 for r in range(B)]  # left padding 0 to 511
     rows = row_caches(context, lengths)
     first = {"one at a time": [], "together": []}
-    seconds = {(on, w): [] for on in (True, False) for w in (1, W, "roll")}
+    seconds = {(on, w): [] for on in (True, False) for w in (1, W, "roll", "holes", "after", "compact")}
     for _ in range(args.rounds):
         cpu_attention.enable_on_this_thread(True)
         for name in first:
@@ -110,9 +114,21 @@ def main() -> None:
                 seconds[on, w].append(timed_pass(model, cache, B, w))
             timed_pass(model, cache, B, W, trim=False)
             start = time.perf_counter()
-            roll_back(cache, [(W - 1) - r % W for r in range(B)])  # rows keep 0 .. W - 1 drafts
+            remove = [(W - 1) - r % W for r in range(B)]  # rows keep 0 .. W - 1 drafts
+            roll_back(cache, remove)
             mx.eval([a for c in cache for a in cache_arrays(c)])
             seconds[on, "roll"].append(time.perf_counter() - start)
+            timed_pass(model, cache, B, W, trim=False)
+            start = time.perf_counter()
+            roll_back(cache, remove, holes=True)
+            mx.eval([a for c in cache for a in cache_arrays(c)] + [c.valid for c in cache])
+            seconds[on, "holes"].append(time.perf_counter() - start)
+            seconds[on, "after"].append(timed_pass(model, cache, B, 1))
+            start = time.perf_counter()
+            for c in cache:
+                c.compact()
+            mx.eval([a for c in cache for a in cache_arrays(c)])
+            seconds[on, "compact"].append(time.perf_counter() - start)
             del cache
     med = {key: statistics.median(s) for key, s in seconds.items()}
     step = med[True, 1]
@@ -125,7 +141,10 @@ def main() -> None:
         label = "engine (CPU attention)" if on else "bare mlx-lm attention"
         print(
             f"  {label}: [B, 1] {one:.2f} s, [B, {W}] {med[on, W]:.2f} s ({med[on, W] / one:.2f}x), "
-            f"rollback with a shift {med[on, 'roll']:.2f} s ({med[on, 'roll'] / one:.2f}x)",
+            f"rollback with a shift {med[on, 'roll']:.2f} s ({med[on, 'roll'] / one:.2f}x), "
+            f"rollback with holes {med[on, 'holes']:.4f} s ({med[on, 'holes'] / one:.4f}x), "
+            f"[B, 1] after the holes {med[on, 'after']:.2f} s ({med[on, 'after'] / one:.2f}x), "
+            f"their compaction {med[on, 'compact']:.2f} s ({med[on, 'compact'] / one:.2f}x)",
             flush=True,
         )
 

@@ -7,9 +7,11 @@ batch cache gives the rest back:
 - **Full attention** (mlx-lm's ``BatchKVCache``, and ``BatchQuantizedKVCache``, the same with
   keys and values held as quantized triples): the caches are left-padded, every row's newest
   position is the last one, so a row cannot simply be shorter at its end. The common part of
-  the rollback is a ``trim`` of every row; a row that drops more is shifted right by the
-  difference (``prepare(right_padding=...)`` + ``finalize()``: a roll, and that much more left
-  padding), which moves its garbage past the end, where the next step overwrites it.
+  the rollback is a ``trim`` of every row; a row that drops more keeps the difference as masked
+  holes (``holes.punch``: no key or value moves) when every layer is full attention (TRIM), or
+  is shifted right by the difference (``prepare(right_padding=...)`` + ``finalize()``: a roll
+  of the whole batch buffer, and that much more left padding) next to sliding windows, which
+  turns its garbage into left padding.
 - **Sliding window** (``BatchRotatingKVCache``, window W): the ring is put in temporal order
   before the pass (mlx-lm's mask for several tokens over a rotated ring keeps a position its
   update drops). A pass of several tokens takes the cache's concatenating path, which keeps
@@ -43,8 +45,9 @@ from mlx_lm.models.cache import ArraysCache, BatchKVCache, BatchRotatingKVCache,
 from ..cache_io import leaves
 from ..quantized_kv import BatchQuantizedKVCache
 from ..quantized_window import BatchQuantizedWindowKV
+from .holes import HOLED, punch
 
-ROLLABLE = (BatchKVCache, BatchQuantizedKVCache)
+ROLLABLE = (BatchKVCache, BatchQuantizedKVCache, *HOLED.values())
 TRIM, WINDOW, REPLAY = "trim", "window", "replay"
 
 
@@ -89,7 +92,8 @@ class Rollback:
                     # The ring in temporal order first: mlx-lm's mask for a pass of several
                     # tokens over a rotated ring does not drop the oldest position its update drops.
                     w._temporal_order()
-        self.replay = rollback_kind(caches) == REPLAY
+        self.kind = rollback_kind(caches)
+        self.replay = self.kind == REPLAY
         self.saved = None
         if self.replay:
             self.saved = [None if type(c) in ROLLABLE else _state(c) for c in leaves(caches)]
@@ -108,7 +112,7 @@ class Rollback:
         if self.replay:
             self._replay(remove, rows, forward)
         else:
-            roll_back(self.caches, remove)
+            roll_back(self.caches, remove, holes=self.kind == TRIM)
 
     def _replay(self, remove, rows, forward) -> None:
         """Every layer back to before the pass, then each row's kept tokens run again: in one
@@ -175,9 +179,11 @@ def _where_rows(rows: mx.array, old: mx.array, new: mx.array) -> mx.array:
     return mx.where(rows.reshape((-1,) + (1,) * (new.ndim - 1)), old, new)
 
 
-def roll_back(caches, remove: Sequence[int], skip: tuple = ()) -> None:
+def roll_back(caches, remove: Sequence[int], skip: tuple = (), holes: bool = False) -> None:
     """Drop the newest ``remove[i]`` positions of row i from every full-attention and sliding
-    layer (see the module docstring); layers of the types in ``skip`` are left alone."""
+    layer (see the module docstring); layers of the types in ``skip`` are left alone. ``holes``:
+    a full-attention row that drops more keeps the rest as masked holes (``holes.punch``)
+    instead of being rolled right."""
     least = min(remove)
     extra = [r - least for r in remove]
     shift = any(extra)
@@ -192,7 +198,9 @@ def roll_back(caches, remove: Sequence[int], skip: tuple = ()) -> None:
             continue
         if least:
             c.trim(least)
-        if shift:
+        if shift and holes:
+            punch(c, extra)
+        elif shift:
             c.prepare(right_padding=extra)
             c.finalize()
 
