@@ -281,7 +281,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
         trace = self._trace  # the step's one test of the trace: None when it is off
         if trace is not None:
             self.clock.reset()
-            before = (self.runner.batch.passes, self.first_tokens)
+            before = (self.runner.batch.passes, self.first_tokens, self.runner.batch.counters.verify_passes)
         start = time.perf_counter()
         try:
             self._run_step(out)
@@ -314,6 +314,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
                     restored_tokens=sum(hit.num_tokens for _, hit in out.prefix_hits),
                     prefill_seconds=out.prefill_seconds,
                     decode_seconds=out.decode_seconds,
+                    verify=self.runner.batch.counters.verify_passes > before[2],
                     **self.clock.seconds(),
                 )
             )

@@ -99,10 +99,23 @@ def test_one_stream_is_one_prefill_pass_then_one_row_a_step(path):
         assert all(r.prefill_compute_seconds == 0 for r in records if not r.first_tokens)
         assert sum(r.first_tokens for r in records) == 1
         assert {r.decode_rows for r in records if r.decode_passes} == {1}
+        assert not any(r.verify for r in records)  # no speculation: no verify pass
         # The first token comes from the prefill; the other 5 from decode passes (the GPU's
         # pipeline may run one more, whose token is never read).
         assert sum(r.decode_passes for r in records) in (5, 6)
         assert engine.step_trace(2) == records[-2:]
+
+
+def test_a_verify_pass_is_marked_as_one(path):
+    """``verify``: the steps whose decode pass verified drafts, as many as the counter has."""
+    with LLM(path, prefix_cache=False, step_trace=1000) as llm:
+        llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # whatever it costs
+        params = SamplingParams(max_tokens=30, speculative="lookup", num_draft_tokens=4, **GREEDY)
+        llm.generate([[20, 21, 22, 23, 20, 21]], params)  # the tiny model loops on it
+        passes = llm.engine.stats().speculative["verify_passes"]
+        records = llm.engine.step_trace()
+        assert passes > 0 and sum(r.verify for r in records) == passes
+        assert all(r.decode_passes == 1 for r in records if r.verify)
 
 
 def test_two_prompts_share_the_step_and_then_decode_as_two_rows(path):
