@@ -384,6 +384,8 @@ class Engine(EngineCache, EngineControls, EngineThread):
         batch = self.runner.batch
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
+        if (speculation := getattr(self.runner, "speculation", None)) is not None:
+            speculation.prompts_waiting = bool(self.scheduler.prefilling)  # their next chunk waits
         ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
         for request, token, logprob in self.runner.decode_step(ahead):
             if request not in done and (end := self._on_token(request, token, logprob)) is not None:

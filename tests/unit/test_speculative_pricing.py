@@ -79,3 +79,16 @@ def test_a_run_of_verify_passes_stops_to_measure_a_plain_step_again():
         policy.observe(rows, policy.drafts(rows, None), [4, 4], 1.0)
     costs.observe(2, 300, 3.0)
     assert not policy.ready(rows, None, [False, False])
+
+
+def test_a_batch_whose_step_a_prompt_waits_for_decodes_plainly():
+    costs = StepCosts()
+    costs.observe(2, 0, 1.0)
+    policy = SpeculationPolicy("lookup", 4, costs)
+    rows = looping_rows(2)
+    assert policy.wanted(rows, None) and policy.ready(rows, None, [False, False])
+    policy.prompts_waiting = True  # (the engine: a prompt has chunks left after this step)
+    assert not policy.ready(rows, None, [False, False]) and policy.prompt_holds == 1
+    assert all(row.speculation.active for row in rows)  # they draft again once it is done
+    policy.prompts_waiting = False
+    assert policy.ready(rows, None, [False, False])

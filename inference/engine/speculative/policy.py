@@ -26,6 +26,9 @@ Adaptive rule, per row:
   before a run of verify steps (a slow step, another batch size) must not keep pricing every
   pass of the run (issue 27: an agent load on the CPU kept verifying at 3-4 plain steps a pass
   for 2.2 tokens a row, against a plain step priced at 2.7x what it cost).
+- A step after which a prompt still has chunks to compute (``prompts_waiting``, set by the
+  engine) decodes plainly: a verify pass costs several plain steps, and the prompt's next chunk
+  (its first token) would wait for it (the agent load measured TTFT p50 1.2-1.5x with lookup).
 
 Per batch (of two rows or more): every row of a verify pass runs as many positions as the
 longest draft, so the drafts are cut to the width with the most expected tokens per unit of
@@ -100,6 +103,8 @@ class SpeculationPolicy:
         self.unpriced = 0  # verify passes since a plain decode step was last measured
         self._plain_mark = 0  # ``costs.plain_steps`` when ``unpriced`` was last reset
         self.plain_probes = 0  # plain steps taken only to measure a plain step's price
+        self.prompts_waiting = False  # the engine: a prompt's next chunk waits for this step
+        self.prompt_holds = 0  # plain steps taken because a prompt's next chunk waited
         self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
     @classmethod
@@ -243,7 +248,11 @@ class SpeculationPolicy:
         that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow. Nor does a batch
         whose proposals would not pay for a wider pass (``_fit``: its best width is 1): its
         proposing rows go shadow, so their acceptance follows the tokens that come. Nor, its
-        rows left active, a batch whose plain step is to be measured again (``_plain_stale``)."""
+        rows left active, a batch whose plain step is to be measured again (``_plain_stale``), or
+        whose step a prompt's next chunk waits for (``prompts_waiting``)."""
+        if self.prompts_waiting:
+            self.prompt_holds += 1
+            return False
         if self._plain_stale():
             self.plain_probes += 1
             return False
