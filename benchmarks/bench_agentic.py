@@ -23,8 +23,9 @@ and the completion tokens of each side are printed to show they match.
 
 With ``--step-trace N`` omlx records its engine steps (`omlx serve --step-trace N`, at most
 1024 are read back per run) and each of its runs prints where the steps' time went, by step
-composition (decode only, decode with prompt tokens, prompt tokens only): docs/engine.md
-"Step trace". ``--omlx-only`` runs omlx alone (no ratio: for a trace).
+composition (decode only, decode with prompt tokens, the same two with a speculative verify
+pass, prompt tokens only): docs/engine.md "Step trace". ``--omlx-only`` runs omlx alone (no
+ratio: for a trace).
 
 ``--speculative lookup`` (or suffix) compares omlx with itself instead of with mlx-lm: one
 `omlx serve` (its model's speculative setting off), every request of one side asking for the
@@ -158,6 +159,8 @@ def _trace(url: str, last: int) -> list:
 
 
 def step_kind(record: dict) -> str:
+    if record.get("verify"):  # a speculative verify pass (--speculative)
+        return "verify + prompt" if record["prompt_tokens"] else "verify only"
     if record["decode_passes"] and record["prompt_tokens"]:
         return "decode + prompt"
     if record["decode_passes"]:
@@ -175,7 +178,14 @@ def trace_table(records: list) -> str:
     total = sum(r["seconds"] for r in records) or 1.0
     head = ["steps", "share", "step ms", "rows", "prompt tok", "passes"] + [f"{t} ms" for t in TIMES]
     lines = ["| kind | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
-    for kind in ("decode only", "decode + prompt", "prompt only", "neither"):
+    for kind in (
+        "decode only",
+        "decode + prompt",
+        "verify only",
+        "verify + prompt",
+        "prompt only",
+        "neither",
+    ):
         rows = [r for r in records if step_kind(r) == kind]
         if not rows:
             continue

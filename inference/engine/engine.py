@@ -281,7 +281,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
         trace = self._trace  # the step's one test of the trace: None when it is off
         if trace is not None:
             self.clock.reset()
-            before = (self.runner.batch.passes, self.first_tokens)
+            before = (self.runner.batch.passes, self.first_tokens, self.runner.batch.counters.verify_passes)
         start = time.perf_counter()
         try:
             self._run_step(out)
@@ -314,6 +314,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
                     restored_tokens=sum(hit.num_tokens for _, hit in out.prefix_hits),
                     prefill_seconds=out.prefill_seconds,
                     decode_seconds=out.decode_seconds,
+                    verify=self.runner.batch.counters.verify_passes > before[2],
                     **self.clock.seconds(),
                 )
             )
@@ -383,6 +384,8 @@ class Engine(EngineCache, EngineControls, EngineThread):
         batch = self.runner.batch
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
+        if (speculation := getattr(self.runner, "speculation", None)) is not None:
+            speculation.prompts_waiting = bool(self.scheduler.prefilling)  # their next chunk waits
         ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
         for request, token, logprob in self.runner.decode_step(ahead):
             if request not in done and (end := self._on_token(request, token, logprob)) is not None:

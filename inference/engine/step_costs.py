@@ -8,11 +8,20 @@ from steps with prefill, less the decode estimate). Both are exponential moving 
 they follow the batch size, the prompt lengths and the machine's load. The decode batch is
 pipelined (a step returns the previous step's tokens), so a single step's split between the two
 is blurred; over several steps the averages are what the time bound needs.
+
+Speculative decoding prices a verify pass against a plain decode step of the same batch
+(``plain_step_seconds``): the median of the last ``PLAIN_WINDOW`` steps without prompt tokens
+of that many rows. Not the average above: under an agent load the batch size changes as
+requests come and go, and one slow step (a prompt's arrival, a loaded machine) would price
+every verify pass after it (issue 27: measured 57.8 ms against 15-25 ms plain steps).
+``plain_steps`` counts those steps, so the policy can tell when its price was last measured.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from collections import deque
+from statistics import median
+from typing import Deque, Dict, Optional
 
 
 class StepCosts:
@@ -27,6 +36,7 @@ class StepCosts:
     # a forward pass is priced at this many prompt tokens (``pass_tokens``).
     DEFAULT_PIECE = 128
     SMALL_BATCH = 4  # decode steps of at most this many rows measure ``pass_seconds``
+    PLAIN_WINDOW = 8  # plain decode steps of one batch size that ``plain_step_seconds`` keeps
 
     def __init__(self):
         self.decode_seconds: Optional[float] = None  # one step of the decode batch alone
@@ -39,6 +49,8 @@ class StepCosts:
         # reading of the weights), ``token_seconds`` from prefill steps, less their passes.
         self.pass_seconds: Optional[float] = None
         self.token_seconds: Optional[float] = None
+        self.plain_steps = 0  # decode steps without prompt tokens observed (``plain_step_seconds``)
+        self._recent: Dict[int, Deque[float]] = {}  # rows -> the last PLAIN_WINDOW such steps
 
     def _mix(self, old: Optional[float], new: float) -> float:
         return new if old is None else (1 - self.ALPHA) * old + self.ALPHA * new
@@ -54,6 +66,9 @@ class StepCosts:
             if decode_rows:
                 self.decode_seconds = self._mix(self.decode_seconds, seconds)
                 self.decode_rows = decode_rows
+                self.plain_steps += 1
+                recent = self._recent.setdefault(decode_rows, deque(maxlen=self.PLAIN_WINDOW))
+                recent.append(seconds)
             if 0 < decode_rows <= self.SMALL_BATCH:
                 rows = decode_rows * (self.token_seconds or 0.0)
                 self.pass_seconds = self._mix(self.pass_seconds, max(seconds - rows, seconds / 2))
@@ -65,6 +80,13 @@ class StepCosts:
             if self.pass_seconds is not None and computed:
                 tokens = max(spent - passes * self.pass_seconds, spent / 2)
                 self.token_seconds = self._mix(self.token_seconds, tokens / computed)
+
+    def plain_step_seconds(self, rows: int) -> Optional[float]:
+        """What a plain decode step of ``rows`` rows costs: the median of the last
+        ``PLAIN_WINDOW`` steps of that batch size; ``decode_seconds`` (any batch size) before one
+        was measured."""
+        recent = self._recent.get(rows)
+        return median(recent) if recent else self.decode_seconds
 
     def prefill_allowance(self, max_step_ms: float) -> Optional[int]:
         """Prompt tokens one step may compute next to the running decode batch so that the step

@@ -76,6 +76,7 @@ class StepRecord:
     launch_seconds: float
     device_wait_seconds: float
     prefill_compute_seconds: float
+    verify: bool = False  # its decode pass was a speculative verify pass (several tokens a row)
 
     @property
     def host_seconds(self) -> float:

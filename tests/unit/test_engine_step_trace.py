@@ -99,10 +99,40 @@ def test_one_stream_is_one_prefill_pass_then_one_row_a_step(path):
         assert all(r.prefill_compute_seconds == 0 for r in records if not r.first_tokens)
         assert sum(r.first_tokens for r in records) == 1
         assert {r.decode_rows for r in records if r.decode_passes} == {1}
+        assert not any(r.verify for r in records)  # no speculation: no verify pass
         # The first token comes from the prefill; the other 5 from decode passes (the GPU's
         # pipeline may run one more, whose token is never read).
         assert sum(r.decode_passes for r in records) in (5, 6)
         assert engine.step_trace(2) == records[-2:]
+
+
+def test_a_verify_pass_is_marked_as_one(path):
+    """``verify``: the steps whose decode pass verified drafts, as many as the counter has."""
+    with LLM(path, prefix_cache=False, step_trace=1000) as llm:
+        llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # whatever it costs
+        params = SamplingParams(max_tokens=30, speculative="lookup", num_draft_tokens=4, **GREEDY)
+        llm.generate([[20, 21, 22, 23, 20, 21]], params)  # the tiny model loops on it
+        passes = llm.engine.stats().speculative["verify_passes"]
+        records = llm.engine.step_trace()
+        assert passes > 0 and sum(r.verify for r in records) == passes
+        assert all(r.decode_passes == 1 for r in records if r.verify)
+
+
+def test_no_verify_pass_while_a_prompt_waits_for_its_next_chunk(path):
+    """A step after which a prompt still has chunks to compute decodes plainly (its next chunk,
+    and so its first token, would wait for a verify pass); the row speculates again after."""
+    with LLM(
+        path, prefix_cache=False, step_trace=1000, prefill_chunk_size=16, max_concurrent_requests=2
+    ) as llm:
+        llm.engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # whatever it costs
+        params = SamplingParams(max_tokens=80, speculative="lookup", num_draft_tokens=4, **GREEDY)
+        # 30 chunks of the long prompt: the short one's row loops (and drafts) before they end
+        llm.generate([[20, 21, 22, 23, 20, 21], random_ids(480, 4)], params)
+        records = llm.engine.step_trace()
+        waiting = [r for r in records if r.prompt_tokens and not r.first_tokens and r.decode_passes]
+        assert len(waiting) >= 25  # the long prompt's chunks, next to the decoding row
+        assert not any(r.verify for r in waiting)
+        assert any(r.verify for r in records)
 
 
 def test_two_prompts_share_the_step_and_then_decode_as_two_rows(path):

@@ -11,7 +11,7 @@ Adaptive rule, per row:
   setting), else it becomes one more than what was kept;
 - a row starts *shadow* and turns *active* (it drafts) once its drafter has a proposal; it
   stays active while it pays: its expected tokens per pass, times what a plain
-  decode step costs (``StepCosts.decode_seconds``), at least what a verify pass costs (measured
+  decode step of the batch costs (below), at least what a verify pass costs (measured
   here). A row that stops paying, or whose drafter found nothing for ``IDLE_DRAFTS`` steps in a
   row, goes back to *shadow*: it decodes plainly (the batch keeps its pipeline when no row is active)
   while its drafter still proposes on the host, and the proposals are checked against the
@@ -19,6 +19,16 @@ Adaptive rule, per row:
   active again once it would pay. So speculation that does not pay costs only host lookups.
   A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
   proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
+- What a plain step costs (in both rules) is a plain decode step of the batch's size
+  (``StepCosts.plain_step_seconds``: a median of recent steps of that many rows). Verify steps
+  do not measure it, so after ``PLAIN_PROBE`` verify passes with no plain step between them the batch runs
+  ``PROBE_PLAIN_STEPS`` plain steps (its rows stay active) to measure it again: a price taken
+  before a run of verify steps (a slow step, another batch size) must not keep pricing every
+  pass of the run (issue 27: an agent load on the CPU kept verifying at 3-4 plain steps a pass
+  for 2.2 tokens a row, against a plain step priced at 2.7x what it cost).
+- A step after which a prompt still has chunks to compute (``prompts_waiting``, set by the
+  engine) decodes plainly: a verify pass costs several plain steps, and the prompt's next chunk
+  (its first token) would wait for it (the agent load measured TTFT p50 1.2-1.5x with lookup).
 
 Per batch (of two rows or more): every row of a verify pass runs as many positions as the
 longest draft, so the drafts are cut to the width with the most expected tokens per unit of
@@ -71,6 +81,10 @@ class SpeculationPolicy:
     # Steps after the last verify pass when its measured cost is taken as stale: a row that would
     # draft then drafts, so one slow pass (a loaded machine) cannot turn speculation off for good.
     PROBE_STEPS = 256
+    # Verify passes in a row after which the price of a plain step is measured again, and how
+    # many plain steps measure it (a pipelined batch's first step after a verify pass only queues).
+    PLAIN_PROBE = 8
+    PROBE_PLAIN_STEPS = 2
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
         """``costs``: the scheduler's ``StepCosts`` (what a plain decode step costs); None:
@@ -86,6 +100,11 @@ class SpeculationPolicy:
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
         self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
         self.since_verify = 0  # decode steps since the last verify pass
+        self.unpriced = 0  # verify passes since a plain decode step was last measured
+        self._plain_mark = 0  # ``costs.plain_steps`` when ``unpriced`` was last reset
+        self.plain_probes = 0  # plain steps taken only to measure a plain step's price
+        self.prompts_waiting = False  # the engine: a prompt's next chunk waits for this step
+        self.prompt_holds = 0  # plain steps taken because a prompt's next chunk waited
         self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
     @classmethod
@@ -141,9 +160,24 @@ class SpeculationPolicy:
             _sync(state.drafter, request)
             state.drafter.prepare()
 
-    def _pays(self, state: RowSpeculation, k: int) -> bool:
-        """Whether drafting ``k`` tokens is expected to beat plain decoding for this row."""
-        plain = self.costs.decode_seconds if self.costs is not None else None
+    def _plain(self, rows: int) -> Optional[float]:
+        """What a plain decode step of ``rows`` rows costs (None: unknown, or no cost rule)."""
+        return self.costs.plain_step_seconds(rows) if self.costs is not None else None
+
+    def _plain_stale(self) -> bool:
+        """Whether ``PLAIN_PROBE`` verify passes ran since a plain decode step was last measured
+        (``PROBE_PLAIN_STEPS`` of them since ``unpriced`` was reset): the batch then decodes
+        plainly to measure it."""
+        if self.costs is None:
+            return False
+        if self.costs.plain_steps - self._plain_mark >= self.PROBE_PLAIN_STEPS:
+            self._plain_mark, self.unpriced = self.costs.plain_steps, 0
+        return self.unpriced >= self.PLAIN_PROBE
+
+    def _pays(self, state: RowSpeculation, k: int, rows: int) -> bool:
+        """Whether drafting ``k`` tokens is expected to beat plain decoding for this row, in a
+        batch of ``rows`` rows."""
+        plain = self._plain(rows)
         if plain is None or self.verify_seconds is None or self.since_verify >= self.PROBE_STEPS:
             return True
         return state.expected_tokens(k) * plain >= self.verify_seconds
@@ -162,7 +196,7 @@ class SpeculationPolicy:
             if state is None:
                 continue
             if not state.active:
-                self._shadow(request, state)
+                self._shadow(request, state, len(rows))
             if state.active and request.length_left(context_length) > 1:
                 wanted = True
         return wanted
@@ -173,7 +207,7 @@ class SpeculationPolicy:
         if self.method == "suffix" or self.settings_of(request)[0] == "suffix":
             self.answers.add(request.output_token_ids, request.cache_salt)
 
-    def _shadow(self, request, state: RowSpeculation) -> None:
+    def _shadow(self, request, state: RowSpeculation, rows: int) -> None:
         """Check a shadow row's pending proposal against the tokens that followed (once they
         all came, or one differed), update its average, make the next proposal."""
         drafter = state.drafter
@@ -198,7 +232,7 @@ class SpeculationPolicy:
             draft = state.shadow_draft
             # (a draft model's one-token check stands for the drafts it would make when active)
             if draft and self._pays(
-                state, self.settings_of(request)[1] if drafter.shadow_tokens else len(draft)
+                state, self.settings_of(request)[1] if drafter.shadow_tokens else len(draft), rows
             ):
                 state.active, state.idle, state.k, state.shadow_draft = True, 0, len(draft), None
                 state.shadow_gap = 0
@@ -213,7 +247,15 @@ class SpeculationPolicy:
         those tokens, so a batch whose rows have nothing to draft keeps its pipeline. A row
         that proposes nothing ``IDLE_DRAFTS`` times in a row goes shadow. Nor does a batch
         whose proposals would not pay for a wider pass (``_fit``: its best width is 1): its
-        proposing rows go shadow, so their acceptance follows the tokens that come."""
+        proposing rows go shadow, so their acceptance follows the tokens that come. Nor, its
+        rows left active, a batch whose plain step is to be measured again (``_plain_stale``), or
+        whose step a prompt's next chunk waits for (``prompts_waiting``)."""
+        if self.prompts_waiting:
+            self.prompt_holds += 1
+            return False
+        if self._plain_stale():
+            self.plain_probes += 1
+            return False
         lengths, acceptances = [], []
         for request, behind in zip(rows, late):
             lengths.append(0)
@@ -263,7 +305,7 @@ class SpeculationPolicy:
         (``PROBE_STEPS``: the batch then drafts uncut, and that pass measures it again), or the
         batch is one row (the per-row rule, ``_pays``, is then the whole batch's; the width
         rule's geometric acceptance cut a copying row's drafts shorter than they paid)."""
-        plain = self.costs.decode_seconds if self.costs is not None else None
+        plain = self._plain(rows)
         if rows < 2:
             return None
         seconds = self.position_seconds
@@ -289,10 +331,11 @@ class SpeculationPolicy:
             return  # a plain pass
         a = self.ALPHA
         self.since_verify = 0
+        self.unpriced += 1
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
-        plain = self.costs.decode_seconds if self.costs is not None else None
+        plain = self._plain(len(rows))
         if plain:  # this pass's cost of one row's drafted position
             one = max(0.0, seconds - plain) / (max(len(d) for d in drafts) * len(rows))
             old = self.position_seconds
@@ -305,7 +348,7 @@ class SpeculationPolicy:
             state.acceptance = (1 - a) * state.acceptance + a * observed
             maximum = self.settings_of(request)[1]
             state.k = min(maximum, self.MAX_DRAFT, 2 * state.k) if n == len(draft) else max(1, n + 1)
-            if not self._pays(state, state.k):
+            if not self._pays(state, state.k, len(rows)):
                 state.active, state.shadow_draft = False, None
 
 
