@@ -94,4 +94,6 @@ def test_a_batch_whose_drafts_do_not_pay_for_their_width_runs_no_verify_pass(mod
             assert [r.token_ids for r in got] == want
             counts[slope] = (after[0] - before[0], after[1] - before[1])
         assert counts[0.0][1] > 0 and counts[0.0][0] < 39  # verified: fewer passes than tokens
-        assert counts[100.0] == (39, 0)  # plain: one pass per token after the first, none verified
+        # plain: none verified, one pass per token after the first (a pass or two more when, on a
+        # loaded machine, the second request's prompt lands a step after the first's)
+        assert counts[100.0][1] == 0 and 39 <= counts[100.0][0] <= 41
