@@ -6,27 +6,9 @@ step times are given to the real ``StepCosts`` as an engine would observe them."
 
 import pytest
 
-from inference.engine import SamplingParams
-from inference.engine.request import Request
 from inference.engine.speculative import SpeculationPolicy
 from inference.engine.step_costs import StepCosts
-
-GREEDY = dict(temperature=0, ignore_eos=True)
-
-
-def looping_rows(n: int):
-    return [
-        Request(
-            f"r{i}",
-            [1, 2, 3, 4, 5, 6] * 3,
-            SamplingParams(max_tokens=100, **GREEDY),
-            None,
-            frozenset(),
-            None,
-            0,
-        )
-        for i in range(n)
-    ]
+from tests.support.token_ids import looping_rows
 
 
 def test_a_plain_step_is_priced_by_recent_steps_of_the_same_batch_size():

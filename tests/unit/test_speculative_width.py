@@ -6,10 +6,10 @@ drafted tokens, never timed."""
 import pytest
 
 from inference.engine import LLM, SamplingParams
-from inference.engine.request import Request
 from inference.engine.speculative import SpeculationPolicy
 from inference.engine.speculative.width import best_width, expected_tokens
 from inference.engine.step_costs import StepCosts
+from tests.support.token_ids import looping_rows
 
 GREEDY = dict(temperature=0, ignore_eos=True)
 PROMPTS = [[20, 21, 22, 23, 20, 21], [30, 31, 32, 33, 34, 30, 31]]  # the tiny model loops on them
@@ -30,18 +30,7 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
     costs = StepCosts()
     costs.decode_seconds = 1.0
     policy = SpeculationPolicy("lookup", 8, costs)
-    rows = [
-        Request(
-            f"r{i}",
-            [1, 2, 3, 4, 5, 6] * 3,
-            SamplingParams(max_tokens=100, **GREEDY),
-            None,
-            frozenset(),
-            None,
-            0,
-        )
-        for i in range(2)
-    ]
+    rows = looping_rows(2)
     assert policy.wanted(rows, None) and policy.position_seconds is None
     assert policy.drafts(rows, None) == [[1, 2, 3, 4, 5, 6, 1, 2]] * 2  # no cost known: uncut
     costs.token_seconds = 5.0  # before any verify pass, the prefill's cost of a token
