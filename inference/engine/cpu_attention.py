@@ -38,7 +38,7 @@ from typing import Optional
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models import base
+from mlx_lm.models import activations, base
 from mlx_lm.models.cache import make_prompt_cache
 
 from . import cpu_numpy, sink_attention
@@ -112,10 +112,10 @@ def install(model: nn.Module) -> bool:
         if bound in (_ORIGINAL, sink_attention.scaled_dot_product_attention):
             owner.scaled_dot_product_attention = _routed
         routed = routed or bound in (_ORIGINAL, _routed)
-    if routed:
-        for _, module in model.named_modules():
+    if routed:  # never in mlx-lm's activations module itself (a model using one of its classes,
+        for _, module in model.named_modules():  # gpt-oss's SwigluOAI): every user would see it
             owner = sys.modules.get(type(module).__module__)
-            if getattr(owner, "swiglu", None) is cpu_numpy._ORIGINAL_SWIGLU:
+            if owner is not activations and getattr(owner, "swiglu", None) is cpu_numpy._ORIGINAL_SWIGLU:
                 owner.swiglu = _routed_swiglu
     return routed
 

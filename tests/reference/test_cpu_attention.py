@@ -171,6 +171,16 @@ def test_routing_by_thread_cache_and_sinks(model_dir, monkeypatch):
     assert activations.swiglu is cpu_numpy._ORIGINAL_SWIGLU
 
 
+def test_a_model_using_mlx_lm_activation_classes_leaves_that_module_alone(model_dir):
+    """gpt-oss's experts use a class of mlx-lm's ``activations`` module (SwigluOAI): installing
+    it must not rebind ``activations.swiglu`` (every later user of mlx-lm would see the router;
+    a full test run caught this as an order dependence)."""
+    model, _ = mlx_lm_load(str(model_dir(arch="gpt_oss", preset="tiny")))
+    assert any(type(m).__module__ == activations.__name__ for _, m in model.named_modules())
+    assert cpu_attention.install(model)
+    assert activations.swiglu is cpu_numpy._ORIGINAL_SWIGLU
+
+
 def test_load_check_sees_a_wrong_mask_in_a_batch(model_dir, monkeypatch):
     """The check at load runs the model the way the engine does (rows of different lengths in
     one batch cache: a mask array), so a path that gets such masks wrong is left off; a prompt
