@@ -11,10 +11,10 @@ matrix products.
 
 Both functions here evaluate their inputs (a sync in the middle of the layer's graph) and hand
 NumPy's result back as a new MLX array. That sync costs more than it saves on small tensors, so
-those stay with MLX's own functions and lazy: a decode step of a few rows does not come here, a
-prefill chunk, a verify pass or a wide decode batch does. Results are computed in float32 and
-returned in the input's dtype. NumPy's float32 softmax is also closer to a float64 one than
-MLX's (3e-7 against 5e-6 to 1e-5, measured).
+those stay with MLX's own functions and lazy: a decode step of a few rows over a short context
+does not come here; a prefill chunk, a verify pass, a wide or long decode batch does. Results
+are computed in float32 and returned in the input's dtype. NumPy's float32 softmax is also
+closer to a float64 one than MLX's (3e-7 against 5e-6 to 1e-5, measured).
 
 Only the CPU path uses these (``cpu_attention`` routes the engine thread's attention and SwiGLU
 here); on a GPU MLX's kernels are the right ones.
