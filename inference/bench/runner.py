@@ -16,6 +16,12 @@ where the cached scenario wants it):
    the same prompt ``cached_repeats`` times one after the other (cached). Both TTFT sets, their
    p50 ratio, and the cached tokens the target reported.
 
+Speculative decoding: every request asks for ``settings.speculative`` (None: the model's own
+setting; ``Target.speculative``), and the target's speculative counters are read around each
+decode level (its row's ``speculative``) and around the whole run after the warm-up (the results'
+``speculative``): ``speculation.difference`` of the two readings, None where the target has no
+counters. They are the model's totals, so other requests to the model during the run count too.
+
 ``run_benchmark`` returns the results (``RESULTS_VERSION``) and calls ``progress(done, total,
 message, results)`` after every step with the results so far.
 """
@@ -28,10 +34,11 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Callable, Dict, List, Optional, Sequence
 
+from .speculation import METHODS, difference
 from .stats import summary
 from .targets import StreamResult, Target, TargetError
 
-RESULTS_VERSION = 1
+RESULTS_VERSION = 2  # 2: speculative (the run's and each decode row's counters)
 Progress = Callable[[int, int, str, dict], None]
 
 _FILLER = (
@@ -55,6 +62,8 @@ class BenchSettings:
     cache_prompt_tokens: prompt length of the cold-vs-cached scenario.
     cached_repeats: how many times the cached prompt is sent again.
     ignore_eos: ask the target to generate exactly gen_tokens (where it supports it).
+    speculative: the speculative decoding method every request asks for (off, lookup, suffix,
+    draft; None: the model's own setting).
     """
 
     concurrency: Sequence[int] = (1, 2, 4, 8)
@@ -64,6 +73,7 @@ class BenchSettings:
     cache_prompt_tokens: int = 512
     cached_repeats: int = 3
     ignore_eos: bool = True
+    speculative: Optional[str] = None
 
     LIMITS = {
         "prompt_tokens": (1, 1_000_000),
@@ -91,6 +101,8 @@ class BenchSettings:
                 raise ValueError(f"{name}={value!r}: must be an integer in [{low}, {high}]")
         if not isinstance(self.ignore_eos, bool):
             raise ValueError("ignore_eos must be true or false")
+        if self.speculative is not None and self.speculative not in METHODS:
+            raise ValueError(f"speculative={self.speculative!r}: must be one of {', '.join(METHODS)}")
 
     def to_dict(self) -> dict:
         values = asdict(self)
@@ -261,13 +273,23 @@ def empty_results(target: dict, settings: BenchSettings) -> dict:
         "prefill": [],
         "decode": [],
         "cache": None,
+        "speculative": None,
         "errors": [],
     }
 
 
 def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Progress] = None) -> dict:
     """Run every scenario against ``target``; TargetError when the warm-up request fails (the
-    target cannot serve at all). Errors of single requests are counted, not raised."""
+    target cannot serve at all). Errors of single requests are counted, not raised.
+    ``target.speculative`` is ``settings.speculative`` for the run (set back afterwards)."""
+    kept, target.speculative = target.speculative, settings.speculative
+    try:
+        return _run_benchmark(target, settings, progress)
+    finally:
+        target.speculative = kept
+
+
+def _run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Progress]) -> dict:
     results = empty_results(target.describe(), settings)
     started = time.perf_counter()
     total = settings.total_steps()
@@ -298,6 +320,11 @@ def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Pr
         warm[0].prompt_tokens,
     )
     results["tokens_per_word"] = prompts.tokens_per_word
+    run_start = target.speculative_counters()  # after the warm-up: the run's requests only
+
+    def speculative(before: Optional[dict]) -> Optional[dict]:
+        return difference(before, target.speculative_counters(), settings.speculative)
+
     step("warmed up", warm + short)
 
     for c in settings.concurrency:
@@ -310,14 +337,15 @@ def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Pr
             step(f"prefill at concurrency {c} ({r + 1}/{settings.repeats})", batch)
 
     for c in settings.concurrency:
-        rounds = []
+        rounds, before = [], target.speculative_counters()
         for r in range(settings.repeats):
             batch = target.generate(
                 [prompts.short() for _ in range(c)], settings.gen_tokens, settings.ignore_eos
             )
             rounds.append(batch)
             if r == settings.repeats - 1:
-                results["decode"].append(_decode_row(c, rounds))
+                results["decode"].append(dict(_decode_row(c, rounds), speculative=speculative(before)))
+                results["speculative"] = speculative(run_start)
             step(f"decode at concurrency {c} ({r + 1}/{settings.repeats})", batch)
 
     prompt = prompts.unique(settings.cache_prompt_tokens)
@@ -331,6 +359,7 @@ def run_benchmark(target: Target, settings: BenchSettings, progress: Optional[Pr
         results["cache"] = _cache_row(cold, cached)
         step(f"cached prompt ({i + 1}/{settings.cached_repeats})", batch)
 
+    results["speculative"] = speculative(run_start)
     results["finished_at"] = _iso_now()
     results["duration_s"] = time.perf_counter() - started
     return results
