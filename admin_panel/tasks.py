@@ -70,7 +70,9 @@ def check_workers() -> None:
 
 def start_benchmark(model: str, bench_settings, preset: str = "custom"):
     """Create a queued BenchmarkRun of ``model`` and queue its task; BenchmarkRefused when the
-    model is unknown, no worker can run it, or another benchmark is queued or running."""
+    model is unknown, asked to draft without a draft model (a draft model that cannot load fails
+    the run at its warm-up, with the engine's reason), no worker can run it, or another benchmark
+    is queued or running."""
     from inference.pool import get_pool
 
     from .models import BenchmarkRun
@@ -78,6 +80,11 @@ def start_benchmark(model: str, bench_settings, preset: str = "custom"):
     model_id = get_pool().resolve(model)
     if model_id is None:
         raise BenchmarkRefused(get_pool().not_found_message(model))
+    if getattr(bench_settings, "speculative", None) == "draft" and get_pool().draft_of(model_id) is None:
+        raise BenchmarkRefused(
+            f"Speculative decoding 'draft': the model '{model_id}' has no draft model (set its "
+            "draft model on the Models page, or start the server with --draft-model)"
+        )
     check_workers()
     fail_lost_runs()
     with transaction.atomic():

@@ -32,6 +32,12 @@ def percent(value):
 
 
 @register.filter
+def per_pass(value):
+    """Tokens per verify pass, two decimals; "-" for none."""
+    return "-" if value is None or value == "" else f"{float(value):.2f}"
+
+
+@register.filter
 def perplexity(value):
     """A perplexity: three decimals, or three significant digits in e-notation from a million
     up (random weights score astronomically); "-" for none."""

@@ -2,7 +2,9 @@
 websocket of admin_panel/consumers/benchmark.py, look at past runs, compare them, delete them.
 
 A run is of the speed scenarios (``inference.bench.run_benchmark``) or of the accuracy suite
-(``run_accuracy``: perplexity and HumanEval pass@1), chosen on the form.
+(``run_accuracy``: perplexity and HumanEval pass@1), chosen on the form. A speed run asks for the
+speculative decoding method of the form (off by default) and records what the engine's counters
+did (``inference.bench.speculation``): per decode level, and over the run.
 
 The rendering helpers (``progress_html``, ``results_html``, ``runs_html``) are shared with the
 consumer: the page and the socket draw the same fragments.
@@ -21,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from admin_panel import charts
 from admin_panel.auth import admin_required
 from inference.bench import ACCURACY_PRESETS, PRESETS, parse_concurrency
+from inference.bench.speculation import METHODS
 from admin_panel.models import BenchmarkRun
 from admin_panel.tasks import BenchmarkRefused, fail_lost_runs, start_benchmark
 from admin_panel.views import shows_errors
@@ -28,15 +31,27 @@ from inference.pool import get_pool
 
 RUNS_LISTED = 50
 _NUMBER_FIELDS = ("prompt_tokens", "gen_tokens", "repeats")
+MODEL_SETTING = "model"  # the form's value for "the model's own speculative setting" (None)
+SPECULATIVE_CHOICES = [(m, m) for m in METHODS] + [(MODEL_SETTING, "the model's setting")]
 
 
 def _ms(seconds) -> Optional[float]:
     return None if seconds is None else seconds * 1000.0
 
 
+def speculative_label(settings: Optional[dict]) -> Optional[str]:
+    """The speculative decoding a speed run asked for, in words; None for a run that predates it
+    (its settings have no ``speculative``) and for accuracy runs."""
+    settings = settings or {}
+    if "speculative" not in settings or settings.get("scenario") == "accuracy":
+        return None
+    return settings["speculative"] or "the model's setting"
+
+
 def results_context(results: Optional[dict]) -> dict:
     """Rows and charts of one run's results (complete or so far)."""
     results = results or {}
+    method = speculative_label(results.get("settings"))
     prefill, decode, cache = results.get("prefill") or [], results.get("decode") or [], results.get("cache")
     levels = sorted({r["concurrency"] for r in prefill + decode})
     x_labels = [(c, str(c)) for c in levels]
@@ -91,6 +106,10 @@ def results_context(results: Optional[dict]) -> dict:
         "ttft_chart": ttft,
         "cache_chart": cold,
         "errors": results.get("errors") or [],
+        "spec_method": method,
+        "spec": results.get("speculative"),
+        # the decode table's columns of drafts: not for a run that asked for none
+        "spec_columns": method not in (None, "off") and any(r.get("speculative") for r in decode),
     }
 
 
@@ -129,6 +148,7 @@ def _form_context(values: Optional[dict] = None, error: Optional[str] = None, st
         "models": _models(),
         "presets": [(name, PRESETS[name], ACCURACY_PRESETS[name]) for name in ("small", "default")],
         "values": values,
+        "speculative_choices": SPECULATIVE_CHOICES,
         "error": error,
         "started": started,
     }
@@ -141,7 +161,7 @@ def page(request):
         return _start(request)
     fail_lost_runs()
     active = BenchmarkRun.objects.filter(status__in=BenchmarkRun.ACTIVE).first()
-    context = _form_context({"preset": "small", "scenario": "speed"})
+    context = _form_context({"preset": "small", "scenario": "speed", "speculative": "off"})
     context.update(runs=BenchmarkRun.objects.all()[:RUNS_LISTED], active=active)
     if active is not None:
         context["live_html"] = _live_html(active, request)
@@ -184,14 +204,27 @@ def _settings_from_form(data) -> tuple:
                 changes[name] = int(text)
             except ValueError:
                 raise ValueError(f"{name.replace('_', ' ')}: {text!r} is not a whole number") from None
+    name = preset if not changes else f"{preset}+custom"  # the method is recorded on its own
+    changes["speculative"] = _speculative_from_form(data)
     try:
-        return preset if not changes else f"{preset}+custom", replace(PRESETS[preset], **changes)
+        return name, replace(PRESETS[preset], **changes)
     except ValueError as exc:
         raise ValueError(str(exc).replace("_", " ")) from None
 
 
+def _speculative_from_form(data) -> Optional[str]:
+    """The method a speed run asks for: off unless the form says otherwise; None: the model's."""
+    text = (data.get("speculative") or "off").strip()
+    if text == MODEL_SETTING:
+        return None
+    if text not in METHODS:
+        choices = ", ".join(label for _, label in SPECULATIVE_CHOICES)
+        raise ValueError(f"Speculative decoding: {text!r} is not one of {choices}")
+    return text
+
+
 def _start(request):
-    fields = ("model", "preset", "scenario", "limit", "concurrency") + _NUMBER_FIELDS
+    fields = ("model", "preset", "scenario", "limit", "concurrency", "speculative") + _NUMBER_FIELDS
     values = {k: request.POST.get(k, "") for k in fields}
     model = values["model"].strip()
 
@@ -324,6 +357,7 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
     rows.append(("TTFT cold p50 (ms)", [_ms((c.get("cold") or {}).get("p50")) for c in caches], "ms"))
     rows.append(("TTFT cached p50 (ms)", [_ms((c.get("cached") or {}).get("p50")) for c in caches], "ms"))
     rows.append(("cold / cached", [c.get("speedup") for c in caches], "ratio"))
+    rows += _speculative_rows(runs)
     if any(r.results.get("scenario") == "accuracy" for r in runs):
         perplexity = [(r.results.get("perplexity") or {}).get("perplexity") for r in runs]
         rows.append(("perplexity", perplexity, "perplexity"))
@@ -369,3 +403,19 @@ def compare_context(runs: List[BenchmarkRun]) -> dict:
             height=240,
         ),
     }
+
+
+def _speculative_rows(runs: List[BenchmarkRun]) -> list:
+    """The compare table's rows of speculative decoding over each run (none when no run asked for
+    it: runs from before it, accuracy runs); "-" where a run has no counters."""
+    methods = [speculative_label(r.results.get("settings")) for r in runs]
+    if not any(methods):
+        return []
+    specs = [r.results.get("speculative") or {} for r in runs]
+    return [
+        ("speculative decoding", [m or "-" for m in methods], "text"),
+        ("drafted tokens", [s.get("drafted_tokens") for s in specs], "count"),
+        ("accepted tokens", [s.get("accepted_tokens") for s in specs], "count"),
+        ("acceptance", [s.get("acceptance") for s in specs], "share"),
+        ("tokens per verify pass", [s.get("tokens_per_pass") for s in specs], "per_pass"),
+    ]
