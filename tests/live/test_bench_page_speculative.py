@@ -91,14 +91,28 @@ def test_page_runs_lookup_and_shows_its_counters(bench_server, admin):
     listed = admin.get("/admin/benchmark/").text
     assert re.search(rf'id="bench-run-{lookup_id}">.*?, lookup [\d.]+% accepted</td>', listed, re.S)
 
-    compared = admin.get("/admin/benchmark/compare/", params={"runs": [lookup_id, off_id, old_id]})
+    row = compare_row(admin, [lookup_id, off_id], "speculative decoding")  # columns: oldest first
+    assert row == ["lookup", "off"]
+    assert compare_row(admin, [lookup_id, off_id], "drafted tokens") == [str(spec["drafted_tokens"]), "0"]
+    assert (
+        compare_row(admin, [lookup_id, off_id], "tokens per verify pass")[0]
+        == f"{spec['tokens_per_pass']:.2f}"
+    )
+    # the old run (created by SQLite, in the same second: its column may come first) has "-"
+    assert sorted(compare_row(admin, [lookup_id, off_id, old_id], "speculative decoding")) == [
+        "-",
+        "lookup",
+        "off",
+    ]
+
+
+def compare_row(admin, runs: list, name: str) -> list:
+    """The cells of the compare table's row ``name`` for ``runs``."""
+    compared = admin.get("/admin/benchmark/compare/", params={"runs": runs})
     assert compared.status_code == 200, compared.text
-    table = re.sub(r"\s+", " ", compared.text)
-    methods = '<td class="num">lookup</td><td class="num">off</td><td class="num">-</td>'
-    assert f"<td>speculative decoding</td>{methods}" in table
-    drafted = f'<td>drafted tokens</td><td class="num">{spec["drafted_tokens"]}</td><td class="num">0</td>'
-    assert drafted in table and "<td>tokens per verify pass</td>" in table
-    assert admin.get("/admin/benchmark/compare/", params={"runs": [off_id, old_id]}).status_code == 200
+    row = re.search(rf"<tr><td>{name}</td>(.*?)</tr>", compared.text, re.S)
+    assert row, compared.text
+    return re.findall(r'<td class="num">(.*?)</td>', row.group(1))
 
 
 def test_page_refuses_unknown_methods_and_draft_without_a_draft_model(bench_server, admin):
