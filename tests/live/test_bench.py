@@ -32,7 +32,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def check_results(results, settings, exact_tokens=True):
     """The shape and counts every run has, whoever the target."""
-    assert results["version"] == 1 and results["errors"] == []
+    assert results["version"] == 2 and results["errors"] == []
+    # the speculative counters' differences: recorded (null where the target has none) per level
+    assert "speculative" in results and all("speculative" in r for r in results["decode"])
     assert results["settings"] == settings.to_dict()
     assert results["finished_at"] and results["duration_s"] > 0
     levels = list(settings.concurrency)
@@ -386,6 +388,7 @@ def test_page_runs_the_benchmark_task(bench_server, admin):
         repeats=1,
         cache_prompt_tokens=128,
         cached_repeats=2,
+        speculative="off",  # the form's default
     )
     check_results(json.loads(row[3]), settings)
     assert json.loads(row[4])["preset"] == "small+custom" and row[5] == row[6] == settings.total_steps()

@@ -72,6 +72,7 @@ def test_benchmark_runs_in_the_worker_process(setup, server, bench_worker):  # n
             repeats=1,
             cache_prompt_tokens=128,
             cached_repeats=2,
+            speculative="off",  # the form's default
         ),
     )
     with sqlite3.connect(home / "omlx.sqlite3") as db:
