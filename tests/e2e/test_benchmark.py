@@ -68,8 +68,12 @@ def test_benchmark_page(page, admin_server, shot):
     expect(row).to_contain_text("done")  # the list of runs was updated when it finished
     shot(page, "benchmark-run")
 
+    # the second run asks for prompt lookup (the first: the form's default, off)
+    expect(page.locator("#bench-speculative")).to_have_attribute("data-method", "off")
+    page.select_option("#bench-form select[name=speculative]", "lookup")
     second = start_run(page, concurrency="1,2", prompt_tokens="32", gen_tokens="4", repeats="1")
     expect(page.locator(f"#bench-run-{second}")).to_contain_text("done", timeout=120_000)
+    expect(page.locator(f"#bench-run-{second}")).to_contain_text("lookup")
     page.check(f"#bench-run-{run_id} input[name=runs]")
     page.check(f"#bench-run-{second} input[name=runs]")
     page.click("#bench-compare-button")
@@ -77,6 +81,8 @@ def test_benchmark_page(page, admin_server, shot):
     expect(table).to_contain_text(f"#{run_id} tiny")
     expect(table).to_contain_text(f"#{second} tiny")
     expect(page.locator("#bench-compare svg.chart")).to_have_count(3)
+    methods = table.locator("tr", has_text="speculative decoding").locator("td")
+    expect(methods).to_have_text(["speculative decoding", "off", "lookup"])
     shot(page, "benchmark-compare")
 
     page.on("dialog", lambda dialog: dialog.accept())
