@@ -58,6 +58,7 @@ def test_page_runs_lookup_and_shows_its_counters(bench_server, admin):
 
     shown = admin.get(f"/admin/benchmark/runs/{lookup_id}/").text
     assert 'id="bench-speculative" data-method="lookup"' in shown
+    assert "speculative decoding lookup (small+custom)" in shown  # the run's settings line
     assert f'<span id="bench-spec-accepted">{spec["accepted_tokens"]}</span>' in shown
     assert f'<span id="bench-spec-drafted">{spec["drafted_tokens"]}</span>' in shown
     assert "tokens per verify pass</th>" in shown
