@@ -88,6 +88,11 @@ class StepCosts:
         recent = self._recent.get(rows)
         return median(recent) if recent else self.decode_seconds
 
+    def plain_step_measured(self, rows: int) -> bool:
+        """Whether ``plain_step_seconds(rows)`` comes from steps of that batch size (not the
+        average over every size it falls back to)."""
+        return bool(self._recent.get(rows))
+
     def prefill_allowance(self, max_step_ms: float) -> Optional[int]:
         """Prompt tokens one step may compute next to the running decode batch so that the step
         takes about the target time: ``max_step_ms`` if > 0, else ``AUTO_STRETCH`` decode steps.

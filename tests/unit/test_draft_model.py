@@ -75,6 +75,7 @@ def test_a_draft_model_that_does_not_pay_is_checked_less_and_less(folders):
     costs.decode_seconds = 1.0
     policy = SpeculationPolicy("draft", 4, costs)
     policy.draft, policy.verify_seconds = model, 100.0  # a verify step never pays
+    policy.probe_after = SpeculationPolicy.PROBE_STEPS  # (and its price is not stale in 100 steps)
     params = SamplingParams(max_tokens=200, speculative="draft", **GREEDY)
     request = Request("r", list(range(40, 51)), params, None, frozenset(), None, 0)
     drafter = policy.row_state(request).drafter

@@ -6,6 +6,8 @@ step times are given to the real ``StepCosts`` as an engine would observe them."
 
 import pytest
 
+from inference.engine import SamplingParams
+from inference.engine.request import Request
 from inference.engine.speculative import SpeculationPolicy
 from inference.engine.step_costs import StepCosts
 from tests.support.token_ids import looping_rows
@@ -74,3 +76,59 @@ def test_a_batch_whose_step_a_prompt_waits_for_decodes_plainly():
     assert all(row.speculation.active for row in rows)  # they draft again once it is done
     policy.prompts_waiting = False
     assert policy.ready(rows, None, [False, False])
+
+
+def test_a_dear_pass_is_measured_again_within_tens_of_steps_and_outvoted():
+    """A first verify pass that cost 50 plain steps (a batch still forming, a loaded moment)
+    keeps the batch plain, but only ``PROBE_MIN`` steps: then a probe pass measures again, the
+    next probe waits twice as long, and the median of the measured passes, not an average the
+    dear one still weighs on, prices a drafted position once two cheap passes outvote it. A
+    pass the rules chose themselves sets the wait back."""
+    costs = StepCosts()
+    for _ in range(8):
+        costs.observe(4, 0, 0.020)  # a plain step of the four rows: 20 ms
+    policy = SpeculationPolicy("lookup", 4, costs)
+    params = SamplingParams(max_tokens=1000, temperature=0, ignore_eos=True)
+    rows = [Request(f"r{i}", [1, 2, 3, 4, 5, 6] * 3, params, None, frozenset(), None, 0) for i in range(4)]
+    wait = SpeculationPolicy.PROBE_MIN
+
+    def advance(row, n):  # the row's next n tokens: the loop goes on
+        for _ in range(n):
+            row.output_token_ids.append((len(row.prompt_token_ids) + len(row.output_token_ids)) % 6 + 1)
+
+    def steps_until_a_pass(limit):  # (None: no pass within ``limit`` steps)
+        for step in range(1, limit + 1):
+            if policy.wanted(rows, None) and policy.ready(rows, None, [False] * 4):
+                return step
+            for row in rows:  # a plain step
+                advance(row, 1)
+        return None
+
+    def verify(seconds):
+        drafts = policy.drafts(rows, None)
+        assert all(drafts)
+        for row, draft in zip(rows, drafts):  # every draft kept (the rows loop), and one more
+            advance(row, len(draft) + 1)
+        policy.observe(rows, drafts, [len(d) for d in drafts], seconds)
+
+    assert steps_until_a_pass(1) == 1
+    verify(1.0)  # 16 positions for 0.98 s more than a plain step: 61 ms a position
+    assert policy.position_seconds == pytest.approx(0.98 / 16)
+    # plain until the cost is stale, then a probe at a shadow row's next proposal (every 4 tokens)
+    assert wait <= steps_until_a_pass(wait + 4) <= wait + 4
+    verify(0.040)  # a probe that costs two plain steps
+    assert policy.probes == 1 and policy.probe_after == 2 * wait
+    assert 2 * wait <= steps_until_a_pass(2 * wait + 4) <= 2 * wait + 4  # a median of two: still dear
+    verify(0.040)
+    assert policy.probes == 2 and policy.position_seconds == pytest.approx(0.020 / 16)
+    assert steps_until_a_pass(1) == 1  # two cheap passes outvote the dear one: the rules go on
+    verify(0.040)
+    assert policy.probes == 2 and policy.probe_after == wait
+
+    # A pass of three rows, where no plain step of three rows was measured (the price would be
+    # the average over every batch size): it measures no drafted position.
+    other = SpeculationPolicy("lookup", 4, costs)
+    three = looping_rows(3)
+    assert other.wanted(three, None) and other.ready(three, None, [False] * 3)
+    other.observe(three, other.drafts(three, None), [4, 4, 4], 1.0)
+    assert other.position_seconds is None and other.verify_seconds == 1.0

@@ -28,7 +28,7 @@ def test_the_width_follows_acceptance_cost_and_the_rows_that_do_not_draft():
 
 def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
     costs = StepCosts()
-    costs.decode_seconds = 1.0
+    costs.observe(2, 0, 1.0)  # a plain step of the two rows: 1 s
     policy = SpeculationPolicy("lookup", 8, costs)
     rows = looping_rows(2)
     assert policy.wanted(rows, None) and policy.position_seconds is None
@@ -53,7 +53,7 @@ def test_measured_verify_costs_cut_the_drafts_and_keep_a_batch_plain():
     assert not policy.ready(rows, None, [False, False])  # width 1: the batch stays plain
     for row in rows:
         row.speculation.active = True
-    policy.since_verify = SpeculationPolicy.PROBE_STEPS  # a stale cost: drafted again, uncut
+    policy.since_verify = policy.probe_after  # a stale cost: drafted again, uncut
     assert policy.ready(rows, None, [False, False]) and len(policy.drafts(rows, None)[0]) == 3
     policy.since_verify, policy.position_seconds = 0, 100.0  # dear positions, but a batch of one:
     assert policy.ready(rows[:1], None, [False]) and len(policy.drafts(rows[:1], None)[0]) == 3

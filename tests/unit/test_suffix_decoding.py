@@ -129,7 +129,7 @@ def test_the_answers_kept_are_those_of_suffix_requests_or_a_suffix_model():
 
 def test_a_stale_verify_cost_is_measured_again():
     """One verify pass that was slow (a loaded machine) keeps rows shadow, but not for good:
-    ``PROBE_STEPS`` steps later a row with a proposal drafts, and that pass measures again."""
+    ``probe_after`` steps later a row with a proposal drafts, and that pass measures again."""
     costs = StepCosts()
     costs.decode_seconds = 1.0
     policy = SpeculationPolicy("suffix", 4, costs)
@@ -138,7 +138,8 @@ def test_a_stale_verify_cost_is_measured_again():
     )
     assert policy.wanted([row], None)  # its first proposal: it drafts
     policy.observe([row], [[1, 2, 3, 4]], [0], 60.0)  # nothing kept, and a pass of 60 steps' cost
-    for step in range(SpeculationPolicy.PROBE_STEPS - 1):
+    assert policy.probe_after == SpeculationPolicy.PROBE_MIN
+    for step in range(SpeculationPolicy.PROBE_MIN - 1):
         row.output_token_ids.append([1, 2, 3, 4][step % 4])  # its proposals come true
         assert not policy.wanted([row], None)
     row.output_token_ids.append(1)

@@ -17,8 +17,15 @@ Adaptive rule, per row:
   while its drafter still proposes on the host, and the proposals are checked against the
   tokens that come (no device work). Its average follows those checks, and it becomes
   active again once it would pay. So speculation that does not pay costs only host lookups.
-  A verify cost measured ``PROBE_STEPS`` decode steps ago is stale: the next row that has a
-  proposal drafts, and that pass measures it again (one slow pass must not keep it off for good).
+  A verify cost measured ``probe_after`` decode steps ago is stale: the next row that has a
+  proposal drafts, and that pass (a *probe*) measures it again (one slow pass must not keep it
+  off for good). ``probe_after`` starts at ``PROBE_MIN`` steps and doubles with every probe in a
+  row, up to ``PROBE_STEPS``; a pass the rules chose themselves sets it back. So a price that a
+  dear pass set (the batch still forming, a loaded moment) is measured again within tens of
+  steps, and speculation that does not pay costs one probe per ``PROBE_STEPS`` steps.
+- In a batch of two rows or more, a row's draft of k tokens pays when its expected tokens are at
+  least what the width rule (below) prices a pass of width k + 1 at, in plain steps; a row alone
+  compares them with the measured cost of its verify steps.
 - What a plain step costs (in both rules) is a plain decode step of the batch's size
   (``StepCosts.plain_step_seconds``: a median of recent steps of that many rows). Verify steps
   do not measure it, so after ``PLAIN_PROBE`` verify passes with no plain step between them the batch runs
@@ -32,9 +39,10 @@ Adaptive rule, per row:
 
 Per batch (of two rows or more): every row of a verify pass runs as many positions as the
 longest draft, so the drafts are cut to the width with the most expected tokens per unit of
-cost over the whole batch (``width``: a drafted position's cost measured from the verify
-passes, before the first taken from the prefill's cost of a token); a batch whose best width
-is 1 decodes plainly, pipelined.
+cost over the whole batch (``width``: a drafted position's cost, the median of what the last
+``POSITION_WINDOW`` verify passes measured, each against a plain step of its own batch size;
+before the first, the prefill's cost of a token); a batch whose best width is 1 decodes
+plainly, pipelined.
 
 The batch asks ``ready`` first, from the tokens on the host (in a pipelined batch one token
 behind, which the proposal then has to guess too), and only when some row has a proposal waits
@@ -45,7 +53,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from collections import deque
+from statistics import median
+from typing import Deque, List, Optional
 
 from .answers import AnswerStore
 from .drafter import Drafter
@@ -81,6 +91,8 @@ class SpeculationPolicy:
     # Steps after the last verify pass when its measured cost is taken as stale: a row that would
     # draft then drafts, so one slow pass (a loaded machine) cannot turn speculation off for good.
     PROBE_STEPS = 256
+    PROBE_MIN = 32  # the first probe after a pass the rules chose: ``probe_after``
+    POSITION_WINDOW = 8  # verify passes whose measures of a drafted position give its median
     # Verify passes in a row after which the price of a plain step is measured again, and how
     # many plain steps measure it (a pipelined batch's first step after a verify pass only queues).
     PLAIN_PROBE = 8
@@ -96,6 +108,9 @@ class SpeculationPolicy:
         # Seconds one drafted position of one row adds to a verify step (``width``): measured
         # from the verify passes; None before the first (then the prefill's cost of a token).
         self.position_seconds: Optional[float] = None
+        self._positions: Deque[float] = deque(maxlen=self.POSITION_WINDOW)
+        self.probe_after = self.PROBE_MIN  # decode steps after a verify pass when its cost is stale
+        self.probes = 0  # verify passes run because the cost was stale
         self.draft = None  # the draft model of method "draft" (draft_model.DraftModel), if attached
         self.draft_error: Optional[str] = None  # why none is attached, when one was asked for
         self.shadow_seconds = 0.0  # shadow proposals' time since ``take_shadow_seconds``
@@ -178,9 +193,16 @@ class SpeculationPolicy:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row, in a
         batch of ``rows`` rows."""
         plain = self._plain(rows)
-        if plain is None or self.verify_seconds is None or self.since_verify >= self.PROBE_STEPS:
+        if plain is None or self.verify_seconds is None or self._stale():
             return True
+        slope = self._slope(rows)
+        if slope is not None:  # a batch: a pass of width k + 1, as the width rule prices it
+            return state.expected_tokens(k) >= 1 + slope * k
         return state.expected_tokens(k) * plain >= self.verify_seconds
+
+    def _stale(self) -> bool:
+        """Whether the measured verify costs are to be measured again (``probe_after``)."""
+        return self.since_verify >= self.probe_after
 
     def wanted(self, rows, context_length: Optional[int]) -> bool:
         """Whether some row drafts this step (no drafting on the device), and every row can take
@@ -302,7 +324,7 @@ class SpeculationPolicy:
         """What a drafted position adds to a verify pass of ``rows`` rows, in plain steps of the
         batch (``width``): from the verify passes, else from the prefill's cost of a token
         (``StepCosts.token_seconds``); None when neither is known, or the cost is stale
-        (``PROBE_STEPS``: the batch then drafts uncut, and that pass measures it again), or the
+        (``probe_after``: the batch then drafts uncut, and that pass measures it again), or the
         batch is one row (the per-row rule, ``_pays``, is then the whole batch's; the width
         rule's geometric acceptance cut a copying row's drafts shorter than they paid)."""
         plain = self._plain(rows)
@@ -311,7 +333,7 @@ class SpeculationPolicy:
         seconds = self.position_seconds
         if seconds is None and self.costs is not None:
             seconds = self.costs.token_seconds
-        if not plain or seconds is None or self.since_verify >= self.PROBE_STEPS:
+        if not plain or seconds is None or self._stale():
             return None
         return rows * seconds / plain
 
@@ -330,16 +352,20 @@ class SpeculationPolicy:
         if not any(drafts):
             return  # a plain pass
         a = self.ALPHA
+        if self._stale():  # a probe: the next one waits twice as long, unless a pass pays first
+            self.probes += 1
+            self.probe_after = min(2 * self.probe_after, self.PROBE_STEPS)
+        else:
+            self.probe_after = self.PROBE_MIN
         self.since_verify = 0
         self.unpriced += 1
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
         plain = self._plain(len(rows))
-        if plain:  # this pass's cost of one row's drafted position
-            one = max(0.0, seconds - plain) / (max(len(d) for d in drafts) * len(rows))
-            old = self.position_seconds
-            self.position_seconds = one if old is None else (1 - a) * old + a * one
+        if plain and self.costs.plain_step_measured(len(rows)):  # a drafted position's cost
+            self._positions.append(max(0.0, seconds - plain) / (max(len(d) for d in drafts) * len(rows)))
+            self.position_seconds = median(self._positions)
         for request, draft, n in zip(rows, drafts, kept):
             if not draft:
                 continue
