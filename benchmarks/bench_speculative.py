@@ -117,9 +117,12 @@ def chat_prompt(tokenizer, system: str, question: str) -> list:
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True)
 
 
-def run(llm, prompts, tokens: int, method: str, salt=None):
-    """(decode tokens per second over the streams, their token ids)."""
-    params = SamplingParams(max_tokens=tokens, temperature=0, ignore_eos=True, speculative=method)
+def run(llm, prompts, tokens: int, method: str, salt=None, k=None):
+    """(decode tokens per second over the streams, their token ids); ``k``: the requests'
+    ``num_draft_tokens`` (None: the engine's)."""
+    params = SamplingParams(
+        max_tokens=tokens, temperature=0, ignore_eos=True, speculative=method, num_draft_tokens=k
+    )
     start = time.perf_counter()
     results = llm.generate(prompts, [params] * len(prompts), cache_salt=salt)
     wall = time.perf_counter() - start
@@ -128,14 +131,14 @@ def run(llm, prompts, tokens: int, method: str, salt=None):
     return decoded / (wall - first), [r.token_ids for r in results]
 
 
-def compare(llm, name, prompts, tokens, rounds):
+def compare(llm, name, prompts, tokens, rounds, k=None):
     run(llm, prompts, 8, "off")  # the prompts into the block cache
     speeds = {"off": [], "lookup": []}
     outputs = {}
     before = llm.engine.stats().speculative
     for i in range(rounds):
         for method in ("off", "lookup") if i % 2 == 0 else ("lookup", "off"):
-            speed, ids = run(llm, prompts, tokens, method)
+            speed, ids = run(llm, prompts, tokens, method, k=k)
             speeds[method].append(speed)
             outputs[method] = ids
     after = llm.engine.stats().speculative
@@ -202,6 +205,11 @@ def main() -> None:
         "--only", choices=("edit", "free", "streams", "repeat", "draft", "edit-servers"), action="append"
     )
     parser.add_argument("--k", type=int, default=4, help="draft: num_draft_tokens of both")
+    parser.add_argument(
+        "--lookup-k",
+        type=int,
+        help="edit, free, streams: lookup's num_draft_tokens (default the engine's, 4)",
+    )
     parser.add_argument("--layers", type=int, default=8, help="draft: layers of the smaller draft")
     parser.add_argument("--draft-dir", default="/tmp/omlx-bench-drafts", help="draft: where it is made")
     parser.add_argument(
@@ -229,12 +237,12 @@ def main() -> None:
         tok = llm.tokenizer
         print(f"SmolLM2 {folder}; {args.tokens} tokens a stream, {args.rounds} rounds, median", flush=True)
         if "edit" in only:
-            compare(llm, "edit", [edit_prompt(tok, args.lines)], args.tokens, args.rounds)
+            compare(llm, "edit", [edit_prompt(tok, args.lines)], args.tokens, args.rounds, args.lookup_k)
         if "free" in only:
-            compare(llm, "free", [free_prompt(tok)], args.tokens, args.rounds)
+            compare(llm, "free", [free_prompt(tok)], args.tokens, args.rounds, args.lookup_k)
         if "streams" in only:
             prompts = [edit_prompt(tok, args.lines, s) for s in range(args.streams)]
-            compare(llm, f"edit x{args.streams}", prompts, args.tokens // 4, args.rounds)
+            compare(llm, f"edit x{args.streams}", prompts, args.tokens // 4, args.rounds, args.lookup_k)
         if "repeat" in only:
             compare_repeat(llm, args.tokens, args.rounds)
 
