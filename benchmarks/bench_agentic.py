@@ -24,8 +24,15 @@ and the completion tokens of each side are printed to show they match.
 With ``--step-trace N`` omlx records its engine steps (`omlx serve --step-trace N`, at most
 1024 are read back per run) and each of its runs prints where the steps' time went, by step
 composition (decode only, decode with prompt tokens, the same two with a speculative verify
-pass, prompt tokens only): docs/engine.md "Step trace". ``--omlx-only`` runs omlx alone (no
-ratio: for a trace).
+pass, prompt tokens only): docs/engine.md "Step trace"; and, at the end, what its requests
+waited for before their first tokens (the step they arrived during, other requests' prompt
+steps, steps between, their own: benchmarks/arrival_waits.py). ``--omlx-only`` runs omlx alone
+(no ratio: for a trace).
+
+``--gen-spread S`` (closed loop): each turn generates ``--gen-tokens`` plus an offset in [-S, S]
+drawn from its conversation and turn (the same lengths on every run and side). With equal
+lengths the arrivals of a closed loop can fall into a rotation (each client's answer ends while
+the others decode) that answers of varied lengths, like an agent's, do not keep.
 
 ``--speculative lookup`` (or suffix) compares omlx with itself instead of with mlx-lm: one
 `omlx serve` (its model's speculative setting off), every request of one side asking for the
@@ -35,7 +42,7 @@ alternating which goes first; the ratio is METHOD / off. Each run also prints wh
 
     .venv/bin/python benchmarks/bench_agentic.py [--quick] [--model-preset tiny|small|qwen2.5-0.5b]
         [--model FOLDER] [--rounds 3] [--mode closed|burst]
-        [--conversations N --turns T --system-tokens S ...] [--json out.json]
+        [--conversations N --turns T --system-tokens S --gen-spread S ...] [--json out.json]
         [--step-trace 1024] [--omlx-only] [--speculative lookup|suffix]
 """
 
@@ -56,6 +63,7 @@ import inference  # noqa: E402,F401  (fast BLAS before mlx)
 
 from inference.bench import AGENTIC_PRESETS, AgenticSettings, OpenAITarget, run_agentic  # noqa: E402
 from inference.bench.speculation import describe  # noqa: E402
+from benchmarks.arrival_waits import waits_table  # noqa: E402
 from benchmarks.bench_servers import start_servers, stop_servers  # noqa: E402
 from benchmarks.rounds import compare, medians_table, ratio_table, run_rounds  # noqa: E402
 
@@ -70,6 +78,7 @@ SIZE_FLAGS = (
     "context_tokens",
     "new_tokens",
     "gen_tokens",
+    "gen_spread",
     "burst",
 )
 
@@ -308,7 +317,8 @@ def main() -> int:
     print(
         f"agentic load: {s.conversations} conversations x {s.turns} turns, "
         f"{s.system_tokens}-token system prompt, "
-        f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens} generated tokens per turn, "
+        f"{s.context_tokens} context, {s.new_tokens} new and {s.gen_tokens}"
+        f"{f' +- {s.gen_spread}' if s.gen_spread else ''} generated tokens per turn, "
         f"{s.arrival()}; model {args.model or model_preset} (float32, OpenBLAS); {args.rounds} round"
         f"{'s' if args.rounds > 1 else ''}"
         f"{' (a smoke run: 3 for a figure)' if args.rounds < 3 else ''}"
@@ -350,6 +360,12 @@ def main() -> int:
         means = [statistics.median(p[ph] for p in phases if p[ph] is not None) for ph in PHASES]
         ttft = statistics.median(run["summary"]["ttft_s"]["mean"] for run in runs[side])
         print(f"| {side} | " + " | ".join(f"{m:.3f}" for m in means) + f" | {ttft:.3f} |")
+    if args.step_trace:
+        print(
+            "\nwhat an omlx request waited for before its first token (mean ms per request over its "
+            "side's runs, from the step trace: benchmarks/arrival_waits.py):\n"
+        )
+        print(waits_table({side: runs[side] for side in omlx_sides}))
     for name in runs:
         totals = [run["summary"] for run in runs[name]]
         cached = [t["cached_tokens"] for t in totals]

@@ -67,6 +67,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
         # The most urgent priority submitted since the engine last drained its inbox (None:
         # nothing): a background prefill checks it between its pieces (_yields_to_arrival).
         self._arrived: Optional[int] = None
+        self._arrivals = 0  # requests submitted since then (the speculation policy's ``waiting``)
         # Set by the memory guard while memory is critical: a step then runs one prefill chunk
         # (the most urgent), so a step that began before the pressure cannot run past the limit.
         self.memory_critical = threading.Event()
@@ -133,6 +134,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
         with self._active_lock:
             self._active += 1
             self._last_activity = time.monotonic()
+            self._arrivals += 1
             if self._arrived is None or params.priority < self._arrived:
                 self._arrived = params.priority
         self._inbox.put(("add", request))
@@ -246,7 +248,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
 
     def _drain_inbox(self, block: bool, timeout: Optional[float] = None) -> bool:
         with self._active_lock:
-            self._arrived = None  # what arrives from now on is news for _yields_to_arrival
+            self._arrived, self._arrivals = None, 0  # what arrives from now on is news (_yields_to_arrival)
         while True:
             try:
                 if timeout:
@@ -385,7 +387,10 @@ class Engine(EngineCache, EngineControls, EngineThread):
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
         if (speculation := getattr(self.runner, "speculation", None)) is not None:
-            speculation.prompts_waiting = bool(self.scheduler.prefilling)  # their next chunk waits
+            # Whose first token waits for this step: prompts with chunks left, and what arrived
+            # since the step began that the next step can admit (the policy weighs a verify pass).
+            room = max(0, self.config.max_concurrent_requests - len(self.scheduler.running))
+            speculation.waiting = len(self.scheduler.prefilling) + min(self._arrivals, room)
         ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
         for request, token, logprob in self.runner.decode_step(ahead):
             if request not in done and (end := self._on_token(request, token, logprob)) is not None:

@@ -64,6 +64,17 @@ def test_bursts_and_settings():
     ):
         with pytest.raises(ValueError):
             AgenticSettings(**bad)
+    # gen_spread: each turn's length drawn from its conversation and turn alone, within the spread
+    spread = AgenticSettings(gen_tokens=32, gen_spread=8)
+    lengths = [spread.gen_tokens_of(c, t) for c in range(12) for t in range(3)]
+    assert all(24 <= n <= 40 for n in lengths) and len(set(lengths)) > 5
+    assert lengths == [
+        AgenticSettings(gen_tokens=32, gen_spread=8).gen_tokens_of(c, t) for c in range(12) for t in range(3)
+    ]
+    assert {AgenticSettings().gen_tokens_of(c, t) for c in range(12) for t in range(3)} == {32}
+    for bad in ({"gen_spread": 32}, {"gen_spread": -1}, {"gen_spread": 4, "mode": "burst"}):
+        with pytest.raises(ValueError, match="gen_spread"):
+            AgenticSettings(**bad)
     with pytest.raises(ValueError, match="unknown agentic settings: nope"):
         AgenticSettings.from_dict({"nope": 1})
 
@@ -96,9 +107,10 @@ def check_agentic(results, settings, transcripts, folder, cached="omlx"):
         total["requests"] == total["sent"] == total["ok"] == n * turns
         and total["errors"] == total["skipped"] == 0
     )
-    assert (
-        total["output_tokens"] == n * turns * settings.gen_tokens
-    )  # ignore_eos: exactly gen_tokens per turn
+    lengths = {
+        (c, t): settings.gen_tokens_of(c - 1, t - 1) for c in range(1, n + 1) for t in range(1, turns + 1)
+    }
+    assert total["output_tokens"] == sum(lengths.values())  # ignore_eos: exactly gen_tokens per turn
     for name in ("ttft_s", "itl_s", "latency_s"):
         s = total[name]
         assert 0 <= s["p50"] <= s["p95"] <= s["p99"] <= s["max"], (name, s)
@@ -112,7 +124,8 @@ def check_agentic(results, settings, transcripts, folder, cached="omlx"):
     assert total["cached_tokens"] == sum(r["cached_tokens"] for r in rows)
     assert total["computed_tokens"] == total["prompt_tokens"] - total["cached_tokens"]
     assert [t["turn"] for t in results["turns"]] == list(range(1, turns + 1))
-    assert all(r["completion_tokens"] == settings.gen_tokens and r["decode_s"] >= 0 for r in rows)
+    assert all(r["completion_tokens"] == lengths[r["conversation"], r["turn"]] for r in rows)
+    assert all(r["decode_s"] >= 0 for r in rows)
     for r in rows:  # request latency: sent to last token, so its TTFT and decode time are inside it
         assert r["latency_s"] == pytest.approx(r["ended_s"] - r["sent_s"]) and r["latency_s"] >= r["ttft_s"]
         assert r["latency_s"] == pytest.approx(r["ttft_s"] + r["decode_s"])
@@ -177,6 +190,17 @@ def test_in_process(model_dir):
         t = row["timings"]
         assert min(t.values()) >= 0
         assert t["queue"] + t["restore"] + t["prefill"] + t["prefill_wait"] <= row["ttft_s"] + 1e-3
+
+
+def test_in_process_answers_of_varied_lengths(model_dir):
+    """``gen_spread``: each turn generates the tokens drawn for it (check_agentic counts them)."""
+    folder = model_dir("qwen2", "tiny")
+    settings = AgenticSettings(**dict(THREE_TURNS.to_dict(), gen_tokens=8, gen_spread=5))
+    assert len({settings.gen_tokens_of(c, t) for c in range(3) for t in range(3)}) > 2
+    transcripts = []
+    with EngineTarget.from_folder(folder, "tiny", settings={"paged_ssd_cache_dir": None}) as target:
+        results = run_agentic(target, settings, transcripts=transcripts)
+    check_agentic(results, settings, transcripts, folder)
 
 
 class HeldTarget(Target):

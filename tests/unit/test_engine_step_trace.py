@@ -6,6 +6,7 @@ wall-clock assertions."""
 import asyncio
 import json
 import shutil
+import threading
 
 import pytest
 from django.test import AsyncClient, override_settings
@@ -133,6 +134,41 @@ def test_no_verify_pass_while_a_prompt_waits_for_its_next_chunk(path):
         assert len(waiting) >= 25  # the long prompt's chunks, next to the decoding row
         assert not any(r.verify for r in waiting)
         assert any(r.verify for r in records)
+
+
+def test_no_verify_pass_in_a_step_a_request_arrived_during(path):
+    """A request submitted while a step runs is admitted by the next step: its first token waits
+    for this one's decode, so that decode is plain (with no cost rule the waiting request always
+    comes first). Each one-token request here submits the next from its first token's callback,
+    on the engine thread, when its step's prefill is done and its decode is not: an arrival
+    during the step, every time. The looping row verifies in the steps nobody waits for."""
+    with LLM(path, prefix_cache=False, step_trace=1000) as llm:
+        engine = llm.engine
+        engine.call(lambda e: setattr(e.runner.speculation, "costs", None))  # whatever it costs
+        arrived_in, done = [], threading.Event()  # the steps during which a request was submitted
+        one = SamplingParams(max_tokens=1, **GREEDY)
+
+        def submits_the_next(event):  # (each request's one event: its token, finished)
+            if len(arrived_in) < 4:
+                arrived_in.append(engine.steps)
+                engine.submit(random_ids(8, len(arrived_in)), one, callback=submits_the_next)
+            else:
+                done.set()
+
+        loop = SamplingParams(max_tokens=200, speculative="lookup", num_draft_tokens=4, **GREEDY)
+        stream = engine.submit([20, 21, 22, 23, 20, 21], loop)  # the tiny model loops: it drafts
+        started = False
+        for event in stream:
+            if not started and engine.stats().speculative["verify_passes"] >= 3:
+                engine.submit(random_ids(8, 0), one, callback=submits_the_next)
+                started = True
+        assert done.wait(60) and len(arrived_in) == 4
+        records = {r.step: r for r in engine.step_trace()}
+        for step in arrived_in:  # a prompt's first token, then the looping row's pass: plain
+            record = records[step]
+            assert (record.first_tokens, record.decode_passes, record.decode_rows) == (1, 1, 1)
+            assert not record.verify
+        assert sum(r.verify for r in records.values() if r.step > arrived_in[-1]) >= 3
 
 
 def test_two_prompts_share_the_step_and_then_decode_as_two_rows(path):

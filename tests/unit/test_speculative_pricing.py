@@ -65,16 +65,16 @@ def test_a_run_of_verify_passes_stops_to_measure_a_plain_step_again():
     assert not policy.ready(rows, None, [False, False])
 
 
-def test_a_batch_whose_step_a_prompt_waits_for_decodes_plainly():
+def test_a_batch_whose_step_a_prompt_waits_for_decodes_plainly_before_a_pass_is_priced():
     costs = StepCosts()
     costs.observe(2, 0, 1.0)
     policy = SpeculationPolicy("lookup", 4, costs)
     rows = looping_rows(2)
     assert policy.wanted(rows, None) and policy.ready(rows, None, [False, False])
-    policy.prompts_waiting = True  # (the engine: a prompt has chunks left after this step)
+    policy.waiting = 1  # (the engine: a prompt has chunks left after this step)
     assert not policy.ready(rows, None, [False, False]) and policy.prompt_holds == 1
     assert all(row.speculation.active for row in rows)  # they draft again once it is done
-    policy.prompts_waiting = False
+    policy.waiting = 0
     assert policy.ready(rows, None, [False, False])
 
 
@@ -132,3 +132,53 @@ def test_a_dear_pass_is_measured_again_within_tens_of_steps_and_outvoted():
     assert other.wanted(three, None) and other.ready(three, None, [False] * 3)
     other.observe(three, other.drafts(three, None), [4, 4, 4], 1.0)
     assert other.position_seconds is None and other.verify_seconds == 1.0
+
+
+def _priced(rows: int, verify: float) -> tuple:
+    """A policy whose plain step of ``rows`` rows costs 20 ms, after one verify pass of
+    ``verify`` seconds in which every row kept its four drafts (acceptance 0.72: 2.88 tokens a
+    row expected from a pass of four drafts)."""
+    costs = StepCosts()
+    for _ in range(4):
+        costs.observe(rows, 0, 0.020)
+    policy = SpeculationPolicy("lookup", 4, costs)
+    batch = looping_rows(rows)
+    assert policy.wanted(batch, None) and policy.ready(batch, None, [False] * rows)
+    drafts = policy.drafts(batch, None)
+    policy.observe(batch, drafts, [4] * rows, verify)
+    assert [r.speculation.acceptance for r in batch] == [pytest.approx(0.72)] * rows
+    return policy, batch
+
+
+@pytest.mark.parametrize(
+    "rows, verify, waiting, holds",
+    [
+        (2, 0.040, 0, False),  # nobody waits: the pass runs
+        # A pass of two plain steps: one waiting request loses 20 ms; each row would finish
+        # 20 - 40 / 2.88 = 6.1 ms later decoding plainly: two rows 12.2 ms, four 24.4 ms.
+        (2, 0.040, 1, True),
+        (4, 0.040, 1, False),
+        (4, 0.040, 2, True),
+        # A pass about a plain step (a GPU): 2 ms a waiting request against 12.4 ms a row.
+        (2, 0.022, 1, False),
+        (2, 0.022, 4, False),
+    ],
+)
+def test_requests_waiting_for_the_step_hold_a_pass_that_gains_the_rows_less(rows, verify, waiting, holds):
+    policy, batch = _priced(rows, verify)
+    policy.waiting = waiting
+    assert policy.ready(batch, None, [False] * rows) is not holds
+    assert policy.prompt_holds == holds
+    assert all(r.speculation.active for r in batch)  # held or not, the rows stay active
+
+
+def test_a_row_that_drafts_nothing_counts_for_the_hold():
+    """Four drafting rows outweigh one waiting request (above: 24.4 ms against 20 ms); two more
+    rows that draft nothing (a verify pass gives each one token for 40 ms, a plain step for 20)
+    tip it: the same request holds the pass of the six."""
+    policy, batch = _priced(6, 0.040)
+    for row in batch[4:]:
+        row.speculation.active = False  # shadow: no draft, one token from the pass
+    assert policy.ready(batch, None, [False] * 6)
+    policy.waiting = 1
+    assert not policy.ready(batch, None, [False] * 6) and policy.prompt_holds == 1

@@ -33,9 +33,14 @@ Adaptive rule, per row:
   before a run of verify steps (a slow step, another batch size) must not keep pricing every
   pass of the run (issue 27: an agent load on the CPU kept verifying at 3-4 plain steps a pass
   for 2.2 tokens a row, against a plain step priced at 2.7x what it cost).
-- A step after which a prompt still has chunks to compute (``prompts_waiting``, set by the
-  engine) decodes plainly: a verify pass costs several plain steps, and the prompt's next chunk
-  (its first token) would wait for it (the agent load measured TTFT p50 1.2-1.5x with lookup).
+- Requests that wait for the step to end before their first token can come (``waiting``, set
+  by the engine: prompts with chunks left, requests submitted since the step began) wait for its
+  verify pass too. A step verifies only when what the pass gains the rows outweighs what it
+  costs the waiting requests (``_holds``): each waits ``verify - plain`` longer, and each row
+  would finish ``plain - verify / expected tokens`` later if it decoded plainly (a row that
+  drafts nothing gains from a plain step). On the CPU, where a pass costs about two plain steps
+  for 2-2.5 tokens a row, one waiting request holds a few rows' pass; on a GPU, where a pass
+  costs about a plain step, it does not. With a price unknown, the waiting requests come first.
 
 Per batch (of two rows or more): every row of a verify pass runs as many positions as the
 longest draft, so the drafts are cut to the width with the most expected tokens per unit of
@@ -60,7 +65,7 @@ from typing import Deque, List, Optional
 from .answers import AnswerStore
 from .drafter import Drafter
 from .drafters import make_drafter
-from .width import best_width, cut
+from .width import best_width, cut, expected_tokens
 
 
 @dataclass
@@ -118,8 +123,8 @@ class SpeculationPolicy:
         self.unpriced = 0  # verify passes since a plain decode step was last measured
         self._plain_mark = 0  # ``costs.plain_steps`` when ``unpriced`` was last reset
         self.plain_probes = 0  # plain steps taken only to measure a plain step's price
-        self.prompts_waiting = False  # the engine: a prompt's next chunk waits for this step
-        self.prompt_holds = 0  # plain steps taken because a prompt's next chunk waited
+        self.waiting = 0  # the engine: requests whose first token waits for this step to end
+        self.prompt_holds = 0  # plain steps taken because requests waited (``_holds``)
         self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
     @classmethod
@@ -271,10 +276,8 @@ class SpeculationPolicy:
         whose proposals would not pay for a wider pass (``_fit``: its best width is 1): its
         proposing rows go shadow, so their acceptance follows the tokens that come. Nor, its
         rows left active, a batch whose plain step is to be measured again (``_plain_stale``), or
-        whose step a prompt's next chunk waits for (``prompts_waiting``)."""
-        if self.prompts_waiting:
-            self.prompt_holds += 1
-            return False
+        whose pass would cost the requests waiting for the step more than it gains the rows
+        (``waiting``, ``_holds``)."""
         if self._plain_stale():
             self.plain_probes += 1
             return False
@@ -294,6 +297,9 @@ class SpeculationPolicy:
             lengths[-1], acceptances[-1] = max(0, len(proposal) - behind), state.acceptance
         if not any(lengths):
             return False
+        if self.waiting and self._holds(len(rows), lengths, acceptances):
+            self.prompt_holds += 1
+            return False
         slope = self._slope(len(rows))
         if slope is None or best_width(lengths, acceptances, slope) > 1:
             return True
@@ -301,6 +307,20 @@ class SpeculationPolicy:
             if n:
                 request.speculation.active, request.speculation.shadow_draft = False, None
         return False
+
+    def _holds(self, rows: int, lengths: List[int], acceptances: List[float]) -> bool:
+        """Whether the ``waiting`` requests lose more to this step's verify pass than its rows
+        gain (row i proposes ``lengths[i]`` tokens with acceptance ``acceptances[i]``): each
+        waiting request's first token comes ``verify - plain`` later; a row that decodes plainly
+        now instead of verifying gets its last token ``plain - verify / expected`` later (it
+        needs the tokens it did not get at ``verify / expected`` each), which is negative for a
+        row that drafts nothing. Unknown prices (no verify pass or plain step measured, no cost
+        rule): the waiting requests come first."""
+        plain, verify = self._plain(rows), self.verify_seconds
+        if plain is None or verify is None:
+            return True
+        loss = sum(plain - verify / expected_tokens(a, n) for n, a in zip(lengths, acceptances))
+        return self.waiting * (verify - plain) >= loss
 
     def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
         """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
