@@ -93,10 +93,12 @@ class SpeculationPolicy:
     IDLE_DRAFTS = 2
     MAX_DRAFT = 16  # the most tokens a row drafts in one pass (the setting's bound)
     MAX_SHADOW_GAP = 64  # the most tokens between the shadow checks of a drafter with a device cost
-    # Steps after the last verify pass when its measured cost is taken as stale: a row that would
-    # draft then drafts, so one slow pass (a loaded machine) cannot turn speculation off for good.
+    # Decode steps after the last verify pass when its measured cost is taken as stale
+    # (``probe_after``): a row that would draft then drafts, so one slow pass (a loaded machine)
+    # cannot turn speculation off for good. PROBE_MIN after a pass the rules chose, doubling with
+    # every probe in a row up to PROBE_STEPS.
     PROBE_STEPS = 256
-    PROBE_MIN = 32  # the first probe after a pass the rules chose: ``probe_after``
+    PROBE_MIN = 32
     POSITION_WINDOW = 8  # verify passes whose measures of a drafted position give its median
     # Verify passes in a row after which the price of a plain step is measured again, and how
     # many plain steps measure it (a pipelined batch's first step after a verify pass only queues).
