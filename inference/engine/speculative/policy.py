@@ -19,11 +19,10 @@ Adaptive rule, per row:
   active again once it would pay. So speculation that does not pay costs only host lookups.
   A verify cost measured ``probe_after`` decode steps ago is stale: the next row that has a
   proposal drafts, and that pass (a *probe*) measures it again (one slow pass must not keep it
-  off for good). ``probe_after`` starts at ``PROBE_MIN`` steps and doubles with every probe that
-  did not pay (its rows got fewer tokens than plain steps would have in its time), up to
-  ``PROBE_STEPS``; a pass that paid sets it back. So a price that a dear pass set (the batch
-  still forming, a loaded moment) is measured again within tens of steps, and speculation that
-  does not pay (free text) costs one probe per ``PROBE_STEPS`` steps.
+  off for good). ``probe_after`` starts at ``PROBE_MIN`` steps and doubles with every probe in a
+  row, up to ``PROBE_STEPS``; a pass the rules chose themselves sets it back. So a price that a
+  dear pass set (the batch still forming, a loaded moment) is measured again within tens of
+  steps, and speculation that does not pay costs one probe per ``PROBE_STEPS`` steps.
 - In a batch of two rows or more, a row's draft of k tokens pays when its expected tokens are at
   least what the width rule (below) prices a pass of width k + 1 at, in plain steps; a row alone
   compares them with the measured cost of its verify steps.
@@ -96,8 +95,8 @@ class SpeculationPolicy:
     MAX_SHADOW_GAP = 64  # the most tokens between the shadow checks of a drafter with a device cost
     # Decode steps after the last verify pass when its measured cost is taken as stale
     # (``probe_after``): a row that would draft then drafts, so one slow pass (a loaded machine)
-    # cannot turn speculation off for good. PROBE_MIN after a pass that paid, doubling with every
-    # probe that did not, up to PROBE_STEPS.
+    # cannot turn speculation off for good. PROBE_MIN after a pass the rules chose, doubling with
+    # every probe in a row up to PROBE_STEPS.
     PROBE_STEPS = 256
     PROBE_MIN = 32
     POSITION_WINDOW = 8  # verify passes whose measures of a drafted position give its median
@@ -375,20 +374,17 @@ class SpeculationPolicy:
         if not any(drafts):
             return  # a plain pass
         a = self.ALPHA
-        plain = self._plain(len(rows))
-        # Whether this pass gave its rows more tokens than plain steps would have in its time.
-        paid = plain is not None and (sum(kept) + len(rows)) * plain >= seconds * len(rows)
-        if self._stale():
+        if self._stale():  # a probe: the next one waits twice as long, unless a pass pays first
             self.probes += 1
-        if paid:  # the next probe comes soon after a pass that paid
-            self.probe_after = self.PROBE_MIN
-        elif self._stale():  # a probe that did not pay: the next one waits twice as long
             self.probe_after = min(2 * self.probe_after, self.PROBE_STEPS)
+        else:
+            self.probe_after = self.PROBE_MIN
         self.since_verify = 0
         self.unpriced += 1
         self.verify_seconds = (
             seconds if self.verify_seconds is None else (1 - a) * self.verify_seconds + a * seconds
         )
+        plain = self._plain(len(rows))
         if plain and self.costs.plain_step_measured(len(rows)):  # a drafted position's cost
             self._positions.append(max(0.0, seconds - plain) / (max(len(d) for d in drafts) * len(rows)))
             self.position_seconds = median(self._positions)
