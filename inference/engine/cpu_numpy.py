@@ -27,8 +27,13 @@ import numpy as np
 from mlx_lm.models import activations
 
 # Tensors from this many elements on go through NumPy: below it MLX's lazy path is cheaper
-# than a sync (a decode step of 4 rows over ~1.3K tokens has ~75K scores: about even).
-NUMPY_MIN = 65536
+# than the sync. Softmax: about even at 8-9K scores (30 layers of q @ k, softmax, @ v on this
+# machine: 4.6K scores 107 us a layer with MLX against 141 with NumPy, 9.2K 208 against 187,
+# 27.9K 532 against 284), so one row decoding over 3K tokens of a 3-KV-head model (28K scores)
+# and a verify pass take NumPy's. SwiGLU sits between two matrix products that dwarf it below
+# tens of thousands of elements (gates of 1 to 16 rows x 1,536 measured within 10% either way).
+SOFTMAX_MIN = 8192
+SWIGLU_MIN = 65536
 
 _ORIGINAL_SWIGLU = activations.swiglu
 
@@ -44,7 +49,7 @@ def _back(out: np.ndarray, dtype) -> mx.array:
 
 def softmax(scores: mx.array) -> mx.array:
     """Softmax over the last axis, in float32 precision, in the scores' dtype."""
-    if scores.size < NUMPY_MIN:
+    if scores.size < SOFTMAX_MIN:
         return mx.softmax(scores, axis=-1, precise=True)
     a = _as_float32(scores)
     e = a - a.max(axis=-1, keepdims=True)
@@ -55,7 +60,7 @@ def softmax(scores: mx.array) -> mx.array:
 
 def swiglu(gate: mx.array, x: mx.array) -> mx.array:
     """silu(gate) * x, as mlx-lm's ``activations.swiglu``."""
-    if gate.size < NUMPY_MIN or gate.shape != x.shape or gate.dtype != x.dtype:
+    if gate.size < SWIGLU_MIN or gate.shape != x.shape or gate.dtype != x.dtype:
         return _ORIGINAL_SWIGLU(gate, x)
     g = _as_float32(gate)
     out = np.negative(g)
