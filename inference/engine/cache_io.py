@@ -160,6 +160,34 @@ def seed(caches, layers: List[tuple], end: int) -> None:
             c.cache = list(layer)
 
 
+def merge_rows(caches: list, room: int = KVCache.step):
+    """One layer's row caches as one batch cache, as ``type(caches[0]).merge`` makes it; rows of
+    plain ``KVCache``s get ``room`` free positions after the newest. mlx-lm's merge makes a buffer
+    exactly as long as the longest row, so the batch's first step after a join (a decode step, or
+    a verify pass the policy then prices) grew it: a copy of every row's KV in every layer (a
+    3K-token row of SmolLM2: a verify pass measured at 3 plain steps where later ones cost 1.7).
+    With the room, that step writes into it; the buffer is as long as the grow would have made it
+    (mlx-lm grows by ``KVCache.step``)."""
+    if room <= 0 or any(type(c) is not KVCache or c.keys is None for c in caches):
+        return type(caches[0]).merge(caches)
+    kinds = {(*_dims(c), c.keys.dtype, c.values.dtype) for c in caches}
+    if len(kinds) != 1:
+        return type(caches[0]).merge(caches)
+    lengths = [c.size() for c in caches]
+    n = max(lengths)
+    heads, key_dim, value_dim, key_type, value_type = kinds.pop()
+    keys = mx.zeros((len(caches), heads, n + room, key_dim), dtype=key_type)
+    values = mx.zeros((len(caches), heads, n + room, value_dim), dtype=value_type)
+    for i, (length, c) in enumerate(zip(lengths, caches)):
+        keys[i : i + 1, :, n - length : n] = c.keys[..., :length, :]
+        values[i : i + 1, :, n - length : n] = c.values[..., :length, :]
+    batch = BatchKVCache([n - length for length in lengths])
+    batch.keys, batch.values = keys, values
+    batch.offset += n
+    batch._idx = n
+    return batch
+
+
 def is_batchable(caches) -> bool:
     return all(hasattr(type(c), "merge") for c in caches)
 

@@ -122,7 +122,7 @@ class DecodeBatch(SpeculativeSteps):
             # One merge of the newcomers and one extend of the batch: extending the batch once
             # per row would copy all of its KV once per row (16 rows joining at 3K tokens each
             # cost more than 20 plain steps on the CPU; the first pass after them paid it).
-            merged = [type(layer[0]).merge(list(layer)) for layer in zip(*joining)]
+            merged = [cache_io.merge_rows(list(layer)) for layer in zip(*joining)]
             if self._caches is None:
                 self._caches = merged
             else:
