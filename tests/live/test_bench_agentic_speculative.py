@@ -1,6 +1,6 @@
-"""`omlx bench --scenario agentic --speculative METHOD` as the real command line against a live
-`omlx serve`: every request carries the method, and the run reports what the server's own
-/metrics counters did over it (inference.bench.speculation)."""
+"""`omlx bench --speculative METHOD` (the agentic and the default scenario) as the real command
+line against a live `omlx serve`: every request carries the method, and the run reports what the
+server's own /metrics counters did over it (inference.bench.speculation)."""
 
 import json
 import re
@@ -70,9 +70,49 @@ def test_cli_url_lookup_counts_drafts(tmp_path, omlx_server):
     assert parse_metrics(httpx.get(omlx_server.url + "/metrics").text, "tiny") == after
 
 
+def test_cli_url_default_scenario_lookup(tmp_path, omlx_server):
+    """The default scenario (prefill, decode, cold vs cached) with --speculative: the run's
+    counters and each decode level's, in the JSON and the summary."""
+    before = server_counters(omlx_server.url)
+    out = omlx_bench(
+        tmp_path,
+        "--url",
+        omlx_server.url,
+        "--model",
+        "tiny",
+        "--preset",
+        "small",
+        "--gen-tokens",
+        "24",
+        "--speculative",
+        "lookup",
+        "--output",
+        str(tmp_path / "r.json"),
+    )
+    assert out.returncode == 0, out.stderr
+    after = server_counters(omlx_server.url)
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["settings"]["speculative"] == "lookup" and results["errors"] == []
+    spec = results["speculative"]
+    assert spec["method"] == "lookup" and spec["drafted_tokens"] > 0, spec
+    for key in COUNTERS:
+        assert 0 <= spec[key] <= after[key] - before[key], (key, spec, before, after)
+    levels = [row["speculative"] for row in results["decode"]]
+    assert all(level["method"] == "lookup" for level in levels), levels
+    # the decode levels are part of the run: their drafts are within the run's
+    assert 0 < sum(level["drafted_tokens"] for level in levels) <= spec["drafted_tokens"], (levels, spec)
+    assert "accepted / drafted" in out.stdout and "speculative lookup" in out.stdout, out.stdout
+    line = f"speculative lookup: accepted {spec['accepted_tokens']}/{spec['drafted_tokens']} drafted"
+    assert line in out.stdout, out.stdout
+
+
 def test_cli_speculative_errors(tmp_path):
     for args, message in (
-        (("tiny", "--speculative", "lookup"), "--speculative is for --scenario agentic"),
+        (
+            ("tiny", "--scenario", "accuracy", "--speculative", "lookup"),
+            "--speculative is not for --scenario accuracy",
+        ),
+        (("tiny", "--speculative", "ngram"), "invalid choice: 'ngram'"),
         (("tiny", "--scenario", "agentic", "--speculative", "ngram"), "invalid choice: 'ngram'"),
     ):
         out = omlx_bench(tmp_path, *args)
