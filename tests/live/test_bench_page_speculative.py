@@ -7,6 +7,8 @@ import json
 import re
 import sqlite3
 
+import httpx
+
 from inference.bench.speculation import COUNTERS
 from tests.live.test_bench import FORM, admin, bench_server, db_rows, wait_for_status  # noqa: F401
 
@@ -125,3 +127,38 @@ def test_page_refuses_unknown_methods_and_draft_without_a_draft_model(bench_serv
         response = admin.post("/admin/benchmark/", data=dict(FORM, speculative=value))
         assert response.status_code == 400 and message in response.text, (value, response.text)
         assert 'id="bench-form-error"' in response.text and len(db_rows(bench_server.home)) == before
+
+
+def test_page_runs_draft_with_the_models_draft_model(bench_server, admin):
+    """A run with "draft" once the model has a draft model (here itself, which shares its
+    weights): accepted, and the engine drafted with it for the run's requests."""
+    from tests.live.test_bench import API_KEY
+
+    api = {"Authorization": f"Bearer {API_KEY}"}
+
+    def set_draft(value):
+        patched = httpx.patch(
+            bench_server.url + "/v1/models/tiny/settings",
+            json={"draft_model": value},
+            headers=api,
+            timeout=60,
+        )
+        assert patched.status_code == 200 and patched.json()["draft_model"] == value, patched.text
+        # a loaded model takes its draft model when it is next loaded
+        unloaded = httpx.post(bench_server.url + "/v1/models/tiny/unload", headers=api, timeout=60)
+        assert unloaded.status_code == 200 and unloaded.json()["loaded"] is False, unloaded.text
+
+    set_draft("tiny")
+    try:
+        draft_id, results, settings = run(
+            bench_server, admin, dict(FORM, speculative="draft", gen_tokens="16")
+        )
+        assert settings["speculative"] == results["settings"]["speculative"] == "draft"
+        spec = results["speculative"]
+        consistent(spec)
+        # the tiny model drafting for itself: its drafts are its own greedy tokens
+        assert spec["method"] == "draft" and spec["drafted_tokens"] > 0 and spec["accepted_tokens"] > 0, spec
+        shown = admin.get(f"/admin/benchmark/runs/{draft_id}/").text
+        assert 'id="bench-speculative" data-method="draft"' in shown
+    finally:
+        set_draft(None)
