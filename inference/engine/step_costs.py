@@ -88,6 +88,11 @@ class StepCosts:
         recent = self._recent.get(rows)
         return median(recent) if recent else self.decode_seconds
 
+    def last_plain_steps(self, rows: int, n: int) -> list:
+        """The seconds of the last ``n`` (at most) plain steps of ``rows`` rows, oldest first."""
+        recent = self._recent.get(rows)
+        return list(recent)[-n:] if recent else []
+
     def plain_step_measured(self, rows: int) -> bool:
         """Whether ``plain_step_seconds(rows)`` comes from steps of that batch size (not the
         average over every size it falls back to)."""

@@ -58,11 +58,45 @@ def test_a_run_of_verify_passes_stops_to_measure_a_plain_step_again():
     assert not policy.ready(rows, None, [False, False])
     costs.observe(2, 0, 1.0)
     assert policy.ready(rows, None, [False, False]) and policy.plain_probes == 2
+    # The probe's steps cost what the price said: the next probe waits twice as many passes.
+    assert policy.plain_probe_after == 2 * SpeculationPolicy.PLAIN_PROBE
     # A plain step with prompt tokens in it does not price a plain step: it does not count.
-    for _ in range(SpeculationPolicy.PLAIN_PROBE):
+    for _ in range(policy.plain_probe_after):
         policy.observe(rows, policy.drafts(rows, None), [4, 4], 1.0)
     costs.observe(2, 300, 3.0)
     assert not policy.ready(rows, None, [False, False])
+
+
+def test_plain_probes_grow_apart_while_the_price_holds_and_close_up_when_it_moves():
+    costs = StepCosts()
+    for _ in range(2):
+        costs.observe(2, 0, 1.0)
+    policy = SpeculationPolicy("lookup", 4, costs)
+    rows = looping_rows(2)
+    assert policy.wanted(rows, None)
+
+    def passes_until_probe(limit=200) -> int:
+        """Verify passes until the batch stops for a plain probe."""
+        for n in range(limit):
+            if not policy.ready(rows, None, [False, False]):
+                return n
+            policy.observe(rows, policy.drafts(rows, None), [4, 4], 1.9)
+        raise AssertionError("no plain probe")
+
+    def probe(seconds) -> None:
+        for _ in range(SpeculationPolicy.PROBE_PLAIN_STEPS):
+            costs.observe(2, 0, seconds)
+
+    gaps = []
+    for _ in range(5):  # the price holds (a plain step within 15% of 1.0 s): 8, 16, 32, 64, 64
+        gaps.append(passes_until_probe())
+        probe(1.1)
+    assert gaps == [8, 16, 32, 64, 64]
+    assert passes_until_probe() == 64
+    probe(1.5)  # the plain step moved by half: probes close up again
+    assert passes_until_probe() == SpeculationPolicy.PLAIN_PROBE
+    probe(1.5)  # (the price is a median of 8: it still says about 1.1 s; the steps say 1.5)
+    assert passes_until_probe() == SpeculationPolicy.PLAIN_PROBE
 
 
 def test_a_batch_whose_step_a_prompt_waits_for_decodes_plainly_before_a_pass_is_priced():

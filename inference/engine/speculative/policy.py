@@ -28,11 +28,14 @@ Adaptive rule, per row:
   compares them with the measured cost of its verify steps.
 - What a plain step costs (in both rules) is a plain decode step of the batch's size
   (``StepCosts.plain_step_seconds``: a median of recent steps of that many rows). Verify steps
-  do not measure it, so after ``PLAIN_PROBE`` verify passes with no plain step between them the batch runs
-  ``PROBE_PLAIN_STEPS`` plain steps (its rows stay active) to measure it again: a price taken
-  before a run of verify steps (a slow step, another batch size) must not keep pricing every
-  pass of the run (issue 27: an agent load on the CPU kept verifying at 3-4 plain steps a pass
-  for 2.2 tokens a row, against a plain step priced at 2.7x what it cost).
+  do not measure it, so after ``plain_probe_after`` verify passes with no plain step between them the
+  batch runs ``PROBE_PLAIN_STEPS`` plain steps (its rows stay active) to measure it again: a
+  price taken before a run of verify steps (a slow step, another batch size) must not keep
+  pricing every pass of the run (issue 27: an agent load on the CPU kept verifying at 3-4 plain
+  steps a pass for 2.2 tokens a row, against a plain step priced at 2.7x what it cost). Each such
+  probe costs the rows the tokens a pass would have given, so ``plain_probe_after`` starts at
+  ``PLAIN_PROBE`` and doubles, up to ``PLAIN_PROBE_MAX``, with every probe whose steps cost what
+  the price said (within ``PLAIN_DRIFT``); a probe that finds the price moved sets it back.
 - Requests that wait for the step to end before their first token can come (``waiting``, set
   by the engine: prompts with chunks left, requests submitted since the step began) wait for its
   verify pass too. A step verifies only when what the pass gains the rows outweighs what it
@@ -103,6 +106,8 @@ class SpeculationPolicy:
     # Verify passes in a row after which the price of a plain step is measured again, and how
     # many plain steps measure it (a pipelined batch's first step after a verify pass only queues).
     PLAIN_PROBE = 8
+    PLAIN_PROBE_MAX = 64
+    PLAIN_DRIFT = 0.15  # a probe's steps within this share of the price: the price held
     PROBE_PLAIN_STEPS = 2
 
     def __init__(self, method: str = "off", num_draft_tokens: int = 4, costs=None):
@@ -124,6 +129,8 @@ class SpeculationPolicy:
         self.since_verify = 0  # decode steps since the last verify pass
         self.unpriced = 0  # verify passes since a plain decode step was last measured
         self._plain_mark = 0  # ``costs.plain_steps`` when ``unpriced`` was last reset
+        self.plain_probe_after = self.PLAIN_PROBE  # verify passes in a row before a plain probe
+        self._probing: Optional[tuple] = None  # a plain probe under way: (rows, the price before it)
         self.plain_probes = 0  # plain steps taken only to measure a plain step's price
         self.waiting = 0  # the engine: requests whose first token waits for this step to end
         self.prompt_holds = 0  # plain steps taken because requests waited (``_holds``)
@@ -186,15 +193,32 @@ class SpeculationPolicy:
         """What a plain decode step of ``rows`` rows costs (None: unknown, or no cost rule)."""
         return self.costs.plain_step_seconds(rows) if self.costs is not None else None
 
-    def _plain_stale(self) -> bool:
-        """Whether ``PLAIN_PROBE`` verify passes ran since a plain decode step was last measured
-        (``PROBE_PLAIN_STEPS`` of them since ``unpriced`` was reset): the batch then decodes
-        plainly to measure it."""
+    def _plain_stale(self, rows: int) -> bool:
+        """Whether ``plain_probe_after`` verify passes ran since a plain decode step of ``rows``
+        rows was last measured (``PROBE_PLAIN_STEPS`` of them since ``unpriced`` was reset): the
+        batch then decodes plainly to measure it (a *plain probe*). A probe whose steps cost what
+        the price said doubles the passes before the next one; one that found it moved sets them
+        back to ``PLAIN_PROBE``."""
         if self.costs is None:
             return False
         if self.costs.plain_steps - self._plain_mark >= self.PROBE_PLAIN_STEPS:
+            if self._probing is not None:
+                probed_rows, before = self._probing
+                steps = self.costs.last_plain_steps(probed_rows, self.PROBE_PLAIN_STEPS)
+                held = (
+                    before is not None
+                    and len(steps) == self.PROBE_PLAIN_STEPS
+                    and abs(median(steps) - before) <= self.PLAIN_DRIFT * before
+                )
+                self.plain_probe_after = (
+                    min(2 * self.plain_probe_after, self.PLAIN_PROBE_MAX) if held else self.PLAIN_PROBE
+                )
+                self._probing = None
             self._plain_mark, self.unpriced = self.costs.plain_steps, 0
-        return self.unpriced >= self.PLAIN_PROBE
+        stale = self.unpriced >= self.plain_probe_after
+        if stale and self._probing is None:
+            self._probing = (rows, self._plain(rows))
+        return stale
 
     def _pays(self, state: RowSpeculation, k: int, rows: int) -> bool:
         """Whether drafting ``k`` tokens is expected to beat plain decoding for this row, in a
@@ -280,7 +304,7 @@ class SpeculationPolicy:
         rows left active, a batch whose plain step is to be measured again (``_plain_stale``), or
         whose pass would cost the requests waiting for the step more than it gains the rows
         (``waiting``, ``_holds``)."""
-        if self._plain_stale():
+        if self._plain_stale(len(rows)):
             self.plain_probes += 1
             return False
         lengths, acceptances = [], []
