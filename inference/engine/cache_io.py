@@ -165,9 +165,9 @@ def merge_rows(caches: list, room: int = KVCache.step):
     plain ``KVCache``s get ``room`` free positions after the newest. mlx-lm's merge makes a buffer
     exactly as long as the longest row, so the batch's first step after a join (a decode step, or
     a verify pass the policy then prices) grew it: a copy of every row's KV in every layer (a
-    3K-token row of SmolLM2: a verify pass measured at 3 plain steps where later ones cost 1.7).
-    With the room, that step writes into it; the buffer is as long as the grow would have made it
-    (mlx-lm grows by ``KVCache.step``)."""
+    3K-token row of SmolLM2: a verify pass measured at 3 plain steps where later ones cost 1.3 to
+    1.6). With the room, that step writes into it; the buffer is as long as the grow would have
+    made it (mlx-lm grows by ``KVCache.step``)."""
     if room <= 0 or any(type(c) is not KVCache or c.keys is None for c in caches):
         return type(caches[0]).merge(caches)
     kinds = {(*_dims(c), c.keys.dtype, c.values.dtype) for c in caches}

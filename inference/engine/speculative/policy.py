@@ -205,8 +205,9 @@ class SpeculationPolicy:
             if self._probing is not None:
                 probed_rows, before = self._probing
                 steps = self.costs.last_plain_steps(probed_rows, self.PROBE_PLAIN_STEPS)
-                held = (
+                held = (  # (a batch that changed size meanwhile: its probe measured another)
                     before is not None
+                    and rows == probed_rows
                     and len(steps) == self.PROBE_PLAIN_STEPS
                     and abs(median(steps) - before) <= self.PLAIN_DRIFT * before
                 )
