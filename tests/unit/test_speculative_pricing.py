@@ -38,13 +38,20 @@ def test_a_plain_step_is_priced_by_recent_steps_of_the_same_batch_size():
     assert not any(row.speculation.active for row in rows)  # every row shadow: plain decoding
 
 
-def test_a_run_of_verify_passes_stops_to_measure_a_plain_step_again():
+def two_drafting_rows() -> tuple:
+    """(costs, policy, rows): two looping rows of a lookup policy whose plain step of two rows
+    is priced at 1 s, asked ``wanted`` once."""
     costs = StepCosts()
     for _ in range(2):
         costs.observe(2, 0, 1.0)
     policy = SpeculationPolicy("lookup", 4, costs)
     rows = looping_rows(2)
     assert policy.wanted(rows, None)
+    return costs, policy, rows
+
+
+def test_a_run_of_verify_passes_stops_to_measure_a_plain_step_again():
+    costs, policy, rows = two_drafting_rows()
     for _ in range(SpeculationPolicy.PLAIN_PROBE):  # verify passes that pay, one after another
         assert policy.ready(rows, None, [False, False])
         drafts = policy.drafts(rows, None)
@@ -68,12 +75,7 @@ def test_a_run_of_verify_passes_stops_to_measure_a_plain_step_again():
 
 
 def test_plain_probes_grow_apart_while_the_price_holds_and_close_up_when_it_moves():
-    costs = StepCosts()
-    for _ in range(2):
-        costs.observe(2, 0, 1.0)
-    policy = SpeculationPolicy("lookup", 4, costs)
-    rows = looping_rows(2)
-    assert policy.wanted(rows, None)
+    costs, policy, rows = two_drafting_rows()
 
     def passes_until_probe(limit=200) -> int:
         """Verify passes until the batch stops for a plain probe."""
