@@ -410,6 +410,10 @@ def test_cli_local_engine(tmp_path, model_dir):
         "small",
         "--mode",
         "burst",
+        # 64 tokens a turn: the tiny model's answers loop within them, which lookup drafts
+        # (drafting is decided by measured prices: with 8 a turn a run may never draft)
+        "--gen-tokens",
+        "64",
         "--speculative",
         "lookup",
         "--output",
