@@ -61,12 +61,18 @@ def _arrays(single):
     return [*single.keys, *single.values] if isinstance(single.keys, tuple) else [single.keys, single.values]
 
 
-def same(a, b):
+def same(a, b, atol=0.0):
+    """Equal rows: exactly, or within ``atol`` where a pass ran over holes (its attention sums the
+    same scores with masked zeros where the rolled batch has left padding, so the layers after
+    the first can differ in the last bits)."""
     assert len(a) == len(b)
     for x, y in zip(a, b):
         assert len(x) == len(y)
         for p, q in zip(x, y):
-            np.testing.assert_array_equal(p, q)
+            if atol:
+                np.testing.assert_allclose(p, q, rtol=0, atol=atol)
+            else:
+                np.testing.assert_array_equal(p, q)
 
 
 def test_rows_that_keep_fewer_are_not_moved(loaded):
@@ -105,7 +111,7 @@ def test_a_holed_batch_computes_what_a_rolled_one_does(loaded):
     np.testing.assert_allclose(step(loaded, holed, tokens), step(loaded, rolled, tokens), atol=1e-4)
     roll_back(holed, [3, 0, 2], holes=True)
     roll_back(rolled, [3, 0, 2])
-    same(rows_of(holed), rows_of(rolled))
+    same(rows_of(holed), rows_of(rolled), atol=1e-5)
     tokens = [[80 + r] for r in range(len(PROMPTS))]
     np.testing.assert_allclose(step(loaded, holed, tokens), step(loaded, rolled, tokens), atol=1e-4)
 
