@@ -261,6 +261,26 @@ def test_preload_is_a_no_op_with_mlx_cuda(monkeypatch):
     assert platform.preload_fast_blas() is None
 
 
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_mlx_cuda_gets_exact_float32_matmuls_unless_the_user_chose(monkeypatch, preset):
+    """On a CUDA build MLX would do float32 matmuls in TF32 (relative error ~3e-4 on an H200,
+    enough to change greedy tokens): omlx turns it off, unless MLX_ENABLE_TF32 is set already."""
+    monkeypatch.setattr(platform, "_decided", False)
+    monkeypatch.setattr(platform, "_blas_path", None)
+    monkeypatch.setattr(sys, "platform", "linux")
+    if preset is None:
+        monkeypatch.delenv("MLX_ENABLE_TF32", raising=False)
+    else:
+        monkeypatch.setenv("MLX_ENABLE_TF32", preset)
+    monkeypatch.setattr(platform, "_cuda_installed", lambda: False)
+    platform.preload_fast_blas()
+    assert os.environ.get("MLX_ENABLE_TF32") == preset  # not on a CPU build
+    monkeypatch.setattr(platform, "_decided", False)
+    monkeypatch.setattr(platform, "_cuda_installed", lambda: True)
+    platform.preload_fast_blas()
+    assert os.environ["MLX_ENABLE_TF32"] == (preset or "0")
+
+
 def test_preload_is_idempotent(monkeypatch):
     monkeypatch.setattr(platform, "_decided", True)
     monkeypatch.setattr(platform, "_blas_path", "/some/libopenblas.so.0")
