@@ -101,6 +101,25 @@ def test_plain_probes_grow_apart_while_the_price_holds_and_close_up_when_it_move
     assert passes_until_probe() == SpeculationPolicy.PLAIN_PROBE
 
 
+def test_a_probe_during_which_the_batch_changed_size_does_not_space_probes_out():
+    """A probe measures the plain step of the batch size it began with: if a row joined (or
+    left) meanwhile, its steps priced another size, so it says nothing about the price it was
+    to check and the next probe comes after ``PLAIN_PROBE`` passes again, not twice as many."""
+    costs, policy, rows = two_drafting_rows()
+    for _ in range(SpeculationPolicy.PLAIN_PROBE):
+        assert policy.ready(rows, None, [False, False])
+        policy.observe(rows, policy.drafts(rows, None), [4, 4], 1.9)
+    assert not policy.ready(rows, None, [False, False])  # the probe of two rows begins
+    three = rows + looping_rows(3)[2:]  # a third row joins: the probe's steps are of three rows
+    assert policy.wanted(three, None)
+    for _ in range(SpeculationPolicy.PROBE_PLAIN_STEPS):
+        costs.observe(3, 0, 1.0)
+    assert policy.ready(three, None, [False] * 3)
+    assert policy.plain_probe_after == SpeculationPolicy.PLAIN_PROBE
+    # (the two-row steps on record still say 1.0 s: without the batch-size check this probe
+    # would have passed as one whose price held)
+
+
 def test_a_batch_whose_step_a_prompt_waits_for_decodes_plainly_before_a_pass_is_priced():
     costs = StepCosts()
     costs.observe(2, 0, 1.0)
