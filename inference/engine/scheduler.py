@@ -57,13 +57,14 @@ class Scheduler:
     step takes the whole token budget.
 
     Prompts apart (issue 24; priority 0 or below, no ``max_step_ms``, once the costs are known:
-    ``_apart``): a step computes at most one long prompt (one whose tokens take longer than a
-    decode step), the oldest of the most urgent, and while rows decode the step after it
-    computes none (a decode step runs between two long prompts). Prompts that arrive
-    together thus start their streams at least two decode steps apart, their answers end that
-    far apart, and their clients' next turns (an agent sends one as soon as its answer is
-    whole) arrive during a decode step instead of behind another arrival's whole prompt. Short
-    prompts (a cached prefix with a few tokens left) ride with any step.
+    ``_apart``): a step computes at most one long prompt (one whose tokens add more than a
+    decode step to a pass: ``StepCosts.prompt_token_seconds``), the oldest of the most urgent,
+    and while rows decode the step after it computes none (a decode step runs between two long
+    prompts). Prompts that arrive together thus start their streams at least two decode steps
+    apart, their answers end that far apart, and their clients' next turns (an agent sends one
+    as soon as its answer is whole) arrive during a decode step instead of behind another
+    arrival's whole prompt. Short prompts (a cached prefix with a few tokens left) ride with any
+    step.
 
     Priorities (``SamplingParams.priority``, lower is more urgent, as vLLM's): waiting requests
     are ordered by (effective priority, arrival). A request's effective priority improves by one
@@ -229,10 +230,11 @@ class Scheduler:
         if level > 0 or self.config.max_step_ms > 0 or not self.costs.measured():
             return None
         chosen, long_prompt = [], None
+        token = self.costs.prompt_token_seconds()
         for r in prefilling:
             if self._urgency(r)[0] > level:
                 break
-            if min(r.num_to_prefill, self.config.prefill_chunk_size) * self.costs.token_seconds <= decode:
+            if min(r.num_to_prefill, self.config.prefill_chunk_size) * token <= decode:
                 chosen.append(r)
             elif long_prompt is None and not (self.after_prompt and self.decoding):
                 chosen.append(r)

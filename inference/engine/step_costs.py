@@ -15,13 +15,20 @@ of that many rows. Not the average above: under an agent load the batch size cha
 requests come and go, and one slow step (a prompt's arrival, a loaded machine) would price
 every verify pass after it (issue 27: measured 57.8 ms against 15-25 ms plain steps).
 ``plain_steps`` counts those steps, so the policy can tell when its price was last measured.
+
+Where a forward pass costs far more than the tokens in it (a GPU: on an H200 a prefill step of
+32 tokens took 55 ms, one of 2,048 tokens 36-52 ms, a pipelined decode step 8 ms),
+``token_seconds`` (a step less one decode-priced pass, at least half the step) says a token
+costs a millisecond where it costs microseconds; ``prompt_token_seconds`` takes the slope of
+the recent prefill steps' times against their tokens instead, which is what one more prompt
+in a pass adds.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from statistics import median
-from typing import Deque, Dict, Optional
+from typing import Deque, Dict, Optional, Tuple
 
 
 class StepCosts:
@@ -37,6 +44,8 @@ class StepCosts:
     DEFAULT_PIECE = 128
     SMALL_BATCH = 4  # decode steps of at most this many rows measure ``pass_seconds``
     PLAIN_WINDOW = 8  # plain decode steps of one batch size that ``plain_step_seconds`` keeps
+    PREFILL_WINDOW = 16  # prefill steps whose (tokens, seconds) ``prompt_token_seconds`` fits
+    PREFILL_SPREAD = 2.0  # ... when the largest computed at least this many times the smallest
 
     def __init__(self):
         self.decode_seconds: Optional[float] = None  # one step of the decode batch alone
@@ -51,6 +60,8 @@ class StepCosts:
         self.token_seconds: Optional[float] = None
         self.plain_steps = 0  # decode steps without prompt tokens observed (``plain_step_seconds``)
         self._recent: Dict[int, Deque[float]] = {}  # rows -> the last PLAIN_WINDOW such steps
+        # (tokens computed, seconds less the decode) of the last PREFILL_WINDOW prefill steps
+        self._prefills: Deque[Tuple[int, float]] = deque(maxlen=self.PREFILL_WINDOW)
 
     def _mix(self, old: Optional[float], new: float) -> float:
         return new if old is None else (1 - self.ALPHA) * old + self.ALPHA * new
@@ -77,9 +88,31 @@ class StepCosts:
         spent = seconds - decode
         if spent > 0:
             self.prefill_rate = self._mix(self.prefill_rate, prefill_tokens / spent)
+            if computed:
+                self._prefills.append((computed, spent))
             if self.pass_seconds is not None and computed:
                 tokens = max(spent - passes * self.pass_seconds, spent / 2)
                 self.token_seconds = self._mix(self.token_seconds, tokens / computed)
+
+    def prompt_token_seconds(self) -> Optional[float]:
+        """What one more prompt token adds to a prefill step: the least-squares slope of the
+        last ``PREFILL_WINDOW`` prefill steps' seconds against the tokens they computed, where
+        those spread enough to tell (the most at least ``PREFILL_SPREAD`` times the fewest), 0
+        where the slope is not positive (the tokens cost less than the steps vary), and never
+        more than ``token_seconds``; ``token_seconds`` where they do not spread (the module
+        docstring: the two part ways where a pass costs far more than its tokens).
+        ``Scheduler._apart`` tells a long prompt from a short one by it."""
+        if self.token_seconds is None:
+            return None
+        points = list(self._prefills)
+        xs = [x for x, _ in points]
+        if len(points) < 3 or max(xs) < self.PREFILL_SPREAD * min(xs):
+            return self.token_seconds
+        mean_x = sum(xs) / len(xs)
+        mean_y = sum(y for _, y in points) / len(points)
+        var = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var
+        return min(max(slope, 0.0), self.token_seconds)
 
     def plain_step_seconds(self, rows: int) -> Optional[float]:
         """What a plain decode step of ``rows`` rows costs: the median of the last
@@ -137,4 +170,5 @@ class StepCosts:
             "prefill_tokens_per_second": self.prefill_rate,
             "pass_seconds": self.pass_seconds,
             "token_seconds": self.token_seconds,
+            "prompt_token_seconds": self.prompt_token_seconds(),
         }

@@ -7,7 +7,10 @@ import threading
 
 import pytest
 
-from inference.engine import LLM, SamplingParams
+from cache.prefix_cache import PrefixCache
+from inference.engine import LLM, EngineConfig, SamplingParams
+from inference.engine.request import Request
+from inference.engine.scheduler import Scheduler
 from tests.support.engine_control import hold
 from tests.support.token_ids import random_ids
 
@@ -126,3 +129,34 @@ def test_before_the_costs_are_known_prompts_that_arrive_together_share_a_step(pa
         rec = Steps(llm.engine)
         _together(llm, ["x", "y"])
     assert [step for step, _ in rec.chunks_of("x")] == [step for step, _ in rec.chunks_of("y")]
+
+
+@pytest.mark.parametrize(
+    "machine, together",
+    [
+        # (pass s, token s, decode step s): a GPU's passes cost ~30 ms whatever they compute
+        # (docs/benchmarks.md, "CUDA"): 32 prompts together add ~10 ms to one pass, apart they
+        # took 64 steps (a burst's last first token 1.6 s after it arrived, mlx-lm's 0.1 s)
+        ((0.030, 1e-5, 0.008), True),
+        # a CPU's tokens cost more than a decode step's worth: one a step, with decode steps between
+        ((0.050, 1e-3, 0.060), False),
+    ],
+    ids=["gpu", "cpu"],
+)
+def test_a_burst_of_short_prompts_is_computed_together_where_tokens_cost_little(machine, together):
+    from tests.unit.test_engine_step_time import SIZES, costs_of
+
+    config = EngineConfig(max_concurrent_requests=64, step_token_budget=8192)  # room for all 32
+    scheduler = Scheduler(config, 10**6, PrefixCache())
+    scheduler.costs = costs_of(*machine, SIZES)
+    params = SamplingParams(max_tokens=2, **GREEDY)
+    stream = Request("stream", random_ids(32, 1), params, None, frozenset(), None, 0)
+    scheduler.add(stream)
+    scheduler.schedule()
+    stream.num_computed = stream.num_tokens
+    scheduler.started_decoding(stream)
+    burst = [Request(f"b{i}", random_ids(100, 2 + i), params, None, frozenset(), None, 0) for i in range(32)]
+    for r in burst:
+        scheduler.add(r)
+    first = scheduler.schedule()
+    assert len(first.prefill) == (32 if together else 1)

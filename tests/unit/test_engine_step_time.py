@@ -57,6 +57,46 @@ def test_a_pass_is_priced_from_small_decode_steps_and_tokens_from_prefill_steps(
     )
 
 
+def costs_of(pass_seconds: float, token_seconds: float, decode_seconds: float, sizes) -> StepCosts:
+    """StepCosts after a few one-row decode steps and prefill steps of ``sizes`` tokens (one
+    pass each) on a machine where a pass costs ``pass_seconds`` plus ``token_seconds`` a token."""
+    costs = StepCosts()
+    for _ in range(4):
+        costs.observe(1, 0, decode_seconds)
+    for n in sizes:
+        costs.observe(0, n, pass_seconds + token_seconds * n, passes=1, computed=n)
+    return costs
+
+
+# Prefills as bench_engine.py runs them: a 512-token prompt, then the 32-token prompts of streams.
+SIZES = [512, 32, 32, 32, 32, 32]
+
+
+def test_a_prompt_token_is_priced_by_the_slope_of_prefill_steps_where_a_pass_dominates():
+    """A GPU (the H200 of docs/benchmarks.md, "CUDA"): a prefill pass ~30 ms whatever it
+    computes, 10 us a token, a pipelined decode step 8 ms. ``token_seconds`` (a step less a
+    decode-priced pass) says 0.5 ms a token; the slope of the steps says 10 us."""
+    costs = costs_of(0.030, 1e-5, 0.008, SIZES)
+    assert costs.token_seconds > 30 * 1e-5
+    assert costs.prompt_token_seconds() == pytest.approx(1e-5)
+
+
+def test_on_a_cpu_the_slope_and_the_per_token_estimate_agree():
+    """A CPU: a pass 50 ms (the weights read once), 1 ms a token, a decode step 60 ms."""
+    costs = costs_of(0.050, 1e-3, 0.060, SIZES)
+    assert costs.prompt_token_seconds() == pytest.approx(1e-3)
+    assert costs.token_seconds == pytest.approx(1e-3, rel=0.25)  # (its pass priced at a decode step)
+
+
+def test_without_a_spread_of_sizes_the_per_token_estimate_stands():
+    costs = costs_of(0.030, 1e-5, 0.008, [32] * 6)
+    assert costs.prompt_token_seconds() == costs.token_seconds
+    noisy = costs_of(0.030, 1e-5, 0.008, [])
+    for n, seconds in [(512, 0.036), (32, 0.055), (2048, 0.045), (32, 0.050)]:  # the H200's own
+        noisy.observe(0, n, seconds, passes=1, computed=n)
+    assert noisy.prompt_token_seconds() == 0.0  # the tokens cost less than the passes vary
+
+
 class Chunks:
     """Records the (request id, tokens) of every prefill chunk, step by step."""
 
