@@ -38,11 +38,11 @@ def line(r) -> str:
     )
 
 
-def run(llm, name, prompts, max_tokens, out):
-    engine = llm.engine
+def run(omlx, name, prompts, max_tokens, out):
+    engine = omlx.llm.engine
     before = engine.steps
     start = time.perf_counter()
-    _, stamps = bench_engine.Omlx.run(type("E", (), {"llm": llm})(), prompts, max_tokens)
+    _, stamps = omlx.run(prompts, max_tokens)
     wall = time.perf_counter() - start
     records = [r for r in engine.step_trace() if r.step > before]
     firsts = sorted(ts[0] - start for ts in stamps)
@@ -65,24 +65,23 @@ def main():
     args = parser.parse_args()
 
     from inference import platform
-    from inference.engine import LLM
 
     print(f"platform: {platform.describe()}", flush=True)
     path = bench_engine.model_path("small" if args.quick else "qwen2.5-0.5b")
-    llm = LLM(path, max_concurrent_requests=32, step_token_budget=2048, step_trace=10_000)
+    omlx = bench_engine.Omlx(path, 32, step_trace=10_000)  # the engine bench_engine.py measures
     out = {"platform": platform.describe()}
     try:
         burst = [bench_engine.prompt_ids(16 + (7 * i) % 32, 100 + i) for i in range(32)]
         warm = {}
-        run(llm, "warm-up burst", burst, 2, warm)
+        run(omlx, "warm-up burst", burst, 2, warm)
         for seed in (200, 300):
             burst = [bench_engine.prompt_ids(16 + (7 * i) % 32, seed + i) for i in range(32)]
-            run(llm, f"burst (seed {seed})", burst, 2, out)
+            run(omlx, f"burst (seed {seed})", burst, 2, out)
         long = [bench_engine.prompt_ids(args.context, 400 + i) for i in range(4)]
-        run(llm, f"4 x {args.context}-token prompts", long, 8, out)
-        run(llm, "1 stream decode", [bench_engine.prompt_ids(32, 500)], 32, out)
+        run(omlx, f"4 x {args.context}-token prompts", long, 8, out)
+        run(omlx, "1 stream decode", [bench_engine.prompt_ids(32, 500)], 32, out)
     finally:
-        llm.close()
+        omlx.close()
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
 
