@@ -268,8 +268,9 @@ def test_mlx_cuda_gets_exact_float32_matmuls_unless_the_user_chose(monkeypatch, 
     monkeypatch.setattr(platform, "_decided", False)
     monkeypatch.setattr(platform, "_blas_path", None)
     monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("MLX_ENABLE_TF32", "set here")  # so that teardown restores the variable
     if preset is None:
-        monkeypatch.delenv("MLX_ENABLE_TF32", raising=False)
+        monkeypatch.delenv("MLX_ENABLE_TF32")
     else:
         monkeypatch.setenv("MLX_ENABLE_TF32", preset)
     monkeypatch.setattr(platform, "_cuda_installed", lambda: False)
