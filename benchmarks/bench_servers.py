@@ -67,8 +67,10 @@ def wait_until_up(url: str, process, timeout=180.0) -> None:
 
 def server_env(work: Path, **extra) -> dict:
     """A benchmarked server's environment: this one with OMLX_HOME ``work``/home, the repository
-    importable, ``extra`` set, and no API key."""
-    env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=str(REPO), **extra)
+    importable first (before this environment's PYTHONPATH, where a bare machine may keep the
+    packages: scripts/cuda_check.sh), ``extra`` set, and no API key."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, OMLX_HOME=str(work / "home"), PYTHONPATH=path, **extra)
     env.pop("OMLX_API_KEY", None)
     return env
 
