@@ -12,7 +12,11 @@ bare mlx-lm (the same caches, mlx-lm's attention), plus what the steps around a 
 - ``rollback with holes``: the same rollback as the engine does it now (a trim, the rejected
   positions of the rows that kept fewer masked as holes, ``speculative.holes``), and the
   [B, 1] pass that follows it (attending over the holes, masked), and the holes' compaction
-  (one gather of the buffer, run once the holes pass a threshold).
+  (one gather of the buffer, run once the holes pass a threshold);
+- ``a row leaving``: the middle row leaves the batch and a [B - 1, 1] pass follows, timed
+  together: through mlx-lm's ``filter`` (a gather of every staying row, which the pass waits
+  for: the decode batch before) and through ``batch_leave.leave`` (the rows past the new count
+  moved into the leaving row's slot, in place: the decode batch now).
 
 Alternating rounds, median seconds and the ratio to a [B, 1] pass.
 
@@ -36,7 +40,7 @@ import mlx.core as mx  # noqa: E402
 from mlx_lm.models.cache import KVCache  # noqa: E402
 
 import bench_speculative  # noqa: E402
-from inference.engine import cpu_attention  # noqa: E402
+from inference.engine import batch_leave, cpu_attention  # noqa: E402
 from inference.engine.model_loader import load_model  # noqa: E402
 from inference.engine.speculative.rollback import cache_arrays, roll_back  # noqa: E402
 
@@ -100,6 +104,7 @@ def main() -> None:
     rows = row_caches(context, lengths)
     first = {"one at a time": [], "together": []}
     seconds = {(on, w): [] for on in (True, False) for w in (1, W, "roll", "holes", "after", "compact")}
+    leaving = {"filter": [], "leave": []}
     for _ in range(args.rounds):
         cpu_attention.enable_on_this_thread(True)
         for name in first:
@@ -130,6 +135,20 @@ def main() -> None:
             mx.eval([a for c in cache for a in cache_arrays(c)])
             seconds[on, "compact"].append(time.perf_counter() - start)
             del cache
+        cpu_attention.enable_on_this_thread(True)
+        for how, seconds_of in leaving.items():
+            cache = joined(rows, True)
+            timed_pass(model, cache, B, 1)
+            order = batch_leave.leave_order(B, [B // 2])
+            start = time.perf_counter()
+            if how == "filter":
+                for c in cache:
+                    c.filter(order)
+            else:
+                batch_leave.leave(cache, order)
+            timed_pass(model, cache, B - 1, 1)
+            seconds_of.append(time.perf_counter() - start)
+            del cache
     med = {key: statistics.median(s) for key, s in seconds.items()}
     step = med[True, 1]
     print(f"B={B} rows of {min(lengths)} to {max(lengths)} tokens, W={W}, {args.rounds} rounds:")
@@ -147,6 +166,10 @@ def main() -> None:
             f"their compaction {med[on, 'compact']:.2f} s ({med[on, 'compact'] / one:.2f}x)",
             flush=True,
         )
+    ways = {"filter": "mlx-lm's filter (before)", "leave": "batch_leave, in place (now)"}
+    for how, s in leaving.items():
+        after = statistics.median(s)
+        print(f"  a row leaving + [B - 1, 1] pass, {ways[how]}: {after:.2f} s ({after / step:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -202,10 +202,8 @@ class Follower:
         exchange(self.channel.group, own_figures(self.cache, self.split))
 
     def _drop(self, message: dict) -> None:
-        ids = message.get("ids")
-        if not isinstance(ids, list):
-            raise PlanError("drop: ids must be a list")
-        self.runner.drop([self._known(i) for i in ids])
+        ids, give_back = parse_drop(message)
+        self.runner.drop([self._known(i) for i in ids], give_back)
         for i in ids:
             self.requests.pop(i, None)
 
@@ -214,6 +212,18 @@ class Follower:
         if request is None:
             raise PlanError(f"no request {str(request_id)[:MAX_ID]!r} here")
         return request
+
+
+def parse_drop(message: dict) -> tuple:
+    """(ids, give_back) of a drop plan: the requests whose rows leave, and whether their memory is
+    given back now (``DecodeBatch.remove``). PlanError unless ids is a list, give_back a bool."""
+    ids = message.get("ids")
+    if not isinstance(ids, list):
+        raise PlanError("drop: ids must be a list")
+    give_back = message.get("give_back", False)
+    if not isinstance(give_back, bool):
+        raise PlanError("drop: give_back must be true or false")
+    return ids, give_back
 
 
 def parse_request(request_id: str, described, vocab: int) -> Request:

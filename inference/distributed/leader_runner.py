@@ -81,12 +81,12 @@ class LeaderRunner(ModelRunner):
         self._send({"op": "join", "id": request.request_id, "token": request.output_token_ids[-1]})
         super().join(request, state)
 
-    def drop(self, requests: Sequence[Request]) -> None:
+    def drop(self, requests: Sequence[Request], give_back: bool = False) -> None:
         ids = [r.request_id for r in requests if r.request_id in self.known]
         if ids:
-            self._send({"op": "drop", "ids": ids})
+            self._send({"op": "drop", "ids": ids, "give_back": give_back})
             self.known.difference_update(ids)
-        super().drop(requests)
+        super().drop(requests, give_back)
 
     def decode_step(self, ahead: bool = True):
         if not len(self.batch):

@@ -330,7 +330,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
             give_back_memory()
         for request in out.preempted:
             self._keep_kv(request)  # so that recomputing it is mostly a cache hit
-        self.runner.drop(out.preempted)
+        self.runner.drop(out.preempted, give_back=True)
         if out.preempted and self.scheduler.hold:
             give_back_memory()  # preempted for memory: the freed KV goes back to the system now
         for request, reason, error in out.rejected:
@@ -464,7 +464,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
 
     def _finish_all(self, ended: List[tuple]) -> None:
         """End requests, given as (request, reason, error, last event or None): keep their KV
-        in the prefix cache, free it (one batch filter for all), send each its last event
+        in the prefix cache, free it (one leave of the batch for all), send each its last event
         (with the text still held back)."""
         requests = [request for request, _, _, _ in ended]
         self._count(-len(requests))
@@ -474,7 +474,7 @@ class Engine(EngineCache, EngineControls, EngineThread):
             except Exception:
                 logger.exception("could not keep the KV of %s in the prefix cache", request)
                 request.snapshots = []
-        self.runner.drop(requests)
+        self.runner.drop(requests, give_back=self.memory_critical.is_set())
         for request, reason, error, event in ended:
             if reason != "error" and self.runner.speculation is not None:
                 self.runner.speculation.finished(request)  # (the engine thread: no lock)

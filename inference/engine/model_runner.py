@@ -12,7 +12,7 @@ import numpy as np
 
 from cache.prefix_cache import KVSnapshot
 
-from . import cache_io, cpu_attention
+from . import batch_leave, cache_io, cpu_attention
 from .head_gate import HeadGate
 from .lora import AdapterSet
 from .model_loader import LoadedModel
@@ -145,16 +145,21 @@ class DecodeBatch(SpeculativeSteps):
         self._kinds.append(REPORTED)
         self._logprobs.append(None)
 
-    def remove(self, requests: Sequence[Request]) -> None:
+    def remove(self, requests: Sequence[Request], give_back: bool = False) -> None:
+        """Take these requests' rows out of the batch. ``give_back``: their KV's memory is freed
+        now (a copy of the staying rows, as mlx-lm's filter makes it), not kept as spare rows
+        until the buffers next grow (``batch_leave``)."""
         gone = set(id(r) for r in requests)
-        keep = [i for i, r in enumerate(self.rows) if id(r) not in gone]
-        if len(keep) == len(self.rows):
+        leaving = [i for i, r in enumerate(self.rows) if id(r) in gone]
+        if not leaving:
             return
-        if not keep:
+        if len(leaving) == len(self.rows):
             self._clear()
             return
-        for c in self._cache:
-            c.filter(keep)
+        # The rows that stay keep their slots but those past the new count, which move into the
+        # leaving rows' (batch_leave: no copy of the batch's KV where the caches allow it).
+        keep = batch_leave.leave_order(len(self.rows), leaving)
+        batch_leave.leave(self._cache, keep, in_place=not give_back)
         self._inputs = self._inputs[mx.array(keep)]
         self.rows = [self.rows[i] for i in keep]
         self.kv_len = [self.kv_len[i] for i in keep]
@@ -437,9 +442,10 @@ class ModelRunner:
             return cache_io.snapshot(request.cache, request.num_computed)
         return None
 
-    def drop(self, requests: Sequence[Request]) -> None:
-        """Free the KV of these requests, wherever it is."""
-        self.batch.remove(requests)
+    def drop(self, requests: Sequence[Request], give_back: bool = False) -> None:
+        """Free the KV of these requests, wherever it is (``give_back``: its memory now, see
+        ``DecodeBatch.remove``)."""
+        self.batch.remove(requests, give_back)
         for r in requests:
             r.cache = None
             r.snapshots = []

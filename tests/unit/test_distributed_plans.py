@@ -151,6 +151,16 @@ def test_a_request_in_a_step_plan_is_checked():
         parse_request("x" * 300, GOOD, vocab=64)
 
 
+def test_a_drop_in_a_step_plan_is_checked():
+    from inference.distributed.follower import parse_drop
+
+    assert parse_drop({"op": "drop", "ids": ["r1"]}) == (["r1"], False)
+    assert parse_drop({"op": "drop", "ids": ["r1", "r2"], "give_back": True}) == (["r1", "r2"], True)
+    for bad in ({"ids": "r1"}, {"ids": ["r1"], "give_back": 1}, {"ids": ["r1"], "give_back": "yes"}):
+        with pytest.raises(PlanError):
+            parse_drop(bad)
+
+
 def test_a_rank_makes_its_block_cache_from_checked_settings(tmp_path):
     from inference.distributed.rank_cache import follower_config
 

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import BatchKVCache
 
-from inference.engine import LLM, SamplingParams
+from inference.engine import LLM, SamplingParams, batch_leave, cache_io
 from tests.support.engine_control import hold
 
 GREEDY = dict(temperature=0, ignore_eos=True)
@@ -197,3 +197,58 @@ def test_rows_joining_in_one_step_are_merged_into_the_batch_once(llm, monkeypatc
     assert merges and all(n == len(prompts) for n in merges)  # (the prefill merges the six too)
     assert extends == []
     assert list(tokens.values())[:3] == alone
+
+
+@pytest.mark.parametrize("give_back", [False, True], ids=["in-place", "memory-critical"])
+def test_rows_leave_the_batch_in_place_and_decode_as_alone(llm, monkeypatch, give_back):
+    """Rows that end at different steps leave the decode batch without a copy of the staying
+    rows' KV (batch_leave: they keep their buffers, the rows past the new count moved into the
+    leaving rows' slots); under memory pressure their memory is given back at once (a copy, as
+    mlx-lm's filter makes it). Either way every row's tokens are what it decodes alone."""
+    prompts = [[9, 8, 7, 20 + i] for i in range(5)]
+    lengths = [3, 12, 5, 12, 8]
+    alone = [
+        llm.generate([p], SamplingParams(max_tokens=n, **GREEDY))[0].token_ids
+        for p, n in zip(prompts, lengths)
+    ]
+    kinds = []
+    leave = batch_leave.leave
+
+    def watching(caches, order, in_place=True):
+        leave(caches, order, in_place)
+        kinds.append(
+            {
+                isinstance(c, batch_leave.Spare) and c.spare_buffers() is not None
+                for c in cache_io.leaves(caches)
+            }
+        )
+
+    monkeypatch.setattr(batch_leave, "leave", watching)
+    tokens = {f"leave-{i}": [] for i in range(len(prompts))}
+    ended = []
+    done = threading.Event()
+
+    def on_event(event):
+        tokens[event.request_id] += event.token_ids
+        if event.finished:
+            ended.append(event.request_id)
+            if len(ended) == len(prompts):
+                done.set()
+
+    if give_back:
+        llm.engine.memory_critical.set()
+    try:
+        release = hold(llm.engine)  # the five are admitted together
+        for (request_id, _), p, n in zip(tokens.items(), prompts, lengths):
+            llm.engine.submit(
+                p, SamplingParams(max_tokens=n, **GREEDY), request_id=request_id, callback=on_event
+            )
+        release.set()
+        assert done.wait(60)
+    finally:
+        llm.engine.memory_critical.clear()
+    assert list(tokens.values()) == alone
+    if give_back:  # (one prompt a step under memory pressure: the rows join, and leave, apart)
+        assert kinds and all(k == {False} for k in kinds)
+    else:  # the rows of 3, 5 and 8 tokens left; the two of 12 ended together
+        assert kinds == [{True}, {True}, {False}]  # 5 -> 4 -> 3 rows in place, then 2 of 5: copied

@@ -43,11 +43,12 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, BatchKVCache, BatchRotatingKVCache, dynamic_roll
 
 from ..cache_io import leaves
-from ..quantized_kv import BatchQuantizedKVCache
 from ..quantized_window import BatchQuantizedWindowKV
-from .holes import HOLED, punch
+from .holes import punch
 
-ROLLABLE = (BatchKVCache, BatchQuantizedKVCache, *HOLED.values())
+# Full attention: mlx-lm's BatchKVCache and the engine's kinds of it (quantized, holed, and with
+# spare rows after a row left: ``batch_leave``).
+ROLLABLE = (BatchKVCache,)
 TRIM, WINDOW, REPLAY = "trim", "window", "replay"
 
 
@@ -60,7 +61,7 @@ def rollback_kind(caches, padding_ok: bool = True) -> Optional[str]:
         return None
     kinds = set()
     for c in leaves(caches):
-        if type(c) in ROLLABLE:
+        if isinstance(c, ROLLABLE):
             kinds.add(TRIM)
         elif type(c) in (BatchRotatingKVCache, BatchQuantizedWindowKV):
             kinds.add(WINDOW)
@@ -96,7 +97,7 @@ class Rollback:
         self.replay = self.kind == REPLAY
         self.saved = None
         if self.replay:
-            self.saved = [None if type(c) in ROLLABLE else _state(c) for c in leaves(caches)]
+            self.saved = [None if isinstance(c, ROLLABLE) else _state(c) for c in leaves(caches)]
 
     def apply(
         self,
