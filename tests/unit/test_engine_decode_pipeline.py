@@ -157,6 +157,28 @@ def test_structured_and_background_rows_decode_as_alone(llm, background):
     assert len(mixed[1].token_ids) > 5 and len(mixed[2].token_ids) == 5
 
 
+def together(llm, prompts, lengths, name: str) -> dict:
+    """Submit ``prompts`` (greedy, ``lengths[i]`` tokens each) so that they are admitted in one
+    step; request id -> its tokens once all have ended."""
+    tokens = {f"{name}-{i}": [] for i in range(len(prompts))}
+    ended = []
+    done = threading.Event()
+
+    def on_event(event):
+        tokens[event.request_id] += event.token_ids
+        if event.finished:
+            ended.append(event.request_id)
+            if len(ended) == len(prompts):
+                done.set()
+
+    release = hold(llm.engine)
+    for (request_id, _), p, n in zip(tokens.items(), prompts, lengths):
+        llm.engine.submit(p, SamplingParams(max_tokens=n, **GREEDY), request_id=request_id, callback=on_event)
+    release.set()
+    assert done.wait(60)
+    return tokens
+
+
 def test_rows_joining_in_one_step_are_merged_into_the_batch_once(llm, monkeypatch):
     """The rows that join the decode batch in one step are merged into its caches together:
     one merge of the newcomers per layer, and at most one extend of the batch per layer and
@@ -178,22 +200,7 @@ def test_rows_joining_in_one_step_are_merged_into_the_batch_once(llm, monkeypatc
     alone = [llm.generate([p], SamplingParams(max_tokens=6, **GREEDY))[0].token_ids for p in prompts[:3]]
     monkeypatch.setattr(BatchKVCache, "merge", classmethod(counting_merge))
     monkeypatch.setattr(BatchKVCache, "extend", counting_extend)
-    tokens = {f"join-{i}": [] for i in range(len(prompts))}
-    ended = []
-    done = threading.Event()
-
-    def on_event(event):
-        tokens[event.request_id] += event.token_ids
-        if event.finished:
-            ended.append(event.request_id)
-            if len(ended) == len(prompts):
-                done.set()
-
-    release = hold(llm.engine)  # the six are admitted, and join, in one step
-    for (request_id, _), p in zip(tokens.items(), prompts):
-        llm.engine.submit(p, SamplingParams(max_tokens=6, **GREEDY), request_id=request_id, callback=on_event)
-    release.set()
-    assert done.wait(60)
+    tokens = together(llm, prompts, [6] * len(prompts), "join")  # admitted, and joining, in one step
     assert merges and all(n == len(prompts) for n in merges)  # (the prefill merges the six too)
     assert extends == []
     assert list(tokens.values())[:3] == alone
@@ -224,27 +231,10 @@ def test_rows_leave_the_batch_in_place_and_decode_as_alone(llm, monkeypatch, giv
         )
 
     monkeypatch.setattr(batch_leave, "leave", watching)
-    tokens = {f"leave-{i}": [] for i in range(len(prompts))}
-    ended = []
-    done = threading.Event()
-
-    def on_event(event):
-        tokens[event.request_id] += event.token_ids
-        if event.finished:
-            ended.append(event.request_id)
-            if len(ended) == len(prompts):
-                done.set()
-
     if give_back:
         llm.engine.memory_critical.set()
     try:
-        release = hold(llm.engine)  # the five are admitted together
-        for (request_id, _), p, n in zip(tokens.items(), prompts, lengths):
-            llm.engine.submit(
-                p, SamplingParams(max_tokens=n, **GREEDY), request_id=request_id, callback=on_event
-            )
-        release.set()
-        assert done.wait(60)
+        tokens = together(llm, prompts, lengths, "leave")
     finally:
         llm.engine.memory_critical.clear()
     assert list(tokens.values()) == alone
