@@ -105,15 +105,16 @@ SPARE = {
 HOLED[SpareBatchKVCache] = SpareHoledBatchKVCache  # a spare cache's first holes (``holes.punch``)
 
 
-def _in_place(c, order: List[int]) -> bool:
-    """Whether ``c`` can lose rows without a copy (see the module docstring)."""
+def _in_place(c, order: List[int], index: mx.array) -> bool:
+    """Whether ``c`` can lose rows without a copy (see the module docstring); ``index``: ``order``
+    as an array."""
     if type(c) not in SPARE or c.keys is None:
         return False
     buffers = c.spare_buffers() if isinstance(c, Spare) else None
     rows = (buffers[0] if buffers is not None else c.keys).shape[0]
     if len(order) * SPARE_KEPT <= rows:
         return False
-    padding = min(c.left_padding[mx.array(order)].tolist())
+    padding = min(c.left_padding[index].tolist())
     return padding * PADDING_KEPT < c._idx
 
 
@@ -127,7 +128,7 @@ def leave(caches, order: List[int], in_place: bool = True) -> None:
     index = mx.array(order)
     plain, spare = [], []
     for c in leaves(caches):
-        (spare if in_place and _in_place(c, order) else plain).append(c)
+        (spare if in_place and _in_place(c, order, index) else plain).append(c)
     for c in plain:
         c.filter(index)
     if not spare:
