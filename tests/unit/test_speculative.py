@@ -53,6 +53,29 @@ def test_prompt_lookup_copies_what_followed_the_latest_longest_match():
     assert looping.propose(5) == [4, 5, 4, 5, 4]  # a loop continues past the end of its last turn
 
 
+def test_prompt_lookup_follows_a_long_copy_over_the_latest_short_match():
+    """Two variants of one stretch (a file of similar functions): the answer copies the first.
+    Past the shared part, the latest 3-gram points into the second variant; the copy that has
+    matched ``follow`` tokens or more keeps proposing the first. A shorter copy does not; a
+    token that breaks the copy ends it."""
+    drafters = {}
+    for shared, proposed, match in ((8, [41, 50, 51], 9), (6, [42, 50, 51], 3)):
+        common = list(range(1, shared + 1))
+        first, second = [100, *common, 41, 50, 51], [200, *common, 42, 50, 51]
+        drafter = drafters[shared] = PromptLookupDrafter(max_ngram=3, follow=8)
+        drafter.extend(first + second + [7, 7])
+        drafter.extend([100])
+        assert drafter.propose(2) == [1, 2]  # the copy of ``first`` starts here
+        drafter.extend(common)  # it has matched 1 + shared tokens now
+        assert drafter.propose(3) == proposed
+        assert drafter.lookup(1)[0] == match  # (the followed copy's length, or the 3-gram's)
+    drafter = drafters[8]
+    drafter.extend([43])  # neither variant: the copy ends, and nothing matches (43 is new)
+    assert drafter.propose(3) == []
+    drafter.extend([50])
+    assert drafter.propose(2) == [51, 7]  # the latest 1-gram again
+
+
 def test_a_row_that_does_not_pay_decodes_plainly_until_its_shadow_drafts_would():
     """The adaptive rule: a verify pass that costs more than the tokens it gave turns the row's
     drafting off (shadow); proposals checked on the host against the tokens that came turn it
