@@ -16,7 +16,11 @@ bare mlx-lm (the same caches, mlx-lm's attention), plus what the steps around a 
 - ``a row leaving``: the middle row leaves the batch and a [B - 1, 1] pass follows, timed
   together: through mlx-lm's ``filter`` (a gather of every staying row, which the pass waits
   for: the decode batch before) and through ``batch_leave.leave`` (the rows past the new count
-  moved into the leaving row's slot, in place: the decode batch now).
+  moved into the leaving row's slot, in place: the decode batch now);
+- ``a row joining``: after the middle row left in place, a row as long as it joins and a
+  [B, 1] pass follows, timed together: merged and through mlx-lm's ``extend`` (a copy of every
+  row: the decode batch before) and through ``batch_join.join`` (written into the spare row the
+  leaving one left: the decode batch now).
 
 Alternating rounds, median seconds and the ratio to a [B, 1] pass.
 
@@ -40,7 +44,7 @@ import mlx.core as mx  # noqa: E402
 from mlx_lm.models.cache import KVCache  # noqa: E402
 
 import bench_speculative  # noqa: E402
-from inference.engine import batch_leave, cpu_attention  # noqa: E402
+from inference.engine import batch_join, batch_leave, cache_io, cpu_attention  # noqa: E402
 from inference.engine.model_loader import load_model  # noqa: E402
 from inference.engine.speculative.rollback import cache_arrays, roll_back  # noqa: E402
 
@@ -105,6 +109,7 @@ def main() -> None:
     first = {"one at a time": [], "together": []}
     seconds = {(on, w): [] for on in (True, False) for w in (1, W, "roll", "holes", "after", "compact")}
     leaving = {"filter": [], "leave": []}
+    joining = {"extend": [], "join": []}
     for _ in range(args.rounds):
         cpu_attention.enable_on_this_thread(True)
         for name in first:
@@ -152,6 +157,20 @@ def main() -> None:
             timed_pass(model, cache, B - 1, 1)
             seconds_of.append(time.perf_counter() - start)
             del cache
+        for how, seconds_of in joining.items() if B > 1 else ():
+            cache = joined(rows, True)
+            timed_pass(model, cache, B, 1)
+            batch_leave.leave(cache, batch_leave.leave_order(B, [B // 2]))  # in place: a spare row
+            timed_pass(model, cache, B - 1, 1)
+            newcomer = [list(layer) for layer in zip(rows[B // 2])]  # (a row as long as the one that left)
+            mx.eval([a for c in cache for a in cache_arrays(c)])
+            start = time.perf_counter()
+            for c, layer in zip(cache, newcomer):
+                if how == "extend" or not batch_join.join(c, layer):
+                    c.extend(cache_io.merge_rows(layer))
+            timed_pass(model, cache, B, 1)
+            seconds_of.append(time.perf_counter() - start)
+            del cache
     med = {key: statistics.median(s) for key, s in seconds.items()}
     step = med[True, 1]
     print(f"B={B} rows of {min(lengths)} to {max(lengths)} tokens, W={W}, {args.rounds} rounds:")
@@ -173,6 +192,10 @@ def main() -> None:
     for how, s in leaving.items() if B > 1 else ():
         after = statistics.median(s)
         print(f"  a row leaving + [B - 1, 1] pass, {ways[how]}: {after:.2f} s ({after / step:.2f}x)")
+    ways = {"extend": "merge and mlx-lm's extend (before)", "join": "batch_join, a spare row (now)"}
+    for how, s in joining.items() if B > 1 else ():
+        after = statistics.median(s)
+        print(f"  a row joining + [B, 1] pass, {ways[how]}: {after:.2f} s ({after / step:.2f}x)")
 
 
 if __name__ == "__main__":

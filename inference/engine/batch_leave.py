@@ -15,7 +15,8 @@ same buffers instead:
   writes into its own (a slice of an array is a new array to MLX: written to, it would be
   copied); the buffers go, the spare rows with them, when the cache next grows (mlx-lm grows
   by 256 positions) or when other code replaces ``keys`` (a join's ``extend``, a rollback's
-  roll, holes' ``compact``), which then holds a plain array again.
+  roll, holes' ``compact``), which then holds a plain array again; rows joining take the spare
+  rows (``batch_join``).
 
 Full attention only (mlx-lm's ``BatchKVCache`` and the engine's holed one,
 ``speculative.holes``); other caches (sliding windows, recurrent state, quantized KV) are

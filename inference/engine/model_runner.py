@@ -12,7 +12,7 @@ import numpy as np
 
 from cache.prefix_cache import KVSnapshot
 
-from . import batch_leave, cache_io, cpu_attention
+from . import batch_join, batch_leave, cache_io, cpu_attention
 from .head_gate import HeadGate
 from .lora import AdapterSet
 from .model_loader import LoadedModel
@@ -119,15 +119,17 @@ class DecodeBatch(SpeculativeSteps):
         """The batch caches (one per layer), the rows that joined since the last read merged in."""
         if self._joining:
             joining, self._joining = self._joining, []
-            # One merge of the newcomers and one extend of the batch: extending the batch once
+            # Into the spare rows that rows leaving left (batch_join: no copy of the batch), else
+            # one merge of the newcomers and one extend of the batch: extending the batch once
             # per row would copy all of its KV once per row (16 rows joining at 3K tokens each
             # cost more than 20 plain steps on the CPU; the first pass after them paid it).
-            merged = [cache_io.merge_rows(list(layer)) for layer in zip(*joining)]
+            layers = [list(layer) for layer in zip(*joining)]
             if self._caches is None:
-                self._caches = merged
+                self._caches = [cache_io.merge_rows(layer) for layer in layers]
             else:
-                for batch_cache, cache in zip(self._caches, merged):
-                    batch_cache.extend(cache)
+                for batch_cache, layer in zip(self._caches, layers):
+                    if not batch_join.join(batch_cache, layer):
+                        batch_cache.extend(cache_io.merge_rows(layer))
         return self._caches
 
     def join(self, request: Request, state: RowState) -> None:

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import BatchKVCache
 
-from inference.engine import LLM, SamplingParams, batch_leave, cache_io
+from inference.engine import LLM, SamplingParams, batch_join, batch_leave, cache_io
 from tests.support.engine_control import hold
 
 GREEDY = dict(temperature=0, ignore_eos=True)
@@ -242,3 +242,47 @@ def test_rows_leave_the_batch_in_place_and_decode_as_alone(llm, monkeypatch, giv
         assert kinds and all(k == {False} for k in kinds)
     else:  # the rows of 3, 5 and 8 tokens left; the two of 12 ended together
         assert kinds == [{True}, {True}, {False}]  # 5 -> 4 -> 3 rows in place, then 2 of 5: copied
+
+
+def test_a_row_joins_the_spare_row_a_leaving_row_left(llm, monkeypatch):
+    """A row ends, and the next request's row joins the batch in the slot it left (batch_join:
+    written into the batch's buffers, no copy of the other rows' KV), as an agent's next turn
+    joins after its last answer ended; every row's tokens are what it decodes alone."""
+    prompts = [[9, 8, 7, 30 + i] for i in range(4)]
+    lengths = [3, 40, 40, 40]
+    newcomer, newcomer_length = [9, 8, 7, 6, 50], 10
+    alone = [
+        llm.generate([p], SamplingParams(max_tokens=n, **GREEDY))[0].token_ids
+        for p, n in zip(prompts + [newcomer], lengths + [newcomer_length])
+    ]
+    joins = []
+    join = batch_join.join
+
+    def watching(batch_cache, rows):
+        joins.append(join(batch_cache, rows))
+        return joins[-1]
+
+    monkeypatch.setattr(batch_join, "join", watching)
+    tokens = {f"spare-{i}": [] for i in range(5)}
+    ended, first_ended, done = [], threading.Event(), threading.Event()
+
+    def on_event(event):
+        tokens[event.request_id] += event.token_ids
+        if event.finished:
+            ended.append(event.request_id)
+            first_ended.set()
+            if len(ended) == 5:
+                done.set()
+
+    release = hold(llm.engine)
+    for i, (p, n) in enumerate(zip(prompts, lengths)):
+        llm.engine.submit(
+            p, SamplingParams(max_tokens=n, **GREEDY), request_id=f"spare-{i}", callback=on_event
+        )
+    release.set()
+    assert first_ended.wait(60) and ended == ["spare-0"]
+    params = SamplingParams(max_tokens=newcomer_length, **GREEDY)
+    llm.engine.submit(newcomer, params, request_id="spare-4", callback=on_event)
+    assert done.wait(60)
+    assert list(tokens.values()) == alone
+    assert joins and all(joins)  # the newcomer's every layer joined in place
