@@ -5,33 +5,24 @@ steps, more leaves and joins, and the buffer's growth. Rows that do not fit (lon
 batch's width, more than its spare rows, 8-bit KV) join through ``extend`` as before, in the same
 order. On the test factory's llama."""
 
-import mlx.core as mx
 import numpy as np
 
 from inference.engine import batch_join, cache_io
 from inference.engine.batch_leave import Spare, leave, leave_order
-from inference.engine.speculative.rollback import roll_back
 from tests.unit.test_batch_leave import (  # noqa: F401  (loaded, float_kv: fixtures)
     PROMPTS,
+    REMOVE,
     batch,
     filtered,
     float_kv,
     loaded,
+    prefilled,
     ptr,
     rows_of,
     same_rows,
     step,
+    verified,
 )
-
-
-def rows(loaded, prompts):
-    """The rows prefilled alone: one list of caches per layer, one cache per row."""
-    caches = []
-    for prompt in prompts:
-        cache = loaded.new_cache()
-        mx.eval(loaded.model(mx.array([prompt], dtype=mx.uint32), cache=cache))
-        caches.append(cache)
-    return [list(layer) for layer in zip(*caches)]
 
 
 def joined(cache, layers) -> set:
@@ -60,8 +51,8 @@ def test_rows_join_spare_rows_and_decode_as_after_an_extend(loaded):
     leave(ours, order)
     filtered(theirs, order)
     newcomers = [[90, 91, 92, 93, 94], [95, 96]]  # no longer than the batch's 8 positions
-    in_place = joined(ours, rows(loaded, newcomers))
-    extended(theirs, rows(loaded, newcomers))
+    in_place = joined(ours, prefilled(loaded, newcomers))
+    extended(theirs, prefilled(loaded, newcomers))
     assert in_place == ({True} if loaded.kv_quant is None else {False})  # 8-bit KV: extended
     same_rows(rows_of(ours), rows_of(theirs), atol=1e-5)
     for n in range(3):
@@ -71,11 +62,11 @@ def test_rows_join_spare_rows_and_decode_as_after_an_extend(loaded):
     order = leave_order(len(PROMPTS), [0])
     leave(ours, order)
     filtered(theirs, order)
-    assert joined(ours, rows(loaded, [[110, 111, 112]])) == in_place
-    extended(theirs, rows(loaded, [[110, 111, 112]]))
+    assert joined(ours, prefilled(loaded, [[110, 111, 112]])) == in_place
+    extended(theirs, prefilled(loaded, [[110, 111, 112]]))
     longer = [list(range(120, 140))]
-    assert joined(ours, rows(loaded, longer)) == {False}
-    extended(theirs, rows(loaded, longer))
+    assert joined(ours, prefilled(loaded, longer)) == {False}
+    extended(theirs, prefilled(loaded, longer))
     same_rows(rows_of(ours), rows_of(theirs), atol=1e-5)
     for n in range(2):
         tokens = [[150 + n + r] for r in range(len(PROMPTS) + 1)]
@@ -89,7 +80,7 @@ def test_a_row_joins_without_a_copy_of_the_others(float_kv):
     step(float_kv, cache, [[60 + r] for r in range(len(PROMPTS))])
     leave(cache, leave_order(len(PROMPTS), [2]))
     where = [(ptr(c.spare_buffers()[0]), ptr(c.spare_buffers()[1])) for c in cache]
-    assert joined(cache, rows(float_kv, [[90, 91, 92]])) == {True}
+    assert joined(cache, prefilled(float_kv, [[90, 91, 92]])) == {True}
     for n in range(3):
         step(float_kv, cache, [[70 + n + r] for r in range(len(PROMPTS))])
     for c, (keys, values) in zip(cache, where):
@@ -102,12 +93,14 @@ def test_rows_that_do_not_fit_join_through_extend(float_kv):
     """More joining rows than spare ones, a batch no row left (no spare rows), a row longer than
     the batch's width: nothing is written, and ``extend`` takes them."""
     cache = batch(float_kv, PROMPTS)
-    assert not batch_join.join(cache[0], rows(float_kv, [[90, 91]])[0])  # nothing left: no spare rows
+    assert not batch_join.join(cache[0], prefilled(float_kv, [[90, 91]])[0])  # nothing left: no spare rows
     leave(cache, leave_order(len(PROMPTS), [1]))
-    two = rows(float_kv, [[90, 91], [92, 93]])
+    two = prefilled(float_kv, [[90, 91], [92, 93]])
     before = [(c.keys.shape, c.offset.tolist()) for c in cache]
     assert not any(batch_join.join(c, layer) for c, layer in zip(cache, two))  # one spare row
-    assert not any(batch_join.join(c, layer) for c, layer in zip(cache, rows(float_kv, [list(range(20))])))
+    assert not any(
+        batch_join.join(c, layer) for c, layer in zip(cache, prefilled(float_kv, [list(range(20))]))
+    )
     assert [(c.keys.shape, c.offset.tolist()) for c in cache] == before
     assert all(isinstance(c, Spare) and c.spare_buffers() is not None for c in cache)
 
@@ -121,8 +114,8 @@ def test_the_buffer_grows_after_a_join(float_kv):
     order = leave_order(len(PROMPTS), [4])
     leave(ours, order)
     filtered(theirs, order)
-    assert joined(ours, rows(float_kv, [[90, 91]])) == {True}
-    extended(theirs, rows(float_kv, [[90, 91]]))
+    assert joined(ours, prefilled(float_kv, [[90, 91]])) == {True}
+    extended(theirs, prefilled(float_kv, [[90, 91]]))
     width = ours[0].spare_buffers()[0].shape[2]
     for n in range(width - ours[0]._idx + 2):  # past the buffer's end
         tokens = [[70 + n + r] for r in range(len(PROMPTS))]
@@ -134,20 +127,15 @@ def test_the_buffer_grows_after_a_join(float_kv):
 def test_rows_join_a_batch_with_holes(float_kv):
     """A batch whose rows hold a rollback's holes (masked rejected positions): the joining row
     has none, the holes stay masked, and the batch computes as the rolled one extended."""
-    ours, theirs = batch(float_kv, PROMPTS), batch(float_kv, PROMPTS)
-    width, remove = 4, [1, 3, 0, 2, 3]
-    tokens = [[110 + r + i for i in range(width)] for r in range(len(PROMPTS))]
-    for cache, holes in ((ours, True), (theirs, False)):
-        mx.eval(float_kv.model(mx.array(tokens, dtype=mx.uint32), cache=cache))
-        roll_back(cache, remove, holes=holes)
+    ours, theirs = verified(float_kv)
     order = leave_order(len(PROMPTS), [2])
     leave(ours, order)
     filtered(theirs, order)
     assert ours[0].holes and isinstance(ours[0], Spare)
     newcomer = [[90, 91, 92, 93]]
-    assert joined(ours, rows(float_kv, newcomer)) == {True}
-    extended(theirs, rows(float_kv, newcomer))
-    assert ours[0].holes == [remove[i] - min(remove) for i in order] + [0]
+    assert joined(ours, prefilled(float_kv, newcomer)) == {True}
+    extended(theirs, prefilled(float_kv, newcomer))
+    assert ours[0].holes == [REMOVE[i] - min(REMOVE) for i in order] + [0]
     same_rows(rows_of(ours), rows_of(theirs), atol=1e-5)
     for n in range(2):
         tokens = [[120 + n + r] for r in range(len(PROMPTS))]

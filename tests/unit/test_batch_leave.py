@@ -37,16 +37,35 @@ def float_kv(model_dir):
     return load_model(model_dir(arch="llama", preset="tiny", head_dim=32))
 
 
-def batch(loaded, prompts, room=True):
-    """The rows prefilled alone and merged as the decode batch merges them (``room``: with free
-    positions after the newest, as ``DecodeBatch`` does; else as long as the longest row)."""
+def prefilled(loaded, prompts):
+    """The rows prefilled alone: one list of caches per layer, one cache per row."""
     rows = []
     for prompt in prompts:
         cache = loaded.new_cache()
         mx.eval(loaded.model(mx.array([prompt], dtype=mx.uint32), cache=cache))
         rows.append(cache)
+    return [list(layer) for layer in zip(*rows)]
+
+
+def batch(loaded, prompts, room=True):
+    """The rows prefilled alone and merged as the decode batch merges them (``room``: with free
+    positions after the newest, as ``DecodeBatch`` does; else as long as the longest row)."""
     merge = cache_io.merge_rows if room else (lambda layer: type(layer[0]).merge(layer))
-    return [merge(list(layer)) for layer in zip(*rows)]
+    return [merge(layer) for layer in prefilled(loaded, prompts)]
+
+
+REMOVE = [1, 3, 0, 2, 3]  # positions each row of PROMPTS rejects of a verify pass of 4
+
+
+def verified(loaded):
+    """Two batches of PROMPTS after a verify pass of 4 positions, rolled back by REMOVE: ours
+    with holes, theirs with a roll (the reference)."""
+    ours, theirs = batch(loaded, PROMPTS), batch(loaded, PROMPTS)
+    tokens = [[110 + r + i for i in range(4)] for r in range(len(PROMPTS))]
+    for cache, holes in ((ours, True), (theirs, False)):
+        mx.eval(loaded.model(mx.array(tokens, dtype=mx.uint32), cache=cache))
+        roll_back(cache, REMOVE, holes=holes)
+    return ours, theirs
 
 
 def step(loaded, cache, tokens):
@@ -162,17 +181,12 @@ def test_the_buffer_grows_from_the_rows_that_stay(float_kv):
 
 def test_holes_move_with_their_rows(float_kv):
     """Rows holding a rollback's holes (masked rejected positions) leave and move with them."""
-    ours, theirs = batch(float_kv, PROMPTS), batch(float_kv, PROMPTS)
-    width, remove = 4, [1, 3, 0, 2, 3]
-    tokens = [[110 + r + i for i in range(width)] for r in range(len(PROMPTS))]
-    for cache, holes in ((ours, True), (theirs, False)):
-        mx.eval(float_kv.model(mx.array(tokens, dtype=mx.uint32), cache=cache))
-        roll_back(cache, remove, holes=holes)
+    ours, theirs = verified(float_kv)
     assert ours[0].holes
     order = leave_order(len(PROMPTS), [0, 2])
     leave(ours, order)
     filtered(theirs, order)
-    assert ours[0].holes == [remove[i] - min(remove) for i in order]
+    assert ours[0].holes == [REMOVE[i] - min(REMOVE) for i in order]
     same_rows(rows_of(ours), rows_of(theirs), atol=1e-5)
     for n in range(2):
         tokens = [[120 + n + r] for r in range(len(order))]
