@@ -12,6 +12,7 @@ from inference.engine.kv_quant import KVQuant
 from inference.engine.model_loader import load_model
 from inference.engine.speculative import holes as holes_module
 from inference.engine.speculative.rollback import Rollback, roll_back
+from tests.unit.test_batch_leave import prefilled
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [20, 21, 22], [30, 31, 32, 33, 34]]
 WIDTH = 5
@@ -25,13 +26,8 @@ def loaded(model_dir, request):
 
 
 def batch(loaded, prompts):
-    """The rows prefilled alone, merged as the decode batch merges them."""
-    rows = []
-    for prompt in prompts:
-        cache = loaded.new_cache()
-        mx.eval(loaded.model(mx.array([prompt], dtype=mx.uint32), cache=cache))
-        rows.append(cache)
-    return [type(layer[0]).merge(list(layer)) for layer in zip(*rows)]
+    """The rows prefilled alone, merged as mlx-lm merges them (as long as the longest row)."""
+    return [type(layer[0]).merge(layer) for layer in prefilled(loaded, prompts)]
 
 
 def verified(loaded, holes: bool):
