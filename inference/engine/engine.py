@@ -262,6 +262,8 @@ class Engine(EngineCache, EngineControls, EngineThread):
                 return False
             if kind == "add":
                 self.scheduler.add(item)
+                if (speculation := getattr(self.runner, "speculation", None)) is not None:
+                    speculation.returns.arrived(item.created)
             elif kind == "call":
                 self._answer(item)
             elif kind == "abort":
@@ -387,10 +389,11 @@ class Engine(EngineCache, EngineControls, EngineThread):
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
         if (speculation := getattr(self.runner, "speculation", None)) is not None:
-            # Whose first token waits for this step: prompts with chunks left, and what arrived
-            # since the step began that the next step can admit (the policy weighs a verify pass).
+            # Whose first token waits for this step: prompts with chunks left, what arrived since
+            # the step began that the next step can admit, and the next turns expected from the
+            # clients whose answers just ended (``Returns``; the policy weighs a verify pass).
             room = max(0, self.config.max_concurrent_requests - len(self.scheduler.running))
-            speculation.waiting = len(self.scheduler.prefilling) + min(self._arrivals, room)
+            speculation.expect(len(self.scheduler.prefilling), self._arrivals, room)
         ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
         for request, token, logprob in self.runner.decode_step(ahead):
             if request not in done and (end := self._on_token(request, token, logprob)) is not None:
@@ -475,6 +478,9 @@ class Engine(EngineCache, EngineControls, EngineThread):
                 logger.exception("could not keep the KV of %s in the prefix cache", request)
                 request.snapshots = []
         self.runner.drop(requests, give_back=self.memory_critical.is_set())
+        if (speculation := getattr(self.runner, "speculation", None)) is not None:
+            # The clients of answers delivered whole may send their next turns at once.
+            speculation.returns.ended(sum(reason in ("stop", "length") for _, reason, _, _ in ended))
         for request, reason, error, event in ended:
             if reason != "error" and self.runner.speculation is not None:
                 self.runner.speculation.finished(request)  # (the engine thread: no lock)

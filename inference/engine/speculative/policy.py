@@ -44,6 +44,11 @@ Adaptive rule, per row:
   drafts nothing gains from a plain step). On the CPU, where a pass costs about two plain steps
   for 2-2.5 tokens a row, one waiting request holds a few rows' pass; on a GPU, where a pass
   costs about a plain step, it does not. With a price unknown, the waiting requests come first.
+- A client whose answer just ended may send its next turn during the step (an agent's closed
+  loop does, a few milliseconds after its answer: ``returns``, ``coming``): until it comes, or
+  a short window ends, and while clients come back that way, a step verifies only when a pass
+  costs about a plain step (``_awaits_return``), so that the turn does not wait for a dearer
+  pass.
 
 Per batch (of two rows or more): every row of a verify pass runs as many positions as the
 longest draft, so the drafts are cut to the width with the most expected tokens per unit of
@@ -68,6 +73,7 @@ from typing import Deque, List, Optional
 from .answers import AnswerStore
 from .drafter import Drafter
 from .drafters import make_drafter
+from .returns import Returns
 from .width import best_width, cut, expected_tokens
 
 
@@ -133,6 +139,9 @@ class SpeculationPolicy:
         self._probing: Optional[tuple] = None  # a plain probe under way: (rows, the price before it)
         self.plain_probes = 0  # plain steps taken only to measure a plain step's price
         self.waiting = 0  # the engine: requests whose first token waits for this step to end
+        self.returns = Returns()  # the engine: answers just ended whose clients may come back
+        self.coming = 0.0  # next turns expected from clients whose answers just ended (``expect``)
+        self.return_holds = 0  # plain steps taken because a client's next turn was expected
         self.prompt_holds = 0  # plain steps taken because requests waited (``_holds``)
         self.answers = AnswerStore()  # the model's earlier answers, for "suffix"
 
@@ -174,6 +183,14 @@ class SpeculationPolicy:
         if method == "draft" and self.draft is None:
             why = self.draft_error or "set the model's draft_model setting or the server's --draft-model"
             raise ValueError(f"speculative=draft: this model has no draft model ({why})")
+
+    def expect(self, prompts: int, arrivals: int, room: int) -> None:
+        """Set ``waiting`` and ``coming`` before a decode step: ``prompts`` requests with prompt
+        chunks left and ``arrivals`` requests submitted since the step began (not yet taken in),
+        as many as ``room`` (slots free for running requests) admits; and the returns expected
+        (``Returns.expected``), when there is room for one."""
+        self.waiting = prompts + min(arrivals, room)
+        self.coming = self.returns.expected(unmatched=arrivals) if room else 0.0
 
     def take_shadow_seconds(self) -> float:
         """Seconds the shadow rows' proposals took since the last call (a draft model's passes:
@@ -327,6 +344,9 @@ class SpeculationPolicy:
         if self.waiting and self._holds(len(rows), lengths, acceptances):
             self.prompt_holds += 1
             return False
+        if self._awaits_return(len(rows), max(lengths)):
+            self.return_holds += 1
+            return False
         slope = self._slope(len(rows))
         if slope is None or best_width(lengths, acceptances, slope) > 1:
             return True
@@ -348,6 +368,26 @@ class SpeculationPolicy:
             return True
         loss = sum(plain - verify / expected_tokens(a, n) for n, a in zip(lengths, acceptances))
         return self.waiting * (verify - plain) >= loss
+
+    def _awaits_return(self, rows: int, width: int) -> bool:
+        """Whether a client's next turn is likely on its way (``coming`` at least one half: an
+        answer ended within ``Returns.WINDOW`` and its client is not back yet, and clients came
+        back that way) and this step's pass (``rows`` rows, ``width`` drafted positions) would
+        cost more than a plain step beyond the prices' noise (``PLAIN_DRIFT``), at the measured
+        cost of a drafted position (``position_seconds``; not while either price is unknown,
+        nor without a cost rule: the hold is a guess at an arrival, worth it only at a price
+        measured to be dear): the step then decodes plainly, so that the turn does not wait
+        for a dearer pass. Not weighed against the rows' gain as ``_holds`` weighs the requests
+        already waiting: measured in a closed agent loop on the CPU (docs/benchmarks.md,
+        "Clients coming back"), the weighing kept these passes (one of 1.4 plain steps for 2.3
+        tokens a row) and the time to first token stayed at 1.3x-2.0x plain decoding's; held,
+        it came to about 1.1x, the answers sooner."""
+        if self.coming < 0.5:
+            return False
+        plain, position = self._plain(rows), self.position_seconds
+        return (
+            plain is not None and position is not None and position * rows * width > self.PLAIN_DRIFT * plain
+        )
 
     def drafts(self, rows, context_length: Optional[int], pending=None) -> List[List[int]]:
         """Each row's draft this step ([] for the rows that do not draft). ``pending[i]``: row
