@@ -27,6 +27,9 @@ def _row(html, model_id):
 
 
 def _flush_cold(model_id):
+    """Wait for the model's cold-tier writer: it stores its blocks' rows from its own thread, and
+    the tests' in-memory SQLite (shared cache) fails a page's concurrent read of that table at once
+    ("database table is locked"), where the server's file database waits up to its timeout."""
     engine = get_pool().loaded(model_id)
     engine.call(lambda e: e.prefix_cache.cold.flush())
 
@@ -51,6 +54,7 @@ def test_loaded_and_unloaded_models_hit_rates_and_clear(console):
 
     # A copy of tiny's folder has its fingerprint: one cold tier, two hot tiers, cleared together.
     generate("tiny2", PROMPT[:10])
+    _flush_cold("tiny2")
     html = console.get("/admin/cache/panel/").content.decode()
     assert "same weights as tiny2" in html and "same weights as tiny:" in html
     response = post(console, ACTION, {"action": "clear", "fingerprint": fp})
@@ -61,6 +65,7 @@ def test_loaded_and_unloaded_models_hit_rates_and_clear(console):
     assert not (get_pool().loaded("tiny").prefix_cache.cold.dir).exists()
     again = generate("tiny", PROMPT)
     assert again.usage.cached_tokens == 0 and again.usage.computed_prompt_tokens == len(PROMPT)
+    _flush_cold("tiny")
 
     response = post(console, ACTION, {"action": "clear", "fingerprint": "all"})
     assert response.status_code == 200 and "Cleared every model" in response.content.decode()
