@@ -389,9 +389,10 @@ class Engine(EngineCache, EngineControls, EngineThread):
         ahead = not any(r.params.priority > 0 for r in batch.rows)
         rows, passes = len(batch), batch.passes
         if (speculation := getattr(self.runner, "speculation", None)) is not None:
-            # Whose first token waits for this step: prompts with chunks left, what arrived since
-            # the step began that the next step can admit, and the next turns expected from the
-            # clients whose answers just ended (``Returns``; the policy weighs a verify pass).
+            # Whose first token waits for this step: prompts with chunks left and what arrived
+            # since the step began that the next step can admit (the policy weighs them against a
+            # verify pass), and the next turns expected from the clients whose answers just ended
+            # (``Returns``: the policy holds a dear pass for them).
             room = max(0, self.config.max_concurrent_requests - len(self.scheduler.running))
             speculation.expect(len(self.scheduler.prefilling), self._arrivals, room)
         ended, done = [], set()  # a speculative step returns several tokens a row: none after its end
