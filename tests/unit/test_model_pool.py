@@ -170,6 +170,13 @@ def test_unloaded_model_prefix_comes_back_as_a_cold_hit(pool_dirs, monkeypatch):
         pool.close()
 
 
+def cold_written(pool, model_id):
+    """Wait for the model's cold-tier writer: it stores its blocks' rows from its own thread, and
+    the tests' in-memory SQLite (shared cache) fails a concurrent write of another thread at once
+    ("database table is locked"), where the server's file database waits up to its timeout."""
+    pool.loaded(model_id).call(lambda e: e.prefix_cache.cold.flush())
+
+
 def test_settings_apply_without_restart(pool_dirs, monkeypatch):
     from inference import pool as pool_module
 
@@ -178,11 +185,13 @@ def test_settings_apply_without_restart(pool_dirs, monkeypatch):
         prompt = list(range(10, 30))
         events = run(pool, "a", prompt, monkeypatch, ignore_eos=True)
         assert events[-1]["usage"]["completion_tokens"] == 256  # the engine's default max_tokens
+        cold_written(pool, "a")
         pool.update_settings("a", {"max_tokens": 3, "alias": "fast"})
         events = run(pool, "fast", prompt, monkeypatch, ignore_eos=True)
         assert events[-1]["usage"]["completion_tokens"] == 3
         events = run(pool, "fast", prompt, monkeypatch, ignore_eos=True, max_tokens=5)
         assert events[-1]["usage"]["completion_tokens"] == 5  # the request's own value wins
+        cold_written(pool, "a")
         pool.update_settings("a", {"context_length": 24})
         events = run(pool, "a", prompt, monkeypatch, ignore_eos=True, max_tokens=50)
         assert events[-1]["usage"]["completion_tokens"] == 4  # 20 prompt + 4 = the limit
