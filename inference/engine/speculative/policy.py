@@ -381,7 +381,7 @@ class SpeculationPolicy:
         already waiting: measured in a closed agent loop on the CPU (docs/benchmarks.md,
         "Clients coming back"), the weighing kept these passes (one of 1.4 plain steps for 2.3
         tokens a row) and the time to first token stayed at 1.3x-2.0x plain decoding's; held,
-        it came to about 1.1x, the answers sooner."""
+        it came to 1.2x, the answers sooner."""
         if self.coming < 0.5:
             return False
         plain, position = self._plain(rows), self.position_seconds
