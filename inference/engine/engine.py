@@ -9,7 +9,7 @@ import queue
 import random
 import threading
 import time
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, List, Optional
 
 import mlx.core as mx
 
@@ -19,6 +19,7 @@ from cache.prefix_cache import PrefixCache
 from .config import EngineConfig
 from .controls import EngineControls, give_back_memory
 from .engine_cache import EngineCache
+from .engine_prompts import EnginePrompts, Prompt
 from .engine_thread import EngineThread
 from .grammar import compiler_for
 from .model_loader import LoadedModel, load_model
@@ -35,10 +36,8 @@ from .text_stream import TextStream, streaming_detokenizer
 logger = logging.getLogger("omlx.engine")
 _ids = itertools.count()
 
-Prompt = Union[str, Sequence[int]]
 
-
-class Engine(EngineCache, EngineControls, EngineThread):
+class Engine(EnginePrompts, EngineCache, EngineControls, EngineThread):
     """Serves one model. ``submit`` may be called from any thread; everything that touches
     MLX runs on the engine's own thread (MLX streams are not thread-safe).
 
@@ -149,40 +148,6 @@ class Engine(EngineCache, EngineControls, EngineThread):
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
 
-    def context_limit(self, context_length: Optional[int] = None) -> Optional[int]:
-        """The most tokens a request may hold, prompt and output: the model's own context, or
-        ``context_length`` (the model's setting) when that is smaller; None when neither is known."""
-        limits = [limit for limit in (self.loaded.context_length, context_length) if limit]
-        return min(limits) if limits else None
-
-    def validate_prompt(self, prompt: Prompt, context_length: Optional[int] = None) -> List[int]:
-        """The prompt's token ids; ValueError if it is empty, has ids outside the vocabulary or
-        does not fit ``context_limit(context_length)``. The one check of a prompt: the worker
-        calls it and then submits with ``checked=True``."""
-        if isinstance(prompt, str):
-            ids = self.encode(prompt)
-        elif isinstance(prompt, (list, tuple)) and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt
-        ):
-            ids = list(prompt)
-            bad = [t for t in ids if not 0 <= t < self.loaded.vocab_size]
-            if bad:
-                raise ValueError(
-                    f"prompt token id {bad[0]} is outside the vocabulary [0, {self.loaded.vocab_size})"
-                )
-        else:
-            raise ValueError("a prompt must be a string or a list of token ids")
-        if not ids:
-            raise ValueError("the prompt is empty")
-        limit = self.context_limit(context_length)
-        if limit is not None and len(ids) >= limit:
-            source = "" if limit == self.loaded.context_length else " (its context_length setting)"
-            raise ValueError(
-                f"This model's maximum context length is {limit} tokens{source}; the prompt "
-                f"has {len(ids)} tokens"
-            )
-        return ids
-
     def stats(self, held_blocks: bool = False) -> EngineStats:
         """The engine's figures now (any thread; see ``EngineStats``). ``held_blocks`` also
         counts the hot blocks that requests reference (a walk over the hot tier)."""
@@ -193,12 +158,6 @@ class Engine(EngineCache, EngineControls, EngineThread):
         ``last`` only that many of the newest); empty when the trace is off."""
         trace = self._trace
         return [] if trace is None else trace.records(last)
-
-    def _validate_vision(self, vision) -> List[int]:
-        if self.loaded.vision is None:
-            raise ValueError(f"the model {self.loaded.path.name} does not read images")
-        self.validate_prompt(vision.model_ids)
-        return list(vision.key_ids)
 
     # -- the engine thread -------------------------------------------------------------------
 
